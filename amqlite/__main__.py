@@ -1,0 +1,3 @@
+from amqlite.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,405 @@
+"""CBOR maps <-> protocol events, with validation.
+
+A frame is one CBOR map whose ``m`` key names the method; the other keys are the
+event's fields (see :mod:`amqlite.protocol.events`). Fields left at their default
+are omitted on the wire. Decoding checks every field's type: a frame we cannot
+trust never reaches the broker.
+
+The hot paths (``publish`` in, ``deliver`` out) are written by hand. A delivery
+splices a cached encoding of the message's fields (computed once per message,
+however many consumers receive it) after a few hand-encoded bytes, so fan-out
+does not re-encode bodies.
+"""
+
+import dataclasses
+import struct
+import types
+from collections.abc import Callable
+from typing import Any, Protocol, cast, get_args, get_origin
+
+import cbor2
+
+from amqlite.errors import ReplyCode
+
+from . import events as ev
+
+Checker = Callable[[Any], bool]
+
+_SCALARS = (str, int, float, bool, bytes, type(None))
+
+#: Message properties and their wire types (see docs/protocol.md).
+PROPERTY_TYPES: dict[str, type] = {
+    "message_id": str,
+    "correlation_id": str,
+    "timestamp": int,
+    "expiration": int,
+    "priority": int,
+    "persistent": bool,
+    "reply_to": str,
+    "content_type": str,
+    "content_encoding": str,
+    "group_id": str,
+    "type": str,
+    "user_id": str,
+}
+
+
+class FieldError(Exception):
+    """A field failed validation; ``text`` says which and why."""
+
+    def __init__(self, text: str, code: int = ReplyCode.SYNTAX_ERROR) -> None:
+        super().__init__(text)
+        self.text = text
+        self.code = code
+
+
+def check_headers(value: Any) -> str | None:
+    """None when ``value`` is a valid headers map, else the reason."""
+    if type(value) is not dict:
+        return "must be a map"
+    for k, v in value.items():
+        if type(k) is not str:
+            return "keys must be text"
+        if not isinstance(v, _SCALARS):
+            return f"value of {k!r} must be a scalar (text, number, bool, bytes, null)"
+    return None
+
+
+def check_props(value: Any) -> str | None:
+    """None when ``value`` is a valid properties map, else the reason."""
+    if type(value) is not dict:
+        return "must be a map"
+    for k, v in value.items():
+        t = PROPERTY_TYPES.get(k)
+        if t is None:
+            return f"unknown property {k!r}"
+        if type(v) is not t:
+            return f"property {k!r} must be {t.__name__}"
+        if k in ("expiration", "timestamp", "priority") and value[k] < 0:
+            return f"property {k!r} must not be negative"
+    return None
+
+
+def _is_str(v: Any) -> bool:
+    return type(v) is str
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int
+
+
+def _is_bool(v: Any) -> bool:
+    return type(v) is bool
+
+
+def _is_bytes(v: Any) -> bool:
+    return type(v) is bytes
+
+
+def _is_float(v: Any) -> bool:
+    return type(v) is float or type(v) is int
+
+
+def _is_str_map(v: Any) -> bool:
+    return type(v) is dict and all(type(k) is str for k in v)
+
+
+def _is_str_list(v: Any) -> bool:
+    return type(v) is list and all(type(x) is str for x in v)
+
+
+def _checker_for(name: str, tp: Any) -> tuple[Checker, str]:
+    if name == "headers":
+        return (lambda v: check_headers(v) is None), "a map of text to scalars"
+    if name == "props":
+        return (lambda v: check_props(v) is None), "a map of known properties"
+    simple: dict[Any, tuple[Checker, str]] = {
+        str: (_is_str, "text"),
+        int: (_is_int, "an integer"),
+        bool: (_is_bool, "a boolean"),
+        bytes: (_is_bytes, "bytes"),
+        float: (_is_float, "a number"),
+    }
+    if tp in simple:
+        return simple[tp]
+    origin = get_origin(tp)
+    if origin is dict:
+        return _is_str_map, "a map with text keys"
+    if origin is list:
+        return _is_str_list, "a list of text"
+    if origin is types.UnionType and type(None) in get_args(tp):
+        (inner,) = [a for a in get_args(tp) if a is not type(None)]
+        check, what = _checker_for(name, inner)
+        return (lambda v: v is None or check(v)), f"{what} or null"
+    raise TypeError(f"no wire checker for {name}: {tp!r}")  # pragma: no cover
+
+
+_MISSING = object()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _FieldSpec:
+    name: str
+    check: Checker
+    what: str
+    required: bool
+    default: Any
+
+
+def _spec(cls: type[ev.Event]) -> tuple[_FieldSpec, ...]:
+    out = []
+    for f in dataclasses.fields(cast(Any, cls)):
+        check, what = _checker_for(f.name, f.type)
+        if f.default is not dataclasses.MISSING:
+            required, default = False, f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            required, default = False, f.default_factory()
+        else:
+            required, default = True, _MISSING
+        out.append(_FieldSpec(f.name, check, what, required, default))
+    return tuple(out)
+
+
+_SPECS: dict[type[ev.Event], tuple[_FieldSpec, ...]] = {c: _spec(c) for c in ev.WIRE_EVENTS}
+
+
+def event_from_map(cls: type[ev.Event], m: dict[Any, Any]) -> ev.Event:
+    """Build ``cls`` from a decoded frame, checking every field; raises FieldError."""
+    fast = _FAST_DECODERS.get(cls)
+    if fast is not None:
+        return fast(m)
+    kwargs: dict[str, Any] = {}
+    for spec in _SPECS[cls]:
+        v = m.get(spec.name, _MISSING)
+        if v is _MISSING:
+            if spec.required:
+                raise FieldError(f"{cls.METHOD}: missing field {spec.name!r}")
+            continue
+        if not spec.check(v):
+            raise FieldError(f"{cls.METHOD}: field {spec.name!r} must be {spec.what}")
+        kwargs[spec.name] = v
+    return cls(**kwargs)
+
+
+def _publish_from_map(m: dict[Any, Any]) -> ev.Publish:
+    get = m.get
+    rid = get("id")
+    if type(rid) is not int:
+        raise FieldError("publish: field 'id' must be an integer")
+    exchange = get("exchange")
+    key = get("key", "")
+    body = get("body")
+    if type(exchange) is not str:
+        raise FieldError("publish: field 'exchange' must be text")
+    if type(key) is not str:
+        raise FieldError("publish: field 'key' must be text")
+    if type(body) is not bytes:
+        raise FieldError("publish: field 'body' must be bytes")
+    headers = get("headers")
+    if headers is None:
+        headers = {}
+    elif (why := check_headers(headers)) is not None:
+        raise FieldError(f"publish: field 'headers' {why}")
+    props = get("props")
+    if props is None:
+        props = {}
+    elif (why := check_props(props)) is not None:
+        raise FieldError(f"publish: field 'props' {why}")
+    mandatory = get("mandatory", False)
+    confirm = get("confirm", False)
+    if type(mandatory) is not bool or type(confirm) is not bool:
+        raise FieldError("publish: fields 'mandatory' and 'confirm' must be booleans")
+    return ev.Publish(rid, exchange, key, body, headers, props, mandatory, confirm)
+
+
+def _deliver_from_map(m: dict[Any, Any]) -> ev.Deliver:
+    get = m.get
+    ctag, dtag, exchange, key, body = (get(k) for k in ("ctag", "dtag", "exchange", "key", "body"))
+    if (
+        type(ctag) is not str
+        or type(dtag) is not int
+        or type(exchange) is not str
+        or type(key) is not str
+        or type(body) is not bytes
+    ):
+        raise FieldError("deliver: 'ctag', 'exchange', 'key' must be text, 'dtag' an integer "
+                         "and 'body' bytes")  # fmt: skip
+    headers = get("headers")
+    if headers is None:
+        headers = {}
+    elif check_headers(headers) is not None:
+        raise FieldError("deliver: bad 'headers'")
+    props = get("props")
+    if props is None:
+        props = {}
+    elif check_props(props) is not None:
+        raise FieldError("deliver: bad 'props'")
+    redelivered = get("redelivered", False)
+    queue = get("queue", "")
+    if type(redelivered) is not bool or type(queue) is not str:
+        raise FieldError("deliver: bad 'redelivered' or 'queue'")
+    return ev.Deliver(ctag, dtag, exchange, key, body, headers, props, redelivered, queue)
+
+
+def _ack_from_map(m: dict[Any, Any]) -> ev.Ack:
+    rid = m.get("id")
+    dtag = m.get("dtag")
+    multiple = m.get("multiple", False)
+    if type(rid) is not int or type(dtag) is not int or type(multiple) is not bool:
+        raise FieldError("ack: 'id' and 'dtag' must be integers and 'multiple' a boolean")
+    return ev.Ack(rid, dtag, multiple)
+
+
+_FAST_DECODERS: dict[type[ev.Event], Callable[[dict[Any, Any]], ev.Event]] = {
+    ev.Publish: _publish_from_map,
+    ev.Deliver: _deliver_from_map,
+    ev.Ack: _ack_from_map,
+}
+
+
+def event_to_map(event: ev.Event) -> dict[str, Any]:
+    """The frame map for ``event``, with default-valued fields left out."""
+    m: dict[str, Any] = {"m": event.METHOD}
+    for spec in _SPECS[type(event)]:
+        v = getattr(event, spec.name)
+        if spec.required or v != spec.default:
+            m[spec.name] = v
+    return m
+
+
+# --- framing -----------------------------------------------------------------------
+
+_LEN = struct.Struct(">I")
+
+
+def frame(payload: bytes) -> bytes:
+    """Prefix a CBOR payload with its 4-byte big-endian length."""
+    return _LEN.pack(len(payload)) + payload
+
+
+def encode(event: ev.Event) -> bytes:
+    """One complete frame (length prefix included) for ``event``."""
+    if type(event) is ev.Publish:
+        return frame(cbor2.dumps(_publish_map(event)))
+    return frame(cbor2.dumps(event_to_map(event)))
+
+
+def _publish_map(p: ev.Publish) -> dict[str, Any]:
+    m: dict[str, Any] = {
+        "m": "publish",
+        "id": p.id,
+        "exchange": p.exchange,
+        "key": p.key,
+        "body": p.body,
+    }
+    if p.headers:
+        m["headers"] = p.headers
+    if p.props:
+        m["props"] = p.props
+    if p.mandatory:
+        m["mandatory"] = True
+    if p.confirm:
+        m["confirm"] = True
+    return m
+
+
+# --- deliveries: the server's hot path -----------------------------------------------
+
+
+class WireMessage(Protocol):
+    """What a delivery needs from a broker message. ``wire`` caches the encoded
+    message fields; the broker leaves it None and the codec fills it once."""
+
+    exchange: str
+    routing_key: str
+    body: bytes
+    headers: dict[str, Any]
+    properties: dict[str, Any]
+    wire: bytes | None
+
+
+def _uint(n: int) -> bytes:
+    """The CBOR encoding of an integer, by hand for 0 <= n < 2**64 (negative or
+    bigger ones, e.g. a peer's odd request id, fall back to cbor2)."""
+    try:
+        if n < 24:
+            return bytes((n,))
+        if n < 0x100:
+            return bytes((0x18, n))
+        if n < 0x10000:
+            return b"\x19" + n.to_bytes(2, "big")
+        if n < 0x100000000:
+            return b"\x1a" + n.to_bytes(4, "big")
+        return b"\x1b" + n.to_bytes(8, "big")
+    except (ValueError, OverflowError):
+        return cbor2.dumps(n)
+
+
+def _message_pairs(msg: WireMessage) -> bytes:
+    """The encoded (key, value) pairs of a message's fields, cached on the message.
+
+    The first byte of the cached value is the pair count; the rest are the pairs.
+    """
+    wire = msg.wire
+    if wire is None:
+        m: dict[str, Any] = {"exchange": msg.exchange, "key": msg.routing_key, "body": msg.body}
+        if msg.headers:
+            m["headers"] = msg.headers
+        if msg.properties:
+            m["props"] = msg.properties
+        encoded = cbor2.dumps(m)  # a map of <= 23 pairs has a one-byte header
+        wire = bytes((len(m),)) + encoded[1:]
+        msg.wire = wire
+    return wire
+
+
+_K_M_DELIVER = cbor2.dumps("m") + cbor2.dumps("deliver")
+_K_M_GETOK = cbor2.dumps("m") + cbor2.dumps("get-ok")
+_K_CTAG = cbor2.dumps("ctag")
+_K_DTAG = cbor2.dumps("dtag")
+_K_RE = cbor2.dumps("re")
+_K_REMAINING = cbor2.dumps("remaining")
+_K_QUEUE = cbor2.dumps("queue")
+_REDELIVERED = cbor2.dumps("redelivered") + b"\xf5"
+_CTAG_CACHE: dict[str, bytes] = {}
+
+
+def encode_deliver(ctag: str, dtag: int, redelivered: bool, msg: WireMessage) -> bytes:
+    """One ``deliver`` frame, built without re-encoding the message body."""
+    pairs = _message_pairs(msg)
+    ctag_enc = _CTAG_CACHE.get(ctag)
+    if ctag_enc is None:
+        if len(_CTAG_CACHE) > 4096:
+            _CTAG_CACHE.clear()
+        ctag_enc = _CTAG_CACHE[ctag] = _K_CTAG + cbor2.dumps(ctag)
+    n = pairs[0] + 3
+    head = _K_M_DELIVER + ctag_enc + _K_DTAG + _uint(dtag)
+    if redelivered:
+        n += 1
+        head += _REDELIVERED
+    payload = bytes((0xA0 + n,)) + head + pairs[1:]
+    return _LEN.pack(len(payload)) + payload
+
+
+def encode_get_ok(
+    re: int, dtag: int, redelivered: bool, remaining: int, queue: str, msg: WireMessage
+) -> bytes:
+    """One ``get-ok`` frame (the message fields spliced from the same cache)."""
+    pairs = _message_pairs(msg)
+    n = pairs[0] + 5
+    head = (
+        _K_M_GETOK
+        + _K_RE
+        + _uint(re)
+        + _K_DTAG
+        + _uint(dtag)
+        + _K_REMAINING
+        + _uint(remaining)
+        + _K_QUEUE
+        + cbor2.dumps(queue)
+    )
+    if redelivered:
+        n += 1
+        head += _REDELIVERED
+    payload = bytes((0xA0 + n,)) + head + pairs[1:]
+    return _LEN.pack(len(payload)) + payload

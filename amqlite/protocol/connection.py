@@ -1,0 +1,266 @@
+"""A sans-IO protocol connection: bytes in, events out; events in, bytes out.
+
+::
+
+    conn = Connection(Role.SERVER)
+    conn.receive_data(data)            # b"" means the peer closed its side
+    while (event := conn.next_event()) is not NEED_DATA:
+        ...
+    wire_bytes = conn.send(Ok(re=7))
+
+No sockets, no clock, no event loop. Broken frames raise
+:class:`~amqlite.errors.RemoteProtocolError` carrying the reply code to send in the
+closing ``close`` frame; a well-framed request with a usable ``id`` that cannot be
+understood comes back as :class:`~amqlite.protocol.events.BadRequest` so the server
+can fail that one request and carry on.
+"""
+
+import struct
+from typing import Any, Final
+
+import cbor2
+
+from amqlite.errors import LocalProtocolError, RemoteProtocolError, ReplyCode
+
+from . import codec
+from . import events as ev
+from .states import ConnState, Trigger, next_state, trigger_of
+
+DEFAULT_MAX_FRAME: Final = 4 * 1024 * 1024
+
+
+class _NeedData:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA: Final = _NeedData()
+
+_LEN = struct.Struct(">I")
+_COMPACT_AT = 256 * 1024
+
+_OWN_SENDER = {ev.Role.CLIENT: ev.Sender.CLIENT, ev.Role.SERVER: ev.Sender.SERVER}
+_PEER_SENDER = {ev.Role.CLIENT: ev.Sender.SERVER, ev.Role.SERVER: ev.Sender.CLIENT}
+
+
+def _foreign_protocol_hint(prefix: bytes) -> str:
+    if prefix.startswith(b"AMQP"):
+        return " (this looks like an AMQP 0-9-1 client; this port speaks amqlite's CBOR protocol)"
+    if prefix[:4] in (b"GET ", b"POST", b"PUT ", b"HEAD", b"HTTP", b"DELE", b"OPTI", b"PATC"):
+        return " (this looks like HTTP; this port speaks amqlite's CBOR protocol)"
+    if prefix[:1] == b"\x16":
+        return " (this looks like TLS; this port speaks plain amqlite)"
+    return ""
+
+
+class Connection:
+    """One end of an amqlite connection (``Role.CLIENT`` or ``Role.SERVER``)."""
+
+    def __init__(
+        self,
+        role: ev.Role,
+        *,
+        max_frame_size: int = DEFAULT_MAX_FRAME,
+        peer_max_frame_size: int | None = None,
+    ) -> None:
+        self.role: Final = role
+        self.max_frame_size = max_frame_size
+        self.peer_max_frame_size = peer_max_frame_size
+        self._own: Final = _OWN_SENDER[role]
+        self._peer: Final = _PEER_SENDER[role]
+        self._state = ConnState.HANDSHAKE
+        # (frame class -> next state) for the current state, looked up in the one
+        # table and memoised: Enum hashing is too slow to do per message.
+        self._memo: dict[type[ev.Event], ConnState | None] = {}
+        self._buf = bytearray()
+        self._pos = 0
+        self._eof = False
+        self._error: RemoteProtocolError | None = None
+        # send_deliver/send_get_ok skip the table in this state (OPEN, on a server)
+        self._push_state = ConnState.OPEN if role is ev.Role.SERVER else None
+
+    @property
+    def state(self) -> ConnState:
+        return self._state
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet turned into events."""
+        return len(self._buf) - self._pos
+
+    # --- receiving ----------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> None:
+        """Feed bytes from the peer; ``b""`` marks the end of the stream."""
+        if not data:
+            self._eof = True
+            return
+        if self._eof:
+            raise LocalProtocolError("receive_data after end of stream")
+        buf = self._buf
+        if self._pos >= _COMPACT_AT and self._pos * 2 >= len(buf):
+            del buf[: self._pos]
+            self._pos = 0
+        buf += data
+
+    def _set_state(self, state: ConnState) -> None:
+        if state is not self._state:
+            self._state = state
+            self._memo = {}
+
+    def _next_state(self, cls: type[ev.Event]) -> ConnState | None:
+        try:
+            return self._memo[cls]
+        except KeyError:
+            new = self._memo[cls] = next_state(self._state, trigger_of(cls))
+            return new
+
+    def _fail(self, code: int, text: str) -> RemoteProtocolError:
+        self._set_state(next_state(self._state, Trigger.PROTOCOL_ERROR) or ConnState.ERROR)
+        self._error = RemoteProtocolError(text, code)
+        return self._error
+
+    def next_event(self) -> ev.Event | _NeedData:
+        """The next event from the peer, or ``NEED_DATA`` when a frame is incomplete."""
+        if self._error is not None:
+            raise self._error
+        if self._state is ConnState.CLOSED:
+            return ev.EndOfStream() if self._eof else NEED_DATA
+        buf, pos = self._buf, self._pos
+        avail = len(buf) - pos
+        if avail < 4:
+            if self._eof:
+                if avail == 0:
+                    return ev.EndOfStream()
+                raise self._fail(ReplyCode.FRAME_ERROR, "stream ended inside a frame header")
+            return NEED_DATA
+        (n,) = _LEN.unpack_from(buf, pos)
+        if n > self.max_frame_size:
+            hint = _foreign_protocol_hint(bytes(buf[pos : pos + 4]))
+            raise self._fail(
+                ReplyCode.FRAME_ERROR,
+                f"frame of {n} bytes exceeds the maximum of {self.max_frame_size}{hint}",
+            )
+        end = pos + 4 + n
+        if len(buf) < end:
+            if self._eof:
+                raise self._fail(ReplyCode.FRAME_ERROR, "stream ended inside a frame")
+            return NEED_DATA
+        self._pos = end
+        try:
+            m = cbor2.loads(buf[pos + 4 : end])
+        except Exception as exc:  # cbor2 raises several types for bad input
+            raise self._fail(ReplyCode.FRAME_ERROR, f"malformed CBOR frame: {exc}") from None
+        return self._event_from_map(m)
+
+    def _event_from_map(self, m: Any) -> ev.Event:
+        if type(m) is not dict:
+            raise self._fail(ReplyCode.FRAME_ERROR, "a frame must be one CBOR map")
+        method = m.get("m")
+        if type(method) is not str:
+            raise self._fail(ReplyCode.SYNTAX_ERROR, "frame has no method name ('m' must be text)")
+        cls = ev.BY_METHOD.get(method)
+        rid: Any = m.get("id")
+        soft_ok = self.role is ev.Role.SERVER and type(rid) is int and self._state is ConnState.OPEN
+        if cls is None:
+            if soft_ok:
+                return ev.BadRequest(rid, ReplyCode.NOT_IMPLEMENTED, f"unknown method {method!r}")
+            raise self._fail(ReplyCode.COMMAND_INVALID, f"unknown method {method!r}")
+        if cls.SENDER is not self._peer and cls.SENDER is not ev.Sender.BOTH:
+            raise self._fail(
+                ReplyCode.COMMAND_INVALID,
+                f"{method!r} is sent by a {cls.SENDER.value}, not by a {self._peer.value}",
+            )
+        new_state = self._next_state(cls)
+        if new_state is None:
+            if self._state is ConnState.HANDSHAKE:
+                text = f"{method!r} before the handshake: send 'hello' first"
+            else:
+                text = f"{method!r} is not allowed while the connection is {self._state.value}"
+            raise self._fail(ReplyCode.UNEXPECTED_FRAME, text)
+        try:
+            event = codec.event_from_map(cls, m)
+        except codec.FieldError as exc:
+            if soft_ok and trigger_of(cls) is Trigger.OPERATION:
+                return ev.BadRequest(rid, exc.code, exc.text)
+            raise self._fail(exc.code, exc.text) from None
+        if new_state is not self._state:
+            self._set_state(new_state)
+        return event
+
+    def events(self) -> list[ev.Event]:
+        """Every complete event buffered now (empty when more data is needed).
+
+        Events decoded before a protocol error are returned first; the error is
+        raised by the next call (errors are sticky).
+        """
+        out: list[ev.Event] = []
+        while True:
+            try:
+                event = self.next_event()
+            except RemoteProtocolError:
+                if out:
+                    return out
+                raise
+            if event is NEED_DATA:
+                return out
+            assert isinstance(event, ev.Event)
+            out.append(event)
+            if type(event) is ev.EndOfStream:
+                return out
+
+    # --- sending ------------------------------------------------------------------
+
+    def send(self, event: ev.Event) -> bytes:
+        """The bytes for ``event``; raises LocalProtocolError if it is not ours to send."""
+        cls = type(event)
+        if cls.SENDER is not self._own and cls.SENDER is not ev.Sender.BOTH:
+            raise LocalProtocolError(f"a {self.role.value} does not send {cls.METHOD!r}")
+        new_state = self._next_state(cls)
+        if new_state is None:
+            raise LocalProtocolError(
+                f"cannot send {cls.METHOD!r} while the connection is {self._state.value}"
+            )
+        try:
+            data = codec.encode(event)
+        except KeyError:  # a local pseudo-event (BadRequest, EndOfStream)
+            raise LocalProtocolError(f"{cls.__name__} is not a wire event") from None
+        limit = self.peer_max_frame_size
+        if limit is not None and len(data) - 4 > limit:
+            raise LocalProtocolError(
+                f"{cls.METHOD!r} frame of {len(data) - 4} bytes exceeds the peer's maximum "
+                f"of {limit}",
+                ReplyCode.CONTENT_TOO_LARGE,
+            )
+        if new_state is not self._state:
+            self._set_state(new_state)
+        return data
+
+    def send_deliver(
+        self, ctag: str, dtag: int, redelivered: bool, msg: codec.WireMessage
+    ) -> bytes:
+        """A ``deliver`` frame (the fast path: the message is encoded once, cached)."""
+        if self._state is not self._push_state:
+            self._check_push(ev.Deliver)
+        return codec.encode_deliver(ctag, dtag, redelivered, msg)
+
+    def send_get_ok(
+        self, re: int, dtag: int, redelivered: bool, remaining: int, queue: str,
+        msg: codec.WireMessage,
+    ) -> bytes:  # fmt: skip
+        if self._state is not self._push_state:
+            self._check_push(ev.GetOk)
+        return codec.encode_get_ok(re, dtag, redelivered, remaining, queue, msg)
+
+    def _check_push(self, cls: type[ev.Event]) -> None:
+        """What :meth:`send` checks, for the fast paths outside their usual state."""
+        if self.role is not ev.Role.SERVER:
+            raise LocalProtocolError(f"a {self.role.value} does not send {cls.METHOD!r}")
+        new_state = self._next_state(cls)
+        if new_state is None:
+            raise LocalProtocolError(
+                f"cannot send {cls.METHOD!r} while the connection is {self._state.value}"
+            )
+        self._set_state(new_state)

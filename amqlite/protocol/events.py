@@ -1,0 +1,416 @@
+"""Protocol events: one frozen dataclass per wire method.
+
+Each class names its wire method (``METHOD``) and who may send it (``SENDER``).
+Field names are the wire keys, so ``docs/protocol.md`` and this module read alike.
+Requests from the client carry ``id``; replies from the server carry ``re``, the id
+they answer. ``Deliver``, ``Cancelled``, ``Heartbeat``, ``Close`` and ``CloseOk``
+are not replies and carry neither.
+"""
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar
+
+
+class Role(Enum):
+    """Which end of a connection a :class:`~amqlite.protocol.Connection` plays."""
+
+    CLIENT = "client"
+    SERVER = "server"
+
+
+class Sender(Enum):
+    CLIENT = "client"
+    SERVER = "server"
+    BOTH = "both"
+
+
+PROTOCOL_VERSION = 1
+
+Headers = dict[str, Any]
+Props = dict[str, Any]
+
+
+class Event:
+    """Base of every protocol event. Events are values: never mutate one. All are
+    frozen except the three that exist once per message (``Publish``, ``Deliver``,
+    ``Ack``), whose frozen ``__init__`` would cost about 1.5 us a message."""
+
+    __slots__ = ()
+    METHOD: ClassVar[str] = ""
+    SENDER: ClassVar[Sender] = Sender.BOTH
+
+
+# --- handshake ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Hello(Event):
+    METHOD: ClassVar[str] = "hello"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    vhost: str = "/"
+    login: str = "guest"
+    password: str = "guest"
+    client: str = ""
+    protocol: int = PROTOCOL_VERSION
+    heartbeat: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Welcome(Event):
+    METHOD: ClassVar[str] = "welcome"
+    SENDER: ClassVar[Sender] = Sender.SERVER
+    re: int
+    server: str = ""
+    version: str = ""
+    state: str = "standalone"
+    cluster: list[str] = field(default_factory=list)
+    heartbeat: float = 0.0
+    max_frame: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Refused(Event):
+    METHOD: ClassVar[str] = "refused"
+    SENDER: ClassVar[Sender] = Sender.SERVER
+    re: int
+    code: int
+    text: str = ""
+
+
+# --- connection-level, both directions ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat(Event):
+    METHOD: ClassVar[str] = "heartbeat"
+    SENDER: ClassVar[Sender] = Sender.BOTH
+
+
+@dataclass(frozen=True, slots=True)
+class Close(Event):
+    """Close the connection; ``code`` 200 is a normal close, anything else a hard error."""
+
+    METHOD: ClassVar[str] = "close"
+    SENDER: ClassVar[Sender] = Sender.BOTH
+    code: int = 200
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CloseOk(Event):
+    METHOD: ClassVar[str] = "close-ok"
+    SENDER: ClassVar[Sender] = Sender.BOTH
+
+
+# --- requests (client -> server) ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeDeclare(Event):
+    METHOD: ClassVar[str] = "exchange.declare"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    exchange: str
+    type: str = "direct"
+    durable: bool = False
+    auto_delete: bool = False
+    internal: bool = False
+    passive: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ExchangeDelete(Event):
+    METHOD: ClassVar[str] = "exchange.delete"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    exchange: str
+    if_unused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDeclare(Event):
+    METHOD: ClassVar[str] = "queue.declare"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    queue: str = ""
+    durable: bool = False
+    exclusive: bool = False
+    auto_delete: bool = False
+    passive: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDelete(Event):
+    METHOD: ClassVar[str] = "queue.delete"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    queue: str
+    if_unused: bool = False
+    if_empty: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePurge(Event):
+    METHOD: ClassVar[str] = "queue.purge"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    queue: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueueBind(Event):
+    METHOD: ClassVar[str] = "queue.bind"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    queue: str
+    exchange: str
+    key: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueUnbind(Event):
+    METHOD: ClassVar[str] = "queue.unbind"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    queue: str
+    exchange: str
+    key: str = ""
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)  # per-message: not frozen, as frozen init costs 4x; never mutate
+class Publish(Event):
+    """Publish one message. ``confirm`` asks for an ``ok`` once the broker holds it;
+    ``mandatory`` asks for a ``returned`` when it reaches no queue."""
+
+    METHOD: ClassVar[str] = "publish"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    exchange: str
+    key: str
+    body: bytes
+    headers: Headers = field(default_factory=dict)
+    props: Props = field(default_factory=dict)
+    mandatory: bool = False
+    confirm: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Consume(Event):
+    METHOD: ClassVar[str] = "consume"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    queue: str
+    tag: str = ""
+    prefetch: int = 0
+    no_ack: bool = False
+    exclusive: bool = False
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel(Event):
+    METHOD: ClassVar[str] = "cancel"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    tag: str
+
+
+@dataclass(slots=True)  # per-message: not frozen, as frozen init costs 4x; never mutate
+class Ack(Event):
+    METHOD: ClassVar[str] = "ack"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    dtag: int
+    multiple: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Nack(Event):
+    METHOD: ClassVar[str] = "nack"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    dtag: int
+    multiple: bool = False
+    requeue: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Reject(Event):
+    METHOD: ClassVar[str] = "reject"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    dtag: int
+    requeue: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Get(Event):
+    METHOD: ClassVar[str] = "get"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    queue: str
+    no_ack: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Status(Event):
+    METHOD: ClassVar[str] = "status"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+
+
+# --- replies and pushes (server -> client) ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ok(Event):
+    """Success; ``info`` holds what the request returns (see docs/protocol.md)."""
+
+    METHOD: ClassVar[str] = "ok"
+    SENDER: ClassVar[Sender] = Sender.SERVER
+    re: int
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Error(Event):
+    """A soft error: request ``re`` failed; the connection stays open.
+    ``re`` is None when the failed frame carried no usable id."""
+
+    METHOD: ClassVar[str] = "error"
+    SENDER: ClassVar[Sender] = Sender.SERVER
+    re: int | None
+    code: int
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Returned(Event):
+    """A mandatory publish reached no queue (code 312 NO_ROUTE)."""
+
+    METHOD: ClassVar[str] = "returned"
+    SENDER: ClassVar[Sender] = Sender.SERVER
+    re: int
+    code: int
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Nacked(Event):
+    """The broker did not take responsibility for a confirmed publish."""
+
+    METHOD: ClassVar[str] = "nacked"
+    SENDER: ClassVar[Sender] = Sender.SERVER
+    re: int
+    code: int
+    text: str = ""
+
+
+@dataclass(slots=True)  # per-message: not frozen, as frozen init costs 4x; never mutate
+class Deliver(Event):
+    """A message pushed to consumer ``ctag`` with delivery tag ``dtag``."""
+
+    METHOD: ClassVar[str] = "deliver"
+    SENDER: ClassVar[Sender] = Sender.SERVER
+    ctag: str
+    dtag: int
+    exchange: str
+    key: str
+    body: bytes
+    headers: Headers = field(default_factory=dict)
+    props: Props = field(default_factory=dict)
+    redelivered: bool = False
+    queue: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GetOk(Event):
+    METHOD: ClassVar[str] = "get-ok"
+    SENDER: ClassVar[Sender] = Sender.SERVER
+    re: int
+    dtag: int
+    exchange: str
+    key: str
+    body: bytes
+    headers: Headers = field(default_factory=dict)
+    props: Props = field(default_factory=dict)
+    redelivered: bool = False
+    remaining: int = 0
+    queue: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GetEmpty(Event):
+    METHOD: ClassVar[str] = "get-empty"
+    SENDER: ClassVar[Sender] = Sender.SERVER
+    re: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled(Event):
+    """The server cancelled consumer ``tag`` (its queue was deleted, ...)."""
+
+    METHOD: ClassVar[str] = "cancelled"
+    SENDER: ClassVar[Sender] = Sender.SERVER
+    tag: str
+    code: int = 0
+    text: str = ""
+
+
+# --- local pseudo-events (never on the wire) ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BadRequest(Event):
+    """A well-framed request with a usable ``id`` that could not be understood
+    (unknown method, missing or ill-typed field). The server answers ``error``
+    with ``code`` for request ``id`` and carries on."""
+
+    id: int
+    code: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class EndOfStream(Event):
+    """The peer closed its side of the byte stream (``receive_data(b"")``)."""
+
+
+REQUESTS: tuple[type[Event], ...] = (
+    Hello,
+    ExchangeDeclare,
+    ExchangeDelete,
+    QueueDeclare,
+    QueueDelete,
+    QueuePurge,
+    QueueBind,
+    QueueUnbind,
+    Publish,
+    Consume,
+    Cancel,
+    Ack,
+    Nack,
+    Reject,
+    Get,
+    Status,
+)
+REPLIES: tuple[type[Event], ...] = (
+    Welcome,
+    Refused,
+    Ok,
+    Error,
+    Returned,
+    Nacked,
+    Deliver,
+    GetOk,
+    GetEmpty,
+    Cancelled,
+)
+WIRE_EVENTS: tuple[type[Event], ...] = (*REQUESTS, *REPLIES, Heartbeat, Close, CloseOk)
+BY_METHOD: dict[str, type[Event]] = {cls.METHOD: cls for cls in WIRE_EVENTS}
