@@ -1,0 +1,394 @@
+"""Configuration: a TOML file plus command-line overrides -> frozen dataclasses.
+
+:func:`load_config` is the only way in. It reads the file (``tomli``), lays the
+overrides over it, and validates everything once; what it returns is
+guaranteed consistent, so nothing downstream re-checks or sees a raw dict.
+Every problem raises :class:`~amqlite.errors.ConfigError` naming the offending
+key as a dotted path (``server.port``, ``users[0].permissions."/".write``).
+
+Validation is table-driven: each TOML table has a :class:`_TableSpec` mapping
+its keys to converters (type and range checks). Checks across tables (user
+names unique, permission vhosts exist) live in :func:`_check_references`.
+Tables other than ``[server]``, ``[log]`` and ``[[users]]`` are refused as
+unknown keys until the features that need them (``[cluster]``,
+``[[cluster_mta]]``, ``[storage]``) add a spec here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli
+
+from amqlite.auth import parse_password_hash
+from amqlite.errors import ConfigError
+from amqlite.log import LOG_FORMATS, LOG_LEVELS
+
+__all__ = [
+    "Config",
+    "LogConfig",
+    "ServerConfig",
+    "UserConfig",
+    "VhostPermissions",
+    "load_config",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """``[server]``: where to listen and the limits offered to clients."""
+
+    host: str = "127.0.0.1"
+    port: int = 5555
+    node_id: str = ""
+    data_dir: str = "amqlite-data"
+    max_frame_bytes: int = 4 * 1024 * 1024
+    heartbeat: float = 5.0
+    max_connections: int = 10_000
+    vhosts: tuple[str, ...] = ("/",)
+
+    def effective_node_id(self, bound_port: int | None = None) -> str:
+        """``node_id``, or ``"<host>:<port>"`` when it is empty.
+
+        Pass the port actually bound when ``port`` is 0 (any free port), so the
+        id names a real address.
+        """
+        if self.node_id:
+            return self.node_id
+        port = self.port if bound_port is None else bound_port
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{port}"
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """``[log]``: how and how much the server logs."""
+
+    format: str = "console"
+    level: str = "info"
+
+
+@dataclass(frozen=True, slots=True)
+class VhostPermissions:
+    """``[users.permissions."<vhost>"]``: valid regexes; a missing one is ``""`` (nothing)."""
+
+    vhost: str
+    configure: str = ""
+    write: str = ""
+    read: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UserConfig:
+    """``[[users]]``: a login, its scrypt hash, and its rights per vhost.
+
+    A user without a permissions table for a vhost cannot open that vhost.
+    """
+
+    name: str
+    password_hash: str = field(repr=False)
+    permissions: tuple[VhostPermissions, ...] = ()
+
+    def permissions_for(self, vhost: str) -> VhostPermissions | None:
+        """This user's grant in ``vhost``, or None."""
+        return next((grant for grant in self.permissions if grant.vhost == vhost), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """A whole, validated configuration. ``dataclasses.replace`` derives variants."""
+
+    server: ServerConfig = field(default_factory=ServerConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    users: tuple[UserConfig, ...] = ()
+
+    @classmethod
+    def default(cls) -> Config:
+        """What an empty file gives: one broker on 127.0.0.1:5555, loopback guest."""
+        return cls()
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> Config:
+    """Read ``path`` (if any), apply ``overrides``, validate, and return the Config.
+
+    ``overrides`` use dotted keys (``{"server.port": 0, "log.format": "json"}``)
+    and win over the file; a value of None means "not given" and is skipped, so
+    the CLI can pass every flag as-is. Override values are checked exactly like
+    file values (``"5555"`` is not an integer).
+    """
+    raw: dict[str, Any] = {} if path is None else _read_toml(path)
+    _apply_overrides(raw, overrides or {})
+    config: Config = _build_table(_CONFIG_SPEC, "", raw)
+    _check_references(config)
+    return config
+
+
+def _read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    where = os.fspath(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(where, f"cannot read file: {exc.strerror or exc}") from exc
+    try:
+        return tomli.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(where, f"not UTF-8 text: {exc}") from exc
+    except tomli.TOMLDecodeError as exc:
+        raise ConfigError(where, f"invalid TOML: {exc}") from exc
+
+
+def _apply_overrides(raw: dict[str, Any], overrides: Mapping[str, Any]) -> None:
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        parts = dotted.split(".")
+        if not all(parts):
+            raise ConfigError(dotted, "override keys are dotted names like 'server.port'")
+        table = raw
+        for depth, part in enumerate(parts[:-1], start=1):
+            child = table.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(".".join(parts[:depth]), "is not a table; cannot override in it")
+            table = child
+        table[parts[-1]] = value
+
+
+# --- table-driven validation ------------------------------------------------------
+
+_Convert = Callable[[str, Any], Any]
+"""Turns the raw value at a key into its validated form, or raises ConfigError."""
+
+
+@dataclass(frozen=True, slots=True)
+class _TableSpec:
+    """One TOML table: the dataclass it builds and a converter per known key."""
+
+    build: Callable[..., Any]
+    fields: Mapping[str, _Convert]
+    required: frozenset[str] = frozenset()
+
+
+def _build_table(spec: _TableSpec, key: str, raw: Any, **extra: Any) -> Any:
+    table = _expect_table(key, raw)
+    values: dict[str, Any] = {}
+    for name, value in table.items():
+        convert = spec.fields.get(name)
+        if convert is None:
+            raise ConfigError(_join(key, name), _unknown_key_reason(name, spec.fields))
+        values[name] = convert(_join(key, name), value)
+    missing = sorted(spec.required - values.keys())
+    if missing:
+        raise ConfigError(_join(key, missing[0]), "is required")
+    return spec.build(**extra, **values)
+
+
+def _unknown_key_reason(name: str, known: Mapping[str, Any]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"unknown key (did you mean {close[0]!r}?)" if close else "unknown key"
+
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def _join(prefix: str, name: str) -> str:
+    """A dotted key path, quoting names that TOML would quote."""
+    part = name if _BARE_KEY.fullmatch(name) else '"' + name.replace('"', '\\"') + '"'
+    return f"{prefix}.{part}" if prefix else part
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list | tuple):
+        return "array"
+    return type(value).__name__
+
+
+def _expect_table(key: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(key, f"must be a table, got {_type_name(value)}")
+    return value
+
+
+def _integer(minimum: int, maximum: int | None = None) -> _Convert:
+    def convert(key: str, value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(key, f"must be an integer, got {_type_name(value)}")
+        _check_range(key, value, minimum, maximum)
+        return value
+
+    return convert
+
+
+def _number(minimum: float) -> _Convert:
+    def convert(key: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(key, f"must be a number, got {_type_name(value)}")
+        if not math.isfinite(value):
+            raise ConfigError(key, f"must be a finite number, got {value}")
+        _check_range(key, value, minimum, None)
+        return float(value)
+
+    return convert
+
+
+def _check_range(key: str, value: float, minimum: float, maximum: float | None) -> None:
+    if maximum is not None and not minimum <= value <= maximum:
+        raise ConfigError(key, f"must be between {minimum} and {maximum}, got {value}")
+    if value < minimum:
+        raise ConfigError(key, f"must be at least {minimum}, got {value}")
+
+
+def _string(*, allow_empty: bool = False) -> _Convert:
+    def convert(key: str, value: Any) -> str:
+        if not isinstance(value, str):
+            raise ConfigError(key, f"must be a string, got {_type_name(value)}")
+        if not value and not allow_empty:
+            raise ConfigError(key, "must not be empty")
+        return value
+
+    return convert
+
+
+def _choice(options: tuple[str, ...]) -> _Convert:
+    as_string = _string()
+
+    def convert(key: str, value: Any) -> str:
+        text: str = as_string(key, value)
+        if text not in options:
+            listed = ", ".join(repr(option) for option in options)
+            raise ConfigError(key, f"must be one of {listed}, got {text!r}")
+        return text
+
+    return convert
+
+
+def _unique_names(what: str) -> _Convert:
+    as_name = _string()
+
+    def convert(key: str, value: Any) -> tuple[str, ...]:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(key, f"must be an array of strings, got {_type_name(value)}")
+        if not value:
+            raise ConfigError(key, "must not be empty")
+        names: list[str] = []
+        for index, item in enumerate(value):
+            name = as_name(f"{key}[{index}]", item)
+            if name in names:
+                raise ConfigError(f"{key}[{index}]", f"duplicate {what} {name!r}")
+            names.append(name)
+        return tuple(names)
+
+    return convert
+
+
+def _regex(key: str, value: Any) -> str:
+    pattern: str = _string(allow_empty=True)(key, value)
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(key, f"invalid regex {pattern!r}: {exc}") from exc
+    return pattern
+
+
+def _password_hash(key: str, value: Any) -> str:
+    encoded: str = _string()(key, value)
+    if parse_password_hash(encoded) is None:
+        raise ConfigError(key, "not a valid scrypt$ hash (make one with `amqlite passwd`)")
+    return encoded
+
+
+def _table(spec: _TableSpec) -> _Convert:
+    def convert(key: str, value: Any) -> Any:
+        return _build_table(spec, key, value)
+
+    return convert
+
+
+def _array_of_tables(spec: _TableSpec) -> _Convert:
+    def convert(key: str, value: Any) -> tuple[Any, ...]:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(key, f"must be an array of tables, got {_type_name(value)}")
+        return tuple(_build_table(spec, f"{key}[{i}]", item) for i, item in enumerate(value))
+
+    return convert
+
+
+def _table_of_tables(spec: _TableSpec, name_field: str) -> _Convert:
+    """A table whose keys are names (vhosts) and whose values are ``spec`` tables."""
+
+    def convert(key: str, value: Any) -> tuple[Any, ...]:
+        table = _expect_table(key, value)
+        return tuple(
+            _build_table(spec, _join(key, name), item, **{name_field: name})
+            for name, item in table.items()
+        )
+
+    return convert
+
+
+_SERVER_SPEC = _TableSpec(
+    ServerConfig,
+    {
+        "host": _string(),
+        "port": _integer(0, 65535),
+        "node_id": _string(allow_empty=True),
+        "data_dir": _string(),
+        "max_frame_bytes": _integer(4096),
+        "heartbeat": _number(0),
+        "max_connections": _integer(1),
+        "vhosts": _unique_names("vhost"),
+    },
+)
+
+_LOG_SPEC = _TableSpec(LogConfig, {"format": _choice(LOG_FORMATS), "level": _choice(LOG_LEVELS)})
+
+_PERMISSIONS_SPEC = _TableSpec(
+    VhostPermissions, {"configure": _regex, "write": _regex, "read": _regex}
+)
+
+_USER_SPEC = _TableSpec(
+    UserConfig,
+    {
+        "name": _string(),
+        "password_hash": _password_hash,
+        "permissions": _table_of_tables(_PERMISSIONS_SPEC, "vhost"),
+    },
+    required=frozenset({"name", "password_hash"}),
+)
+
+_CONFIG_SPEC = _TableSpec(
+    Config,
+    {
+        "server": _table(_SERVER_SPEC),
+        "log": _table(_LOG_SPEC),
+        "users": _array_of_tables(_USER_SPEC),
+    },
+)
+
+
+def _check_references(config: Config) -> None:
+    """Rules that span tables: unique user names, permissions only on known vhosts."""
+    seen: set[str] = set()
+    for index, user in enumerate(config.users):
+        user_key = f"users[{index}]"
+        if user.name in seen:
+            raise ConfigError(f"{user_key}.name", f"duplicate user {user.name!r}")
+        seen.add(user.name)
+        for grant in user.permissions:
+            if grant.vhost not in config.server.vhosts:
+                raise ConfigError(
+                    _join(f"{user_key}.permissions", grant.vhost),
+                    f"unknown vhost {grant.vhost!r} "
+                    f"(server.vhosts is {list(config.server.vhosts)})",
+                )

@@ -1,0 +1,382 @@
+"""Config loading: defaults, the shipped file, overrides, and every refusal naming its key."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from amqlite.auth import hash_password, verify_password
+from amqlite.config import (
+    Config,
+    LogConfig,
+    ServerConfig,
+    UserConfig,
+    VhostPermissions,
+    load_config,
+)
+from amqlite.errors import ConfigError
+
+SHIPPED_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "amq_server.toml"
+FAST_HASH = hash_password("secret", salt=b"0123456789abcdef", n=2**4)
+
+
+def write_config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "amq.toml"
+    path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return path
+
+
+def user_block(name: str = "app", password_hash: str = FAST_HASH, vhost: str = "/") -> str:
+    return f"""
+    [[users]]
+    name = "{name}"
+    password_hash = "{password_hash}"
+    [users.permissions."{vhost}"]
+    configure = ".*"
+    write = ".*"
+    read = ".*"
+    """
+
+
+def test_no_file_gives_the_defaults() -> None:
+    config = load_config()
+    assert config == Config.default()
+    assert config.server == ServerConfig(
+        host="127.0.0.1",
+        port=5555,
+        node_id="",
+        data_dir="amqlite-data",
+        max_frame_bytes=4 * 1024 * 1024,
+        heartbeat=5.0,
+        max_connections=10_000,
+        vhosts=("/",),
+    )
+    assert config.log == LogConfig(format="console", level="info")
+    assert config.users == ()
+
+
+def test_shipped_config_is_exactly_the_defaults() -> None:
+    assert load_config(SHIPPED_CONFIG) == Config.default()
+
+
+def test_shipped_config_documents_every_key() -> None:
+    text = SHIPPED_CONFIG.read_text(encoding="utf-8")
+    for table in (ServerConfig, LogConfig):
+        for item in dataclasses.fields(table):
+            assert re.search(rf"^{item.name} = ", text, re.MULTILINE), item.name
+    for key in ("[[users]]", "name", "password_hash", "[users.permissions.", "configure"):
+        assert f"# {key}" in text, key
+
+
+def test_shipped_users_example_loads_once_uncommented(tmp_path: Path) -> None:
+    text = SHIPPED_CONFIG.read_text(encoding="utf-8")
+    example = text[text.index("# [[users]]") :]
+    uncommented = "\n".join(line.removeprefix("# ") for line in example.splitlines())
+    uncommented = uncommented.replace("scrypt$16384$8$1$<salt>$<hash>", FAST_HASH)
+
+    config = load_config(write_config(tmp_path, uncommented))
+
+    (user,) = config.users
+    assert user.name == "app"
+    grant = user.permissions_for("/")
+    assert grant == VhostPermissions("/", configure=r"app\..*", write=".*", read=".*")
+
+
+def test_full_file_is_parsed_into_dataclasses(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        f"""
+        [server]
+        host = "0.0.0.0"
+        port = 6000
+        node_id = "site-a-1"
+        data_dir = "/var/lib/amqlite"
+        max_frame_bytes = 4096
+        heartbeat = 1
+        max_connections = 5
+        vhosts = ["/", "prod"]
+        [log]
+        format = "json"
+        level = "debug"
+        {user_block(vhost="prod")}
+        [users.permissions."/"]
+        read = "reports\\\\..*"
+        """,
+    )
+
+    config = load_config(path)
+
+    assert config.server == ServerConfig(
+        host="0.0.0.0",
+        port=6000,
+        node_id="site-a-1",
+        data_dir="/var/lib/amqlite",
+        max_frame_bytes=4096,
+        heartbeat=1.0,
+        max_connections=5,
+        vhosts=("/", "prod"),
+    )
+    assert isinstance(config.server.heartbeat, float)
+    assert config.log == LogConfig("json", "debug")
+    assert config.users == (
+        UserConfig(
+            "app",
+            FAST_HASH,
+            (
+                VhostPermissions("prod", ".*", ".*", ".*"),
+                VhostPermissions("/", configure="", write="", read=r"reports\..*"),
+            ),
+        ),
+    )
+    assert verify_password("secret", config.users[0].password_hash)
+
+
+def test_overrides_win_over_the_file(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        """
+        [server]
+        port = 6000
+        host = "0.0.0.0"
+        [log]
+        format = "console"
+        """,
+    )
+
+    config = load_config(path, {"server.port": 0, "log.format": "json", "server.host": None})
+
+    assert config.server.port == 0
+    assert config.log.format == "json"
+    assert config.server.host == "0.0.0.0"
+
+
+def test_overrides_without_a_file_start_from_the_defaults() -> None:
+    config = load_config(None, {"server.data_dir": "/tmp/x", "log.level": "debug"})
+    assert config == Config(
+        server=ServerConfig(data_dir="/tmp/x"), log=LogConfig(level="debug"), users=()
+    )
+
+
+def test_overrides_are_validated_like_the_file() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, {"server.port": "5555"})
+    assert caught.value.key == "server.port"
+    assert caught.value.reason == "must be an integer, got str"
+
+
+def test_config_is_frozen_and_replace_derives_variants() -> None:
+    config = Config.default()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.server.port = 1  # type: ignore[misc]
+    test_config = dataclasses.replace(config, server=dataclasses.replace(config.server, port=0))
+    assert test_config.server.port == 0
+    assert config.server.port == 5555
+    assert hash(config) == hash(Config.default())
+
+
+@pytest.mark.parametrize(
+    ("server", "bound_port", "expected"),
+    [
+        (ServerConfig(), None, "127.0.0.1:5555"),
+        (ServerConfig(port=0), 40123, "127.0.0.1:40123"),
+        (ServerConfig(host="::1", port=7000), None, "[::1]:7000"),
+        (ServerConfig(node_id="primary"), 40123, "primary"),
+    ],
+)
+def test_effective_node_id(server: ServerConfig, bound_port: int | None, expected: str) -> None:
+    assert server.effective_node_id(bound_port) == expected
+
+
+def test_error_message_names_key_and_reason() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, {"server.port": 70000})
+    assert str(caught.value) == "config error: server.port: must be between 0 and 65535, got 70000"
+
+
+BAD_FILES: list[tuple[str, str, str]] = [
+    # (file text, key, reason fragment)
+    ("[server]\nprot = 5555", "server.prot", "unknown key (did you mean 'port'?)"),
+    ("[server]\nbogus = 1", "server.bogus", "unknown key"),
+    ("[logg]\nlevel = 'info'", "logg", "unknown key (did you mean 'log'?)"),
+    ("[cluster]\nname = 'a'", "cluster", "unknown key"),
+    ("[[cluster_mta]]\nname = 'a'", "cluster_mta", "unknown key"),
+    ("[storage]\nfsync = true", "storage", "unknown key"),
+    ("server = 1", "server", "must be a table, got int"),
+    ("[server]\nport = '5555'", "server.port", "must be an integer, got str"),
+    ("[server]\nport = 5555.0", "server.port", "must be an integer, got float"),
+    ("[server]\nport = true", "server.port", "must be an integer, got bool"),
+    ("[server]\nport = -1", "server.port", "must be between 0 and 65535, got -1"),
+    ("[server]\nport = 65536", "server.port", "must be between 0 and 65535, got 65536"),
+    ("[server]\nhost = ''", "server.host", "must not be empty"),
+    ("[server]\nhost = 127", "server.host", "must be a string, got int"),
+    ("[server]\nnode_id = 1", "server.node_id", "must be a string, got int"),
+    ("[server]\ndata_dir = ''", "server.data_dir", "must not be empty"),
+    ("[server]\nmax_frame_bytes = 4095", "server.max_frame_bytes", "must be at least 4096"),
+    ("[server]\nheartbeat = -0.5", "server.heartbeat", "must be at least 0, got -0.5"),
+    ("[server]\nheartbeat = 'fast'", "server.heartbeat", "must be a number, got str"),
+    ("[server]\nheartbeat = inf", "server.heartbeat", "must be a finite number"),
+    ("[server]\nheartbeat = nan", "server.heartbeat", "must be a finite number"),
+    ("[server]\nmax_connections = 0", "server.max_connections", "must be at least 1"),
+    ("[server]\nvhosts = '/'", "server.vhosts", "must be an array of strings, got str"),
+    ("[server]\nvhosts = []", "server.vhosts", "must not be empty"),
+    ("[server]\nvhosts = ['/', '']", "server.vhosts[1]", "must not be empty"),
+    ("[server]\nvhosts = ['/', 2]", "server.vhosts[1]", "must be a string, got int"),
+    ("[server]\nvhosts = ['/', 'a', '/']", "server.vhosts[2]", "duplicate vhost '/'"),
+    ("[log]\nformat = 'xml'", "log.format", "must be one of 'console', 'json', got 'xml'"),
+    ("[log]\nlevel = 'trace'", "log.level", "must be one of 'debug', 'info', 'warning', 'error'"),
+    ("[log]\nlevel = 10", "log.level", "must be a string, got int"),
+    ("[users]\nname = 'a'", "users", "must be an array of tables, got table"),
+    ("[[users]]\npassword_hash = 'x'", "users[0].password_hash", "not a valid scrypt$ hash"),
+    (f"[[users]]\npassword_hash = '{FAST_HASH}'", "users[0].name", "is required"),
+    ("[[users]]\nname = 'a'", "users[0].password_hash", "is required"),
+    ("[[users]]\nname = ''", "users[0].name", "must not be empty"),
+    (
+        f"[[users]]\nname='a'\npasword_hash='{FAST_HASH}'",
+        "users[0].pasword_hash",
+        "'password_hash'",
+    ),
+    (
+        f"[[users]]\nname = 'a'\npassword_hash = '{FAST_HASH[:-3]}'",
+        "users[0].password_hash",
+        "not a valid scrypt$ hash",
+    ),
+    (
+        "[[users]]\nname = 'a'\npassword_hash = 'bcrypt$2b$12$abcdefghijklmnopqrstuv'",
+        "users[0].password_hash",
+        "amqlite passwd",
+    ),
+    (user_block() + user_block(), "users[1].name", "duplicate user 'app'"),
+    (user_block(vhost="/x"), 'users[0].permissions."/x"', "unknown vhost '/x'"),
+    (
+        user_block() + "[users.permissions.prod]\nwrite = '.*'",
+        "users[0].permissions.prod",
+        "unknown vhost 'prod'",
+    ),
+    (
+        user_block() + '[users.permissions."/".extra]\nx = 1',
+        'users[0].permissions."/".extra',
+        "unknown key",
+    ),
+    (
+        f"[[users]]\nname='a'\npassword_hash='{FAST_HASH}'\n[users.permissions.\"/\"]\nwrite='('",
+        'users[0].permissions."/".write',
+        "invalid regex '('",
+    ),
+    (
+        f"[[users]]\nname='a'\npassword_hash='{FAST_HASH}'\n[users.permissions.\"/\"]\nread=1",
+        'users[0].permissions."/".read',
+        "must be a string, got int",
+    ),
+    (
+        f"[[users]]\nname='a'\npassword_hash='{FAST_HASH}'\n[users.permissions.\"/\"]\nreed='.*'",
+        'users[0].permissions."/".reed',
+        "unknown key (did you mean 'read'?)",
+    ),
+    (
+        f"[[users]]\nname='a'\npassword_hash='{FAST_HASH}'\npermissions = ['/']",
+        "users[0].permissions",
+        "must be a table, got array",
+    ),
+    (
+        f"[[users]]\nname='a'\npassword_hash='{FAST_HASH}'\npermissions = {{'/' = '.*'}}",
+        'users[0].permissions."/"',
+        "must be a table, got str",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "key", "reason"), BAD_FILES)
+def test_bad_config_names_the_key(tmp_path: Path, text: str, key: str, reason: str) -> None:
+    path = write_config(tmp_path, text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert caught.value.key == key
+    assert reason in caught.value.reason
+
+
+BAD_OVERRIDES: list[tuple[dict[str, Any], str, str]] = [
+    ({"server.prot": 1}, "server.prot", "unknown key (did you mean 'port'?)"),
+    ({"cluster.name": "a"}, "cluster", "unknown key"),
+    ({"server.port.x": 1}, "server.port", "must be an integer, got table"),
+    ({"server..port": 1}, "server..port", "dotted names"),
+    ({"log.format": "JSON"}, "log.format", "got 'JSON'"),
+    ({"server.vhosts": ("/", "/")}, "server.vhosts[1]", "duplicate vhost '/'"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "key", "reason"), BAD_OVERRIDES)
+def test_bad_override_names_the_key(overrides: dict[str, Any], key: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, overrides)
+    assert caught.value.key == key
+    assert reason in caught.value.reason
+
+
+def test_override_can_fix_what_the_file_gets_wrong(tmp_path: Path) -> None:
+    path = write_config(tmp_path, "[server]\nport = 'oops'")
+    assert load_config(path, {"server.port": 7000}).server.port == 7000
+
+
+def test_missing_file_names_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "absent.toml"
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert caught.value.key == str(path)
+    assert "cannot read file" in caught.value.reason
+    assert "No such file" in caught.value.reason
+
+
+def test_directory_is_unreadable_as_a_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(str(tmp_path))
+    assert caught.value.key == str(tmp_path)
+    assert "cannot read file" in caught.value.reason
+
+
+def test_toml_syntax_error_carries_the_parser_message(tmp_path: Path) -> None:
+    path = write_config(tmp_path, "[server]\nport = \n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert caught.value.key == str(path)
+    assert caught.value.reason.startswith("invalid TOML: ")
+    assert "line 2" in caught.value.reason
+
+
+def test_non_utf8_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b"[server]\nhost = '\xe9'\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert caught.value.key == str(path)
+    assert "not UTF-8" in caught.value.reason
+
+
+def test_override_cannot_reach_inside_a_value(tmp_path: Path) -> None:
+    path = write_config(tmp_path, "[server]\nport = 6000")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, {"server.port.x": 1})
+    assert caught.value.key == "server.port"
+    assert caught.value.reason == "is not a table; cannot override in it"
+
+
+@pytest.mark.parametrize(
+    ("toml_vhost", "key"),
+    [
+        ("my vhost", 'users[0].permissions."my vhost"'),
+        ('we\\"ird', 'users[0].permissions."we\\"ird"'),
+        ("plain_name-1", "users[0].permissions.plain_name-1"),
+    ],
+)
+def test_vhost_names_needing_quotes_are_quoted_in_keys(
+    tmp_path: Path, toml_vhost: str, key: str
+) -> None:
+    path = write_config(tmp_path, user_block(vhost=toml_vhost))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert caught.value.key == key
+    assert "unknown vhost" in caught.value.reason
