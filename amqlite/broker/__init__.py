@@ -1,0 +1,26 @@
+"""The sans-IO messaging model: virtual hosts, exchanges, queues, bindings, routing.
+
+No I/O, no clock, no logging: time comes in as ``now`` and results come back as
+return values, deliveries and cancellations. See docs/CONTRACTS.md, "Broker core".
+"""
+
+from .arguments import Overflow, QueueSettings, parse_queue_arguments
+from .broker import Broker
+from .headers import HeadersRule
+from .message import Delivery, Message, PublishOutcome, QueueInfo
+from .session import Session
+from .topic import TopicMatcher
+
+__all__ = [
+    "Broker",
+    "Delivery",
+    "HeadersRule",
+    "Message",
+    "Overflow",
+    "PublishOutcome",
+    "QueueInfo",
+    "QueueSettings",
+    "Session",
+    "TopicMatcher",
+    "parse_queue_arguments",
+]

@@ -1,0 +1,108 @@
+"""Queue arguments, validated once into a frozen :class:`QueueSettings`.
+
+Recognised arguments and their rules:
+
+- ``x-message-ttl``: int >= 0, milliseconds a message may stay in the queue;
+- ``x-max-length``: int >= 0, ready messages kept;
+- ``x-max-length-bytes``: int >= 0, body bytes of ready messages kept;
+- ``x-overflow``: ``drop-head`` (default) or ``reject-publish``;
+- ``x-dead-letter-exchange``: str; ``x-dead-letter-routing-key``: str (needs the former);
+- ``x-queue-type``: ``classic`` (default); ``stream`` is not available yet (540).
+
+A wrong type or value raises 406 naming the argument. Unknown arguments are kept
+(they show in status) but ignored, also when comparing a redeclaration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from amqlite.errors import BrokerError, PreconditionFailed, ReplyCode
+
+
+class Overflow(enum.Enum):
+    DROP_HEAD = "drop-head"
+    REJECT_PUBLISH = "reject-publish"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class QueueSettings:
+    message_ttl: int | None = None
+    max_length: int | None = None
+    max_length_bytes: int | None = None
+    overflow: Overflow = Overflow.DROP_HEAD
+    dead_letter_exchange: str | None = None
+    dead_letter_routing_key: str | None = None
+    queue_type: str = "classic"
+
+    def difference(self, other: QueueSettings) -> str | None:
+        """The argument name of the first setting that differs, or None."""
+        for field in dataclasses.fields(self):
+            if getattr(self, field.name) != getattr(other, field.name):
+                return _ARGUMENT_OF[field.name]
+        return None
+
+
+_ARGUMENT_OF = {
+    "message_ttl": "x-message-ttl",
+    "max_length": "x-max-length",
+    "max_length_bytes": "x-max-length-bytes",
+    "overflow": "x-overflow",
+    "dead_letter_exchange": "x-dead-letter-exchange",
+    "dead_letter_routing_key": "x-dead-letter-routing-key",
+    "queue_type": "x-queue-type",
+}
+
+
+def _bad(name: str, what: str, value: Any) -> PreconditionFailed:
+    return PreconditionFailed(f"invalid arg {name!r}: must be {what}, got {value!r}")
+
+
+def _count(arguments: Mapping[str, Any], name: str) -> int | None:
+    value = arguments.get(name)
+    if value is None:
+        return None
+    if type(value) is not int or value < 0:
+        raise _bad(name, "a non-negative integer", value)
+    return value
+
+
+def _text(arguments: Mapping[str, Any], name: str) -> str | None:
+    value = arguments.get(name)
+    if value is None:
+        return None
+    if type(value) is not str:
+        raise _bad(name, "text", value)
+    return value
+
+
+def parse_queue_arguments(arguments: Mapping[str, Any]) -> QueueSettings:
+    """Validate ``arguments``; raises 406 (bad value) or 540 (stream queues)."""
+    overflow_name = _text(arguments, "x-overflow") or Overflow.DROP_HEAD.value
+    try:
+        overflow = Overflow(overflow_name)
+    except ValueError:
+        raise _bad("x-overflow", "'drop-head' or 'reject-publish'", overflow_name) from None
+    queue_type = _text(arguments, "x-queue-type") or "classic"
+    if queue_type == "stream":
+        raise BrokerError("stream queues are not available yet", ReplyCode.NOT_IMPLEMENTED)
+    if queue_type != "classic":
+        raise _bad("x-queue-type", "'classic' or 'stream'", queue_type)
+    dlx = _text(arguments, "x-dead-letter-exchange")
+    dlrk = _text(arguments, "x-dead-letter-routing-key")
+    if dlrk is not None and dlx is None:
+        raise PreconditionFailed(
+            "invalid arg 'x-dead-letter-routing-key': needs 'x-dead-letter-exchange'"
+        )
+    return QueueSettings(
+        message_ttl=_count(arguments, "x-message-ttl"),
+        max_length=_count(arguments, "x-max-length"),
+        max_length_bytes=_count(arguments, "x-max-length-bytes"),
+        overflow=overflow,
+        dead_letter_exchange=dlx,
+        dead_letter_routing_key=dlrk,
+        queue_type=queue_type,
+    )

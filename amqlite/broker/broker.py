@@ -1,0 +1,85 @@
+"""The broker: virtual hosts, sessions, and the broker-wide chores (expiry, status).
+
+The broker never reads a clock; ``now`` arrives with requests and with
+:meth:`Broker.tick`, and the latest value is kept for requests that carry none.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+from typing import Any
+
+from amqlite.errors import NotFound
+
+from .session import Session
+from .vhost import VirtualHost
+
+_MASK64 = (1 << 64) - 1
+
+
+def _scramble(n: int) -> int:
+    """A bijection on 64-bit integers (splitmix64's finaliser): distinct counters
+    give distinct, random-looking numbers."""
+    z = (n + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+class Broker:
+    """The messaging model of one node; see docs/CONTRACTS.md, "Broker core"."""
+
+    __slots__ = ("_generated", "_ready", "_seed", "_vhosts", "node_id", "now")
+
+    def __init__(self, vhosts: Iterable[str] = ("/",), node_id: str = "node-1") -> None:
+        self.node_id = node_id
+        self.now = 0.0
+        self._ready: list[Session] = []
+        self._generated = 0
+        self._seed = zlib.crc32(node_id.encode()) << 32
+        self._vhosts: dict[str, VirtualHost] = {}
+        for name in vhosts:
+            self._vhosts[name] = VirtualHost(name, self._new_queue_name)
+
+    @property
+    def vhosts(self) -> tuple[str, ...]:
+        return tuple(self._vhosts)
+
+    def _new_queue_name(self) -> str:
+        """``amq.gen-`` and 16 hex digits: unique per node, the same on every run."""
+        self._generated += 1
+        return f"amq.gen-{_scramble(self._seed ^ self._generated):016x}"
+
+    def open_session(self, vhost: str = "/", owner: object = None) -> Session:
+        host = self._vhosts.get(vhost)
+        if host is None:
+            raise NotFound(f"no vhost {vhost!r}")
+        return Session(self, host, owner)
+
+    def take_ready(self) -> list[Session]:
+        """Open sessions that gained deliveries or cancellations since the last call."""
+        ready = self._ready
+        if not ready:
+            return []
+        self._ready = []
+        out = []
+        for session in ready:
+            session._flagged = False
+            if not session.closed:
+                out.append(session)
+        return out
+
+    def tick(self, now: float) -> None:
+        """Remove (and dead-letter) messages whose TTL has passed at ``now``."""
+        self.now = now
+        for host in self._vhosts.values():
+            host.expire(now)
+
+    def status(self) -> dict[str, Any]:
+        """A JSON-able snapshot: node id, and per vhost its exchanges (with
+        bindings) and queues (with counts)."""
+        return {
+            "node_id": self.node_id,
+            "vhosts": [host.status() for host in self._vhosts.values()],
+        }

@@ -1,0 +1,307 @@
+"""Queues and their consumers: ready messages, credit, round-robin dispatch, expiry.
+
+Guarantees:
+- A message is pushed to at most one consumer per queue, round-robin over the
+  consumers that have credit (prefetch not used up, session writable).
+- A message published into an empty queue with a ready consumer goes straight to
+  that consumer; otherwise it waits in order behind the others.
+- An expired message is never handed out: every entry's expiry is checked when it
+  leaves the queue, and :meth:`Queue.expire` clears expired entries in between.
+- Requeued messages go back to the head, in the order given.
+
+A ready entry is ``(message, expires_at, redelivered)``; ``expires_at`` is ``inf``
+for a message that never expires.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from .arguments import Overflow, QueueSettings
+from .dead_letter import EXPIRED, MAXLEN, REJECTED
+from .message import INF, Message
+
+if TYPE_CHECKING:
+    from .session import Session
+    from .vhost import VirtualHost
+
+Entry = tuple[Message, float, bool]
+
+
+class Consumer:
+    """A subscription of one session to one queue.
+
+    ``limit`` is the prefetch as a bound on ``inflight`` (unlimited for 0);
+    ``writable`` mirrors the session's flow-control flag and is False once cancelled.
+    """
+
+    __slots__ = (
+        "arguments",
+        "exclusive",
+        "inflight",
+        "limit",
+        "no_ack",
+        "prefetch",
+        "queue",
+        "session",
+        "tag",
+        "writable",
+    )
+
+    def __init__(
+        self,
+        tag: str,
+        queue: Queue,
+        session: Session,
+        prefetch: int,
+        no_ack: bool,
+        exclusive: bool,
+        arguments: dict[str, Any],
+        writable: bool,
+    ) -> None:
+        self.tag = tag
+        self.queue = queue
+        self.session = session
+        self.prefetch = prefetch
+        self.limit = prefetch or sys.maxsize
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.arguments = arguments
+        self.writable = writable
+        self.inflight = 0
+
+
+class Queue:
+    """One queue of a virtual host. Counts: ``len(ready)`` ready, ``unacked``
+    delivered and not yet settled, ``ready_bytes`` body bytes of ready messages."""
+
+    __slots__ = (
+        "_earliest",
+        "_max_bytes",
+        "_max_length",
+        "_reject_publish",
+        "_rr",
+        "_sorted",
+        "_ttl",
+        "arguments",
+        "auto_delete",
+        "bindings",
+        "consumers",
+        "deleted",
+        "durable",
+        "had_consumer",
+        "name",
+        "owner",
+        "ready",
+        "ready_bytes",
+        "settings",
+        "unacked",
+        "vhost",
+    )
+
+    def __init__(
+        self,
+        vhost: VirtualHost,
+        name: str,
+        *,
+        durable: bool,
+        owner: Session | None,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+        settings: QueueSettings,
+    ) -> None:
+        self.vhost = vhost
+        self.name = name
+        self.durable = durable
+        self.owner = owner
+        self.auto_delete = auto_delete
+        self.arguments = arguments
+        self.settings = settings
+        self.ready: deque[Entry] = deque()
+        self.ready_bytes = 0
+        self.unacked = 0
+        self.consumers: list[Consumer] = []
+        self.had_consumer = False
+        self.deleted = False
+        self.bindings: set[Any] = set()
+        self._rr = 0
+        self._ttl = None if settings.message_ttl is None else settings.message_ttl / 1000
+        self._max_length = settings.max_length
+        self._max_bytes = settings.max_length_bytes
+        self._reject_publish = settings.overflow is Overflow.REJECT_PUBLISH
+        self._earliest = INF  # no ready entry expires before this
+        self._sorted = True  # ready entries are in expiry order
+
+    # --- consumers ----------------------------------------------------------------
+
+    def next_consumer(self) -> Consumer | None:
+        """The next consumer in round-robin order that has credit, or None."""
+        consumers = self.consumers
+        n = len(consumers)
+        i = self._rr
+        for _ in range(n):
+            if i >= n:
+                i = 0
+            c = consumers[i]
+            i += 1
+            if c.writable and c.inflight < c.limit:
+                self._rr = i
+                return c
+        return None
+
+    def has_exclusive_consumer(self) -> bool:
+        return any(c.exclusive for c in self.consumers)
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers.append(consumer)
+        self.had_consumer = True
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        consumer.writable = False
+        self.consumers.remove(consumer)
+
+    # --- messages in --------------------------------------------------------------
+
+    def offer(self, message: Message, now: float, expiration: int | None) -> bool:
+        """Deliver or enqueue ``message``; False when the queue is full and rejects
+        publishes (the message is then not in this queue)."""
+        ttl = self._ttl
+        if ttl is None and expiration is None:
+            expires = INF
+        else:
+            expires = now + ttl if ttl is not None else INF
+            if expiration is not None and now + expiration / 1000 < expires:
+                expires = now + expiration / 1000
+        ready = self.ready
+        if not ready and self.consumers:
+            c = self.next_consumer()
+            if c is not None:
+                c.session._deliver(c, self, message, expires, False)
+                return True
+        if expires <= now:
+            self._dead_letter(message, EXPIRED, now)
+            return True
+        if not ready:
+            self._sorted = True
+            self._earliest = INF
+        size = len(message.body)
+        max_length = self._max_length
+        max_bytes = self._max_bytes
+        if self._reject_publish and (
+            (max_length is not None and len(ready) >= max_length)
+            or (max_bytes is not None and self.ready_bytes + size > max_bytes)
+        ):
+            return False
+        if expires != INF:
+            if expires < self._earliest:
+                self._earliest = expires
+            if ready and expires < ready[-1][1]:
+                self._sorted = False
+        ready.append((message, expires, False))
+        self.ready_bytes += size
+        if max_length is not None or max_bytes is not None:
+            self._drop_head(now)
+        return True
+
+    def _drop_head(self, now: float) -> None:
+        ready = self.ready
+        max_length = self._max_length
+        max_bytes = self._max_bytes
+        while ready and (
+            (max_length is not None and len(ready) > max_length)
+            or (max_bytes is not None and self.ready_bytes > max_bytes)
+        ):
+            message = ready.popleft()[0]
+            self.ready_bytes -= len(message.body)
+            self._dead_letter(message, MAXLEN, now)
+
+    def requeue(self, entries: list[Entry]) -> None:
+        """Put messages given back at the head, in the given order."""
+        ready = self.ready
+        for entry in reversed(entries):
+            message, expires, _ = entry
+            ready.appendleft(entry)
+            self.ready_bytes += len(message.body)
+            if expires != INF:
+                self._sorted = False
+                if expires < self._earliest:
+                    self._earliest = expires
+
+    # --- messages out -------------------------------------------------------------
+
+    def dispatch(self, now: float) -> None:
+        """Push ready messages to consumers with credit until one side runs out."""
+        ready = self.ready
+        while ready:
+            c = self.next_consumer()
+            if c is None:
+                return
+            message, expires, redelivered = ready.popleft()
+            self.ready_bytes -= len(message.body)
+            if expires <= now:
+                self._dead_letter(message, EXPIRED, now)
+                continue
+            c.session._deliver(c, self, message, expires, redelivered)
+
+    def take(self, now: float) -> Entry | None:
+        """Pop the first unexpired ready entry (for a get), or None."""
+        ready = self.ready
+        while ready:
+            entry = ready.popleft()
+            self.ready_bytes -= len(entry[0].body)
+            if entry[1] > now:
+                return entry
+            self._dead_letter(entry[0], EXPIRED, now)
+        return None
+
+    def expire(self, now: float) -> int:
+        """Remove (and dead-letter) the ready messages expired at ``now``; how many."""
+        if self._earliest > now:
+            return 0
+        ready = self.ready
+        expired: list[Message] = []
+        if self._sorted:
+            while ready and ready[0][1] <= now:
+                expired.append(ready.popleft()[0])
+            self._earliest = ready[0][1] if ready else INF
+        else:
+            keep: deque[Entry] = deque()
+            earliest = INF
+            in_order = True
+            last = -INF
+            for entry in ready:
+                expires = entry[1]
+                if expires <= now:
+                    expired.append(entry[0])
+                    continue
+                keep.append(entry)
+                if expires < earliest:
+                    earliest = expires
+                if expires < last:
+                    in_order = False
+                last = expires
+            self.ready = keep
+            self._earliest = earliest
+            self._sorted = in_order
+        for message in expired:
+            self.ready_bytes -= len(message.body)
+            self._dead_letter(message, EXPIRED, now)
+        return len(expired)
+
+    def purge(self) -> int:
+        """Drop every ready message (no dead-lettering); how many."""
+        count = len(self.ready)
+        self.ready.clear()
+        self.ready_bytes = 0
+        self._earliest = INF
+        self._sorted = True
+        return count
+
+    def _dead_letter(self, message: Message, reason: str, now: float) -> None:
+        if self.settings.dead_letter_exchange is not None:
+            self.vhost.dead_letter(message, self, reason, now)
+
+    def dead_letter_rejected(self, message: Message, now: float) -> None:
+        self._dead_letter(message, REJECTED, now)

@@ -1,0 +1,428 @@
+"""A session: one client's view of the broker (a protocol adapter opens one per
+connection) and the owner of its consumers, deliveries and exclusive queues.
+
+Guarantees:
+- Delivery tags are per session, start at 1 and strictly increase.
+- Every delivery not made with ``no_ack`` stays unacknowledged here until it is
+  acked, nacked, rejected or the session closes; closing requeues it (marked
+  redelivered), and pushes the shell never took, so a message is never lost
+  with a session.
+- Pushes wait in :meth:`Session.take_deliveries`; the broker lists the sessions
+  that have something waiting (:meth:`Broker.take_ready`).
+- After :meth:`Session.close` every request raises 504 CHANNEL_ERROR (flow
+  control and the ``take_*`` calls just do nothing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from amqlite.errors import (
+    AccessRefused,
+    BrokerError,
+    NotAllowed,
+    PreconditionFailed,
+    ReplyCode,
+)
+
+from .message import Delivery, Message, PublishOutcome, QueueInfo
+from .queue import Consumer, Entry, Queue
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .vhost import VirtualHost
+
+
+class Session:
+    """Request API of one client; see docs/CONTRACTS.md, "Broker core".
+
+    ``owner`` is whatever the shell passed to :meth:`Broker.open_session`.
+    Methods without a ``now`` argument (or given ``now=None``) use the latest time
+    the broker has been given.
+    """
+
+    __slots__ = (
+        "_broker",
+        "_cancellations",
+        "_closed",
+        "_consumers",
+        "_flagged",
+        "_last_ctag",
+        "_last_dtag",
+        "_owned",
+        "_pending",
+        "_unacked",
+        "_vhost",
+        "_writable",
+        "owner",
+    )
+
+    def __init__(self, broker: Broker, vhost: VirtualHost, owner: object) -> None:
+        self._broker = broker
+        self._vhost = vhost
+        self.owner = owner
+        self._closed = False
+        self._writable = True
+        self._flagged = False
+        self._last_dtag = 0
+        self._last_ctag = 0
+        self._unacked: dict[int, Delivery] = {}
+        self._pending: list[Delivery] = []
+        self._cancellations: list[tuple[str, int, str]] = []
+        self._consumers: dict[str, Consumer] = {}
+        self._owned: set[Queue] = set()
+
+    @property
+    def vhost(self) -> str:
+        return self._vhost.name
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BrokerError("session is closed", ReplyCode.CHANNEL_ERROR)
+
+    def _now(self, now: float | None) -> float:
+        broker = self._broker
+        if now is None:
+            return broker.now
+        broker.now = now
+        return now
+
+    # --- topology -----------------------------------------------------------------
+
+    def declare_exchange(
+        self,
+        name: str,
+        type: str,
+        *,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        passive: bool = False,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._check_open()
+        self._vhost.declare_exchange(
+            name,
+            type,
+            durable=durable,
+            auto_delete=auto_delete,
+            internal=internal,
+            passive=passive,
+            arguments=arguments,
+        )
+
+    def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
+        self._check_open()
+        self._vhost.delete_exchange(name, if_unused=if_unused)
+
+    def declare_queue(
+        self,
+        name: str = "",
+        *,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        passive: bool = False,
+        arguments: Mapping[str, Any] | None = None,
+    ) -> QueueInfo:
+        self._check_open()
+        return self._vhost.declare_queue(
+            self,
+            name,
+            durable=durable,
+            exclusive=exclusive,
+            auto_delete=auto_delete,
+            passive=passive,
+            arguments=arguments,
+        )
+
+    def delete_queue(self, name: str, *, if_unused: bool = False, if_empty: bool = False) -> int:
+        self._check_open()
+        return self._vhost.delete_queue(self, name, if_unused=if_unused, if_empty=if_empty)
+
+    def purge_queue(self, name: str) -> int:
+        self._check_open()
+        return self._vhost.purge_queue(self, name)
+
+    def bind(
+        self, queue: str, exchange: str, key: str = "", arguments: Mapping[str, Any] | None = None
+    ) -> None:
+        self._check_open()
+        self._vhost.bind(self, queue, exchange, key, arguments)
+
+    def unbind(
+        self, queue: str, exchange: str, key: str = "", arguments: Mapping[str, Any] | None = None
+    ) -> None:
+        self._check_open()
+        self._vhost.unbind(self, queue, exchange, key, arguments)
+
+    # --- publishing ---------------------------------------------------------------
+
+    def publish(self, message: Message, *, mandatory: bool = False, now: float) -> PublishOutcome:
+        """Route ``message``. ``mandatory`` changes nothing here: the shell returns
+        an UNROUTABLE mandatory message to its publisher."""
+        if self._closed:
+            self._check_open()
+        self._broker.now = now
+        return self._vhost.publish(message, now)
+
+    # --- consuming ----------------------------------------------------------------
+
+    def consume(
+        self,
+        queue: str,
+        *,
+        tag: str = "",
+        prefetch: int = 0,
+        no_ack: bool = False,
+        exclusive: bool = False,
+        arguments: Mapping[str, Any] | None = None,
+        now: float,
+    ) -> str:
+        """Subscribe to ``queue``; returns the consumer tag (``ctag-N`` when empty)."""
+        self._check_open()
+        now = self._now(now)
+        q = self._vhost.queue(self, queue)
+        if type(prefetch) is not int or prefetch < 0:
+            raise PreconditionFailed(f"prefetch must be a non-negative integer, got {prefetch!r}")
+        if tag:
+            if tag in self._consumers:
+                raise NotAllowed(f"attempt to reuse consumer tag {tag!r}")
+        else:
+            tag = self._new_tag()
+        if q.has_exclusive_consumer():
+            raise AccessRefused(
+                f"queue {queue!r} in vhost {self._vhost.name!r} has an exclusive consumer"
+            )
+        if exclusive and q.consumers:
+            raise AccessRefused(
+                f"cannot obtain exclusive access to queue {queue!r} in vhost "
+                f"{self._vhost.name!r}: it has consumers"
+            )
+        consumer = Consumer(
+            tag, q, self, prefetch, no_ack, exclusive, dict(arguments or {}), self._writable
+        )
+        self._consumers[tag] = consumer
+        q.add_consumer(consumer)
+        q.dispatch(now)
+        return tag
+
+    def _new_tag(self) -> str:
+        while True:
+            self._last_ctag += 1
+            tag = f"ctag-{self._last_ctag}"
+            if tag not in self._consumers:
+                return tag
+
+    def cancel(self, tag: str) -> None:
+        """Stop consumer ``tag`` (unknown tags are no error). Its unacknowledged
+        deliveries stay with the session. An auto-delete queue losing its last
+        consumer is deleted."""
+        self._check_open()
+        consumer = self._consumers.pop(tag, None)
+        if consumer is not None:
+            self._detach(consumer)
+
+    def _detach(self, consumer: Consumer) -> None:
+        queue = consumer.queue
+        queue.remove_consumer(consumer)
+        if queue.auto_delete and not queue.consumers and not queue.deleted:
+            self._vhost.remove_queue(queue)
+
+    def get(self, queue: str, *, no_ack: bool = False, now: float) -> tuple[Delivery, int] | None:
+        """Take one message: ``(delivery, messages still ready)``, or None when empty.
+        The delivery has ``ctag == ""`` and must be acked unless ``no_ack``."""
+        self._check_open()
+        now = self._now(now)
+        q = self._vhost.queue(self, queue)
+        entry = q.take(now)
+        if entry is None:
+            return None
+        message, expires, redelivered = entry
+        self._last_dtag = dtag = self._last_dtag + 1
+        delivery = Delivery("", dtag, redelivered, message, q.name, q, None, expires)
+        if not no_ack:
+            self._unacked[dtag] = delivery
+            q.unacked += 1
+        return delivery, len(q.ready)
+
+    # --- settling -----------------------------------------------------------------
+
+    def ack(self, dtag: int, *, multiple: bool = False, now: float | None = None) -> None:
+        """Settle deliveries: ``dtag`` alone, or with ``multiple`` every unacked tag
+        up to it (``0`` = all). Unknown ``dtag``: 406 and nothing is settled."""
+        self._check_open()
+        if not multiple:
+            delivery = self._unacked.pop(dtag, None)
+            if delivery is None:
+                raise PreconditionFailed(f"unknown delivery tag {dtag}")
+            consumer = delivery._consumer
+            if consumer is not None:
+                consumer.inflight -= 1
+            queue = delivery._origin
+            if queue is not None and not queue.deleted:
+                queue.unacked -= 1
+                if queue.ready:
+                    queue.dispatch(self._now(now))
+            return
+        self._release(self._take(dtag, multiple), None, self._now(now))
+
+    def nack(
+        self, dtag: int, *, multiple: bool = False, requeue: bool = True, now: float | None = None
+    ) -> None:
+        """Give deliveries back: requeued at the head (redelivered) when
+        ``requeue``, else dead-lettered as ``rejected`` (or dropped)."""
+        self._check_open()
+        self._release(self._take(dtag, multiple), requeue, self._now(now))
+
+    def reject(self, dtag: int, *, requeue: bool = True, now: float | None = None) -> None:
+        self.nack(dtag, multiple=False, requeue=requeue, now=now)
+
+    def _take(self, dtag: int, multiple: bool) -> list[Delivery]:
+        unacked = self._unacked
+        if not multiple or dtag != 0:
+            if dtag not in unacked:
+                raise PreconditionFailed(f"unknown delivery tag {dtag}")
+            if not multiple:
+                return [unacked.pop(dtag)]
+        tags = []
+        for tag in unacked:  # insertion order is delivery-tag order
+            if dtag and tag > dtag:
+                break
+            tags.append(tag)
+        return [unacked.pop(tag) for tag in tags]
+
+    def _release(
+        self,
+        deliveries: Iterable[Delivery],
+        requeue: bool | None,
+        now: float,
+        unsent: Container[int] = (),
+    ) -> None:
+        """Settle deliveries: ``requeue`` None acks, True requeues, False rejects;
+        then let the queues involved dispatch to the credit freed.
+
+        Requeued messages are marked redelivered, except those whose tag is in
+        ``unsent`` (never taken by the shell), which keep their flag. Deliveries
+        to no-ack consumers count here only when unsent (on close)."""
+        touched: dict[Queue, list[Entry]] = {}
+        for delivery in deliveries:
+            consumer = delivery._consumer
+            counted = consumer is None or not consumer.no_ack
+            if consumer is not None and counted:
+                consumer.inflight -= 1
+            queue = delivery._origin
+            if queue is None or queue.deleted:
+                continue
+            if counted:
+                queue.unacked -= 1
+            entries = touched.get(queue)
+            if entries is None:
+                entries = touched[queue] = []
+            if requeue:
+                redelivered = delivery.redelivered if delivery.dtag in unsent else True
+                entries.append((delivery.message, delivery._expires, redelivered))
+            elif requeue is not None:
+                queue.dead_letter_rejected(delivery.message, now)
+        for queue, entries in touched.items():
+            if entries and not queue.deleted:
+                queue.requeue(entries)
+        for queue in touched:
+            if not queue.deleted:
+                queue.dispatch(now)
+
+    # --- flow control and output ----------------------------------------------------
+
+    def set_writable(self, flag: bool, *, now: float | None = None) -> None:
+        """Shell flow control: while False nothing is pushed to this session's
+        consumers (messages stay ready or go to other consumers). A no-op once
+        the session is closed, as are the ``take_*`` calls."""
+        if self._closed or flag == self._writable:
+            return
+        self._writable = flag
+        for consumer in self._consumers.values():
+            consumer.writable = flag
+        if flag:
+            at = self._now(now)
+            for queue in {c.queue: None for c in self._consumers.values()}:
+                queue.dispatch(at)
+
+    def take_deliveries(self) -> list[Delivery]:
+        """Pushes produced since the last call, in delivery-tag order."""
+        pending = self._pending
+        if not pending:
+            return []
+        self._pending = []
+        return pending
+
+    def take_cancellations(self) -> list[tuple[str, int, str]]:
+        """Consumers the server cancelled since the last call: (ctag, code, text)."""
+        cancellations = self._cancellations
+        if not cancellations:
+            return []
+        self._cancellations = []
+        return cancellations
+
+    def _deliver(
+        self,
+        consumer: Consumer,
+        queue: Queue,
+        message: Message,
+        expires: float,
+        redelivered: bool,
+    ) -> None:
+        self._last_dtag = dtag = self._last_dtag + 1
+        delivery = Delivery(
+            consumer.tag, dtag, redelivered, message, queue.name, queue, consumer, expires
+        )
+        if not consumer.no_ack:
+            self._unacked[dtag] = delivery
+            consumer.inflight += 1
+            queue.unacked += 1
+        self._pending.append(delivery)
+        if not self._flagged:
+            self._flagged = True
+            self._broker._ready.append(self)
+
+    def _cancelled_by_server(self, consumer: Consumer, code: int, text: str) -> None:
+        consumer.writable = False
+        if self._consumers.get(consumer.tag) is consumer:
+            del self._consumers[consumer.tag]
+        if self._closed:
+            return
+        self._cancellations.append((consumer.tag, code, text))
+        if not self._flagged:
+            self._flagged = True
+            self._broker._ready.append(self)
+
+    # --- closing --------------------------------------------------------------------
+
+    def close(self, now: float | None = None) -> None:
+        """Cancel consumers (deleting auto-delete queues left without one), delete
+        exclusive queues, and requeue every unacknowledged delivery (redelivered)
+        and every push the shell has not taken, no-ack ones included (their flag
+        unchanged); those may go straight to other sessions. Closing twice is a
+        no-op."""
+        if self._closed:
+            return
+        now = self._now(now)
+        self._closed = True
+        pending = self._pending
+        self._pending = []
+        self._cancellations = []
+        for consumer in list(self._consumers.values()):
+            if self._consumers.pop(consumer.tag, None) is consumer:
+                self._detach(consumer)
+        for queue in list(self._owned):
+            self._vhost.remove_queue(queue)
+        returned = dict(self._unacked)
+        self._unacked.clear()
+        for delivery in pending:
+            returned[delivery.dtag] = delivery
+        deliveries = [returned[dtag] for dtag in sorted(returned)]
+        self._release(deliveries, True, now, unsent={d.dtag for d in pending})

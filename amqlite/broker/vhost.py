@@ -1,0 +1,395 @@
+"""A virtual host: the exchanges and queues of one namespace, and the rules for
+declaring, binding, deleting, publishing and dead-lettering inside it.
+
+Predeclared in every virtual host: the default exchange ``""`` (routes by queue
+name; cannot be declared, bound to or deleted) and ``amq.direct``, ``amq.fanout``,
+``amq.topic``, ``amq.headers`` (durable; cannot be deleted). Names starting with
+``amq.`` are reserved: clients cannot create such exchanges or queues.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from amqlite.errors import (
+    AccessRefused,
+    BrokerError,
+    NotFound,
+    PreconditionFailed,
+    ReplyCode,
+    ResourceLocked,
+)
+
+from .arguments import parse_queue_arguments
+from .dead_letter import dead_letter_copy, is_cycle
+from .exchange import EXCHANGE_TYPES, DefaultExchange, Exchange, binding_id
+from .message import Message, PublishOutcome, QueueInfo
+from .queue import Queue
+
+if TYPE_CHECKING:
+    from .session import Session
+
+PREDECLARED = {
+    "amq.direct": "direct",
+    "amq.fanout": "fanout",
+    "amq.topic": "topic",
+    "amq.headers": "headers",
+}
+
+_ABSENT = object()
+
+
+def _first_difference(
+    received: Mapping[str, Any], current: Mapping[str, Any]
+) -> tuple[str, Any, Any] | None:
+    for name in sorted(set(received) | set(current)):
+        a, b = received.get(name, _ABSENT), current.get(name, _ABSENT)
+        if a != b:
+            return name, (None if a is _ABSENT else a), (None if b is _ABSENT else b)
+    return None
+
+
+class VirtualHost:
+    __slots__ = (
+        "_dead_lettering",
+        "_dead_letters",
+        "_new_queue_name",
+        "exchanges",
+        "name",
+        "queues",
+    )
+
+    def __init__(self, name: str, new_queue_name: Callable[[], str]) -> None:
+        self.name = name
+        self._new_queue_name = new_queue_name
+        self.queues: dict[str, Queue] = {}
+        self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues)}
+        for exchange, kind in PREDECLARED.items():
+            self.exchanges[exchange] = EXCHANGE_TYPES[kind](exchange, durable=True)
+        self._dead_letters: deque[tuple[Message, float]] = deque()
+        self._dead_lettering = False
+
+    # --- lookups ------------------------------------------------------------------
+
+    def _inequivalent(
+        self, what: str, name: str, arg: str, received: Any, current: Any
+    ) -> PreconditionFailed:
+        return PreconditionFailed(
+            f"inequivalent arg {arg!r} for {what} {name!r} in vhost {self.name!r}: "
+            f"received {received!r} but current is {current!r}"
+        )
+
+    def exchange(self, name: str) -> Exchange:
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise NotFound(f"no exchange {name!r} in vhost {self.name!r}")
+        return exchange
+
+    def queue(self, session: Session, name: str) -> Queue:
+        """The queue ``name`` as ``session`` may use it: 404 missing, 405 locked."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise NotFound(f"no queue {name!r} in vhost {self.name!r}")
+        self._check_owner(session, queue)
+        return queue
+
+    def _check_owner(self, session: Session, queue: Queue) -> None:
+        if queue.owner is not None and queue.owner is not session:
+            raise ResourceLocked(
+                f"cannot obtain exclusive access to locked queue {queue.name!r} "
+                f"in vhost {self.name!r}"
+            )
+
+    # --- exchanges ----------------------------------------------------------------
+
+    def declare_exchange(
+        self,
+        name: str,
+        kind: str,
+        *,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        passive: bool,
+        arguments: Mapping[str, Any] | None,
+    ) -> None:
+        if passive:
+            self.exchange(name)
+            return
+        if name == "":
+            raise AccessRefused("the default exchange cannot be declared")
+        cls = EXCHANGE_TYPES.get(kind)
+        if cls is None:
+            raise BrokerError(f"unknown exchange type {kind!r}", ReplyCode.COMMAND_INVALID)
+        args = dict(arguments or {})
+        existing = self.exchanges.get(name)
+        if existing is not None:
+            for arg, received, current in (
+                ("type", kind, existing.kind),
+                ("durable", durable, existing.durable),
+                ("auto_delete", auto_delete, existing.auto_delete),
+                ("internal", internal, existing.internal),
+            ):
+                if received != current:
+                    raise self._inequivalent("exchange", name, arg, received, current)
+            diff = _first_difference(args, existing.arguments)
+            if diff is not None:
+                raise self._inequivalent("exchange", name, *diff)
+            return
+        if name.startswith("amq."):
+            raise AccessRefused(f"exchange name {name!r} contains reserved prefix 'amq.'")
+        self.exchanges[name] = cls(
+            name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=args
+        )
+
+    def delete_exchange(self, name: str, *, if_unused: bool) -> None:
+        """Delete an exchange and its bindings; a missing one is no error."""
+        if name == "" or name in PREDECLARED:
+            raise AccessRefused(f"cannot delete predeclared exchange {name!r}")
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return
+        if if_unused and exchange.bindings:
+            raise PreconditionFailed(f"exchange {name!r} in vhost {self.name!r} in use")
+        self._remove_exchange(exchange)
+
+    def _remove_exchange(self, exchange: Exchange) -> None:
+        for ident, binding in list(exchange.bindings.items()):
+            exchange.unbind(ident)
+            binding.queue.bindings.discard((exchange, ident))
+        del self.exchanges[exchange.name]
+
+    # --- queues -------------------------------------------------------------------
+
+    def declare_queue(
+        self,
+        session: Session,
+        name: str,
+        *,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        passive: bool,
+        arguments: Mapping[str, Any] | None,
+    ) -> QueueInfo:
+        if passive:
+            return self._info(self.queue(session, name))
+        args = dict(arguments or {})
+        settings = parse_queue_arguments(args)
+        if name:
+            queue = self.queues.get(name)
+            if queue is not None:
+                self._check_owner(session, queue)
+                for arg, received, current in (
+                    ("durable", durable, queue.durable),
+                    ("exclusive", exclusive, queue.owner is not None),
+                    ("auto_delete", auto_delete, queue.auto_delete),
+                ):
+                    if received != current:
+                        raise self._inequivalent("queue", name, arg, received, current)
+                diff = settings.difference(queue.settings)
+                if diff is not None:
+                    raise self._inequivalent(
+                        "queue", name, diff, args.get(diff), queue.arguments.get(diff)
+                    )
+                return self._info(queue)
+            if name.startswith("amq."):
+                raise AccessRefused(f"queue name {name!r} contains reserved prefix 'amq.'")
+        else:
+            name = self._new_queue_name()
+            while name in self.queues:
+                name = self._new_queue_name()
+        queue = Queue(
+            self,
+            name,
+            durable=durable,
+            owner=session if exclusive else None,
+            auto_delete=auto_delete,
+            arguments=args,
+            settings=settings,
+        )
+        self.queues[name] = queue
+        if exclusive:
+            session._owned.add(queue)
+        return self._info(queue)
+
+    @staticmethod
+    def _info(queue: Queue) -> QueueInfo:
+        return QueueInfo(queue.name, len(queue.ready), len(queue.consumers))
+
+    def delete_queue(self, session: Session, name: str, *, if_unused: bool, if_empty: bool) -> int:
+        """Delete a queue; the number of ready messages dropped. Missing: 0."""
+        queue = self.queues.get(name)
+        if queue is None:
+            return 0
+        self._check_owner(session, queue)
+        if if_unused and queue.consumers:
+            raise PreconditionFailed(f"queue {name!r} in vhost {self.name!r} in use")
+        if if_empty and queue.ready:
+            raise PreconditionFailed(f"queue {name!r} in vhost {self.name!r} not empty")
+        return self.remove_queue(queue)
+
+    def remove_queue(self, queue: Queue) -> int:
+        """Delete unconditionally: cancel consumers (telling their sessions), remove
+        bindings (and auto-delete exchanges left without any), drop ready messages.
+        Deliveries still unacknowledged stay with their sessions; settling them is
+        a no-op."""
+        queue.deleted = True
+        del self.queues[queue.name]
+        text = f"queue {queue.name!r} in vhost {self.name!r} deleted"
+        for consumer in list(queue.consumers):
+            consumer.session._cancelled_by_server(consumer, ReplyCode.NOT_FOUND, text)
+        queue.consumers.clear()
+        for exchange, ident in list(queue.bindings):
+            exchange.unbind(ident)
+            if exchange.auto_delete and not exchange.bindings:
+                self._remove_exchange(exchange)
+        queue.bindings.clear()
+        if queue.owner is not None:
+            queue.owner._owned.discard(queue)
+        return queue.purge()
+
+    def purge_queue(self, session: Session, name: str) -> int:
+        return self.queue(session, name).purge()
+
+    def expire(self, now: float) -> None:
+        for queue in list(self.queues.values()):
+            queue.expire(now)
+
+    # --- bindings -----------------------------------------------------------------
+
+    def bind(
+        self,
+        session: Session,
+        queue_name: str,
+        exchange_name: str,
+        key: str,
+        arguments: Mapping[str, Any] | None,
+    ) -> None:
+        if exchange_name == "":
+            raise AccessRefused("operation not permitted on the default exchange")
+        queue = self.queue(session, queue_name)
+        exchange = self.exchange(exchange_name)
+        args = dict(arguments or {})
+        exchange.check_binding(key, args)
+        ident = exchange.bind(queue, key, args)
+        if ident is not None:
+            queue.bindings.add((exchange, ident))
+
+    def unbind(
+        self,
+        session: Session,
+        queue_name: str,
+        exchange_name: str,
+        key: str,
+        arguments: Mapping[str, Any] | None,
+    ) -> None:
+        """Remove a binding; one that does not exist is no error."""
+        if exchange_name == "":
+            raise AccessRefused("operation not permitted on the default exchange")
+        queue = self.queue(session, queue_name)
+        exchange = self.exchange(exchange_name)
+        ident = binding_id(queue, key, arguments or {})
+        if exchange.unbind(ident):
+            queue.bindings.discard((exchange, ident))
+            if exchange.auto_delete and not exchange.bindings:
+                self._remove_exchange(exchange)
+
+    # --- messages -----------------------------------------------------------------
+
+    def publish(self, message: Message, now: float) -> PublishOutcome:
+        properties = message.properties
+        expiration = properties.get("expiration") if properties else None
+        if not message.exchange:  # the default exchange, inlined: the commonest case
+            target = self.queues.get(message.routing_key)
+            if target is None:
+                return PublishOutcome.UNROUTABLE
+            if target.offer(message, now, expiration):
+                return PublishOutcome.ROUTED
+            return PublishOutcome.REJECTED
+        exchange = self.exchanges.get(message.exchange)
+        if exchange is None:
+            raise NotFound(f"no exchange {message.exchange!r} in vhost {self.name!r}")
+        if exchange.internal:
+            raise AccessRefused(
+                f"cannot publish to internal exchange {message.exchange!r} in vhost {self.name!r}"
+            )
+        queues = exchange.route(message)
+        if not queues:
+            return PublishOutcome.UNROUTABLE
+        rejected = False
+        for queue in queues:
+            if not queue.offer(message, now, expiration):
+                rejected = True
+        return PublishOutcome.REJECTED if rejected else PublishOutcome.ROUTED
+
+    def dead_letter(self, message: Message, queue: Queue, reason: str, now: float) -> None:
+        """Republish a message that died in ``queue`` to its dead-letter exchange.
+
+        Dead letters are routed one at a time from a FIFO, so a dead letter that
+        causes another (a full target queue dropping its head) never recurses.
+        A missing dead-letter exchange drops the message.
+        """
+        settings = queue.settings
+        if settings.dead_letter_exchange is None:
+            return
+        copy = dead_letter_copy(
+            message,
+            queue.name,
+            reason,
+            settings.dead_letter_exchange,
+            settings.dead_letter_routing_key,
+        )
+        self._dead_letters.append((copy, now))
+        if self._dead_lettering:
+            return
+        self._dead_lettering = True
+        try:
+            while self._dead_letters:
+                letter, at = self._dead_letters.popleft()
+                exchange = self.exchanges.get(letter.exchange)
+                if exchange is None:
+                    continue
+                for target in exchange.route(letter):
+                    if not is_cycle(letter, target.name):
+                        target.offer(letter, at, None)
+        finally:
+            self._dead_lettering = False
+
+    # --- status -------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "exchanges": [
+                {
+                    "name": ex.name,
+                    "type": ex.kind,
+                    "durable": ex.durable,
+                    "auto_delete": ex.auto_delete,
+                    "internal": ex.internal,
+                    "bindings": [
+                        {"queue": b.queue.name, "key": b.key, "arguments": dict(b.arguments)}
+                        for b in ex.bindings.values()
+                    ],
+                }
+                for ex in self.exchanges.values()
+            ],
+            "queues": [
+                {
+                    "vhost": self.name,
+                    "name": q.name,
+                    "messages": len(q.ready),
+                    "unacked": q.unacked,
+                    "consumers": len(q.consumers),
+                    "durable": q.durable,
+                    "exclusive": q.owner is not None,
+                    "auto_delete": q.auto_delete,
+                    "type": q.settings.queue_type,
+                    "arguments": dict(q.arguments),
+                }
+                for q in self.queues.values()
+            ],
+        }
