@@ -1,0 +1,308 @@
+"""One client's TCP connection: handshake, request loop, pushes, heartbeats.
+
+Three tasks per connection, owned by one nursery: the reader turns whole batches
+of bytes into events and runs them against the broker without a checkpoint per
+message; the writer sends everything queued in one ``send_all``; the watchdog
+sends heartbeats when we are quiet and drops a peer that went silent.
+
+Flow control: when more than ``HIGH_WATER`` bytes wait for a slow client, the
+broker stops pushing to its session (messages stay in their queues or go to other
+consumers) until the writer has drained below ``LOW_WATER``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+import structlog
+import trio
+
+from amqlite.auth import AuthenticatedUser
+from amqlite.broker import Session
+from amqlite.errors import AmqliteError, RemoteProtocolError, ReplyCode
+from amqlite.protocol import NEED_DATA, PROTOCOL_VERSION, Connection, PeerClock, Role
+from amqlite.protocol import events as ev
+
+from .dispatch import RequestDispatcher
+
+if TYPE_CHECKING:
+    from .node import BrokerNode
+
+RECEIVE_SIZE = 256 * 1024
+HIGH_WATER = 4 * 1024 * 1024
+LOW_WATER = 512 * 1024
+HANDSHAKE_TIMEOUT = 10.0
+CLOSE_TIMEOUT = 2.0
+
+log = structlog.get_logger("amqlite.server")
+
+_REQUESTS = frozenset(ev.REQUESTS) - {ev.Hello}
+
+
+class ClientConnection:
+    """Serves one client until it leaves, breaks the protocol, or the server stops."""
+
+    def __init__(self, node: BrokerNode, stream: trio.SocketStream, peer: str, peer_host: str):
+        self.node = node
+        self.stream = stream
+        self.peer = peer
+        self.peer_host = peer_host
+        self.proto = Connection(Role.SERVER, max_frame_size=node.config.server.max_frame_bytes)
+        self.clock = PeerClock(0.0)
+        self.connected_at = trio.current_time()
+        self.user = ""
+        self.vhost = ""
+        self.client_name = ""
+        self.session: Session | None = None
+        self.dispatcher: RequestDispatcher | None = None
+        self._out = bytearray()
+        self._wake = trio.Event()
+        self._closing = False  # no more requests are run; the writer exits once drained
+        self._paused = False
+        self._opened = trio.Event()
+        self._cancel_scope: trio.CancelScope | None = None
+
+    # --- the tasks -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve until done; always releases the session and the socket."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._cancel_scope = nursery.cancel_scope
+                writer_done = trio.Event()
+                nursery.start_soon(self._writer, writer_done)
+                nursery.start_soon(self._watchdog)
+                await self._read_loop()
+                self._closing = True
+                self._wake.set()
+                with trio.move_on_after(CLOSE_TIMEOUT):
+                    await writer_done.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            self._release()
+            with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
+                await self.stream.aclose()
+
+    def _release(self) -> None:
+        if self.session is not None:
+            self.session.close(trio.current_time())
+            self.session = None
+            self.node.pump()
+            log.info("connection_closed", peer=self.peer, user=self.user, vhost=self.vhost)
+
+    async def _writer(self, done: trio.Event) -> None:
+        try:
+            while True:
+                if not self._out:
+                    if self._closing:
+                        return
+                    self._wake = trio.Event()
+                    await self._wake.wait()
+                    continue
+                data, self._out = self._out, bytearray()
+                await self.stream.send_all(data)
+                self.clock.sent(trio.current_time())
+                if self._paused and len(self._out) < LOW_WATER and self.session is not None:
+                    self._paused = False
+                    self.session.set_writable(True)
+                    self.node.pump()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._abort()
+        finally:
+            done.set()
+
+    async def _watchdog(self) -> None:
+        with trio.move_on_at(self.connected_at + HANDSHAKE_TIMEOUT):
+            await self._opened.wait()
+        if not self._opened.is_set():
+            log.warning("handshake_timeout", peer=self.peer)
+            self._abort()
+            return
+        while True:
+            now = trio.current_time()
+            if self.clock.peer_dead(now):
+                log.warning("heartbeat_missed", peer=self.peer, user=self.user)
+                self._abort()
+                return
+            if self.clock.send_due(now):
+                self._send(self.proto.send(ev.Heartbeat()))
+                self.clock.sent(now)
+            await trio.sleep_until(min(self.clock.next_deadline(now), now + 60.0))
+
+    async def _read_loop(self) -> None:
+        proto = self.proto
+        while True:
+            try:
+                data = await self.stream.receive_some(RECEIVE_SIZE)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return
+            now = trio.current_time()
+            self.clock.received(now)
+            proto.receive_data(data)
+            try:
+                keep_going = await self._handle_buffered(now)
+            except RemoteProtocolError as exc:
+                log.warning("protocol_error", peer=self.peer, code=exc.code, text=exc.text)
+                self._send(proto.send(ev.Close(exc.code, exc.text)))
+                return
+            finally:
+                self.node.pump()
+            if not keep_going or not data:
+                return
+
+    async def _handle_buffered(self, now: float) -> bool:
+        """Run every complete request buffered now; False when the connection ends."""
+        proto = self.proto
+        while True:
+            event = proto.next_event()
+            if event is NEED_DATA:
+                return True
+            assert isinstance(event, ev.Event)
+            t = type(event)
+            dispatcher = self.dispatcher
+            if dispatcher is not None and not self._closing and t in _REQUESTS:
+                reply = dispatcher.handle(event, now)
+                if reply is not None:
+                    if type(reply) is ev.Error:
+                        self._log_failure(event, reply)
+                    self._send(proto.send(reply))
+            elif t is ev.EndOfStream or t is ev.CloseOk:
+                return False
+            elif t is ev.Close:
+                self._send(proto.send(ev.CloseOk()))
+                return False
+            elif self._closing or t is ev.Heartbeat:
+                continue  # after our close, drop what the peer sent before it saw it
+            elif isinstance(event, ev.Hello):
+                if not await self._handshake(event):
+                    return False
+            elif isinstance(event, ev.BadRequest):
+                log.info("bad_request", peer=self.peer, code=event.code, text=event.text)
+                self._send(proto.send(ev.Error(event.id, event.code, event.text)))
+
+    def _log_failure(self, event: ev.Event, reply: ev.Event) -> None:
+        assert isinstance(reply, ev.Error)
+        log.info(
+            "request_failed", peer=self.peer, method=event.METHOD, code=reply.code, text=reply.text
+        )
+
+    # --- handshake -----------------------------------------------------------------
+
+    async def _handshake(self, hello: ev.Hello) -> bool:
+        node = self.node
+        refusal: tuple[int, str, str] | None = None
+        if hello.protocol != PROTOCOL_VERSION:
+            text = f"protocol version {hello.protocol} is not supported (use {PROTOCOL_VERSION})"
+            refusal = (ReplyCode.NOT_IMPLEMENTED, text, text)
+        elif len(node.connections) > node.config.server.max_connections:
+            refusal = (ReplyCode.NOT_ALLOWED, "too many connections", "max_connections reached")
+        else:
+            result = await trio.to_thread.run_sync(
+                node.authenticator.authenticate,
+                hello.login,
+                hello.password,
+                hello.vhost,
+                self.peer_host,
+            )
+            if isinstance(result, AuthenticatedUser):
+                return self._open(hello, result)
+            refusal = (result.code, result.text, result.log_reason)
+        code, text, reason = refusal
+        log.warning(
+            "connection_refused",
+            peer=self.peer,
+            login=hello.login,
+            vhost=hello.vhost,
+            code=code,
+            reason=reason,
+        )
+        self._send(self.proto.send(ev.Refused(hello.id, code, text)))
+        return False
+
+    def _open(self, hello: ev.Hello, user: AuthenticatedUser) -> bool:
+        node = self.node
+        try:
+            session = node.broker.open_session(hello.vhost, owner=self)
+        except AmqliteError as exc:
+            self._send(self.proto.send(ev.Refused(hello.id, exc.code, exc.text)))
+            return False
+        self.session = session
+        self.user, self.vhost, self.client_name = user.name, hello.vhost, hello.client
+        self.dispatcher = RequestDispatcher(
+            session, user.name, hello.vhost, user.permissions, node.status
+        )
+        ours, theirs = node.config.server.heartbeat, hello.heartbeat
+        heartbeat = min(ours, theirs) if ours > 0 and theirs > 0 else max(ours, theirs)
+        self.clock = PeerClock(heartbeat)
+        self.clock.start(trio.current_time())
+        self._opened.set()
+        self._send(
+            self.proto.send(
+                ev.Welcome(
+                    hello.id,
+                    server=node.node_id,
+                    version=node.version,
+                    state=node.state,
+                    cluster=node.cluster_addresses,
+                    heartbeat=heartbeat,
+                    max_frame=self.proto.max_frame_size,
+                )
+            )
+        )
+        log.info(
+            "connection_opened",
+            peer=self.peer,
+            user=user.name,
+            vhost=hello.vhost,
+            client=hello.client,
+            heartbeat=heartbeat,
+        )
+        return True
+
+    # --- called by the node ------------------------------------------------------------
+
+    def push(self) -> None:
+        """Encode the deliveries and cancellations the broker has for this session."""
+        session = self.session
+        if session is None:
+            return
+        send_deliver = self.proto.send_deliver
+        out = self._out
+        for d in session.take_deliveries():
+            out += send_deliver(d.ctag, d.dtag, d.redelivered, d.message)
+        for tag, code, text in session.take_cancellations():
+            out += self.proto.send(ev.Cancelled(tag, code, text))
+        if out:
+            self._wake.set()
+            if len(out) > HIGH_WATER and not self._paused:
+                self._paused = True
+                session.set_writable(False)
+
+    def close_from_server(self, code: int, text: str) -> None:
+        """Tell the client we are closing (e.g. 320 at shutdown); run() then ends."""
+        if self._closing:
+            return
+        self._closing = True
+        with contextlib.suppress(AmqliteError):  # not open yet: just drop the connection
+            self._send(self.proto.send(ev.Close(code, text)))
+        self._wake.set()
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "peer": self.peer,
+            "user": self.user,
+            "vhost": self.vhost,
+            "client": self.client_name,
+            "since_s": round(trio.current_time() - self.connected_at, 3),
+        }
+
+    # --- helpers -----------------------------------------------------------------------
+
+    def _send(self, data: bytes) -> None:
+        self._out += data
+        self._wake.set()
+
+    def _abort(self) -> None:
+        if self._cancel_scope is not None:
+            self._cancel_scope.cancel()

@@ -1,0 +1,218 @@
+"""Requests -> broker calls -> replies, for one authenticated client session.
+
+This is the glue between the wire events and the sans-IO broker: it checks the
+user's permissions, calls the broker session and returns the reply event (or
+None when the request gets no reply). It does no I/O, so the connection shell
+can run a whole batch of requests without a checkpoint.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+from amqlite.auth import Permissions
+from amqlite.broker import Message, PublishOutcome, Session
+from amqlite.errors import AccessRefused, AmqliteError, ReplyCode
+from amqlite.protocol import events as ev
+
+DEFAULT_EXCHANGE_RESOURCE = "amq.default"
+
+Reply = ev.Event | None
+
+
+class RequestDispatcher:
+    """Runs one session's requests against the broker with the user's permissions."""
+
+    def __init__(
+        self,
+        session: Session,
+        user: str,
+        vhost: str,
+        permissions: Permissions,
+        status: Callable[[], dict[str, Any]],
+    ) -> None:
+        self.session = session
+        self.user = user
+        self.vhost = vhost
+        self.permissions = permissions
+        self._status = status
+        self._write_ok: dict[str, bool] = {}  # publish permission, per exchange
+        self._handlers: dict[type[ev.Event], Callable[[Any, float], Reply]] = {
+            ev.Publish: self._publish,
+            ev.Ack: self._ack,
+            ev.Nack: self._nack,
+            ev.Reject: self._reject,
+            ev.ExchangeDeclare: self._exchange_declare,
+            ev.ExchangeDelete: self._exchange_delete,
+            ev.QueueDeclare: self._queue_declare,
+            ev.QueueDelete: self._queue_delete,
+            ev.QueuePurge: self._queue_purge,
+            ev.QueueBind: self._queue_bind,
+            ev.QueueUnbind: self._queue_unbind,
+            ev.Consume: self._consume,
+            ev.Cancel: self._cancel,
+            ev.Get: self._get,
+            ev.Status: self._status_request,
+        }
+
+    def handle(self, event: ev.Event, now: float) -> Reply:
+        """The reply to ``event``; broker refusals become ``error`` replies."""
+        handler = self._handlers.get(type(event))
+        if handler is None:
+            rid = getattr(event, "id", None)
+            return ev.Error(rid, ReplyCode.COMMAND_INVALID, f"{event.METHOD!r} is not a request")
+        try:
+            return handler(event, now)
+        except AmqliteError as exc:
+            return ev.Error(getattr(event, "id", None), exc.code, exc.text)
+
+    # --- permissions ---------------------------------------------------------------
+
+    def _check(self, kind: str, what: str, name: str) -> None:
+        resource = name or DEFAULT_EXCHANGE_RESOURCE if what == "exchange" else name
+        if not self.permissions.allows(kind, resource):  # type: ignore[arg-type]
+            raise AccessRefused(
+                f"{kind} access to {what} {name!r} in vhost {self.vhost!r} refused "
+                f"for user {self.user!r}"
+            )
+
+    # --- the hot path ------------------------------------------------------------------
+
+    def _publish(self, p: ev.Publish, now: float) -> Reply:
+        allowed = self._write_ok.get(p.exchange)
+        if allowed is None:
+            resource = p.exchange or DEFAULT_EXCHANGE_RESOURCE
+            allowed = self._write_ok[p.exchange] = self.permissions.allows("write", resource)
+        if not allowed:
+            self._check("write", "exchange", p.exchange)
+        outcome = self.session.publish(
+            Message(p.exchange, p.key, p.body, p.headers, p.props), mandatory=p.mandatory, now=now
+        )
+        if outcome is PublishOutcome.ROUTED:
+            return ev.Ok(p.id) if p.confirm else None
+        if outcome is PublishOutcome.UNROUTABLE:
+            if p.mandatory:
+                return ev.Returned(
+                    p.id,
+                    ReplyCode.NO_ROUTE,
+                    f"no queue bound to exchange {p.exchange!r} matches key {p.key!r}",
+                )
+            return ev.Ok(p.id) if p.confirm else None
+        if p.confirm:
+            return ev.Nacked(
+                p.id,
+                ReplyCode.PRECONDITION_FAILED,
+                "a queue refused the message (x-overflow = reject-publish and it is full)",
+            )
+        return None
+
+    def _ack(self, a: ev.Ack, now: float) -> Reply:
+        self.session.ack(a.dtag, multiple=a.multiple)
+        return None
+
+    def _nack(self, n: ev.Nack, now: float) -> Reply:
+        self.session.nack(n.dtag, multiple=n.multiple, requeue=n.requeue, now=now)
+        return None
+
+    def _reject(self, r: ev.Reject, now: float) -> Reply:
+        self.session.reject(r.dtag, requeue=r.requeue, now=now)
+        return None
+
+    # --- topology --------------------------------------------------------------------
+
+    def _exchange_declare(self, d: ev.ExchangeDeclare, now: float) -> Reply:
+        if not d.passive:
+            self._check("configure", "exchange", d.exchange)
+        self.session.declare_exchange(
+            d.exchange,
+            d.type,
+            durable=d.durable,
+            auto_delete=d.auto_delete,
+            internal=d.internal,
+            passive=d.passive,
+            arguments=d.arguments,
+        )
+        return ev.Ok(d.id)
+
+    def _exchange_delete(self, d: ev.ExchangeDelete, now: float) -> Reply:
+        self._check("configure", "exchange", d.exchange)
+        self.session.delete_exchange(d.exchange, if_unused=d.if_unused)
+        self._write_ok.clear()
+        return ev.Ok(d.id)
+
+    def _queue_declare(self, d: ev.QueueDeclare, now: float) -> Reply:
+        if d.queue and not d.passive:
+            self._check("configure", "queue", d.queue)
+        info = self.session.declare_queue(
+            d.queue,
+            durable=d.durable,
+            exclusive=d.exclusive,
+            auto_delete=d.auto_delete,
+            passive=d.passive,
+            arguments=d.arguments,
+        )
+        return ev.Ok(
+            d.id, {"queue": info.name, "messages": info.messages, "consumers": info.consumers}
+        )
+
+    def _queue_delete(self, d: ev.QueueDelete, now: float) -> Reply:
+        self._check("configure", "queue", d.queue)
+        n = self.session.delete_queue(d.queue, if_unused=d.if_unused, if_empty=d.if_empty)
+        return ev.Ok(d.id, {"messages": n})
+
+    def _queue_purge(self, d: ev.QueuePurge, now: float) -> Reply:
+        self._check("read", "queue", d.queue)
+        return ev.Ok(d.id, {"messages": self.session.purge_queue(d.queue)})
+
+    def _queue_bind(self, b: ev.QueueBind, now: float) -> Reply:
+        self._check("write", "queue", b.queue)
+        self._check("read", "exchange", b.exchange)
+        self.session.bind(b.queue, b.exchange, b.key, b.arguments)
+        return ev.Ok(b.id)
+
+    def _queue_unbind(self, b: ev.QueueUnbind, now: float) -> Reply:
+        self._check("write", "queue", b.queue)
+        self._check("read", "exchange", b.exchange)
+        self.session.unbind(b.queue, b.exchange, b.key, b.arguments)
+        return ev.Ok(b.id)
+
+    # --- consuming -------------------------------------------------------------------
+
+    def _consume(self, c: ev.Consume, now: float) -> Reply:
+        self._check("read", "queue", c.queue)
+        tag = self.session.consume(
+            c.queue,
+            tag=c.tag,
+            prefetch=c.prefetch,
+            no_ack=c.no_ack,
+            exclusive=c.exclusive,
+            arguments=c.arguments,
+            now=now,
+        )
+        return ev.Ok(c.id, {"tag": tag})
+
+    def _cancel(self, c: ev.Cancel, now: float) -> Reply:
+        self.session.cancel(c.tag)
+        return ev.Ok(c.id)
+
+    def _get(self, g: ev.Get, now: float) -> Reply:
+        self._check("read", "queue", g.queue)
+        got = self.session.get(g.queue, no_ack=g.no_ack, now=now)
+        if got is None:
+            return ev.GetEmpty(g.id)
+        delivery, remaining = got
+        m = delivery.message
+        return ev.GetOk(
+            g.id,
+            delivery.dtag,
+            m.exchange,
+            m.routing_key,
+            m.body,
+            m.headers,
+            m.properties,
+            delivery.redelivered,
+            remaining,
+            delivery.queue,
+        )
+
+    def _status_request(self, s: ev.Status, now: float) -> Reply:
+        return ev.Ok(s.id, self._status())

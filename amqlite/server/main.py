@@ -1,0 +1,92 @@
+"""``amqlite server``: flags, config, logging, signals -> a running node."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from typing import Any
+
+import structlog
+import trio
+
+from amqlite.config import Config, load_config
+from amqlite.errors import ConfigError
+from amqlite.log import configure_logging
+
+from .node import BrokerNode
+
+log = structlog.get_logger("amqlite.server")
+
+EPILOG = """\
+examples:
+  amqlite server                          # 127.0.0.1:5555, vhost "/", guest/guest from loopback
+  amqlite server --config configs/amq_server.toml --port 5556
+  amqlite server --host 0.0.0.0 --log-format json
+
+Flags override the TOML file given by --config. SIGINT/SIGTERM stop the server
+gracefully: it stops accepting, closes clients with code 320 and exits 0.
+"""
+
+
+def add_server_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Run an amqlite broker."
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--config", "-c", metavar="FILE", help="TOML config file")
+    parser.add_argument("--host", help="listen address (default 127.0.0.1)")
+    parser.add_argument("--port", "-p", type=int, help="listen port (default 5555; 0 = any)")
+    parser.add_argument("--data-dir", metavar="DIR", help="where the node keeps its data")
+    parser.add_argument("--node-id", help="node name shown in status (default host:port)")
+    parser.add_argument(
+        "--log-format", choices=("console", "json"), help="log as text (default) or JSON lines"
+    )
+    parser.add_argument(
+        "--log-level", choices=("debug", "info", "warning", "error"), help="default info"
+    )
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    pairs = {
+        "server.host": args.host,
+        "server.port": args.port,
+        "server.data_dir": args.data_dir,
+        "server.node_id": args.node_id,
+        "log.format": args.log_format,
+        "log.level": args.log_level,
+    }
+    return {k: v for k, v in pairs.items() if v is not None}
+
+
+def run_server(args: argparse.Namespace) -> int:
+    """Entry point of ``amqlite server``; returns the exit status."""
+    try:
+        config = load_config(args.config, _overrides(args))
+    except ConfigError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    configure_logging(config.log.format, config.log.level)
+    try:
+        trio.run(_serve_until_signalled, config)
+    except OSError as exc:
+        cfg = config.server
+        print(f"amqlite: error: cannot listen on {cfg.host}:{cfg.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _serve_until_signalled(config: Config) -> None:
+    node = BrokerNode(config)
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(node.run)
+
+            async def stop_on_signal() -> None:
+                async for signum in signals:
+                    log.info("signal_received", signal=signal.Signals(signum).name)
+                    node.stop()
+                    return
+
+            nursery.start_soon(stop_on_signal)
+            await node.stopped.wait()
+            nursery.cancel_scope.cancel()

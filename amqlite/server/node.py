@@ -1,0 +1,152 @@
+"""A broker node: the listener, its client connections and the broker they share."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import structlog
+import trio
+
+import amqlite
+from amqlite.auth import Authenticator
+from amqlite.broker import Broker
+from amqlite.config import Config
+from amqlite.errors import ReplyCode
+
+from .connection import ClientConnection
+
+TICK_INTERVAL = 0.1  # seconds between TTL sweeps
+SHUTDOWN_GRACE = 5.0
+
+log = structlog.get_logger("amqlite.server")
+
+
+class BrokerNode:
+    """Owns the broker, accepts clients, and shuts down gracefully on request."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.version = amqlite.__version__
+        self.state = "standalone"
+        self.cluster_addresses: list[str] = []
+        self.authenticator = Authenticator(config.users, config.server.vhosts)
+        self.connections: set[ClientConnection] = set()
+        self.node_id = config.server.node_id
+        self.port = 0
+        self.broker: Broker = Broker(vhosts=config.server.vhosts, node_id=self.node_id)
+        self._started_at = 0.0
+        self._started_wall = time.time()
+        self._stop = trio.Event()
+        self._no_connections = trio.Event()
+        self.stopped = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen and serve until :meth:`stop` (graceful) or cancellation (abrupt)."""
+        cfg = self.config.server
+        listeners = await trio.open_tcp_listeners(cfg.port, host=cfg.host)
+        self.port = listeners[0].socket.getsockname()[1]
+        if not self.node_id:
+            self.node_id = cfg.effective_node_id(self.port)
+            self.broker = Broker(vhosts=cfg.vhosts, node_id=self.node_id)
+        self._started_at = trio.current_time()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._ticker)
+                async with trio.open_nursery() as accept_nursery:
+                    for listener in listeners:
+                        accept_nursery.start_soon(self._accept_loop, listener, nursery)
+                    log.info(
+                        "server_listening",
+                        host=cfg.host,
+                        port=self.port,
+                        node_id=self.node_id,
+                        vhosts=list(cfg.vhosts),
+                    )
+                    task_status.started(self.port)
+                    await self._stop.wait()
+                    accept_nursery.cancel_scope.cancel()
+                await self._close_connections()
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                for listener in listeners:
+                    await listener.aclose()
+            self.stopped.set()
+        log.info("server_stopped", node_id=self.node_id)
+
+    def stop(self) -> None:
+        """Begin a graceful shutdown: stop accepting, close clients with 320."""
+        self._stop.set()
+
+    async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:  # e.g. EMFILE: back off rather than spin
+                log.error("accept_failed", error=str(exc))
+                await trio.sleep(0.1)
+                continue
+            nursery.start_soon(self._serve_client, stream)
+
+    async def _serve_client(self, stream: trio.SocketStream) -> None:
+        try:
+            host, port = stream.socket.getpeername()[:2]
+        except OSError:
+            await stream.aclose()
+            return
+        peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        conn = ClientConnection(self, stream, peer, host)
+        self.connections.add(conn)
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+            if not self.connections:
+                self._no_connections.set()
+
+    async def _close_connections(self) -> None:
+        if not self.connections:
+            return
+        log.info("server_stopping", connections=len(self.connections))
+        self._no_connections = trio.Event()
+        for conn in list(self.connections):
+            conn.close_from_server(ReplyCode.CONNECTION_FORCED, "server shutting down")
+        with trio.move_on_after(SHUTDOWN_GRACE):
+            await self._no_connections.wait()
+
+    async def _ticker(self) -> None:
+        while True:
+            await trio.sleep(TICK_INTERVAL)
+            self.broker.tick(trio.current_time())
+            self.pump()
+
+    def pump(self) -> None:
+        """Hand the broker's pending pushes to the connections that own them."""
+        for session in self.broker.take_ready():
+            owner = session.owner
+            if isinstance(owner, ClientConnection):
+                owner.push()
+
+    def status(self) -> dict[str, Any]:
+        status = self.broker.status()
+        status.update(
+            {
+                "node_id": self.node_id,
+                "version": self.version,
+                "uptime_s": round(trio.current_time() - self._started_at, 3),
+                "started_at": self._started_wall,
+                "state": self.state,
+                "listen": f"{self.config.server.host}:{self.port}",
+                "data_dir": self.config.server.data_dir,
+                "connections": [c.info() for c in self.connections if c.session is not None],
+            }
+        )
+        return status
+
+
+async def serve(
+    config: Config, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Run a broker node until cancelled; ``task_status.started(port)`` once listening."""
+    await BrokerNode(config).run(task_status=task_status)

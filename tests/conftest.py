@@ -1,0 +1,21 @@
+"""Shared fixtures: a broker served in-process on 127.0.0.1, port 0."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+import trio
+
+from amqlite.config import load_config
+from amqlite.server import BrokerNode
+
+
+@pytest.fixture
+async def node(nursery: trio.Nursery) -> AsyncIterator[BrokerNode]:
+    """A running broker node (guest/guest, vhost "/") on a free loopback port."""
+    config = load_config(overrides={"server.host": "127.0.0.1", "server.port": 0})
+    broker_node = BrokerNode(config)
+    await nursery.start(broker_node.run)
+    yield broker_node
+    broker_node.stop()

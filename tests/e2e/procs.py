@@ -1,0 +1,71 @@
+"""Real broker processes for end-to-end tests (loopback only, port 0)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+import trio
+
+
+@dataclass
+class ServerProcess:
+    proc: trio.Process
+    port: int
+    log_lines: list[dict[str, object]] = field(default_factory=list)
+    _buffer: bytes = b""
+
+    async def read_log_until(self, event: str, deadline_s: float = 10.0) -> dict[str, object]:
+        """Read JSON log lines from stderr until one has ``event``; returns it."""
+        assert self.proc.stderr is not None
+        with trio.fail_after(deadline_s):
+            while True:
+                while b"\n" in self._buffer:
+                    line, self._buffer = self._buffer.split(b"\n", 1)
+                    try:
+                        record = json.loads(line)
+                    except ValueError:
+                        continue
+                    self.log_lines.append(record)
+                    if record.get("event") == event:
+                        return record
+                chunk = await self.proc.stderr.receive_some(65536)
+                if not chunk:
+                    raise EOFError(f"server exited before logging {event!r}")
+                self._buffer += chunk
+
+
+def amqlite_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "amqlite", *args]
+
+
+async def start_server(*args: str) -> ServerProcess:
+    """Start ``amqlite server --port 0`` (plus args) and wait until it listens."""
+    proc = await trio.lowlevel.open_process(
+        amqlite_argv("server", "--host", "127.0.0.1", "--port", "0", "--log-format", "json", *args),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    server = ServerProcess(proc, 0)
+    record = await server.read_log_until("server_listening")
+    server.port = int(record["port"])  # type: ignore[arg-type]
+    return server
+
+
+def run_cli(
+    *args: str, input: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run the ``amqlite`` command line in a subprocess."""
+    return subprocess.run(
+        amqlite_argv(*args),
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

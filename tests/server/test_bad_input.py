@@ -1,0 +1,212 @@
+"""Bad input against a running server: each bad connection gets a clear error (or is
+closed with one), while every other client keeps working and nothing accepted is lost."""
+
+from __future__ import annotations
+
+import cbor2
+import pytest
+import trio
+
+from amqlite.errors import ReplyCode
+from amqlite.protocol import events as ev
+from amqlite.server import BrokerNode
+
+from .rawclient import RawClient, read_raw_until_closed
+
+
+def frame(obj: object) -> bytes:
+    payload = cbor2.dumps(obj)
+    return len(payload).to_bytes(4, "big") + payload
+
+
+async def open_client(node: BrokerNode) -> RawClient:
+    client = await RawClient.connect(node.port)
+    welcome = await client.handshake()
+    assert isinstance(welcome, ev.Welcome), welcome
+    return client
+
+
+HARD_ERRORS = [
+    pytest.param(
+        b"\x00\x00\x00\x05\xff\xff\xff\xff\xff", ReplyCode.FRAME_ERROR, "CBOR", id="garbage-cbor"
+    ),
+    pytest.param(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", ReplyCode.FRAME_ERROR, "HTTP", id="http"),
+    pytest.param(b"AMQP\x00\x00\x09\x01", ReplyCode.FRAME_ERROR, "AMQP", id="amqp-header"),
+    pytest.param(
+        b"\x7f\xff\xff\xff" + b"x" * 16, ReplyCode.FRAME_ERROR, "exceeds", id="huge-length"
+    ),
+    pytest.param(frame([1, 2, 3]), ReplyCode.FRAME_ERROR, "map", id="not-a-map"),
+    pytest.param(frame({"m": 7}), ReplyCode.SYNTAX_ERROR, "method", id="ill-typed-method"),
+    pytest.param(
+        frame({"m": "queue.declare", "id": 1, "queue": "q"}),
+        ReplyCode.UNEXPECTED_FRAME,
+        "hello",
+        id="request-before-handshake",
+    ),
+    pytest.param(
+        frame({"m": "deliver", "ctag": "x"}),
+        ReplyCode.COMMAND_INVALID,
+        "server",
+        id="server-method",
+    ),
+]
+
+
+@pytest.mark.parametrize(("data", "code", "fragment"), HARD_ERRORS)
+async def test_hard_error_closes_only_that_connection(
+    node: BrokerNode, data: bytes, code: int, fragment: str
+) -> None:
+    bystander = await open_client(node)
+    declared = await bystander.request(ev.QueueDeclare, queue="bystander")
+    assert isinstance(declared, ev.Ok)
+
+    bad = await trio.open_tcp_stream("127.0.0.1", node.port)
+    await bad.send_all(data)
+    with trio.fail_after(5):
+        raw = await read_raw_until_closed(bad)
+    client_proto = RawClient(bad).proto
+    client_proto.receive_data(raw)
+    close = client_proto.next_event()
+    assert isinstance(close, ev.Close), close
+    assert close.code == code
+    assert fragment in close.text
+
+    published = await bystander.request(
+        ev.Publish, exchange="", key="bystander", body=b"still here", confirm=True
+    )
+    assert isinstance(published, ev.Ok)
+    got = await bystander.request(ev.Get, queue="bystander", no_ack=True)
+    assert isinstance(got, ev.GetOk)
+    assert got.body == b"still here"
+
+
+async def test_truncated_frame_then_eof(node: BrokerNode) -> None:
+    bad = await trio.open_tcp_stream("127.0.0.1", node.port)
+    await bad.send_all(b"\x00\x00\x01\x00" + b"\xa1" * 10)
+    await bad.send_eof()
+    with trio.fail_after(5):
+        raw = await read_raw_until_closed(bad)
+    proto = RawClient(bad).proto
+    proto.receive_data(raw)
+    close = proto.next_event()
+    assert isinstance(close, ev.Close)
+    assert close.code == ReplyCode.FRAME_ERROR
+
+
+SOFT_ERRORS = [
+    pytest.param(
+        {"m": "no.such.method"}, ReplyCode.NOT_IMPLEMENTED, "unknown method", id="unknown-method"
+    ),
+    pytest.param(
+        {"m": "publish", "exchange": "", "key": "q", "body": "text, not bytes"},
+        ReplyCode.SYNTAX_ERROR,
+        "body",
+        id="ill-typed-body",
+    ),
+    pytest.param(
+        {"m": "publish", "exchange": "", "key": "q", "body": b"x", "props": {"colour": "red"}},
+        ReplyCode.SYNTAX_ERROR,
+        "colour",
+        id="unknown-property",
+    ),
+    pytest.param({"m": "queue.declare"}, ReplyCode.SYNTAX_ERROR, "", id="missing-fields-ok"),
+    pytest.param(
+        {"m": "queue.bind", "queue": "q"}, ReplyCode.SYNTAX_ERROR, "exchange", id="missing-field"
+    ),
+]
+
+
+@pytest.mark.parametrize(("fields", "code", "fragment"), SOFT_ERRORS)
+async def test_soft_error_fails_one_request(
+    node: BrokerNode, fields: dict[str, object], code: int, fragment: str
+) -> None:
+    client = await open_client(node)
+    rid = client.next_id()
+    await client.send_raw(frame({**fields, "id": rid}))
+    reply = await client.receive()
+    if fields == {"m": "queue.declare"}:
+        # every queue.declare field has a default: a server-named queue is fine
+        assert isinstance(reply, ev.Ok)
+        assert reply.info["queue"].startswith("amq.gen")
+        return
+    assert isinstance(reply, ev.Error), reply
+    assert reply.re == rid
+    assert reply.code == code
+    assert fragment in reply.text
+    # the connection still works
+    ok = await client.request(ev.QueueDeclare, queue="after-error")
+    assert isinstance(ok, ev.Ok)
+
+
+async def test_publish_to_missing_exchange_is_404_on_that_request(node: BrokerNode) -> None:
+    client = await open_client(node)
+    reply = await client.request(ev.Publish, exchange="nope", key="k", body=b"x")
+    assert isinstance(reply, ev.Error)
+    assert reply.code == ReplyCode.NOT_FOUND
+    assert "nope" in reply.text
+    ok = await client.request(ev.ExchangeDeclare, exchange="nope", type="fanout")
+    assert isinstance(ok, ev.Ok)
+
+
+async def test_redeclare_with_other_properties_is_406(node: BrokerNode) -> None:
+    client = await open_client(node)
+    assert isinstance(await client.request(ev.QueueDeclare, queue="q1"), ev.Ok)
+    reply = await client.request(ev.QueueDeclare, queue="q1", auto_delete=True)
+    assert isinstance(reply, ev.Error)
+    assert reply.code == ReplyCode.PRECONDITION_FAILED
+    assert isinstance(await client.request(ev.ExchangeDeclare, exchange="x1", type="topic"), ev.Ok)
+    reply = await client.request(ev.ExchangeDeclare, exchange="x1", type="direct")
+    assert isinstance(reply, ev.Error)
+    assert reply.code == ReplyCode.PRECONDITION_FAILED
+
+
+async def test_wrong_password_is_refused_with_403(node: BrokerNode) -> None:
+    client = await RawClient.connect(node.port)
+    reply = await client.handshake(password="wrong")
+    assert isinstance(reply, ev.Refused)
+    assert reply.code == ReplyCode.ACCESS_REFUSED
+    assert "wrong" not in reply.text
+    with trio.fail_after(5):
+        assert isinstance(await client.receive(), ev.EndOfStream)
+
+
+async def test_accepted_messages_survive_a_misbehaving_neighbour(node: BrokerNode) -> None:
+    """Confirmed messages stay queued while other connections break the protocol."""
+    producer = await open_client(node)
+    assert isinstance(await producer.request(ev.QueueDeclare, queue="keep"), ev.Ok)
+    sent = 0
+    for round_ in range(5):
+        for i in range(20):
+            body = f"{round_}-{i}".encode()
+            assert isinstance(
+                await producer.request(
+                    ev.Publish, exchange="", key="keep", body=body, confirm=True
+                ),
+                ev.Ok,
+            )
+            sent += 1
+        vandal = await trio.open_tcp_stream("127.0.0.1", node.port)
+        await vandal.send_all(b"\xde\xad\xbe\xef" * 8)
+        with trio.fail_after(5):
+            await read_raw_until_closed(vandal)
+    declared = await producer.request(ev.QueueDeclare, queue="keep", passive=True)
+    assert isinstance(declared, ev.Ok)
+    assert declared.info["messages"] == sent
+    seen = set()
+    for _ in range(sent):
+        got = await producer.request(ev.Get, queue="keep", no_ack=True)
+        assert isinstance(got, ev.GetOk)
+        seen.add(got.body)
+    assert len(seen) == sent
+
+
+async def test_shutdown_closes_clients_with_320(node: BrokerNode) -> None:
+    client = await open_client(node)
+    node.stop()
+    with trio.fail_after(5):
+        event = await client.receive_until(ev.Close)
+    assert isinstance(event, ev.Close)
+    assert event.code == ReplyCode.CONNECTION_FORCED
+    await client.send(ev.CloseOk())
+    with trio.fail_after(5):
+        await node.stopped.wait()
