@@ -210,3 +210,50 @@ async def test_shutdown_closes_clients_with_320(node: BrokerNode) -> None:
     await client.send(ev.CloseOk())
     with trio.fail_after(5):
         await node.stopped.wait()
+
+
+async def test_permissions_are_enforced_with_403(nursery: trio.Nursery) -> None:
+    from dataclasses import replace
+
+    from amqlite.auth import hash_password
+    from amqlite.config import UserConfig, VhostPermissions, load_config
+
+    own = r"^own\."
+    user = UserConfig(
+        name="app",
+        password_hash=hash_password("s3cret", n=16),
+        permissions=(VhostPermissions("/", configure=own, write=own, read=own),),
+    )
+    config = replace(load_config(overrides={"server.port": 0}), users=(user,))
+    limited = BrokerNode(config)
+    await nursery.start(limited.run)
+    try:
+        guest = await RawClient.connect(limited.port)
+        refused = await guest.handshake()  # guest no longer exists once users are configured
+        assert isinstance(refused, ev.Refused)
+        assert refused.code == ReplyCode.ACCESS_REFUSED
+
+        client = await RawClient.connect(limited.port)
+        assert isinstance(await client.handshake(login="app", password="s3cret"), ev.Welcome)
+        assert isinstance(await client.request(ev.QueueDeclare, queue="own.q"), ev.Ok)
+        for make, fields in [
+            (ev.QueueDeclare, {"queue": "other.q"}),
+            (ev.ExchangeDeclare, {"exchange": "other.x", "type": "fanout"}),
+            (ev.Publish, {"exchange": "amq.fanout", "key": "", "body": b"x"}),
+            (ev.QueueBind, {"queue": "own.q", "exchange": "amq.fanout"}),
+            (ev.Get, {"queue": "other.q"}),
+        ]:
+            reply = await client.request(make, **fields)
+            assert isinstance(reply, ev.Error), (make, reply)
+            assert reply.code == ReplyCode.ACCESS_REFUSED
+            assert "refused" in reply.text
+        assert isinstance(
+            await client.request(ev.ExchangeDeclare, exchange="own.x", type="fanout"), ev.Ok
+        )
+        assert isinstance(
+            await client.request(ev.QueueBind, queue="own.q", exchange="own.x"), ev.Ok
+        )
+        ok = await client.request(ev.Publish, exchange="own.x", key="", body=b"y", confirm=True)
+        assert isinstance(ok, ev.Ok)
+    finally:
+        limited.stop()
