@@ -9,6 +9,8 @@ can run a whole batch of requests without a checkpoint.
 from collections.abc import Callable
 from typing import Any
 
+import structlog
+
 from amqlite.auth import Permissions
 from amqlite.broker import Message, PublishOutcome, Session
 from amqlite.errors import AccessRefused, AmqliteError, ReplyCode
@@ -17,6 +19,8 @@ from amqlite.protocol import events as ev
 DEFAULT_EXCHANGE_RESOURCE = "amq.default"
 
 Reply = ev.Event | None
+
+log = structlog.get_logger("amqlite.server")
 
 
 class RequestDispatcher:
@@ -131,12 +135,18 @@ class RequestDispatcher:
             passive=d.passive,
             arguments=d.arguments,
         )
+        if not d.passive:
+            self._log("exchange_declared", exchange=d.exchange, type=d.type, durable=d.durable)
         return ev.Ok(d.id)
+
+    def _log(self, event: str, **fields: Any) -> None:
+        log.info(event, user=self.user, vhost=self.vhost, **fields)
 
     def _exchange_delete(self, d: ev.ExchangeDelete, now: float) -> Reply:
         self._check("configure", "exchange", d.exchange)
         self.session.delete_exchange(d.exchange, if_unused=d.if_unused)
         self._write_ok.clear()
+        self._log("exchange_deleted", exchange=d.exchange)
         return ev.Ok(d.id)
 
     def _queue_declare(self, d: ev.QueueDeclare, now: float) -> Reply:
@@ -150,6 +160,8 @@ class RequestDispatcher:
             passive=d.passive,
             arguments=d.arguments,
         )
+        if not d.passive:
+            self._log("queue_declared", queue=info.name, durable=d.durable, exclusive=d.exclusive)
         return ev.Ok(
             d.id, {"queue": info.name, "messages": info.messages, "consumers": info.consumers}
         )
@@ -157,6 +169,7 @@ class RequestDispatcher:
     def _queue_delete(self, d: ev.QueueDelete, now: float) -> Reply:
         self._check("configure", "queue", d.queue)
         n = self.session.delete_queue(d.queue, if_unused=d.if_unused, if_empty=d.if_empty)
+        self._log("queue_deleted", queue=d.queue, messages=n)
         return ev.Ok(d.id, {"messages": n})
 
     def _queue_purge(self, d: ev.QueuePurge, now: float) -> Reply:
@@ -167,12 +180,14 @@ class RequestDispatcher:
         self._check("write", "queue", b.queue)
         self._check("read", "exchange", b.exchange)
         self.session.bind(b.queue, b.exchange, b.key, b.arguments)
+        self._log("queue_bound", queue=b.queue, exchange=b.exchange, key=b.key)
         return ev.Ok(b.id)
 
     def _queue_unbind(self, b: ev.QueueUnbind, now: float) -> Reply:
         self._check("write", "queue", b.queue)
         self._check("read", "exchange", b.exchange)
         self.session.unbind(b.queue, b.exchange, b.key, b.arguments)
+        self._log("queue_unbound", queue=b.queue, exchange=b.exchange, key=b.key)
         return ev.Ok(b.id)
 
     # --- consuming -------------------------------------------------------------------
