@@ -191,19 +191,10 @@ class Connection:
         return event
 
     def events(self) -> list[ev.Event]:
-        """Every complete event buffered now (empty when more data is needed).
-
-        Events decoded before a protocol error are returned first; the error is
-        raised by the next call (errors are sticky).
-        """
+        """Every complete event buffered now (empty when more data is needed)."""
         out: list[ev.Event] = []
         while True:
-            try:
-                event = self.next_event()
-            except RemoteProtocolError:
-                if out:
-                    return out
-                raise
+            event = self.next_event()
             if event is NEED_DATA:
                 return out
             assert isinstance(event, ev.Event)

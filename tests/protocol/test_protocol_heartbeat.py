@@ -1,0 +1,112 @@
+"""PeerClock: heartbeats due after one quiet interval, the peer dead after
+``misses`` silent intervals; time only ever comes in as ``now``."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from amqlite.protocol import PeerClock
+
+
+def test_send_due_after_one_quiet_interval() -> None:
+    clock = PeerClock(interval=10.0)
+    clock.start(100.0)
+    assert not clock.send_due(100.0)
+    assert not clock.send_due(109.999)
+    assert clock.send_due(110.0)
+    assert clock.send_due(500.0)
+
+
+def test_sending_anything_restarts_the_quiet_interval() -> None:
+    clock = PeerClock(interval=10.0)
+    clock.start(100.0)
+    clock.sent(108.0)
+    assert not clock.send_due(110.0)
+    assert not clock.send_due(117.9)
+    assert clock.send_due(118.0)
+
+
+def test_receiving_does_not_make_a_heartbeat_unnecessary() -> None:
+    clock = PeerClock(interval=10.0)
+    clock.start(100.0)
+    clock.received(109.0)
+    assert clock.send_due(110.0)
+
+
+def test_peer_dead_after_three_silent_intervals_by_default() -> None:
+    clock = PeerClock(interval=10.0)
+    assert clock.misses == 3
+    clock.start(100.0)
+    assert not clock.peer_dead(129.999)
+    assert clock.peer_dead(130.0)
+
+
+def test_any_frame_from_the_peer_keeps_it_alive() -> None:
+    clock = PeerClock(interval=10.0)
+    clock.start(100.0)
+    clock.received(125.0)
+    assert not clock.peer_dead(130.0)
+    assert not clock.peer_dead(154.999)
+    assert clock.peer_dead(155.0)
+
+
+def test_sending_does_not_keep_the_peer_alive() -> None:
+    clock = PeerClock(interval=10.0)
+    clock.start(100.0)
+    for t in range(101, 131):
+        clock.sent(float(t))
+    assert clock.peer_dead(130.0)
+
+
+@pytest.mark.parametrize("misses", [1, 2, 5])
+def test_misses_is_configurable(misses: int) -> None:
+    clock = PeerClock(interval=2.0, misses=misses)
+    clock.start(0.0)
+    assert not clock.peer_dead(2.0 * misses - 0.001)
+    assert clock.peer_dead(2.0 * misses)
+
+
+def test_next_deadline_is_the_earlier_of_send_and_death() -> None:
+    clock = PeerClock(interval=10.0)
+    clock.start(100.0)
+    assert clock.next_deadline(100.0) == 110.0  # our heartbeat first
+    clock.sent(125.0)
+    assert clock.next_deadline(125.0) == 130.0  # the peer's death first
+    clock.received(126.0)
+    assert clock.next_deadline(126.0) == 135.0
+    # the deadline depends on the recorded times, not on ``now``
+    assert clock.next_deadline(0.0) == clock.next_deadline(1000.0) == 135.0
+
+
+def test_next_deadline_is_when_the_answers_change() -> None:
+    clock = PeerClock(interval=5.0)
+    clock.start(0.0)
+    clock.sent(3.0)
+    clock.received(4.0)
+    deadline = clock.next_deadline(4.0)
+    assert deadline == 8.0
+    assert not clock.send_due(deadline - 0.001) and clock.send_due(deadline)
+    clock.sent(deadline)
+    deadline = clock.next_deadline(deadline)
+    assert deadline == 13.0
+    clock.sent(13.0)
+    assert clock.next_deadline(13.0) == 18.0
+    clock.sent(18.0)
+    assert clock.next_deadline(18.0) == 19.0  # 4.0 + 3 * 5.0
+    assert not clock.peer_dead(18.999) and clock.peer_dead(19.0)
+
+
+@pytest.mark.parametrize("interval", [0.0, -1.0])
+def test_disabled_clock_never_fires(interval: float) -> None:
+    clock = PeerClock(interval=interval)
+    clock.start(0.0)
+    assert not clock.enabled
+    assert not clock.send_due(1e12)
+    assert not clock.peer_dead(1e12)
+    assert math.isinf(clock.next_deadline(0.0))
+
+
+def test_enabled_with_a_positive_interval() -> None:
+    assert PeerClock(interval=0.2).enabled

@@ -1,0 +1,166 @@
+"""The sans-IO core never does I/O, reads the clock or logs (DESIGN.md section 1).
+
+Two checks per package: its source never imports a forbidden module (read with
+``ast``, so an import inside a function or under ``if TYPE_CHECKING`` counts too),
+and importing every one of its modules in a fresh interpreter pulls in no
+forbidden module that the interpreter had not already loaded at start-up.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SANS_IO = ("protocol", "broker", "ha", "peering")
+FORBIDDEN = frozenset(
+    {"trio", "socket", "asyncio", "time", "logging", "structlog", "selectors", "threading"}
+)
+
+
+def _sources(package: str) -> list[Path]:
+    return sorted((ROOT / "amqlite" / package).rglob("*.py"))
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _resolve(path: Path, level: int, module: str | None) -> str:
+    """The absolute module a (possibly relative) ``from`` import names."""
+    if level == 0:
+        return module or ""
+    package = _module_name(path).split(".")
+    if path.name != "__init__.py":
+        package.pop()  # a module's own package
+    base = package[: len(package) - (level - 1)]
+    return ".".join([*base, module] if module else base)
+
+
+def forbidden_imports(source: str, path: Path) -> list[str]:
+    """``file:line: name`` for every import of a forbidden module in ``source``,
+    the text of ``path`` (which places relative imports)."""
+    tree = ast.parse(source, filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(path, node.level, node.module)
+            # ``from . import x`` / ``from pkg import x`` may import a module ``x``
+            names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Call) and _is_dynamic_import(node):
+            arg = node.args[0]
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                names = [arg.value]
+        if any(name.split(".")[0] in FORBIDDEN for name in names):
+            line = getattr(node, "lineno", 0)
+            found.append(f"{path.relative_to(ROOT)}:{line}: {ast.unparse(node)}")
+    return found
+
+
+def _is_dynamic_import(node: ast.Call) -> bool:
+    func = node.func
+    if isinstance(func, ast.Name):
+        name = func.id
+    elif isinstance(func, ast.Attribute):
+        name = func.attr
+    else:
+        return False
+    return name in ("__import__", "import_module") and bool(node.args)
+
+
+# --- the checker itself ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "bad"),
+    [
+        ("import trio\n", True),
+        ("import os, socket\n", True),
+        ("import logging.handlers\n", True),
+        ("from time import monotonic\n", True),
+        ("from asyncio import sleep as s\n", True),
+        ("def f():\n    import structlog\n", True),
+        ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import trio\n", True),
+        ("import importlib\nimportlib.import_module('threading')\n", True),
+        ("__import__('selectors')\n", True),
+        ("import os\nfrom dataclasses import dataclass\nimport cbor2\n", False),
+        ("from . import events\nfrom .codec import frame\nfrom .. import errors\n", False),
+        ("import timeit\nfrom mytime import x\nimport trio_like\n", False),
+        ("x = 'import trio'\n", False),
+    ],
+)
+def test_checker_spots_forbidden_imports(source: str, bad: bool) -> None:
+    where = ROOT / "amqlite" / "protocol" / "probe.py"
+    assert bool(forbidden_imports(source, where)) is bad
+
+
+def test_relative_imports_resolve_inside_the_package() -> None:
+    init = ROOT / "amqlite" / "protocol" / "__init__.py"
+    module = ROOT / "amqlite" / "protocol" / "codec.py"
+    assert _resolve(init, 1, "codec") == "amqlite.protocol.codec"
+    assert _resolve(module, 1, "events") == "amqlite.protocol.events"
+    assert _resolve(module, 2, "errors") == "amqlite.errors"
+    assert _resolve(module, 1, None) == "amqlite.protocol"
+
+
+# --- the packages ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("package", SANS_IO)
+def test_sources_import_nothing_forbidden(package: str) -> None:
+    sources = _sources(package)
+    assert sources, f"amqlite/{package} has no Python files"
+    found = [hit for p in sources for hit in forbidden_imports(p.read_text("utf-8"), p)]
+    assert found == []
+
+
+_PROBE = r"""
+import importlib, json, sys, types
+root, modules = sys.argv[1], json.loads(sys.argv[2])
+at_start = set(sys.modules)
+# Load the amqlite package without running amqlite/__init__.py: the public API may
+# re-export the trio shells, and that is not the sans-IO package's doing.
+pkg = types.ModuleType("amqlite")
+pkg.__path__ = [root + "/amqlite"]
+sys.modules["amqlite"] = pkg
+gained = {}
+for name in modules:
+    before = set(sys.modules)
+    importlib.import_module(name)
+    gained[name] = sorted(set(sys.modules) - before)
+print(json.dumps({"at_start": sorted(at_start), "gained": gained}))
+"""
+
+
+@pytest.mark.parametrize("package", SANS_IO)
+def test_importing_pulls_in_nothing_forbidden(package: str) -> None:
+    modules = [_module_name(p) for p in _sources(package)]
+    result = subprocess.run(
+        [sys.executable, "-c", _PROBE, str(ROOT), json.dumps(modules)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    at_start = set(report["at_start"])
+    offenders = {
+        module: bad
+        for module, gained in report["gained"].items()
+        if (bad := [m for m in gained if m.split(".")[0] in FORBIDDEN and m not in at_start])
+    }
+    assert offenders == {}
+    # the probe really imported the package
+    assert f"amqlite.{package}" in {m for g in report["gained"].values() for m in g}
