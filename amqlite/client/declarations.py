@@ -1,0 +1,113 @@
+"""Exchange, queue and binding requests, and ``status``: the topology half of a
+:class:`~amqlite.client.Connection` (mixed into it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amqlite.protocol import events as ev
+
+from .delivery import QueueInfo
+from .replies import ReplyHook
+
+
+class Declarations:
+    """Requests that shape the broker. Successful declarations and bindings are
+    kept in order in ``_topology`` so a reconnect can replay them."""
+
+    _topology: list[ev.Event]
+
+    def _new_id(self) -> int:  # pragma: no cover - provided by Connection
+        raise NotImplementedError
+
+    async def _call(
+        self, event: Any, hook: ReplyHook | None = None
+    ) -> ev.Event:  # pragma: no cover
+        raise NotImplementedError
+
+    async def declare_exchange(
+        self,
+        name: str,
+        type: str = "direct",
+        *,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        passive: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> None:
+        req = ev.ExchangeDeclare(
+            self._new_id(),
+            name,
+            type,
+            durable,
+            auto_delete,
+            internal,
+            passive,
+            dict(arguments or {}),
+        )
+        await self._call(req)
+        if not passive:
+            self._topology.append(req)
+
+    async def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
+        await self._call(ev.ExchangeDelete(self._new_id(), name, if_unused))
+
+    async def declare_queue(
+        self,
+        name: str = "",
+        *,
+        durable: bool = False,
+        exclusive: bool = False,
+        auto_delete: bool = False,
+        passive: bool = False,
+        arguments: dict[str, Any] | None = None,
+    ) -> QueueInfo:
+        req = ev.QueueDeclare(
+            self._new_id(), name, durable, exclusive, auto_delete, passive, dict(arguments or {})
+        )
+        reply = await self._call(req)
+        info = reply.info if isinstance(reply, ev.Ok) else {}
+        if not passive:
+            self._topology.append(req)
+        return QueueInfo(
+            name=str(info.get("queue", name)),
+            messages=int(info.get("messages", 0)),
+            consumers=int(info.get("consumers", 0)),
+        )
+
+    async def delete_queue(
+        self, name: str, *, if_unused: bool = False, if_empty: bool = False
+    ) -> int:
+        """Delete a queue; returns how many messages it held."""
+        reply = await self._call(ev.QueueDelete(self._new_id(), name, if_unused, if_empty))
+        return _info_int(reply, "messages")
+
+    async def purge_queue(self, name: str) -> int:
+        """Drop a queue's ready messages; returns how many."""
+        return _info_int(await self._call(ev.QueuePurge(self._new_id(), name)), "messages")
+
+    async def bind(
+        self, queue: str, exchange: str, key: str = "", arguments: dict[str, Any] | None = None
+    ) -> None:
+        req = ev.QueueBind(self._new_id(), queue, exchange, key, dict(arguments or {}))
+        await self._call(req)
+        self._topology.append(req)
+
+    async def unbind(
+        self, queue: str, exchange: str, key: str = "", arguments: dict[str, Any] | None = None
+    ) -> None:
+        await self._call(
+            ev.QueueUnbind(self._new_id(), queue, exchange, key, dict(arguments or {}))
+        )
+
+    async def status(self) -> dict[str, Any]:
+        """The broker's status map (node, vhosts with exchanges and queues, connections)."""
+        reply = await self._call(ev.Status(self._new_id()))
+        return dict(reply.info) if isinstance(reply, ev.Ok) else {}
+
+
+def _info_int(reply: ev.Event, key: str) -> int:
+    if isinstance(reply, ev.Ok):
+        return int(reply.info.get(key, 0))
+    return 0

@@ -1,0 +1,121 @@
+"""What the client hands the application: a received message, a queue's counts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """The reply to a queue declare: the queue's (possibly server-made) name and counts."""
+
+    name: str
+    messages: int
+    consumers: int
+
+
+class Delivery:
+    """A message received from a consumer or by :meth:`Connection.get`.
+
+    Fields: ``body`` (bytes), ``exchange``, ``routing_key``, ``headers``,
+    ``properties``, ``redelivered``, ``delivery_tag``, ``consumer_tag`` (``""`` for
+    a get) and ``queue``. Settle it once with :meth:`ack`, :meth:`nack` or
+    :meth:`reject`; for a ``no_ack`` delivery those are no-ops. Acks are
+    coalesced: ``await d.ack()`` does not wait for the network.
+    """
+
+    # The fields live in the decoded frame map: building a delivery is then one
+    # small object per message, which matters at tens of thousands a second.
+    __slots__ = ("_conn", "_m", "_settled", "consumer_tag", "delivery_tag", "queue")
+
+    def __init__(
+        self,
+        conn: Connection | None,
+        frame: dict[str, Any],
+        delivery_tag: int,
+        consumer_tag: str,
+        queue: str,
+        no_ack: bool,
+    ) -> None:
+        self._conn = conn
+        self._m = frame
+        self.delivery_tag = delivery_tag
+        self.consumer_tag = consumer_tag
+        self.queue = queue
+        self._settled = no_ack
+
+    @property
+    def body(self) -> bytes:
+        b: bytes = self._m["body"]
+        return b
+
+    @property
+    def exchange(self) -> str:
+        e: str = self._m["exchange"]
+        return e
+
+    @property
+    def routing_key(self) -> str:
+        k: str = self._m["key"]
+        return k
+
+    @property
+    def headers(self) -> dict[str, Any]:
+        h: dict[str, Any] | None = self._m.get("headers")
+        if h is None:
+            h = self._m["headers"] = {}
+        return h
+
+    @property
+    def properties(self) -> dict[str, Any]:
+        p: dict[str, Any] | None = self._m.get("props")
+        if p is None:
+            p = self._m["props"] = {}
+        return p
+
+    @property
+    def redelivered(self) -> bool:
+        return bool(self._m.get("redelivered", False))
+
+    def __repr__(self) -> str:
+        body = self.body
+        return (
+            f"Delivery(tag={self.delivery_tag}, exchange={self.exchange!r}, "
+            f"routing_key={self.routing_key!r}, body={body[:40]!r}"
+            f"{'...' if len(body) > 40 else ''})"
+        )
+
+    def text(self, encoding: str = "utf-8") -> str:
+        """The body decoded as text."""
+        return self.body.decode(encoding)
+
+    @property
+    def settled(self) -> bool:
+        """True once acked, nacked or rejected (or when received with ``no_ack``)."""
+        return self._settled
+
+    async def ack(self) -> None:
+        """Acknowledge: the broker forgets the message. Coalesced with other acks;
+        raises ConnectionClosed when the connection is gone."""
+        if self._settled or self._conn is None:
+            return
+        self._conn._ack_one(self.delivery_tag)
+        self._settled = True
+
+    async def nack(self, requeue: bool = True) -> None:
+        """Give the message back (``requeue``) or drop / dead-letter it."""
+        if self._settled or self._conn is None:
+            return
+        self._conn._settle(self.delivery_tag, requeue=requeue, reject=False)
+        self._settled = True
+
+    async def reject(self, requeue: bool = True) -> None:
+        """Like :meth:`nack` for this one message."""
+        if self._settled or self._conn is None:
+            return
+        self._conn._settle(self.delivery_tag, requeue=requeue, reject=True)
+        self._settled = True

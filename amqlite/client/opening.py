@@ -1,0 +1,94 @@
+"""Opening a client connection and owning its tasks: :func:`connect`."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import trio
+
+from .addresses import Address, parse_addresses
+from .connection import Connection
+from .dial import Dialed, HelloParams, dial, handshake
+
+
+@asynccontextmanager
+async def connect(
+    servers: str | list[str] = "127.0.0.1:5555",
+    *,
+    vhost: str = "/",
+    login: str = "guest",
+    password: str = "guest",
+    client_name: str = "",
+    heartbeat: float = 5.0,
+    connect_timeout: float = 5.0,
+    max_in_flight: int = 1000,
+    close_timeout: float = 5.0,
+) -> AsyncIterator[Connection]:
+    """Connect to the first server of ``servers`` (``"host:port,host:port"``) that
+    welcomes us; close the connection when the block exits.
+
+    Addresses that cannot be reached, time out, or belong to a passive HA node
+    (360) are skipped; when none welcomes us this raises ConnectionRefused or
+    ConnectionClosed naming each address and why. ``heartbeat`` is the interval we
+    ask for (the server's welcome decides; 0 turns heartbeats off).
+    ``max_in_flight`` bounds the confirms :meth:`Connection.publish_nowait` leaves
+    outstanding. A publish or ack failure nothing has reported yet is raised when
+    the block exits normally.
+    """
+    addresses = parse_addresses(servers)
+    params = HelloParams(vhost, login, password, client_name, heartbeat)
+    dialed = await dial(addresses, params, connect_timeout)
+    async with _running(dialed, max_in_flight, close_timeout) as conn:
+        yield conn
+
+
+@asynccontextmanager
+async def connect_stream(
+    stream: trio.abc.Stream,
+    *,
+    vhost: str = "/",
+    login: str = "guest",
+    password: str = "guest",
+    client_name: str = "",
+    heartbeat: float = 5.0,
+    max_in_flight: int = 1000,
+    close_timeout: float = 5.0,
+    peer: str = "stream",
+) -> AsyncIterator[Connection]:
+    """Like :func:`connect` over a stream that is already open (a tunnel, an
+    in-memory pair in tests). No failover: a refusal raises ConnectionRefused."""
+    params = HelloParams(vhost, login, password, client_name, heartbeat)
+    try:
+        proto, welcome = await handshake(stream, params)
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
+    address = Address(peer, 0)
+    async with _running(
+        Dialed(stream, proto, welcome, address), max_in_flight, close_timeout
+    ) as conn:
+        yield conn
+
+
+@asynccontextmanager
+async def _running(
+    dialed: Dialed, max_in_flight: int, close_timeout: float
+) -> AsyncIterator[Connection]:
+    conn = Connection(dialed, max_in_flight=max_in_flight, close_timeout=close_timeout)
+    try:
+        async with trio.open_nursery() as nursery:
+            conn._start(nursery)
+            try:
+                yield conn
+            finally:
+                with trio.CancelScope(shield=True):
+                    await conn.aclose()
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # our tasks never raise, so this is the body's one exception: unwrap it
+        if len(group.exceptions) != 1:
+            raise
+        exc = group.exceptions[0]
+        raise exc from exc.__cause__
+    conn._raise_unreported()

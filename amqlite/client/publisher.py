@@ -1,0 +1,157 @@
+"""Publisher confirms: a window of outstanding confirmed publishes.
+
+A confirmed publish is final on ``ok`` (the broker holds it), ``returned`` (312:
+mandatory and unroutable; not followed by an ``ok``), ``nacked`` or ``error``.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import trio
+
+from amqlite.errors import AmqliteError, PublishNacked, PublishReturned, error_for
+from amqlite.protocol import events as ev
+
+
+class PendingConfirm:
+    """A confirmed publish the broker has not answered yet.
+
+    ``await wait()`` returns once it is confirmed or raises why not
+    (:class:`~amqlite.errors.PublishReturned`, :class:`~amqlite.errors.PublishNacked`,
+    a :class:`~amqlite.errors.BrokerError` or ConnectionClosed). ``done`` and
+    ``error`` can be polled without waiting.
+    """
+
+    __slots__ = ("_event", "_observed", "done", "error", "id")
+
+    def __init__(self, rid: int) -> None:
+        self.id = rid
+        self.done = False
+        self.error: AmqliteError | None = None
+        self._event: trio.Event | None = None
+        self._observed = False
+
+    def __repr__(self) -> str:
+        state = "pending" if not self.done else ("ok" if self.error is None else repr(self.error))
+        return f"PendingConfirm(id={self.id}, {state})"
+
+    def _settle(self, error: AmqliteError | None) -> None:
+        self.done = True
+        self.error = error
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        if not self.done:
+            if self._event is None:
+                self._event = trio.Event()
+            await self._event.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+        if self.error is not None:
+            self._observed = True
+            raise self.error
+
+
+def confirm_error(reply: ev.Event) -> AmqliteError | None:
+    """None for ``ok``; the error a ``returned``/``nacked``/``error`` reply means."""
+    t = type(reply)
+    if t is ev.Ok:
+        return None
+    if t is ev.Returned:
+        assert isinstance(reply, ev.Returned)
+        return PublishReturned(reply.text or "message returned (no route)", reply.code)
+    if t is ev.Nacked:
+        assert isinstance(reply, ev.Nacked)
+        return PublishNacked(reply.text or "message nacked by the broker", reply.code)
+    if t is ev.Error:
+        assert isinstance(reply, ev.Error)
+        return error_for(reply.code, reply.text)
+    return error_for(505, f"unexpected reply {reply.METHOD!r} to a publish")
+
+
+class ConfirmWindow:
+    """Outstanding confirms by id, at most ``limit`` of them."""
+
+    __slots__ = ("_failures", "_idle", "_room", "limit", "outstanding")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)
+        self.outstanding: dict[int, PendingConfirm] = {}
+        self._failures: deque[PendingConfirm] = deque()
+        self._room: trio.Event | None = None
+        self._idle: trio.Event | None = None
+
+    def __len__(self) -> int:
+        return len(self.outstanding)
+
+    @property
+    def full(self) -> bool:
+        return len(self.outstanding) >= self.limit
+
+    async def wait_for_room(self) -> None:
+        while len(self.outstanding) >= self.limit:
+            if self._room is None:
+                self._room = trio.Event()
+            await self._room.wait()
+
+    def confirm(self, rid: int) -> bool:
+        """Settle confirm ``rid`` as confirmed (a bare ``ok``); False when it is none."""
+        p = self.outstanding.pop(rid, None)
+        if p is None:
+            return False
+        p.done = True
+        if p._event is not None:
+            p._event.set()
+        if self._room is not None or self._idle is not None:
+            self._after_settle()
+        return True
+
+    def resolve(self, rid: int, reply: ev.Event) -> bool:
+        """Settle confirm ``rid`` with ``reply``; False when ``rid`` is not a confirm."""
+        p = self.outstanding.pop(rid, None)
+        if p is None:
+            return False
+        err = confirm_error(reply)
+        p._settle(err)
+        if err is not None:
+            self._note_failure(p)
+        self._after_settle()
+        return True
+
+    def _after_settle(self) -> None:
+        if self._room is not None and len(self.outstanding) < self.limit:
+            self._room.set()
+            self._room = None
+        if self._idle is not None and not self.outstanding:
+            self._idle.set()
+            self._idle = None
+
+    def fail_all(self, exc: AmqliteError) -> None:
+        pending = list(self.outstanding.values())
+        self.outstanding.clear()
+        for p in pending:
+            p._settle(exc)
+            self._note_failure(p)
+        self._after_settle()
+
+    def _note_failure(self, p: PendingConfirm) -> None:
+        failures = self._failures
+        failures.append(p)
+        if len(failures) > 1024:  # only the first unseen failure is ever raised
+            unseen = [f for f in failures if not f._observed]
+            self._failures = deque(unseen[:1])
+
+    async def wait_all(self) -> None:
+        """Until nothing is outstanding; then raise the first failure nobody has seen."""
+        while self.outstanding:
+            if self._idle is None:
+                self._idle = trio.Event()
+            await self._idle.wait()
+        failures, self._failures = self._failures, deque()
+        for p in failures:
+            if not p._observed:
+                p._observed = True
+                assert p.error is not None
+                raise p.error

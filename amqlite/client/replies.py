@@ -1,0 +1,54 @@
+"""Outstanding requests, keyed by id, resolved by the reader with the reply event."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+from amqlite.errors import AmqliteError, error_for
+from amqlite.protocol import events as ev
+
+ReplyHook = Callable[[ev.Event], None]
+
+
+class PendingReply:
+    """One request waiting for its ``re``.
+
+    ``hook`` runs in the reader, in frame order, before anything after the reply
+    is processed (a ``consume`` registers its consumer there, so deliveries that
+    follow the ``ok`` in the same batch find it).
+    """
+
+    __slots__ = ("_done", "_error", "_reply", "abandoned", "hook")
+
+    def __init__(self, hook: ReplyHook | None = None) -> None:
+        self.abandoned = False  # the caller stopped waiting (cancelled)
+        self._done = trio.Event()
+        self._reply: ev.Event | None = None
+        self._error: AmqliteError | None = None
+        self.hook = hook
+
+    def resolve(self, reply: ev.Event) -> None:
+        if self._done.is_set():
+            return
+        if self.hook is not None:
+            self.hook(reply)
+        if type(reply) is ev.Error:
+            self._error = error_for(reply.code, reply.text)
+        else:
+            self._reply = reply
+        self._done.set()
+
+    def fail(self, exc: AmqliteError) -> None:
+        if not self._done.is_set():
+            self._error = exc
+            self._done.set()
+
+    async def wait(self) -> ev.Event:
+        """The reply; raises the broker's error (``error`` frame) or ConnectionClosed."""
+        await self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._reply is not None
+        return self._reply

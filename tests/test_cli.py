@@ -1,0 +1,458 @@
+"""``amqlite`` commands against a real broker running in another process.
+
+Most commands run in-process through ``main([...])`` (capsys sees their output);
+a few run as ``python -m amqlite`` to check exit statuses and one-line errors as a
+shell would see them. Every queue name is unique to its test.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from amqlite.auth import verify_password
+from amqlite.cli import main, parse_scalar
+
+_names = itertools.count()
+
+
+def _name(prefix: str) -> str:
+    return f"{prefix}-{os.getpid()}-{next(_names)}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``amqlite server`` on 127.0.0.1, port 0, in a child process."""
+    data_dir = tmp_path_factory.mktemp("broker")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "amqlite",
+            "server",
+            "--port",
+            "0",
+            "--log-format",
+            "json",
+            "--data-dir",
+            str(data_dir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    watchdog = threading.Timer(30, proc.kill)  # a server that never says it listens
+    watchdog.start()
+    port = None
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("event") == "server_listening":
+            port = event["port"]
+            break
+    watchdog.cancel()
+    assert port is not None, "the server did not start"
+    stderr = proc.stderr
+    drain = threading.Thread(target=lambda: [None for _ in stderr], daemon=True)
+    drain.start()
+    yield f"127.0.0.1:{port}"
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover
+        proc.kill()
+        proc.wait()
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_process(*argv: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "amqlite", *argv],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_publish_confirm_count_then_consume(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    q = _name("jobs")
+    assert run(capsys, "declare", "queue", q, "-s", server)[0] == 0
+    code, _, err = run(
+        capsys, "publish", "-s", server, "-k", q, "--confirm", "--count", "5", "job {n}"
+    )
+    assert (code, err) == (0, "published 5 confirmed 5\n")
+    code, out, _ = run(capsys, "consume", "-s", server, "-q", q, "--count", "3")
+    assert (code, out) == (0, "job 1\njob 2\njob 3\n")
+    code, out, _ = run(capsys, "consume", "-s", server, "-q", q, "--timeout", "0.3")
+    assert (code, out) == (0, "job 4\njob 5\n")  # 1-3 were acked, 4-5 left for us
+
+
+def test_publish_without_confirm(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    q = _name("plain")
+    run(capsys, "declare", "queue", q, "-s", server)
+    code, _, err = run(capsys, "publish", "-s", server, "-k", q, "--count", "100", "m{n}")
+    assert (code, err) == (0, "published 100\n")
+    code, out, _ = run(capsys, "consume", "-s", server, "-q", q, "--count", "100")
+    assert out.split() == [f"m{i}" for i in range(1, 101)]
+
+
+def test_mandatory_unroutable(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(
+        capsys,
+        "publish",
+        "-s",
+        server,
+        "-e",
+        "amq.direct",
+        "-k",
+        _name("none"),
+        "--mandatory",
+        "--confirm",
+        "--count",
+        "2",
+        "x",
+    )
+    assert code == 1
+    assert err.splitlines() == ["published 2 confirmed 0", "2 returned (no queue took them)"]
+    code, _, err = run(
+        capsys, "publish", "-s", server, "-e", "amq.direct", "-k", _name("none"), "--mandatory", "x"
+    )
+    assert code == 1
+    assert err.splitlines() == ["published 1", "1 returned (no queue took them)"]
+
+
+@pytest.mark.parametrize("confirm", [[], ["--confirm"]])
+def test_unknown_exchange_is_one_line(
+    server: str, capsys: pytest.CaptureFixture[str], confirm: list[str]
+) -> None:
+    code, _, err = run(capsys, "publish", "-s", server, "-e", "nope", "-k", "k", *confirm, "x")
+    assert code == 1
+    assert err == "amqlite: error: 404 NOT_FOUND: no exchange 'nope' in vhost '/'\n"
+
+
+def test_unknown_exchange_as_a_process(server: str) -> None:
+    result = run_process("publish", "-s", server, "-e", "nope", "x")
+    assert result.returncode == 1
+    assert result.stderr == "amqlite: error: 404 NOT_FOUND: no exchange 'nope' in vhost '/'\n"
+
+
+def test_publish_from_stdin(
+    server: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    q = _name("lines")
+    run(capsys, "declare", "queue", q, "-s", server)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("one\ntwo {n}\r\n\nlast"))
+    code, _, err = run(capsys, "publish", "-s", server, "-k", q, "--confirm", "-")
+    assert (code, err) == (0, "published 4 confirmed 4\n")
+    code, out, _ = run(capsys, "consume", "-s", server, "-q", q, "--json", "--count", "4")
+    assert [json.loads(line)["body"] for line in out.splitlines()] == ["one", "two {n}", "", "last"]
+
+
+def test_publish_stdin_in_a_pipe(server: str) -> None:
+    q = _name("piped")
+    assert run_process("declare", "queue", q, "-s", server).returncode == 0
+    result = run_process("publish", "-s", server, "-k", q, "-", stdin="a\nb\nc\n")
+    assert (result.returncode, result.stderr) == (0, "published 3\n")
+
+
+def test_consume_json_headers_and_binary(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    q = _name("json")
+    run(capsys, "declare", "queue", q, "-s", server)
+    code, _, _ = run(
+        capsys,
+        "publish",
+        "-s",
+        server,
+        "-k",
+        q,
+        "-H",
+        "n=3",
+        "-H",
+        "ok=true",
+        "-H",
+        "f=1.5",
+        "-H",
+        "who=eve",
+        "-P",
+        "message_id=m1",
+        "--persistent",
+        "--confirm",
+        "héllo",
+    )
+    assert code == 0
+    code, out, _ = run(capsys, "consume", "-s", server, "-q", q, "--json", "--count", "1")
+    record = json.loads(out)
+    assert record == {
+        "exchange": "",
+        "routing_key": q,
+        "headers": {"n": 3, "ok": True, "f": 1.5, "who": "eve"},
+        "properties": {"message_id": "m1", "persistent": True},
+        "body": "héllo",
+        "redelivered": False,
+    }
+
+
+def test_consume_binary_body_as_base64(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import trio
+
+    import amqlite
+
+    q = _name("bin")
+
+    async def put() -> None:
+        async with amqlite.connect(server) as conn:
+            await conn.declare_queue(q)
+            await conn.publish("", q, b"\xff\x00", confirm=True)
+
+    trio.run(put)
+    code, out, _ = run(capsys, "consume", "-s", server, "-q", q, "--json", "--count", "1")
+    assert code == 0
+    record = json.loads(out)
+    assert record["body_b64"] == "/wA=" and "body" not in record
+
+
+def test_consume_timeout_on_an_empty_queue(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    q = _name("empty")
+    run(capsys, "declare", "queue", q, "-s", server)
+    start = time.monotonic()
+    code, out, _ = run(capsys, "consume", "-s", server, "-q", q, "--timeout", "0.2")
+    assert (code, out) == (0, "")
+    assert time.monotonic() - start < 10
+
+
+def test_consume_from_an_exchange(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """-e/-k: a private queue bound for the command's lifetime (a child process here,
+    so this test can publish while it waits)."""
+    ex = _name("events")
+    assert run(capsys, "declare", "exchange", ex, "topic", "-s", server)[0] == 0
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "amqlite",
+            "consume",
+            "-s",
+            server,
+            "-e",
+            ex,
+            "-k",
+            "orders.#",
+            "--count",
+            "2",
+            "--timeout",
+            "20",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:  # until the child's queue is bound (bounded; each poll is a round trip)
+            _, out, _ = run(capsys, "status", "-s", server, "--json")
+            exchanges = [x for v in json.loads(out)["vhosts"] for x in v["exchanges"]]
+            if any(x["name"] == ex and x["bindings"] for x in exchanges):
+                break
+            assert time.monotonic() < deadline, "the consumer never bound its queue"
+            assert child.poll() is None, child.stderr.read() if child.stderr else ""
+        for key in ("orders.eu", "other", "orders.us.new"):
+            assert run(capsys, "publish", "-s", server, "-e", ex, "-k", key, key)[0] == 0
+        out, err = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:  # pragma: no cover
+            child.kill()
+            child.wait()
+    assert (child.returncode, out, err) == (0, "orders.eu\norders.us.new\n", "")
+
+
+def test_declare_bind_and_status_json(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    ex, q = _name("ex"), _name("q")
+    code, out, _ = run(capsys, "declare", "exchange", ex, "direct", "--durable", "-s", server)
+    assert (code, out) == (0, f"declared exchange '{ex}' (direct)\n")
+    code, out, _ = run(
+        capsys,
+        "declare",
+        "queue",
+        q,
+        "--durable",
+        "--arg",
+        "x-max-length=10",
+        "--type",
+        "classic",
+        "-s",
+        server,
+    )
+    assert (code, out) == (0, f"declared queue '{q}' (0 messages, 0 consumers)\n")
+    code, out, _ = run(capsys, "bind", ex, q, "rk", "-s", server)
+    assert (code, out) == (0, f"bound queue '{q}' to exchange '{ex}' with key 'rk'\n")
+    code, out, _ = run(capsys, "status", "--json", "-s", server)
+    status = json.loads(out)
+    assert status["state"] == "standalone"
+    (vhost,) = status["vhosts"]
+    (exchange,) = [x for x in vhost["exchanges"] if x["name"] == ex]
+    assert exchange["type"] == "direct" and exchange["durable"]
+    assert [(b["queue"], b["key"]) for b in exchange["bindings"]] == [(q, "rk")]
+    (queue,) = [x for x in vhost["queues"] if x["name"] == q]
+    assert queue["durable"] and queue["arguments"]["x-max-length"] == 10
+    assert queue["arguments"]["x-queue-type"] == "classic"
+
+
+def test_status_tables(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    q = _name("shown")
+    run(capsys, "declare", "queue", q, "-s", server)
+    code, out, err = run(capsys, "status", "-s", server)
+    assert code == 0 and err == ""
+    assert "standalone" in out and q in out
+    for title in ("queues", "exchanges", "connections"):
+        assert title in out
+
+
+def test_global_options_before_the_command(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "-s", server, "status", "--json")
+    assert code == 0 and json.loads(out)["state"] == "standalone"
+
+
+def test_servers_from_the_environment(
+    server: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AMQLITE_SERVERS", f"127.0.0.1:1,{server}")
+    code, out, _ = run(capsys, "status", "--json")
+    assert code == 0 and json.loads(out)["listen"] == server
+
+
+def test_rate_paces_publishing(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    q = _name("paced")
+    run(capsys, "declare", "queue", q, "-s", server)
+    start = time.monotonic()
+    code, _, err = run(
+        capsys,
+        "publish",
+        "-s",
+        server,
+        "-k",
+        q,
+        "--rate",
+        "200",
+        "--count",
+        "20",
+        "--confirm",
+        "t{n}",
+    )
+    assert (code, err) == (0, "published 20 confirmed 20\n")
+    assert time.monotonic() - start >= 19 / 200  # the 20th is not due before 95 ms
+
+
+def test_cannot_connect_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code, out, err = run(capsys, "status", "-s", f"127.0.0.1:{port}")
+    assert (code, out) == (1, "")
+    assert err == f"amqlite: error: cannot connect to 127.0.0.1:{port} (connection refused)\n"
+
+
+def test_bad_login_is_one_line(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "status", "-s", server, "--password", "wrong")
+    assert code == 1
+    assert err.startswith(f"amqlite: error: {server} refused the connection: 403 ACCESS_REFUSED")
+    assert err.count("\n") == 1
+
+
+def test_passwd_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("s3cret\n"))
+    code, out, err = run(capsys, "passwd", "--stdin")
+    assert code == 0 and err == ""
+    assert verify_password("s3cret", out.strip())
+    monkeypatch.setattr(sys, "stdin", io.StringIO("\n"))
+    code, out, err = run(capsys, "passwd", "--stdin")
+    assert (code, out, err) == (1, "", "amqlite: error: empty password\n")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "COMMAND"),
+        (["frobnicate"], "invalid choice"),
+        (["publish"], "the following arguments are required: BODY"),
+        (["publish", "--count", "0", "x"], "--count must be at least 1"),
+        (["publish", "--count", "2", "-"], "--count does not apply to stdin"),
+        (["publish", "-H", "novalue", "x"], "header 'novalue' must look like name=value"),
+        (["publish", "-P", "colour=red", "x"], "unknown property 'colour'"),
+        (["consume"], "one of the arguments -q/--queue -e/--exchange is required"),
+        (["consume", "-q", "a", "-e", "b"], "not allowed with argument"),
+        (["declare", "exchange", "x", "weird"], "invalid choice: 'weird'"),
+        (["status", "-s", "host:notaport"], "port must be a number"),
+    ],
+)
+def test_bad_usage_exits_2(
+    capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code, _, err = run(capsys, *argv)
+    assert code == 2
+    assert message in err
+
+
+def test_help_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (
+        ["--help"],
+        ["publish", "--help"],
+        ["consume", "--help"],
+        ["declare", "--help"],
+        ["declare", "queue", "--help"],
+        ["declare", "exchange", "--help"],
+        ["bind", "--help"],
+        ["status", "--help"],
+        ["passwd", "--help"],
+        ["server", "--help"],
+    ):
+        code, out, _ = run(capsys, *argv)
+        assert code == 0, argv
+        assert "usage: amqlite" in out
+    assert "examples:" in run(capsys, "publish", "--help")[1]
+    assert "--data-dir" in run(capsys, "server", "--help")[1]
+    code, out, _ = run(capsys, "--version")
+    assert (code, out) == (0, "amqlite 0.1.0\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("42", 42),
+        ("-3", -3),
+        ("1.5", 1.5),
+        ("true", True),
+        ("False", False),
+        ("eu", "eu"),
+        ("", ""),
+    ],
+)
+def test_parse_scalar(text: str, value: object) -> None:
+    assert parse_scalar(text) == value and type(parse_scalar(text)) is type(value)
+
+
+def test_entry_point_module_runs(tmp_path: Path) -> None:
+    result = run_process("--version")
+    assert (result.returncode, result.stdout) == (0, "amqlite 0.1.0\n")
