@@ -193,8 +193,9 @@ class Permissions:
     ``configure`` covers declaring and deleting, ``write`` publishing to an
     exchange and binding into a queue, ``read`` consuming from a queue and
     binding from an exchange (as RabbitMQ). A pattern is searched in the name, as
-    RabbitMQ does (``^app\\.`` is a prefix rule); the empty pattern matches nothing. Invalid regexes raise ``re.error`` here;
-    the config loader rejects them earlier with the key named.
+    RabbitMQ does (``^app[.]`` is a prefix rule); the empty pattern matches
+    nothing. Invalid regexes raise ``re.error`` here; the config loader rejects
+    them earlier with the key named.
     """
 
     configure: str

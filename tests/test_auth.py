@@ -176,7 +176,9 @@ def test_hash_password_refuses_unusable_parameters(
         ("^(amq\\.gen-.*|app\\..*)$", "other", False),
     ],
 )
-def test_permission_patterns_are_searched_as_in_rabbitmq(pattern: str, resource: str, allowed: bool) -> None:
+def test_permission_patterns_are_searched_as_in_rabbitmq(
+    pattern: str, resource: str, allowed: bool
+) -> None:
     permissions = Permissions(configure=pattern, write=pattern, read=pattern)
     for kind in ("configure", "write", "read"):
         assert permissions.allows(kind, resource) is allowed

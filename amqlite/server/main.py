@@ -66,11 +66,15 @@ def run_server(args: argparse.Namespace) -> int:
         print(str(exc), file=sys.stderr)
         return 2
     configure_logging(config.log.format, config.log.level)
+    cannot_listen: list[OSError] = []
     try:
         trio.run(_serve_until_signalled, config)
-    except OSError as exc:
+    except* OSError as group:  # the bind fails inside a nursery, so it comes grouped
+        cannot_listen.extend(e for e in group.exceptions if isinstance(e, OSError))
+    if cannot_listen:
         cfg = config.server
-        print(f"amqlite: error: cannot listen on {cfg.host}:{cfg.port}: {exc}", file=sys.stderr)
+        reason = "; ".join(str(exc) for exc in cannot_listen)
+        print(f"amqlite: error: cannot listen on {cfg.host}:{cfg.port}: {reason}", file=sys.stderr)
         return 1
     return 0
 
