@@ -146,6 +146,12 @@ class ClientConnection:
                 log.warning("protocol_error", peer=self.peer, code=exc.code, text=exc.text)
                 self._send(proto.send(ev.Close(exc.code, exc.text)))
                 return
+            except Exception:
+                log.exception("request_crashed", peer=self.peer, user=self.user)
+                with contextlib.suppress(AmqliteError):
+                    text = "internal error: the broker logged it; the connection is closed"
+                    self._send(proto.send(ev.Close(ReplyCode.INTERNAL_ERROR, text)))
+                return
             finally:
                 self.node.pump()
             if not keep_going or not data:

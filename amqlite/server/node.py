@@ -100,6 +100,9 @@ class BrokerNode:
         self.connections.add(conn)
         try:
             await conn.run()
+        except Exception:
+            # A bug must cost one connection, never the node and its other clients.
+            log.exception("connection_crashed", peer=peer, user=conn.user)
         finally:
             self.connections.discard(conn)
             if not self.connections:

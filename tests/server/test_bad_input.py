@@ -257,3 +257,27 @@ async def test_permissions_are_enforced_with_403(nursery: trio.Nursery) -> None:
         assert isinstance(ok, ev.Ok)
     finally:
         limited.stop()
+
+
+async def test_a_crashing_request_costs_one_connection_not_the_node(
+    node: BrokerNode, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amqlite.server.dispatch import RequestDispatcher
+
+    def explode(self: RequestDispatcher, request: ev.QueuePurge, now: float) -> None:
+        raise RuntimeError("simulated bug")
+
+    bystander = await open_client(node)
+    assert isinstance(await bystander.request(ev.QueueDeclare, queue="safe"), ev.Ok)
+    ok = await bystander.request(ev.Publish, exchange="", key="safe", body=b"kept", confirm=True)
+    assert isinstance(ok, ev.Ok)
+
+    monkeypatch.setattr(RequestDispatcher, "_queue_purge", explode)
+    victim = await open_client(node)
+    reply = await victim.request(ev.QueuePurge, queue="safe")
+    assert isinstance(reply, ev.Close)
+    assert reply.code == ReplyCode.INTERNAL_ERROR
+
+    got = await bystander.request(ev.Get, queue="safe", no_ack=True)
+    assert isinstance(got, ev.GetOk)
+    assert got.body == b"kept"
