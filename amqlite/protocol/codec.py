@@ -182,19 +182,24 @@ def event_from_map(cls: type[ev.Event], m: dict[Any, Any]) -> ev.Event:
 
 
 def _publish_from_map(m: dict[Any, Any]) -> ev.Publish:
-    get = m.get
-    rid = get("id")
+    try:
+        rid = m["id"]
+        exchange = m["exchange"]
+        body = m["body"]
+    except KeyError as exc:
+        raise FieldError(f"publish: missing field {exc.args[0]!r}") from None
+    key = m.get("key", "")
     if type(rid) is not int:
         raise FieldError("publish: field 'id' must be an integer")
-    exchange = get("exchange")
-    key = get("key", "")
-    body = get("body")
     if type(exchange) is not str:
         raise FieldError("publish: field 'exchange' must be text")
     if type(key) is not str:
         raise FieldError("publish: field 'key' must be text")
     if type(body) is not bytes:
         raise FieldError("publish: field 'body' must be bytes")
+    if len(m) <= 5:  # m, id, exchange, key, body: nothing optional to look at
+        return ev.Publish(rid, exchange, key, body, {}, {}, False, False)
+    get = m.get
     headers = get("headers")
     if headers is None:
         headers = {}
@@ -249,6 +254,10 @@ def _ack_from_map(m: dict[Any, Any]) -> ev.Ack:
         raise FieldError("ack: 'id' and 'dtag' must be integers and 'multiple' a boolean")
     return ev.Ack(rid, dtag, multiple)
 
+
+decode_publish = _publish_from_map
+decode_deliver = _deliver_from_map
+decode_ack = _ack_from_map
 
 _FAST_DECODERS: dict[type[ev.Event], Callable[[dict[Any, Any]], ev.Event]] = {
     ev.Publish: _publish_from_map,
@@ -335,22 +344,68 @@ def _uint(n: int) -> bytes:
         return cbor2.dumps(n)
 
 
-def _message_pairs(msg: WireMessage) -> bytes:
-    """The encoded (key, value) pairs of a message's fields, cached on the message.
+def _head(major: int, n: int) -> bytes:
+    """A CBOR item header: major type (already shifted, e.g. 0x40 bytes, 0x60
+    text) and length."""
+    if n < 24:
+        return bytes((major | n,))
+    if n < 0x100:
+        return bytes((major | 24, n))
+    if n < 0x10000:
+        return bytes((major | 25,)) + n.to_bytes(2, "big")
+    if n < 0x100000000:
+        return bytes((major | 26,)) + n.to_bytes(4, "big")
+    return bytes((major | 27,)) + n.to_bytes(8, "big")
 
-    The first byte of the cached value is the pair count; the rest are the pairs.
+
+_K_EXCHANGE = cbor2.dumps("exchange")
+_K_KEY = cbor2.dumps("key")
+_K_BODY = cbor2.dumps("body")
+_K_HEADERS = cbor2.dumps("headers")
+_K_PROPS = cbor2.dumps("props")
+
+
+_ROUTE_CACHE: dict[tuple[str, str], bytes] = {}
+_ROUTE_CACHE_MAX = 4096
+
+
+def _route_prefix(exchange: str, key: str) -> bytes:
+    """The encoded ``exchange``, ``key`` pairs and the ``body`` key: the same for
+    every message on one route, so cached (bounded)."""
+    route = (exchange, key)
+    prefix = _ROUTE_CACHE.get(route)
+    if prefix is None:
+        ex, k = exchange.encode(), key.encode()
+        prefix = b"".join(
+            (_K_EXCHANGE, _head(0x60, len(ex)), ex, _K_KEY, _head(0x60, len(k)), k, _K_BODY)
+        )
+        if len(_ROUTE_CACHE) >= _ROUTE_CACHE_MAX:
+            _ROUTE_CACHE.clear()
+        _ROUTE_CACHE[route] = prefix
+    return prefix
+
+
+def _message_pairs(msg: WireMessage) -> bytes:
+    """The encoded (key, value) pairs of a message's fields, cached on the message
+    (``msg.wire``): computed once per message however many consumers get it.
+
+    The pair count is not stored: it is 3, plus one for non-empty headers and one
+    for non-empty properties (see :func:`_pair_count`).
     """
     wire = msg.wire
     if wire is None:
-        m: dict[str, Any] = {"exchange": msg.exchange, "key": msg.routing_key, "body": msg.body}
+        body = msg.body
+        wire = _route_prefix(msg.exchange, msg.routing_key) + _head(0x40, len(body)) + body
         if msg.headers:
-            m["headers"] = msg.headers
+            wire += _K_HEADERS + cbor2.dumps(msg.headers)
         if msg.properties:
-            m["props"] = msg.properties
-        encoded = cbor2.dumps(m)  # a map of <= 23 pairs has a one-byte header
-        wire = bytes((len(m),)) + encoded[1:]
+            wire += _K_PROPS + cbor2.dumps(msg.properties)
         msg.wire = wire
     return wire
+
+
+def _pair_count(msg: WireMessage) -> int:
+    return 3 + (1 if msg.headers else 0) + (1 if msg.properties else 0)
 
 
 _K_M_DELIVER = cbor2.dumps("m") + cbor2.dumps("deliver")
@@ -362,31 +417,32 @@ _K_REMAINING = cbor2.dumps("remaining")
 _K_QUEUE = cbor2.dumps("queue")
 _REDELIVERED = cbor2.dumps("redelivered") + b"\xf5"
 _CTAG_CACHE: dict[str, bytes] = {}
+_MAP_HEADS = [bytes((0xA0 + n,)) for n in range(24)]
+_MAP_KEY_M_DELIVER = _K_M_DELIVER  # cached per consumer tag with the tag and "dtag" key
 
 
 def encode_deliver(ctag: str, dtag: int, redelivered: bool, msg: WireMessage) -> bytes:
     """One ``deliver`` frame, built without re-encoding the message body."""
-    pairs = _message_pairs(msg)
+    pairs = msg.wire or _message_pairs(msg)
     ctag_enc = _CTAG_CACHE.get(ctag)
     if ctag_enc is None:
         if len(_CTAG_CACHE) > 4096:
             _CTAG_CACHE.clear()
-        ctag_enc = _CTAG_CACHE[ctag] = _K_CTAG + cbor2.dumps(ctag)
-    n = pairs[0] + 3
-    head = _K_M_DELIVER + ctag_enc + _K_DTAG + _uint(dtag)
+        ctag_enc = _CTAG_CACHE[ctag] = _MAP_KEY_M_DELIVER + _K_CTAG + cbor2.dumps(ctag) + _K_DTAG
+    n = _pair_count(msg) + 3
     if redelivered:
-        n += 1
-        head += _REDELIVERED
-    payload = bytes((0xA0 + n,)) + head + pairs[1:]
-    return _LEN.pack(len(payload)) + payload
+        head = _MAP_HEADS[n + 1] + ctag_enc + _uint(dtag) + _REDELIVERED
+    else:
+        head = _MAP_HEADS[n] + ctag_enc + _uint(dtag)
+    return _LEN.pack(len(head) + len(pairs)) + head + pairs
 
 
 def encode_get_ok(
     re: int, dtag: int, redelivered: bool, remaining: int, queue: str, msg: WireMessage
 ) -> bytes:
     """One ``get-ok`` frame (the message fields spliced from the same cache)."""
-    pairs = _message_pairs(msg)
-    n = pairs[0] + 5
+    pairs = msg.wire or _message_pairs(msg)
+    n = _pair_count(msg) + 5
     head = (
         _K_M_GETOK
         + _K_RE
@@ -401,5 +457,5 @@ def encode_get_ok(
     if redelivered:
         n += 1
         head += _REDELIVERED
-    payload = bytes((0xA0 + n,)) + head + pairs[1:]
+    payload = _MAP_HEADS[n] + head + pairs
     return _LEN.pack(len(payload)) + payload

@@ -16,6 +16,7 @@ can fail that one request and carry on.
 """
 
 import struct
+from collections.abc import Callable
 from typing import Any, Final
 
 import cbor2
@@ -40,6 +41,11 @@ NEED_DATA: Final = _NeedData()
 
 _LEN = struct.Struct(">I")
 _COMPACT_AT = 256 * 1024
+
+_HOT_DECODERS: dict[ev.Role, dict[str, Callable[[dict[Any, Any]], ev.Event]]] = {
+    ev.Role.SERVER: {"publish": codec.decode_publish, "ack": codec.decode_ack},
+    ev.Role.CLIENT: {"deliver": codec.decode_deliver},
+}
 
 _OWN_SENDER = {ev.Role.CLIENT: ev.Sender.CLIENT, ev.Role.SERVER: ev.Sender.SERVER}
 _PEER_SENDER = {ev.Role.CLIENT: ev.Sender.SERVER, ev.Role.SERVER: ev.Sender.CLIENT}
@@ -74,6 +80,9 @@ class Connection:
         # (frame class -> next state) for the current state, looked up in the one
         # table and memoised: Enum hashing is too slow to do per message.
         self._memo: dict[type[ev.Event], ConnState | None] = {}
+        # per-message methods decoded without the general checks, only while the
+        # table keeps an OPEN connection OPEN on any operation (set by _set_state)
+        self._hot: dict[str, Callable[[dict[Any, Any]], ev.Event]] = {}
         self._buf = bytearray()
         self._pos = 0
         self._eof = False
@@ -109,6 +118,8 @@ class Connection:
         if state is not self._state:
             self._state = state
             self._memo = {}
+            stays_open = next_state(state, Trigger.OPERATION) is state is ConnState.OPEN
+            self._hot = _HOT_DECODERS[self.role] if stays_open else {}
 
     def _next_state(self, cls: type[ev.Event]) -> ConnState | None:
         try:
@@ -153,6 +164,14 @@ class Connection:
             m = cbor2.loads(buf[pos + 4 : end])
         except Exception as exc:  # cbor2 raises several types for bad input
             raise self._fail(ReplyCode.FRAME_ERROR, f"malformed CBOR frame: {exc}") from None
+        if self._hot and type(m) is dict:
+            method = m.get("m")
+            decode = self._hot.get(method) if type(method) is str else None
+            if decode is not None:
+                try:
+                    return decode(m)
+                except codec.FieldError:
+                    pass  # the general path below reports it with the right severity
         return self._event_from_map(m)
 
     def _event_from_map(self, m: Any) -> ev.Event:
