@@ -100,8 +100,29 @@ def _is_float(v: Any) -> bool:
     return type(v) is float or type(v) is int
 
 
+_PLAIN_SCALARS = (str, int, float, bool, bytes, type(None))
+MAX_NESTING = 8
+
+
+def _is_plain(v: Any, depth: int) -> bool:
+    """Plain data only: scalars, lists and text-keyed maps, at most MAX_NESTING deep.
+
+    cbor2 turns CBOR tags into datetimes, sets, big numbers and even
+    self-referencing containers; none of that may reach the broker."""
+    t = type(v)
+    if t in _PLAIN_SCALARS:
+        return True
+    if depth >= MAX_NESTING:
+        return False
+    if t is list:
+        return all(_is_plain(x, depth + 1) for x in v)
+    if t is dict:
+        return all(type(k) is str and _is_plain(x, depth + 1) for k, x in v.items())
+    return False
+
+
 def _is_str_map(v: Any) -> bool:
-    return type(v) is dict and all(type(k) is str for k in v)
+    return type(v) is dict and _is_plain(v, 0)
 
 
 def _is_str_list(v: Any) -> bool:
@@ -124,7 +145,7 @@ def _checker_for(name: str, tp: Any) -> tuple[Checker, str]:
         return simple[tp]
     origin = get_origin(tp)
     if origin is dict:
-        return _is_str_map, "a map with text keys"
+        return _is_str_map, f"a map with text keys and plain values (nested < {MAX_NESTING})"
     if origin is list:
         return _is_str_list, "a list of text"
     if origin is types.UnionType and type(None) in get_args(tp):

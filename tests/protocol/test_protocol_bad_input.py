@@ -344,3 +344,39 @@ def test_decoding_carries_on_after_bad_requests() -> None:
     assert server.state is ConnState.OPEN
     server.send(ev.Error(re=1, code=got[0].code, text=got[0].text))  # type: ignore[attr-defined]
     assert server.state is ConnState.OPEN
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        pytest.param(cbor2.CBORTag(1, 1700000000), id="datetime-tag"),
+        pytest.param({"when": cbor2.CBORTag(1, 1700000000)}, id="nested-datetime-tag"),
+        pytest.param({"set": cbor2.CBORTag(258, [1, 2])}, id="set-tag"),
+        pytest.param({"deep": [[[[[[[[[[1]]]]]]]]]]}, id="too-deep"),
+        pytest.param({1: "int key"}, id="int-key"),
+    ],
+)
+def test_arguments_must_be_plain_data(arguments: object) -> None:
+    """Tagged CBOR (datetimes, sets, shared references) never reaches the broker."""
+    server = open_pair()[1]
+    request = {"m": "queue.declare", "id": 5, "queue": "q", "arguments": arguments}
+    server.receive_data(raw_frame(cbor2.dumps(request)))
+    event = server.next_event()
+    assert isinstance(event, ev.BadRequest)
+    assert event.code == ReplyCode.SYNTAX_ERROR
+    assert "arguments" in event.text
+
+
+def test_self_referencing_arguments_are_refused() -> None:
+    # {"m": "queue.declare", "id": 5, "arguments": shareable({"self": sharedref(0)})}
+    body = (
+        b"\xa3"
+        + cbor2.dumps("m") + cbor2.dumps("queue.declare")
+        + cbor2.dumps("id") + cbor2.dumps(5)
+        + cbor2.dumps("arguments") + b"\xd8\x1c\xa1" + cbor2.dumps("self") + b"\xd8\x1d\x00"
+    )  # fmt: skip
+    server = open_pair()[1]
+    server.receive_data(raw_frame(body))
+    event = server.next_event()
+    assert isinstance(event, ev.BadRequest)
+    assert "arguments" in event.text
