@@ -1,0 +1,115 @@
+"""``amqlite status``: a broker's status map as tables or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from amqlite.client import Connection
+
+from .common import json_default, run_connected
+
+
+def _flags(item: dict[str, Any]) -> str:
+    marks = [("durable", "D"), ("exclusive", "E"), ("auto_delete", "A"), ("internal", "I")]
+    return "".join(letter for key, letter in marks if item.get(key)) or "-"
+
+
+def _duration(seconds: Any) -> str:
+    try:
+        s = int(float(seconds))
+    except (TypeError, ValueError):
+        return "?"
+    days, s = divmod(s, 86400)
+    hours, s = divmod(s, 3600)
+    minutes, s = divmod(s, 60)
+    if days:
+        return f"{days}d{hours}h"
+    if hours:
+        return f"{hours}h{minutes}m"
+    if minutes:
+        return f"{minutes}m{s}s"
+    return f"{s}s"
+
+
+def print_status(status: dict[str, Any], file: Any = None) -> None:
+    """The status map as readable tables (node, queues, exchanges, connections)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(file=file or sys.stdout, highlight=False, soft_wrap=False)
+    vhosts = status.get("vhosts") or []
+    conns = status.get("connections") or []
+    n_queues = sum(len(v.get("queues") or []) for v in vhosts)
+    console.print(
+        f"[bold]node[/bold] {status.get('node_id', '?')}  "
+        f"[bold]state[/bold] {status.get('state', '?')}  "
+        f"[bold]version[/bold] {status.get('version', '?')}  "
+        f"[bold]up[/bold] {_duration(status.get('uptime_s'))}  "
+        f"[bold]vhosts[/bold] {len(vhosts)}  [bold]queues[/bold] {n_queues}  "
+        f"[bold]connections[/bold] {len(conns)}"
+    )
+    queues = Table(title="queues", title_justify="left", show_edge=False)
+    for col in ("vhost", "name", "type", "ready", "unacked", "consumers", "flags"):
+        queues.add_column(
+            col, justify="right" if col in ("ready", "unacked", "consumers") else "left"
+        )
+    for v in vhosts:
+        for q in v.get("queues") or []:
+            queues.add_row(
+                str(q.get("vhost", v.get("name", ""))),
+                str(q.get("name", "")),
+                str(q.get("type", "classic")),
+                str(q.get("messages", 0)),
+                str(q.get("unacked", 0)),
+                str(q.get("consumers", 0)),
+                _flags(q),
+            )
+    console.print(queues if queues.row_count else "[dim]no queues[/dim]")
+    exchanges = Table(title="exchanges", title_justify="left", show_edge=False)
+    for col in ("vhost", "name", "type", "flags", "bindings"):
+        exchanges.add_column(col)
+    for v in vhosts:
+        for x in v.get("exchanges") or []:
+            bindings = x.get("bindings") or []
+            lines = [
+                f"{b.get('queue', '')} <- {b.get('key', '')!r}"
+                + (f" {b['arguments']}" if b.get("arguments") else "")
+                for b in bindings
+            ]
+            name = x.get("name", "")
+            exchanges.add_row(
+                str(v.get("name", "")),
+                repr(name) if name == "" else str(name),
+                str(x.get("type", "")),
+                _flags(x),
+                "\n".join(lines) or "-",
+            )
+    console.print(exchanges)
+    if conns:
+        table = Table(title="connections", title_justify="left", show_edge=False)
+        for col in ("peer", "user", "vhost", "client", "since"):
+            table.add_column(col)
+        for c in conns:
+            table.add_row(
+                str(c.get("peer", "")),
+                str(c.get("user", "")),
+                str(c.get("vhost", "")),
+                str(c.get("client", "")),
+                _duration(c.get("since_s")),
+            )
+        console.print(table)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    async def body(conn: Connection) -> int:
+        status = await conn.status()
+        if args.json:
+            print(json.dumps(status, indent=2, sort_keys=True, default=json_default))
+        else:
+            print_status(status)
+        return 0
+
+    return run_connected(args, body)
