@@ -439,7 +439,6 @@ _K_QUEUE = cbor2.dumps("queue")
 _REDELIVERED = cbor2.dumps("redelivered") + b"\xf5"
 _CTAG_CACHE: dict[str, bytes] = {}
 _MAP_HEADS = [bytes((0xA0 + n,)) for n in range(24)]
-_MAP_KEY_M_DELIVER = _K_M_DELIVER  # cached per consumer tag with the tag and "dtag" key
 
 
 def encode_deliver(ctag: str, dtag: int, redelivered: bool, msg: WireMessage) -> bytes:
@@ -449,7 +448,7 @@ def encode_deliver(ctag: str, dtag: int, redelivered: bool, msg: WireMessage) ->
     if ctag_enc is None:
         if len(_CTAG_CACHE) > 4096:
             _CTAG_CACHE.clear()
-        ctag_enc = _CTAG_CACHE[ctag] = _MAP_KEY_M_DELIVER + _K_CTAG + cbor2.dumps(ctag) + _K_DTAG
+        ctag_enc = _CTAG_CACHE[ctag] = _K_M_DELIVER + _K_CTAG + cbor2.dumps(ctag) + _K_DTAG
     n = _pair_count(msg) + 3
     if redelivered:
         head = _MAP_HEADS[n + 1] + ctag_enc + _uint(dtag) + _REDELIVERED
