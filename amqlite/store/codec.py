@@ -1,0 +1,319 @@
+"""Records <-> CBOR bytes.
+
+The generic path (:func:`amqlite.store.records.record_to_map` and
+``record_from_map``) serves every record type. The three records written once
+per message (``message.enqueue``, ``message.delivered``, ``message.ack``) are the
+journal's hot path, on append and on recovery, so they also have hand-written
+encoders and decoders, as the wire codec does for publish and deliver. Each
+handles the ordinary case only and returns None for anything unusual; the generic
+path then takes over and raises the precise error. The bytes are plain CBOR
+either way (floats as float64), so the two paths read each other's output.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import fields
+from typing import Any
+
+import cbor2
+
+from amqlite.protocol.codec import check_headers, check_props
+
+from .errors import RecordError
+from .records import (
+    MAX_MESSAGE_ID,
+    MessageAck,
+    MessageDelivered,
+    MessageEnqueue,
+    Record,
+    record_from_map,
+    record_to_map,
+)
+
+_FLOAT = struct.Struct(">d")
+
+
+def _head(major: int, n: int) -> bytes:
+    """A CBOR item header: major type (shifted: 0x00 uint, 0x20 negative, 0x40 bytes,
+    0x60 text, 0x80 array, 0xa0 map) and its argument."""
+    if n < 24:
+        return bytes((major | n,))
+    if n < 0x100:
+        return bytes((major | 24, n))
+    if n < 0x10000:
+        return bytes((major | 25,)) + n.to_bytes(2, "big")
+    if n < 0x100000000:
+        return bytes((major | 26,)) + n.to_bytes(4, "big")
+    return bytes((major | 27,)) + n.to_bytes(8, "big")
+
+
+def _text(s: str) -> bytes:
+    b = s.encode()
+    return _head(0x60, len(b)) + b
+
+
+def _scalar(v: Any) -> bytes | None:
+    t = type(v)
+    if t is str:
+        return _text(v)
+    if t is bytes:
+        raw: bytes = v
+        return _head(0x40, len(raw)) + raw
+    if t is bool:
+        return b"\xf5" if v else b"\xf4"
+    if v is None:
+        return b"\xf6"
+    if t is int:
+        if 0 <= v < 1 << 64:
+            return _head(0x00, v)
+        if -(1 << 64) <= v < 0:
+            return _head(0x20, -1 - v)
+        return None
+    if t is float:
+        return b"\xfb" + _FLOAT.pack(v)
+    return None
+
+
+def _scalar_map(d: dict[str, Any]) -> bytes | None:
+    parts = [_head(0xA0, len(d))]
+    for k, v in d.items():
+        value = _scalar(v)
+        if type(k) is not str or value is None:
+            return None
+        parts.append(_text(k))
+        parts.append(value)
+    return b"".join(parts)
+
+
+_T = _text("t")
+_ENQUEUE = _T + _text(MessageEnqueue.TYPE)
+_ACK = _T + _text(MessageAck.TYPE)
+_DELIVERED = _T + _text(MessageDelivered.TYPE)
+_K_ID = _text("id")
+_K_VHOST = _text("vhost")
+_K_QUEUES = _text("queues")
+_K_QUEUE = _text("queue")
+_K_EXCHANGE = _text("exchange")
+_K_KEY = _text("key")
+_K_BODY = _text("body")
+_K_HEADERS = _text("headers")
+_K_PROPS = _text("props")
+_K_AT = _text("at")
+
+
+_CACHE_MAX = 4096
+_ROUTES: dict[tuple[Any, ...], tuple[bytes, int]] = {}
+_MAPS: dict[tuple[Any, ...], bytes] = {}
+
+
+def _route(vhost: Any, queues: Any, exchange: Any, key: Any) -> tuple[bytes, int] | None:
+    """The encoded vhost, queues, exchange and key pairs (those not at their default)
+    and how many there are: the same for every message on one route, so cached."""
+    route = (vhost, queues, exchange, key)
+    try:
+        hit = _ROUTES.get(route)
+    except TypeError:  # something unhashable: not a valid record
+        return None
+    if hit is not None:
+        return hit
+    if (
+        type(vhost) is not str
+        or type(queues) is not tuple
+        or not queues
+        or any(type(q) is not str for q in queues)
+        or len(set(queues)) != len(queues)
+        or type(exchange) is not str
+        or type(key) is not str
+    ):
+        return None
+    parts = [_K_QUEUES, _head(0x80, len(queues)), *map(_text, queues), _K_EXCHANGE, _text(exchange)]
+    pairs = 2
+    if vhost != "/":
+        parts += (_K_VHOST, _text(vhost))
+        pairs += 1
+    if key:
+        parts += (_K_KEY, _text(key))
+        pairs += 1
+    hit = (b"".join(parts), pairs)
+    if len(_ROUTES) >= _CACHE_MAX:
+        _ROUTES.clear()
+    _ROUTES[route] = hit
+    return hit
+
+
+def _checked_map(d: Any, check: Callable[[Any], str | None]) -> bytes | None:
+    """The encoding of a headers or props map that passes ``check`` (cached by content
+    and value types, so ``True`` and ``1`` stay apart)."""
+    if type(d) is not dict:
+        return None
+    try:
+        ident = tuple((k, type(v), v) for k, v in d.items())
+        hit = _MAPS.get(ident)
+    except TypeError:
+        return None
+    if hit is None:
+        if check(d) is not None:
+            return None
+        hit = _scalar_map(d)
+        if hit is None:
+            return None
+        if len(_MAPS) >= _CACHE_MAX:
+            _MAPS.clear()
+        _MAPS[ident] = hit
+    return hit
+
+
+def _encode_enqueue(r: MessageEnqueue) -> bytes | None:
+    mid, body, headers, props, at = r.id, r.body, r.headers, r.props, r.enqueued_at
+    if (
+        type(mid) is not int
+        or not 0 <= mid <= MAX_MESSAGE_ID
+        or type(body) is not bytes
+        or r.deaths
+        or (type(at) is not float and type(at) is not int)
+    ):
+        return None
+    route = _route(r.vhost, r.queues, r.exchange, r.routing_key)
+    if route is None:
+        return None
+    prefix, pairs = route
+    parts = [b"", _ENQUEUE, _K_ID, _head(0x00, mid), prefix, _K_BODY, _head(0x40, len(body)), body]
+    if headers or type(headers) is not dict:
+        encoded = _checked_map(headers, check_headers)
+        if encoded is None:
+            return None
+        parts += (_K_HEADERS, encoded)
+        pairs += 1
+    if props or type(props) is not dict:
+        encoded = _checked_map(props, check_props)
+        if encoded is None:
+            return None
+        parts += (_K_PROPS, encoded)
+        pairs += 1
+    if at != 0.0:
+        parts += (_K_AT, b"\xfb" + _FLOAT.pack(at))
+        pairs += 1
+    parts[0] = _MAP_HEADS[pairs + 3]  # plus t, id, body
+    return b"".join(parts)
+
+
+_MAP_HEADS = [bytes((0xA0 + n,)) for n in range(24)]
+
+
+def _encode_settle(prefix: bytes, mid: Any, queue: Any) -> bytes | None:
+    if type(mid) is not int or not 0 <= mid <= MAX_MESSAGE_ID or type(queue) is not str:
+        return None
+    return b"\xa3" + prefix + _K_ID + _head(0x00, mid) + _K_QUEUE + _text(queue)
+
+
+def encode_record(record: Record) -> bytes:
+    """The CBOR encoding of ``record``; raises RecordError for an ill-typed record, so
+    nothing is written that :func:`decode_record` would refuse."""
+    t = type(record)
+    fast: bytes | None = None
+    if t is MessageEnqueue:
+        fast = _encode_enqueue(record)  # type: ignore[arg-type]
+    elif t is MessageAck or t is MessageDelivered:
+        prefix = _ACK if t is MessageAck else _DELIVERED
+        fast = _encode_settle(prefix, record.id, record.queue)  # type: ignore[union-attr]
+    if fast is not None:
+        return fast
+    m = record_to_map(record)
+    try:
+        return cbor2.dumps(m)
+    except (cbor2.CBOREncodeError, TypeError, ValueError) as exc:  # pragma: no cover
+        raise RecordError(f"{record.TYPE}: cannot encode: {exc}") from None
+
+
+# The decoders build these frozen records through their slot descriptors rather than
+# ``__init__`` (a third of the cost on recovery); every field is set, after the
+# checks. ``test_the_fast_and_generic_paths_read_each_other`` compares the results.
+_new = object.__new__
+_ENQUEUE_SETTERS = tuple(getattr(MessageEnqueue, f.name).__set__ for f in fields(MessageEnqueue))
+_SETTLE_SETTERS = {
+    cls: tuple(getattr(cls, f.name).__set__ for f in fields(cls))
+    for cls in (MessageAck, MessageDelivered)
+}
+_ENQUEUE_KEYS = frozenset(
+    ("t", "id", "vhost", "queues", "exchange", "key", "body", "headers", "props", "at")
+)
+_ABSENT: Any = object()
+
+
+def _decode_enqueue(m: dict[Any, Any]) -> MessageEnqueue | None:
+    get = m.get
+    mid, queues, exchange, body = get("id"), get("queues"), get("exchange"), get("body")
+    vhost, key, at = get("vhost", "/"), get("key", ""), get("at", 0.0)
+    headers, props = get("headers", _ABSENT), get("props", _ABSENT)
+    if (
+        type(mid) is not int
+        or not 0 <= mid <= MAX_MESSAGE_ID
+        or type(queues) is not list
+        or not queues
+        or type(exchange) is not str
+        or type(body) is not bytes
+        or type(vhost) is not str
+        or type(key) is not str
+        or type(at) not in (float, int)
+        or not m.keys() <= _ENQUEUE_KEYS
+    ):
+        return None
+    for q in queues:
+        if type(q) is not str:
+            return None
+    if len(queues) > 1 and len(set(queues)) != len(queues):
+        return None
+    if headers is _ABSENT:
+        headers = {}
+    elif check_headers(headers) is not None:
+        return None
+    if props is _ABSENT:
+        props = {}
+    elif check_props(props) is not None:
+        return None
+    record: MessageEnqueue = _new(MessageEnqueue)
+    s_id, s_vhost, s_queues, s_exchange, s_key, s_body, s_headers, s_props, s_at, s_deaths = (
+        _ENQUEUE_SETTERS
+    )
+    s_id(record, mid)
+    s_vhost(record, vhost)
+    s_queues(record, tuple(queues))
+    s_exchange(record, exchange)
+    s_key(record, key)
+    s_body(record, body)
+    s_headers(record, headers)
+    s_props(record, props)
+    s_at(record, float(at))
+    s_deaths(record, ())
+    return record
+
+
+def _settle_record(cls: type[MessageAck | MessageDelivered], mid: int, queue: str) -> Record:
+    record = _new(cls)
+    set_id, set_queue = _SETTLE_SETTERS[cls]
+    set_id(record, mid)
+    set_queue(record, queue)
+    return record
+
+
+def decode_record(payload: bytes | memoryview) -> Record:
+    """Parse one CBOR record; raises RecordError for bad CBOR or an ill-typed record."""
+    try:
+        m = cbor2.loads(payload)
+    except Exception as exc:  # cbor2 raises a variety of errors on bad input
+        raise RecordError(f"not a CBOR record: {exc}") from None
+    if type(m) is dict:
+        kind = m.get("t")
+        fast: Record | None = None
+        if kind == MessageEnqueue.TYPE:
+            fast = _decode_enqueue(m)
+        elif (kind == MessageAck.TYPE or kind == MessageDelivered.TYPE) and len(m) == 3:
+            mid, queue = m.get("id"), m.get("queue")
+            if type(mid) is int and 0 <= mid <= MAX_MESSAGE_ID and type(queue) is str:
+                cls = MessageAck if kind == MessageAck.TYPE else MessageDelivered
+                fast = _settle_record(cls, mid, queue)
+        if fast is not None:
+            return fast
+    return record_from_map(m)

@@ -1,0 +1,688 @@
+"""The journal: one per node, append-only segment files of CBOR records.
+
+Guarantees
+----------
+- :meth:`Journal.commit` returns a position; every record appended at or before
+  it, except those a :class:`StoreWriteError` reported as dropped, is stored as
+  the fsync policy promises: on stable storage for ``always`` and ``batch`` (one
+  fsync covers every record written since the previous one: group commit), in
+  the operating system's page cache for ``never`` (survives ``kill -9``, not a
+  power cut or kernel crash). :attr:`Journal.synced` never passes what an fsync
+  covered.
+- A write or fsync error raises :class:`StoreWriteError`, cuts the segment back to
+  what was stored before, and names exactly the records not stored. The journal
+  keeps working: the next commit after the disk recovers succeeds.
+- :meth:`Journal.recover` replays every segment in order, cuts a torn tail of the
+  *last* segment (reporting what it dropped; the shell logs it) and refuses
+  damage anywhere else (:class:`JournalCorrupt` says what to do).
+- A lock file (``LOCK``, ``fcntl.flock``, holding the owner's pid) keeps a second
+  process off the data directory (:class:`StoreLocked`).
+- :meth:`Journal.compact` replaces every segment by one snapshot of the live
+  state; a crash at any point of it leaves a journal that recovers to the state
+  before or after it (protocol below).
+
+Driving it from trio
+--------------------
+The journal does blocking file I/O and is thread-safe in one pattern: ``append``
+from the event loop (it only encodes and buffers, microseconds), and ``commit``,
+``flush``, ``compact`` and ``close`` from one worker thread at a time::
+
+    pos = journal.append(MessageEnqueue(...))        # in the event loop
+    waiting.append((pos, publish_id))
+
+    async def committer():                            # one task, in the node's nursery
+        while True:
+            await work_pending.wait()                 # set by whoever appends
+            await trio.sleep(journal.commit_interval) # 0 for always, batch_ms for batch
+            try:
+                done = await trio.to_thread.run_sync(journal.commit)
+            except StoreWriteError as exc:            # nack exc.dropped, log, carry on
+                ...
+            confirm everything in `waiting` with pos <= done
+
+While one commit runs in the thread, the loop keeps appending; the next commit
+covers all of those with one fsync. ``journal.state`` is the durable state as of
+the last append (the records a restart would replay once committed); read it
+from the event loop, not while a commit or compaction runs.
+
+Compaction protocol
+-------------------
+1. Under the buffer lock: take the snapshot of :attr:`state` (records that rebuild
+   it, starting with ``snapshot.begin``) and the buffered records it covers.
+2. Seal the active segment (fsync it), so no later write goes into an old file.
+3. Write the snapshot to ``journal-<S>.log.tmp`` (S = next sequence number) and
+   fsync it. A crash here leaves a ``.tmp`` file that recovery deletes; the old
+   segments are intact.
+4. Rename it to ``journal-<S>.log`` and fsync the directory. This is the commit
+   point: recovery starts at the newest segment whose first record is
+   ``snapshot.begin``, so from here the old segments are ignored.
+5. Delete the older segments and fsync the directory. A crash part-way leaves
+   some of them; recovery deletes them.
+6. Segment S becomes the active segment; the buffered records taken in step 1 are
+   committed (the snapshot holds them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno as errno_
+import itertools
+import os
+import threading
+from collections.abc import Collection
+from typing import Literal, NamedTuple, NoReturn, get_args
+
+from .errors import JournalCorrupt, StoreError, StoreLocked, StoreWriteError
+from .files import FileHandle, FileLayer, OsFileLayer
+from .records import MessageEnqueue, Record, SnapshotBegin
+from .segment import HEADER, SegmentReader, frame_record, segment_name, segment_seq
+from .state import StoreState
+
+FsyncPolicy = Literal["always", "batch", "never"]
+FSYNC_POLICIES: tuple[str, ...] = get_args(FsyncPolicy)
+LOCK_NAME = "LOCK"
+TMP_SUFFIX = ".tmp"
+DEFAULT_BATCH_MS = 10
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+_HEAD_PROBE = 4096  # bytes read to see whether a segment starts with a snapshot
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What :meth:`Journal.recover` found.
+
+    ``records`` replayed from ``segments`` files; ``dropped_bytes`` cut from the
+    end of ``truncated_segment`` for ``reason`` (None when the journal ended
+    cleanly); ``removed`` lists leftovers of an interrupted compaction that were
+    deleted. ``state`` is the durable state to rebuild the broker from; it is the
+    journal's own :attr:`Journal.state`, which later appends keep changing, so
+    rebuild from it before appending.
+    """
+
+    state: StoreState
+    records: int
+    segments: int
+    dropped_bytes: int
+    truncated_segment: str | None
+    reason: str | None
+    removed: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CompactionReport:
+    """What :meth:`Journal.compact` did: the snapshot ``segment`` holding ``records``,
+    the ``removed`` segment files, the journal's size before and after, and how
+    many messages were ``forgotten`` because ``live_message_ids`` lacked them."""
+
+    segment: str
+    records: int
+    removed: tuple[str, ...]
+    bytes_before: int
+    bytes_after: int
+    forgotten: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JournalStats:
+    """Numbers for ``amqlite status``."""
+
+    directory: str
+    fsync: str
+    segments: int
+    bytes: int
+    live_messages: int
+    live_message_bytes: int
+    pending: int
+    appended: int
+    committed: int
+    synced: int
+    queue_messages: dict[tuple[str, str], int]
+
+
+class _Pending(NamedTuple):
+    position: int
+    record: Record
+    frame: bytes
+
+
+class _Segment:
+    """The segment being appended to. ``size`` is what is kept (the file may be longer
+    after a failed write until ``repair`` is False again); ``synced`` is what an
+    fsync covered."""
+
+    __slots__ = ("dir_synced", "handle", "name", "repair", "seq", "size", "synced")
+
+    def __init__(self, seq: int, handle: FileHandle, size: int, *, durable: bool) -> None:
+        """``durable``: the ``size`` bytes and the directory entry are already fsynced
+        (a recovered or compacted segment); else the segment is new and empty."""
+        self.seq = seq
+        self.name = segment_name(seq)
+        self.handle = handle
+        self.size = size
+        self.synced = size if durable else 0
+        self.dir_synced = durable
+        self.repair = False
+
+
+class Journal:
+    """An append-only journal in ``directory``; see the module docstring.
+
+    Open it, :meth:`recover` once, then :meth:`append` and :meth:`commit`.
+    ``segment_bytes`` is a soft limit: a commit that starts in a segment of that
+    size or more starts a new one, and one commit's records never span two files.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        fsync: FsyncPolicy = "batch",
+        batch_ms: float = DEFAULT_BATCH_MS,
+        segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        file_layer: FileLayer | None = None,
+    ) -> None:
+        if fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync policy must be one of {', '.join(FSYNC_POLICIES)}: {fsync!r}")
+        if not batch_ms > 0:
+            raise ValueError(f"batch_ms must be positive: {batch_ms!r}")
+        if segment_bytes <= len(HEADER):
+            raise ValueError(f"segment_bytes too small: {segment_bytes}")
+        self.directory = os.fspath(directory)
+        self.fsync_policy: FsyncPolicy = fsync
+        self.batch_ms = batch_ms
+        self.segment_bytes = segment_bytes
+        self._files: FileLayer = file_layer if file_layer is not None else OsFileLayer()
+        self._sync = fsync != "never"
+        self._mutex = threading.Lock()  # the buffer, the state, the counters
+        self._writer = threading.Lock()  # one commit / compaction at a time
+        self._pending: list[_Pending] = []
+        self._unsynced: list[_Pending] = []  # written, not yet covered by an fsync
+        self._state = StoreState()
+        self._sealed: dict[int, int] = {}  # seq -> size, older segments
+        self._active: _Segment | None = None
+        self._next_seq = 1
+        self._appended = 0
+        self._written = 0
+        self._synced = 0
+        self._recovered = False
+        self._closed = False
+        try:
+            self._files.makedirs(self.directory)
+        except OSError as exc:
+            raise StoreError(f"cannot create data dir {self.directory}: {exc.strerror}") from None
+        self._lock = self._take_lock()
+
+    # --- the lock ----------------------------------------------------------------------
+
+    def _take_lock(self) -> FileHandle:
+        path = os.path.join(self.directory, LOCK_NAME)
+        try:
+            return self._files.lock(path, f"{os.getpid()}\n".encode())
+        except BlockingIOError:
+            pid: int | None
+            try:
+                pid = int(self._files.read(path, 64).split()[0])
+            except (OSError, ValueError, IndexError):
+                pid = None
+            raise StoreLocked(self.directory, pid) from None
+        except OSError as exc:
+            raise StoreError(f"cannot lock data dir {self.directory}: {exc.strerror}") from None
+
+    # --- positions and settings --------------------------------------------------------
+
+    @property
+    def appended(self) -> int:
+        """Position of the last record appended (positions start at 1 per journal)."""
+        return self._appended
+
+    @property
+    def committed(self) -> int:
+        """Records up to here (less those reported dropped) are stored as the policy
+        promises: fsynced for ``always``/``batch``, written for ``never``."""
+        return self._synced if self._sync else self._written
+
+    @property
+    def synced(self) -> int:
+        """Records up to here (less those reported dropped) are covered by an fsync."""
+        return self._synced
+
+    @property
+    def commit_interval(self) -> float:
+        """Seconds a shell should wait after an append before committing: ``batch_ms``
+        for ``batch``, 0 for ``always`` (commit at once; appends made during a commit
+        ride the next one) and for ``never`` (a commit is only a write)."""
+        return self.batch_ms / 1000 if self.fsync_policy == "batch" else 0.0
+
+    @property
+    def state(self) -> StoreState:
+        """The durable state as of the last append (see the module docstring)."""
+        return self._state
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self.directory, name)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"journal {self.directory} is closed")
+        if not self._recovered:
+            raise StoreError(f"journal {self.directory}: call recover() before using it")
+
+    # --- recovery ----------------------------------------------------------------------
+
+    def recover(self) -> RecoveryReport:
+        """Replay the journal into :attr:`state`; call once, before anything else.
+
+        Starts at the newest segment that begins with ``snapshot.begin`` (older
+        ones are leftovers of a compaction and are deleted) and replays every
+        segment after it in order. A damaged tail of the last segment is cut off
+        and reported; damage in any other segment, a missing segment, or a journal
+        that ends inside a snapshot raises :class:`JournalCorrupt`.
+        """
+        with self._writer:
+            if self._closed:
+                raise StoreError(f"journal {self.directory} is closed")
+            if self._recovered:
+                raise StoreError(f"journal {self.directory}: recover() runs only once")
+            try:
+                report = self._recover()
+            except OSError as exc:
+                raise StoreError(f"cannot read journal in {self.directory}: {exc}") from None
+            self._recovered = True
+            return report
+
+    def _recover(self) -> RecoveryReport:
+        files = self._files
+        removed: list[str] = []
+        seqs: list[int] = []
+        for name in files.listdir(self.directory):
+            if name.endswith(TMP_SUFFIX) and segment_seq(name[: -len(TMP_SUFFIX)]) is not None:
+                files.remove(self._path(name))
+                removed.append(name)
+            elif (seq := segment_seq(name)) is not None:
+                seqs.append(seq)
+        seqs.sort()
+        base = 0
+        for i in range(len(seqs) - 1, 0, -1):
+            if self._starts_with_snapshot(seqs[i]):
+                base = i
+                break
+        superseded, live = seqs[:base], seqs[base:]
+        for prev, seq in itertools.pairwise(live):
+            if seq != prev + 1:
+                raise JournalCorrupt(
+                    f"{self.directory}: {segment_name(prev + 1)} is missing (found "
+                    f"{segment_name(prev)} and {segment_name(seq)}); the records it held "
+                    "are lost. Restore it, or restore the data dir from a backup or the "
+                    "HA peer"
+                )
+        state = StoreState()
+        records = dropped = 0
+        truncated = reason = None
+        sizes: dict[int, int] = {}
+        for seq in live:
+            name = segment_name(seq)
+            data = files.read(self._path(name))
+            reader = SegmentReader(data, name=f"{self.directory}/{name}")
+            for _offset, record in reader:
+                state.apply(record)
+            records += reader.records
+            sizes[seq] = reader.end
+            if reader.defect is None:
+                continue
+            where = f"{reader.defect.reason} at offset {reader.defect.offset}"
+            if seq != live[-1]:
+                raise JournalCorrupt(
+                    f"{self.directory}/{name} is damaged ({where}) and is not the last "
+                    f"segment, so the {len(live) - live.index(seq) - 1} segment(s) after it "
+                    "would be lost too. Restore the data dir from a backup or the HA peer; "
+                    f"or, accepting the loss, truncate {name} to {reader.end} bytes and "
+                    "move the later segments out of the data dir"
+                )
+            dropped, truncated, reason = len(data) - reader.end, name, where
+        if state.snapshot_open:
+            raise JournalCorrupt(
+                f"{self.directory}: the journal ends inside a snapshot (snapshot.begin "
+                "without snapshot.end), so the state it holds is incomplete. If this node "
+                "is an HA backup, move the data dir aside and let it resync from its peer; "
+                "otherwise restore the data dir from a backup"
+            )
+        for seq in superseded:
+            files.remove(self._path(segment_name(seq)))
+            removed.append(segment_name(seq))
+        if removed:
+            files.fsync_dir(self.directory)
+        if live:
+            last = live[-1]
+            handle = files.open_append(self._path(segment_name(last)))
+            if truncated is not None:
+                handle.truncate(sizes[last])
+            handle.fsync()  # what we replayed is what later records build on
+            self._active = _Segment(last, handle, sizes[last], durable=True)
+            self._sealed = {seq: sizes[seq] for seq in live[:-1]}
+            self._next_seq = last + 1
+        self._state = state
+        return RecoveryReport(
+            state=state,
+            records=records,
+            segments=len(live),
+            dropped_bytes=dropped,
+            truncated_segment=truncated,
+            reason=reason,
+            removed=tuple(removed),
+        )
+
+    def _starts_with_snapshot(self, seq: int) -> bool:
+        head = self._files.read(self._path(segment_name(seq)), _HEAD_PROBE)
+        try:
+            for _offset, record in SegmentReader(head):
+                return type(record) is SnapshotBegin
+        except JournalCorrupt:
+            return False
+        return False
+
+    # --- appending and committing ------------------------------------------------------
+
+    def append(self, record: Record) -> int:
+        """Buffer ``record`` and fold it into :attr:`state`; returns its position.
+
+        No I/O: the record is stored by a later :meth:`commit` (or :meth:`flush`).
+        Raises RecordError for an ill-typed record (nothing is buffered then).
+        """
+        framed = frame_record(record)
+        with self._mutex:
+            self._check_open()
+            self._appended += 1
+            position = self._appended
+            self._state.apply(record)
+            self._pending.append(_Pending(position, record, framed))
+        return position
+
+    def flush(self) -> int:
+        """Write the buffered records to the file, without fsync; returns the position
+        written up to. Raises StoreWriteError (see :meth:`commit`)."""
+        with self._writer:
+            self._check_open()
+            self._write_pending()
+            return self._written
+
+    def commit(self) -> int:
+        """Write the buffered records and, unless the policy is ``never``, fsync once;
+        returns :attr:`committed`.
+
+        On a write or fsync error, raises :class:`StoreWriteError`: the segment is
+        cut back to what was stored before, ``message.enqueue`` records not stored
+        are dropped (and forgotten by :attr:`state`), the other records are kept
+        for the next commit.
+        """
+        with self._writer:
+            self._check_open()
+            self._write_pending()
+            if self._sync and self._unsynced:
+                try:
+                    self._sync_active()
+                except OSError as exc:
+                    self._fail(exc, [])
+            return self.committed
+
+    def _write_pending(self) -> None:
+        with self._mutex:
+            batch, self._pending = self._pending, []
+        if not batch:
+            return
+        try:
+            segment = self._segment_for_write()
+            data = b"".join(p.frame for p in batch)
+            if segment.size == 0:
+                data = HEADER + data
+            segment.handle.write(data)
+        except OSError as exc:
+            self._fail(exc, batch)
+        segment.size += len(data)
+        self._written = batch[-1].position
+        if self._sync:
+            self._unsynced.extend(batch)
+
+    def _sync_active(self) -> None:
+        """Fsync the active segment (and, once, its directory entry)."""
+        segment = self._active
+        assert segment is not None
+        segment.handle.fsync()
+        if not segment.dir_synced:
+            self._files.fsync_dir(self.directory)
+            segment.dir_synced = True
+        segment.synced = segment.size
+        self._synced = max(self._synced, self._written)
+        self._unsynced.clear()
+
+    def _segment_for_write(self) -> _Segment:
+        """The active segment, rolled over when full and repaired after a failure."""
+        segment = self._active
+        if segment is not None:
+            self._repair(segment)
+        if segment is not None and segment.size >= self.segment_bytes:
+            self._seal(segment)
+            segment = None
+        if segment is None:
+            seq = self._next_seq
+            handle = self._files.open_append(self._path(segment_name(seq)), truncate=True)
+            segment = self._active = _Segment(seq, handle, 0, durable=False)
+            self._next_seq = seq + 1
+        return segment
+
+    def _repair(self, segment: _Segment) -> None:
+        """Cut off what a failed write left past ``size`` (when cutting failed then)."""
+        if segment.repair:
+            segment.handle.truncate(segment.size)
+            if self._sync:
+                segment.handle.fsync()
+            segment.repair = False
+
+    def _seal(self, segment: _Segment) -> None:
+        """Fsync and close the active segment whatever the policy: only the last segment
+        may ever hold a torn record."""
+        self._repair(segment)
+        if segment.synced < segment.size or not segment.dir_synced:
+            self._sync_active()
+        segment.handle.close()
+        self._sealed[segment.seq] = segment.size
+        self._active = None
+
+    def _fail(self, exc: OSError, batch: list[_Pending]) -> NoReturn:
+        """Undo a failed write: cut the segment back, drop the enqueues, keep the rest
+        for the next commit, and raise StoreWriteError naming them."""
+        failed = self._unsynced + batch
+        self._unsynced = []
+        segment = self._active
+        if segment is not None:
+            if self._sync:
+                segment.size = segment.synced
+            try:
+                segment.handle.truncate(segment.size)
+                if self._sync:
+                    segment.handle.fsync()
+            except OSError:
+                segment.repair = True  # retried before the next write
+        if self._sync:
+            self._written = self._synced  # what was written since the fsync is gone
+        dropped = [p for p in failed if type(p.record) is MessageEnqueue]
+        retry = [p for p in failed if type(p.record) is not MessageEnqueue]
+        with self._mutex:
+            self._pending[:0] = retry
+            for p in dropped:
+                assert type(p.record) is MessageEnqueue
+                self._state.forget_message(p.record.id)
+        reason = exc.strerror or errno_.errorcode.get(exc.errno or 0, str(exc))
+        raise StoreWriteError(
+            f"journal write failed in {self.directory} ({reason}): {len(dropped)} "
+            f"message(s) not stored; {len(retry)} other record(s) kept for the next commit",
+            dropped=tuple(p.position for p in dropped),
+            retrying=tuple(p.position for p in retry),
+            errno=exc.errno,
+        ) from exc
+
+    # --- compaction --------------------------------------------------------------------
+
+    def compaction_due(self) -> bool:
+        """A rule of thumb for the shell: the journal is past one segment and more than
+        twice what a snapshot of the live state would take."""
+        total = self._total_bytes()
+        state = self._state
+        estimate = state.message_bytes + 160 * state.live_messages + 4096
+        return total >= self.segment_bytes and total > 2 * estimate
+
+    def compact(self, live_message_ids: Collection[int] | None = None) -> CompactionReport:
+        """Replace every segment by one snapshot of :attr:`state` (protocol in the module
+        docstring); returns what it did.
+
+        ``live_message_ids``, when given, is the broker's word on which journaled
+        messages are still live: the others are dropped too (e.g. expired without
+        an ack record). Raises :class:`StoreWriteError` like :meth:`commit` (the
+        records appended since the last commit are the ones at stake); the old
+        segments are then left as they were.
+
+        Taking the snapshot holds the append lock for a time proportional to the
+        live state (in memory, no I/O), so appends wait that long; writing it does
+        not block appends.
+        """
+        with self._writer:
+            self._check_open()
+            forgotten = 0
+            with self._mutex:
+                if live_message_ids is not None:
+                    keep = set(live_message_ids)
+                    for mid in self._state.live_message_ids():
+                        if mid not in keep:
+                            self._state.forget_message(mid)
+                            forgotten += 1
+                snapshot = self._state.snapshot()
+                batch, self._pending = self._pending, []
+                upto = self._appended
+            before = self._total_bytes()
+            seq = self._next_seq
+            name = segment_name(seq)
+            tmp, final = self._path(name + TMP_SUFFIX), self._path(name)
+            data = HEADER + b"".join(frame_record(r) for r in snapshot)
+            renamed = False
+            try:
+                if self._active is not None:
+                    self._seal(self._active)
+                handle = self._files.open_append(tmp, truncate=True)
+                try:
+                    handle.write(data)
+                    handle.fsync()
+                finally:
+                    handle.close()
+                self._files.rename(tmp, final)
+                renamed = True
+                self._files.fsync_dir(self.directory)
+            except OSError as exc:
+                self._undo_compaction(tmp, final, seq, renamed, len(data))
+                self._fail(exc, batch)
+            self._next_seq = seq + 1
+            removed = self._remove_sealed(below=seq)
+            try:
+                handle = self._files.open_append(final)
+            except OSError:
+                self._sealed[seq] = len(data)  # the next commit starts a new segment
+            else:
+                self._active = _Segment(seq, handle, len(data), durable=True)
+            self._unsynced.clear()
+            self._written = max(self._written, upto)
+            self._synced = max(self._synced, upto)
+            return CompactionReport(
+                segment=name,
+                records=len(snapshot),
+                removed=tuple(removed),
+                bytes_before=before,
+                bytes_after=self._total_bytes(),
+                forgotten=forgotten,
+            )
+
+    def _undo_compaction(self, tmp: str, final: str, seq: int, renamed: bool, size: int) -> None:
+        """After a failed compaction, take the snapshot away again if possible. If the
+        renamed snapshot cannot be removed it stays valid (it holds the state of step
+        1 and the records kept for retry re-apply on top of it), so the next segment
+        must come after it; the messages reported dropped may then come back after a
+        restart (at least once, never lost)."""
+        try:
+            self._files.remove(final if renamed else tmp)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            if renamed:
+                self._next_seq = seq + 1
+                self._sealed[seq] = size
+
+    def _remove_sealed(self, *, below: int) -> list[str]:
+        """Delete the segments a snapshot superseded (step 5). One that cannot be
+        deleted now is harmless: recovery deletes it, and so does the next compaction."""
+        removed = []
+        for seq in sorted(self._sealed):
+            if seq >= below:
+                continue
+            name = segment_name(seq)
+            try:
+                self._files.remove(self._path(name))
+            except FileNotFoundError:
+                pass
+            except OSError:
+                continue
+            del self._sealed[seq]
+            removed.append(name)
+        with contextlib.suppress(OSError):  # recovery finishes the job if this is lost
+            self._files.fsync_dir(self.directory)
+        return removed
+
+    # --- status and closing ------------------------------------------------------------
+
+    def _total_bytes(self) -> int:
+        active = self._active.size if self._active is not None else 0
+        return sum(self._sealed.values()) + active
+
+    def stats(self) -> JournalStats:
+        """Sizes and counts for ``amqlite status``."""
+        with self._mutex:
+            segments = len(self._sealed) + (1 if self._active is not None else 0)
+            return JournalStats(
+                directory=self.directory,
+                fsync=self.fsync_policy,
+                segments=segments,
+                bytes=self._total_bytes(),
+                live_messages=self._state.live_messages,
+                live_message_bytes=self._state.message_bytes,
+                pending=len(self._pending),
+                appended=self._appended,
+                committed=self.committed,
+                synced=self._synced,
+                queue_messages=self._state.message_counts(),
+            )
+
+    def close(self) -> None:
+        """Commit what is buffered (when recovered), fsync, close the files and release
+        the lock. Raises StoreWriteError if that last commit fails; the files are
+        closed and the lock released all the same."""
+        with self._writer:
+            if self._closed:
+                return
+            try:
+                if self._recovered:
+                    self._write_pending()
+                    if self._active is not None and (
+                        self._active.synced < self._active.size or self._unsynced
+                    ):
+                        try:
+                            self._sync_active()
+                        except OSError as exc:
+                            self._fail(exc, [])
+            finally:
+                self._closed = True
+                if self._active is not None:
+                    self._active.handle.close()
+                self._lock.close()
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

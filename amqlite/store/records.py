@@ -1,0 +1,406 @@
+"""Journal records: what a node writes to disk and what HA replicates to its peer.
+
+A record is a frozen dataclass named after what happened. On disk (and on the
+peer link) it is one self-describing CBOR map: ``t`` names the record type and
+the other keys are its fields; a field left at its default is omitted. Decoding
+checks every field's type, so a record we cannot trust never reaches the state
+(:class:`~amqlite.store.errors.RecordError` names the type and field). Encoding
+runs the same checks, so nothing is written that recovery would refuse. This
+module holds the records and the generic map conversion; :mod:`amqlite.store.codec`
+turns them into bytes (with hand-written paths for the per-message records).
+
+Types and fields (``docs/storage.md`` has the full table):
+
+================== ==============================================================
+``exchange.declare`` vhost, name, type, auto_delete, internal, arguments
+``exchange.delete``  vhost, name
+``queue.declare``    vhost, name, auto_delete, arguments
+``queue.delete``     vhost, name
+``queue.purge``      vhost, name
+``queue.bind``       vhost, queue, exchange, key, arguments
+``queue.unbind``     vhost, queue, exchange, key, arguments
+``message.enqueue``  id, vhost, queues, exchange, key, body, headers, props, at, deaths
+``message.delivered`` id, queue
+``message.ack``      id, queue
+``snapshot.begin``   last_id
+``snapshot.end``     (none)
+================== ==============================================================
+
+Only durable entities and persistent messages on durable queues are ever
+recorded (see :mod:`amqlite.store.state` for the caller's contract), so the
+records carry no ``durable`` or ``persistent`` flag.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeAlias
+
+from amqlite.protocol.codec import check_headers, check_props
+
+from .errors import RecordError
+
+#: Largest message id: ids travel as CBOR unsigned integers below 2**63.
+MAX_MESSAGE_ID = (1 << 63) - 1
+_MAX_NESTING = 8
+
+
+def _wire(key: str, **kwargs: Any) -> Any:
+    """A dataclass field stored under a shorter key on disk."""
+    return dataclasses.field(metadata={"key": key}, **kwargs)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ExchangeDeclare:
+    """A durable exchange was declared (the latest declaration wins)."""
+
+    TYPE: ClassVar[str] = "exchange.declare"
+    vhost: str = "/"
+    name: str
+    type: str
+    auto_delete: bool = False
+    internal: bool = False
+    arguments: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ExchangeDelete:
+    """A durable exchange was deleted, with every binding from it."""
+
+    TYPE: ClassVar[str] = "exchange.delete"
+    vhost: str = "/"
+    name: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class QueueDeclare:
+    """A durable, non-exclusive queue was declared (the latest declaration wins)."""
+
+    TYPE: ClassVar[str] = "queue.declare"
+    vhost: str = "/"
+    name: str
+    auto_delete: bool = False
+    arguments: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class QueueDelete:
+    """A durable queue was deleted, with its bindings and messages."""
+
+    TYPE: ClassVar[str] = "queue.delete"
+    vhost: str = "/"
+    name: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class QueuePurge:
+    """Every message of a durable queue was dropped."""
+
+    TYPE: ClassVar[str] = "queue.purge"
+    vhost: str = "/"
+    name: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class QueueBind:
+    """A binding from an exchange to a durable queue was made."""
+
+    TYPE: ClassVar[str] = "queue.bind"
+    vhost: str = "/"
+    queue: str
+    exchange: str
+    key: str = ""
+    arguments: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class QueueUnbind:
+    """A binding from an exchange to a durable queue was removed."""
+
+    TYPE: ClassVar[str] = "queue.unbind"
+    vhost: str = "/"
+    queue: str
+    exchange: str
+    key: str = ""
+    arguments: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class MessageEnqueue:
+    """A persistent message was routed to these durable queues (one copy of the body
+    however many queues hold it).
+
+    ``id`` is chosen by the node, unique among its live messages and increasing
+    (:attr:`StoreState.last_message_id` says where to continue after a restart).
+    ``enqueued_at`` is wall-clock Unix time in seconds, so TTLs can be recomputed
+    after a restart; ``deaths`` keeps earlier dead-letterings, oldest first, as
+    ``(queue, reason)`` pairs.
+    """
+
+    TYPE: ClassVar[str] = "message.enqueue"
+    id: int
+    vhost: str = "/"
+    queues: tuple[str, ...]
+    exchange: str
+    routing_key: str = _wire("key", default="")
+    body: bytes
+    headers: dict[str, Any] = dataclasses.field(default_factory=dict)
+    props: dict[str, Any] = dataclasses.field(default_factory=dict)
+    enqueued_at: float = _wire("at", default=0.0)
+    deaths: tuple[tuple[str, str], ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class MessageDelivered:
+    """A message was handed to a consumer from this queue: after a restart it comes
+    back flagged ``redelivered``."""
+
+    TYPE: ClassVar[str] = "message.delivered"
+    id: int
+    queue: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class MessageAck:
+    """A message left this queue for good: acked, rejected without requeue, expired,
+    dropped by overflow or dead-lettered (the dead-lettered copy is a new
+    ``message.enqueue`` with a new id)."""
+
+    TYPE: ClassVar[str] = "message.ack"
+    id: int
+    queue: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SnapshotBegin:
+    """Everything before this record is superseded: the records up to the matching
+    :class:`SnapshotEnd` rebuild the whole durable state. Written by compaction
+    (as the first record of a segment) and by HA when a peer rejoins."""
+
+    TYPE: ClassVar[str] = "snapshot.begin"
+    last_message_id: int = _wire("last_id", default=0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SnapshotEnd:
+    """The snapshot started by the last :class:`SnapshotBegin` is complete."""
+
+    TYPE: ClassVar[str] = "snapshot.end"
+
+
+Record: TypeAlias = (
+    ExchangeDeclare
+    | ExchangeDelete
+    | QueueDeclare
+    | QueueDelete
+    | QueuePurge
+    | QueueBind
+    | QueueUnbind
+    | MessageEnqueue
+    | MessageDelivered
+    | MessageAck
+    | SnapshotBegin
+    | SnapshotEnd
+)
+
+RECORD_TYPES: tuple[type[Record], ...] = (
+    ExchangeDeclare,
+    ExchangeDelete,
+    QueueDeclare,
+    QueueDelete,
+    QueuePurge,
+    QueueBind,
+    QueueUnbind,
+    MessageEnqueue,
+    MessageDelivered,
+    MessageAck,
+    SnapshotBegin,
+    SnapshotEnd,
+)
+
+BY_TYPE: dict[str, type[Record]] = {cls.TYPE: cls for cls in RECORD_TYPES}
+
+# --- field checks --------------------------------------------------------------------
+
+#: Returns None when the value is acceptable, else why not ("must be text").
+_Check = Callable[[Any], str | None]
+
+
+def _text(v: Any) -> str | None:
+    return None if type(v) is str else "must be text"
+
+
+def _flag(v: Any) -> str | None:
+    return None if type(v) is bool else "must be a boolean"
+
+
+def _bytes(v: Any) -> str | None:
+    return None if type(v) is bytes else "must be bytes"
+
+
+def _number(v: Any) -> str | None:
+    return None if type(v) is float or type(v) is int else "must be a number"
+
+
+def _message_id(v: Any) -> str | None:
+    if type(v) is not int or not 0 <= v <= MAX_MESSAGE_ID:
+        return "must be an integer in [0, 2**63)"
+    return None
+
+
+def _plain(v: Any, depth: int) -> bool:
+    t = type(v)
+    if t in (str, int, float, bool, bytes, type(None)):
+        return True
+    if depth >= _MAX_NESTING:
+        return False
+    if t is list or t is tuple:
+        return all(_plain(x, depth + 1) for x in v)
+    if t is dict:
+        return all(type(k) is str and _plain(x, depth + 1) for k, x in v.items())
+    return False
+
+
+def _arguments(v: Any) -> str | None:
+    if type(v) is dict and _plain(v, 0):
+        return None
+    return f"must be a map with text keys and plain values (nested < {_MAX_NESTING})"
+
+
+def _headers(v: Any) -> str | None:
+    why = check_headers(v)
+    return None if why is None else f"{why}"
+
+
+def _props(v: Any) -> str | None:
+    why = check_props(v)
+    return None if why is None else f"{why}"
+
+
+def _queue_names(v: Any) -> str | None:
+    if type(v) not in (list, tuple) or not v or any(type(q) is not str for q in v):
+        return "must be a non-empty list of text"
+    if len(set(v)) != len(v):
+        return "must not name a queue twice"
+    return None
+
+
+def _deaths(v: Any) -> str | None:
+    if type(v) not in (list, tuple):
+        return "must be a list of [queue, reason] pairs"
+    for pair in v:
+        if type(pair) not in (list, tuple) or len(pair) != 2:
+            return "must be a list of [queue, reason] pairs"
+        if type(pair[0]) is not str or type(pair[1]) is not str:
+            return "must be a list of [queue, reason] text pairs"
+    return None
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+def _as_float(v: Any) -> Any:
+    return float(v)
+
+
+def _as_tuple(v: Any) -> Any:
+    return tuple(v)
+
+
+def _as_pairs(v: Any) -> Any:
+    return tuple((q, r) for q, r in v)
+
+
+_CHECKS: dict[str, tuple[_Check, Callable[[Any], Any]]] = {
+    "str": (_text, _same),
+    "bool": (_flag, _same),
+    "bytes": (_bytes, _same),
+    "float": (_number, _as_float),
+    "int": (_message_id, _same),
+    "dict[str, Any]": (_arguments, _same),
+    "tuple[str, ...]": (_queue_names, _as_tuple),
+    "tuple[tuple[str, str], ...]": (_deaths, _as_pairs),
+}
+_BY_NAME: dict[str, tuple[_Check, Callable[[Any], Any]]] = {
+    "headers": (_headers, _same),
+    "props": (_props, _same),
+}
+
+_MISSING: Any = object()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    key: str
+    check: _Check
+    convert: Callable[[Any], Any]
+    default: Any  # _MISSING when required
+
+
+def _fields_of(cls: type[Record]) -> tuple[_Field, ...]:
+    out = []
+    for f in dataclasses.fields(cls):
+        check, convert = _BY_NAME.get(f.name) or _CHECKS[str(f.type)]
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = _MISSING
+        out.append(_Field(f.name, f.metadata.get("key", f.name), check, convert, default))
+    return tuple(out)
+
+
+_FIELDS: dict[type[Record], tuple[_Field, ...]] = {cls: _fields_of(cls) for cls in RECORD_TYPES}
+_KEYS: dict[type[Record], frozenset[str]] = {
+    cls: frozenset(["t", *(f.key for f in fields)]) for cls, fields in _FIELDS.items()
+}
+
+# --- encode / decode -------------------------------------------------------------------
+
+
+def record_to_map(record: Record) -> dict[str, Any]:
+    """The CBOR map for ``record`` (defaults left out); raises RecordError when a field
+    is ill-typed, so nothing is written that :func:`record_from_map` would refuse."""
+    cls = type(record)
+    fields = _FIELDS.get(cls)
+    if fields is None:
+        raise RecordError(f"not a journal record: {record!r}")
+    m: dict[str, Any] = {"t": cls.TYPE}
+    for f in fields:
+        v = getattr(record, f.name)
+        if f.default is not _MISSING and v == f.default and type(v) is type(f.default):
+            continue
+        why = f.check(v)
+        if why is not None:
+            raise RecordError(f"{cls.TYPE}: field {f.name!r} {why}, got {v!r}")
+        m[f.key] = v
+    return m
+
+
+def record_from_map(m: Any) -> Record:
+    """Build a record from a decoded CBOR map, checking every field; raises RecordError."""
+    if type(m) is not dict:
+        raise RecordError(f"a record must be a map, got {type(m).__name__}")
+    kind = m.get("t")
+    cls = BY_TYPE.get(kind) if type(kind) is str else None
+    if cls is None:
+        raise RecordError(f"unknown record type {kind!r} (written by a newer amqlite?)")
+    extra = m.keys() - _KEYS[cls]
+    if extra:
+        raise RecordError(f"{cls.TYPE}: unknown fields {sorted(map(str, extra))}")
+    kwargs: dict[str, Any] = {}
+    for f in _FIELDS[cls]:
+        v = m.get(f.key, _MISSING)
+        if v is _MISSING:
+            if f.default is _MISSING:
+                raise RecordError(f"{cls.TYPE}: missing field {f.key!r}")
+            continue
+        why = f.check(v)
+        if why is not None:
+            raise RecordError(f"{cls.TYPE}: field {f.key!r} {why}")
+        kwargs[f.name] = f.convert(v)
+    return cls(**kwargs)

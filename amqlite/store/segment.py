@@ -1,0 +1,146 @@
+"""Segment files: naming, record framing, and a reader that stops at damage.
+
+A segment is ``journal-<16-digit sequence>.log``. It starts with an 8-byte header
+(``AMQLJNL`` and a format version byte, 1) followed by frames::
+
+    [4-byte big-endian payload length][4-byte big-endian zlib.crc32(payload)][payload]
+
+where the payload is one CBOR record (:mod:`amqlite.store.records`). Sequence
+numbers only grow; replay goes in sequence order.
+
+The reader is pure: it takes the bytes of a segment and yields ``(offset,
+record)`` pairs until the data ends or a frame is damaged (short header, length
+past the end, zero or absurd length, checksum mismatch). It then stops and says
+where and why in :attr:`SegmentReader.defect`; it never guesses past damage. A
+frame whose checksum matches but whose payload is not a valid record is not a
+torn write: :class:`~amqlite.store.errors.JournalCorrupt` is raised.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import struct
+import zlib
+from collections.abc import Iterator
+
+from .codec import decode_record, encode_record
+from .errors import JournalCorrupt, RecordError
+from .records import Record
+
+MAGIC = b"AMQLJNL"
+VERSION = 1
+HEADER = MAGIC + bytes((VERSION,))
+HEADER_SIZE = len(HEADER)
+FRAME_HEAD = struct.Struct(">II")
+FRAME_HEAD_SIZE = FRAME_HEAD.size
+#: Frames longer than this are damage, not data (bodies are far below it).
+MAX_PAYLOAD = 1 << 30
+
+_NAME = re.compile(r"journal-(\d{16})\.log")
+
+
+def segment_name(seq: int) -> str:
+    """``7`` -> ``journal-0000000000000007.log``."""
+    if not 0 <= seq < 10**16:
+        raise ValueError(f"segment sequence out of range: {seq}")
+    return f"journal-{seq:016d}.log"
+
+
+def segment_seq(name: str) -> int | None:
+    """The sequence number of a segment file name, or None for any other name."""
+    m = _NAME.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+def frame(payload: bytes) -> bytes:
+    """One frame: length, checksum, payload."""
+    return FRAME_HEAD.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def frame_record(record: Record) -> bytes:
+    """The frame for ``record`` (validated; raises RecordError)."""
+    return frame(encode_record(record))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Defect:
+    """Where a segment stops being readable, and why."""
+
+    offset: int
+    reason: str
+
+
+class SegmentReader:
+    """Iterate ``(offset, record)`` over the bytes of one segment.
+
+    After iteration, :attr:`end` is the offset just past the last good record (the
+    length to keep) and :attr:`defect` is None when the data ended cleanly.
+    """
+
+    def __init__(self, data: bytes, *, name: str = "segment") -> None:
+        self.data = data
+        self.name = name
+        self.end = 0
+        self.defect: Defect | None = None
+        self.records = 0
+
+    def __iter__(self) -> Iterator[tuple[int, Record]]:
+        data = self.data
+        size = len(data)
+        self.end, self.defect, self.records = 0, None, 0
+        header = data[:HEADER_SIZE]
+        if size == 0:  # created, nothing written yet
+            return
+        if header != HEADER:
+            if size < HEADER_SIZE and HEADER.startswith(header):
+                self.defect = Defect(0, f"torn header ({size} of {HEADER_SIZE} bytes)")
+            elif not header.strip(b"\0"):
+                self.defect = Defect(0, "zero-filled header")
+            elif header.startswith(MAGIC):
+                raise JournalCorrupt(
+                    f"{self.name}: journal format version {header[-1]} is not supported "
+                    f"(this amqlite reads version {VERSION}); use the amqlite that wrote it"
+                )
+            else:
+                raise JournalCorrupt(
+                    f"{self.name}: not an amqlite journal segment (bad header {header!r}); "
+                    "move it out of the data dir"
+                )
+            return
+        pos = HEADER_SIZE
+        self.end = pos
+        view = memoryview(data)
+        unpack = FRAME_HEAD.unpack_from
+        while pos < size:
+            if size - pos < FRAME_HEAD_SIZE:
+                self.defect = Defect(pos, f"torn frame header ({size - pos} bytes)")
+                return
+            length, crc = unpack(data, pos)
+            start = pos + FRAME_HEAD_SIZE
+            if length == 0:
+                self.defect = Defect(pos, "zero-length frame (zero-filled tail?)")
+                return
+            if length > MAX_PAYLOAD:
+                self.defect = Defect(pos, f"impossible frame length {length}")
+                return
+            if start + length > size:
+                self.defect = Defect(
+                    pos, f"torn frame: {length} bytes announced, {size - start} present"
+                )
+                return
+            payload = view[start : start + length]
+            if zlib.crc32(payload) != crc:
+                self.defect = Defect(pos, "checksum mismatch")
+                return
+            try:
+                record = decode_record(payload)
+            except RecordError as exc:
+                raise JournalCorrupt(
+                    f"{self.name}: record at offset {pos} has a valid checksum but cannot "
+                    f"be read ({exc.text}); it was written by another program or version"
+                ) from None
+            yield pos, record
+            pos = start + length
+            self.end = pos
+            self.records += 1

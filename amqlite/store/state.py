@@ -1,0 +1,322 @@
+"""The durable state a journal describes, folded from its records (sans-IO, pure).
+
+:class:`StoreState` is what a broker needs on restart: durable exchanges, durable
+queues, bindings, and per queue the live persistent messages in enqueue order,
+each with its ``redelivered`` flag. :meth:`StoreState.apply` folds one record;
+:meth:`StoreState.snapshot` returns records that rebuild the same state from
+nothing (compaction writes them; HA sends them to a rejoining peer). For any
+records ``a`` and ``b``::
+
+    fold(snapshot(fold(a)) + b) == fold(a + b)
+
+**The caller's contract** (what a broker journals):
+
+- durable exchanges (not the predeclared ``""`` and ``amq.*`` ones), durable
+  non-exclusive queues, bindings whose queue is durable and whose exchange is
+  durable or predeclared;
+- persistent messages, naming only the durable queues they were routed to (a
+  message that reached no durable queue is not journaled at all);
+- ``message.delivered`` the first time a journaled message is handed out from a
+  queue, and ``message.ack`` when it leaves that queue for good.
+
+Nothing non-durable is ever written. The fold is forgiving all the same: it
+ignores what it cannot place (an ack or delivered flag for an unknown message, a
+binding to an unknown queue or exchange, a message for no known queue), because
+a write error may have dropped the record that would have introduced it (see
+:class:`~amqlite.store.errors.StoreWriteError`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection, Iterator
+from typing import Any
+
+from .records import (
+    ExchangeDeclare,
+    ExchangeDelete,
+    MessageAck,
+    MessageDelivered,
+    MessageEnqueue,
+    QueueBind,
+    QueueDeclare,
+    QueueDelete,
+    QueuePurge,
+    QueueUnbind,
+    Record,
+    SnapshotBegin,
+    SnapshotEnd,
+)
+
+#: Exchanges every vhost has without a declaration; bindings to them are kept.
+PREDECLARED_PREFIX = "amq."
+
+_Key = tuple[str, str]  # (vhost, name)
+_BindingKey = tuple[str, str, str, str, Any]  # vhost, exchange, queue, key, arguments
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A live message of one queue, as a restarted broker should see it."""
+
+    record: MessageEnqueue
+    redelivered: bool
+
+
+class _Live:
+    """A live message: its record and, per queue still holding it, the delivered flag."""
+
+    __slots__ = ("queues", "record")
+
+    def __init__(self, record: MessageEnqueue, queues: dict[str, bool]) -> None:
+        self.record = record
+        self.queues = queues
+
+
+def _freeze(value: Any) -> Any:
+    """A hashable, type-exact stand-in for a plain value (binding arguments)."""
+    if type(value) is dict:
+        return ("map", tuple(sorted((k, _freeze(v)) for k, v in value.items())))
+    if type(value) in (list, tuple):
+        return ("list", tuple(_freeze(v) for v in value))
+    return (type(value).__name__, value)
+
+
+class StoreState:
+    """The durable state; see the module docstring for the fold rules."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._exchanges: dict[_Key, ExchangeDeclare] = {}
+        self._queues: dict[_Key, QueueDeclare] = {}
+        self._bindings: dict[_BindingKey, QueueBind] = {}
+        self._messages: dict[int, _Live] = {}
+        self._queue_messages: dict[_Key, dict[int, None]] = {}
+        #: Highest message id seen: a restarted node continues above it.
+        self.last_message_id = 0
+        #: True between ``snapshot.begin`` and ``snapshot.end``.
+        self.snapshot_open = False
+        #: Body bytes of the live messages (each counted once).
+        self.message_bytes = 0
+
+    @classmethod
+    def fold(cls, records: Iterator[Record] | Collection[Record]) -> StoreState:
+        state = cls()
+        for record in records:
+            state.apply(record)
+        return state
+
+    # --- folding ---------------------------------------------------------------------
+
+    def apply(self, record: Record) -> None:
+        """Fold one record into the state."""
+        handler = _HANDLERS[type(record)]
+        handler(self, record)
+
+    def _exchange_declare(self, r: ExchangeDeclare) -> None:
+        self._exchanges[(r.vhost, r.name)] = r
+
+    def _exchange_delete(self, r: ExchangeDelete) -> None:
+        if self._exchanges.pop((r.vhost, r.name), None) is None:
+            return
+        for key in [k for k in self._bindings if k[0] == r.vhost and k[1] == r.name]:
+            del self._bindings[key]
+
+    def _queue_declare(self, r: QueueDeclare) -> None:
+        key = (r.vhost, r.name)
+        self._queues[key] = r
+        self._queue_messages.setdefault(key, {})
+
+    def _queue_delete(self, r: QueueDelete) -> None:
+        key = (r.vhost, r.name)
+        if key not in self._queues:
+            return
+        self._purge(key)
+        del self._queues[key]
+        del self._queue_messages[key]
+        for bkey in [k for k in self._bindings if k[0] == r.vhost and k[2] == r.name]:
+            del self._bindings[bkey]
+
+    def _queue_purge(self, r: QueuePurge) -> None:
+        key = (r.vhost, r.name)
+        if key in self._queues:
+            self._purge(key)
+
+    def _purge(self, key: _Key) -> None:
+        ids = self._queue_messages[key]
+        for mid in ids:
+            self._leave(self._messages[mid], mid, key[1])
+        ids.clear()
+
+    def _binding_key(self, r: QueueBind | QueueUnbind) -> _BindingKey:
+        return (r.vhost, r.exchange, r.queue, r.key, _freeze(r.arguments))
+
+    def _queue_bind(self, r: QueueBind) -> None:
+        if (r.vhost, r.queue) not in self._queues:
+            return
+        if (r.vhost, r.exchange) not in self._exchanges and not r.exchange.startswith(
+            PREDECLARED_PREFIX
+        ):
+            return
+        self._bindings[self._binding_key(r)] = r
+
+    def _queue_unbind(self, r: QueueUnbind) -> None:
+        self._bindings.pop(self._binding_key(r), None)
+
+    def _message_enqueue(self, r: MessageEnqueue) -> None:
+        if r.id > self.last_message_id:
+            self.last_message_id = r.id
+        if r.id in self._messages:
+            return
+        queues = [q for q in r.queues if (r.vhost, q) in self._queues]
+        if not queues:
+            return
+        self._messages[r.id] = _Live(r, dict.fromkeys(queues, False))
+        for q in queues:
+            self._queue_messages[(r.vhost, q)][r.id] = None
+        self.message_bytes += len(r.body)
+
+    def _message_delivered(self, r: MessageDelivered) -> None:
+        live = self._messages.get(r.id)
+        if live is not None and r.queue in live.queues:
+            live.queues[r.queue] = True
+
+    def _message_ack(self, r: MessageAck) -> None:
+        live = self._messages.get(r.id)
+        if live is not None and r.queue in live.queues:
+            del self._queue_messages[(live.record.vhost, r.queue)][r.id]
+            self._leave(live, r.id, r.queue)
+
+    def _leave(self, live: _Live, mid: int, queue: str) -> None:
+        """Take a message off one queue (its per-queue index is the caller's job)."""
+        del live.queues[queue]
+        if not live.queues:
+            del self._messages[mid]
+            self.message_bytes -= len(live.record.body)
+
+    def _snapshot_begin(self, r: SnapshotBegin) -> None:
+        self._reset()
+        self.last_message_id = r.last_message_id
+        self.snapshot_open = True
+
+    def _snapshot_end(self, r: SnapshotEnd) -> None:
+        self.snapshot_open = False
+
+    def forget_message(self, mid: int) -> None:
+        """Drop a message from every queue without a record (its enqueue record was
+        never stored, or the broker says it is gone; see ``Journal.compact``)."""
+        live = self._messages.get(mid)
+        if live is None:
+            return
+        for q in list(live.queues):
+            del self._queue_messages[(live.record.vhost, q)][mid]
+            self._leave(live, mid, q)
+
+    # --- snapshots -------------------------------------------------------------------
+
+    def snapshot(self) -> list[Record]:
+        """Records that rebuild this state from nothing, framed by ``snapshot.begin``
+        and ``snapshot.end`` (left out while a snapshot being received is still
+        open, so the rest of it can follow): exchanges, queues, bindings, then the live messages in
+        enqueue order (each naming only the queues still holding it, followed by its
+        ``message.delivered`` flags)."""
+        out: list[Record] = [SnapshotBegin(last_message_id=self.last_message_id)]
+        out.extend(self._exchanges.values())
+        out.extend(self._queues.values())
+        out.extend(self._bindings.values())
+        for mid, live in self._messages.items():
+            out.append(_current(live))
+            out.extend(
+                MessageDelivered(id=mid, queue=q)
+                for q, delivered in live.queues.items()
+                if delivered
+            )
+        if not self.snapshot_open:  # mid-way through a snapshot stays mid-way
+            out.append(SnapshotEnd())
+        return out
+
+    # --- reading ---------------------------------------------------------------------
+
+    def exchanges(self) -> list[ExchangeDeclare]:
+        """Durable exchanges, in first-declaration order."""
+        return list(self._exchanges.values())
+
+    def queues(self) -> list[QueueDeclare]:
+        """Durable queues, in first-declaration order."""
+        return list(self._queues.values())
+
+    def bindings(self) -> list[QueueBind]:
+        return list(self._bindings.values())
+
+    def messages(self, vhost: str, queue: str) -> list[StoredMessage]:
+        """The live messages of a queue in enqueue order; [] for an unknown queue."""
+        ids = self._queue_messages.get((vhost, queue), {})
+        out = []
+        for mid in ids:
+            live = self._messages[mid]
+            out.append(StoredMessage(live.record, live.queues[queue]))
+        return out
+
+    def message_counts(self) -> dict[tuple[str, str], int]:
+        """Live persistent messages per durable queue, keyed by (vhost, queue)."""
+        return {key: len(ids) for key, ids in self._queue_messages.items()}
+
+    @property
+    def live_messages(self) -> int:
+        """Live messages (a message on several queues counts once)."""
+        return len(self._messages)
+
+    def live_message_ids(self) -> list[int]:
+        return list(self._messages)
+
+    def _canonical(self) -> tuple[Any, ...]:
+        return (
+            self._exchanges,
+            self._queues,
+            set(self._bindings),
+            [(mid, _current(live), live.queues) for mid, live in self._messages.items()],
+            {key: list(ids) for key, ids in self._queue_messages.items()},
+            self.last_message_id,
+            self.snapshot_open,
+            self.message_bytes,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StoreState):
+            return NotImplemented
+        return self._canonical() == other._canonical()
+
+    def __repr__(self) -> str:
+        return (
+            f"StoreState(exchanges={len(self._exchanges)}, queues={len(self._queues)}, "
+            f"bindings={len(self._bindings)}, messages={len(self._messages)}, "
+            f"last_message_id={self.last_message_id})"
+        )
+
+
+def _current(live: _Live) -> MessageEnqueue:
+    """The message's record naming only the queues that still hold it."""
+    queues = tuple(live.queues)
+    if queues == live.record.queues:
+        return live.record
+    return dataclasses.replace(live.record, queues=queues)
+
+
+_HANDLERS: dict[type[Record], Any] = {
+    ExchangeDeclare: StoreState._exchange_declare,
+    ExchangeDelete: StoreState._exchange_delete,
+    QueueDeclare: StoreState._queue_declare,
+    QueueDelete: StoreState._queue_delete,
+    QueuePurge: StoreState._queue_purge,
+    QueueBind: StoreState._queue_bind,
+    QueueUnbind: StoreState._queue_unbind,
+    MessageEnqueue: StoreState._message_enqueue,
+    MessageDelivered: StoreState._message_delivered,
+    MessageAck: StoreState._message_ack,
+    SnapshotBegin: StoreState._snapshot_begin,
+    SnapshotEnd: StoreState._snapshot_end,
+}

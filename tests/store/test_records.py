@@ -1,0 +1,245 @@
+"""Records: every type round-trips through CBOR; ill-typed maps are refused clearly."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import cbor2
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amqlite.store import (
+    ExchangeDeclare,
+    ExchangeDelete,
+    MessageAck,
+    MessageDelivered,
+    MessageEnqueue,
+    QueueBind,
+    QueueDeclare,
+    QueueDelete,
+    QueuePurge,
+    QueueUnbind,
+    Record,
+    RecordError,
+    SnapshotBegin,
+    SnapshotEnd,
+    decode_record,
+    encode_record,
+)
+from amqlite.store.records import RECORD_TYPES, record_from_map, record_to_map
+
+FULL: list[Record] = [
+    ExchangeDeclare(
+        vhost="v",
+        name="logs",
+        type="topic",
+        auto_delete=True,
+        internal=True,
+        arguments={"alternate-exchange": "ae", "nested": {"a": [1, 2.5, None, b"x"]}},
+    ),
+    ExchangeDelete(vhost="v", name="logs"),
+    QueueDeclare(vhost="v", name="jobs", auto_delete=True, arguments={"x-message-ttl": 500}),
+    QueueDelete(vhost="v", name="jobs"),
+    QueuePurge(vhost="v", name="jobs"),
+    QueueBind(vhost="v", queue="jobs", exchange="h", key="k", arguments={"x-match": "any"}),
+    QueueUnbind(vhost="v", queue="jobs", exchange="h", key="k", arguments={"x-match": "any"}),
+    MessageEnqueue(
+        id=2**63 - 1,
+        vhost="v",
+        queues=("a", "b"),
+        exchange="logs",
+        routing_key="x.y",
+        body=b"\x00\xffbody",
+        headers={"h": 1, "s": "t", "f": 1.5, "b": b"", "n": None, "t": True},
+        props={"persistent": True, "priority": 3, "message_id": "m-1", "expiration": 10},
+        enqueued_at=1_700_000_000.25,
+        deaths=(("a", "expired"), ("dlq", "rejected")),
+    ),
+    MessageDelivered(id=7, queue="a"),
+    MessageAck(id=7, queue="a"),
+    SnapshotBegin(last_message_id=42),
+    SnapshotEnd(),
+]
+
+MINIMAL: list[Record] = [
+    ExchangeDeclare(name="e", type="direct"),
+    ExchangeDelete(name="e"),
+    QueueDeclare(name="q"),
+    QueueDelete(name="q"),
+    QueuePurge(name="q"),
+    QueueBind(queue="q", exchange="e"),
+    QueueUnbind(queue="q", exchange="e"),
+    MessageEnqueue(id=0, queues=("q",), exchange="", body=b""),
+    MessageDelivered(id=0, queue="q"),
+    MessageAck(id=0, queue="q"),
+    SnapshotBegin(),
+    SnapshotEnd(),
+]
+
+
+def test_the_examples_cover_every_record_type() -> None:
+    assert {type(r) for r in FULL} == set(RECORD_TYPES)
+    assert {type(r) for r in MINIMAL} == set(RECORD_TYPES)
+
+
+@pytest.mark.parametrize("record", FULL + MINIMAL, ids=lambda r: type(r).TYPE)
+def test_round_trip(record: Record) -> None:
+    payload = encode_record(record)
+    assert decode_record(payload) == record
+    assert cbor2.loads(payload)["t"] == type(record).TYPE
+
+
+def test_defaults_are_left_out_and_short_keys_used() -> None:
+    m = record_to_map(MINIMAL[7])
+    assert m == {"t": "message.enqueue", "id": 0, "queues": ("q",), "exchange": "", "body": b""}
+    m = record_to_map(FULL[7])
+    assert {"key", "at"} <= m.keys()
+    assert "routing_key" not in m and "enqueued_at" not in m
+    assert record_to_map(SnapshotBegin(last_message_id=3)) == {"t": "snapshot.begin", "last_id": 3}
+
+
+def test_records_are_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        QueueDeclare(name="q").name = "other"  # type: ignore[misc]
+
+
+def _enqueue_map(**changes: Any) -> dict[str, Any]:
+    m = {"t": "message.enqueue", "id": 1, "queues": ["q"], "exchange": "", "body": b"x"}
+    m.update(changes)
+    return {k: v for k, v in m.items() if v is not ...}
+
+
+BAD_MAPS: list[tuple[Any, str]] = [
+    ([1, 2], "a record must be a map"),
+    ({"t": "queue.explode", "name": "q"}, "unknown record type 'queue.explode'"),
+    ({"name": "q"}, "unknown record type None"),
+    ({"t": 5}, "unknown record type 5"),
+    ({"t": "queue.declare"}, "queue.declare: missing field 'name'"),
+    ({"t": "queue.declare", "name": 3}, "queue.declare: field 'name' must be text"),
+    ({"t": "queue.declare", "name": "q", "colour": 1}, "unknown fields ['colour']"),
+    ({"t": "queue.declare", "name": "q", "auto_delete": 1}, "'auto_delete' must be a boolean"),
+    ({"t": "queue.declare", "name": "q", "arguments": []}, "'arguments' must be a map"),
+    ({"t": "queue.declare", "name": "q", "arguments": {1: 2}}, "'arguments' must be a map"),
+    (_enqueue_map(id=-1), "'id' must be an integer in [0, 2**63)"),
+    (_enqueue_map(id=2**63), "'id' must be an integer in [0, 2**63)"),
+    (_enqueue_map(id=True), "'id' must be an integer"),
+    (_enqueue_map(queues=[]), "'queues' must be a non-empty list of text"),
+    (_enqueue_map(queues=["a", 1]), "'queues' must be a non-empty list of text"),
+    (_enqueue_map(queues=["a", "a"]), "'queues' must not name a queue twice"),
+    (_enqueue_map(body="text"), "'body' must be bytes"),
+    (_enqueue_map(headers={"h": [1]}), "'headers' value of 'h' must be a scalar"),
+    (_enqueue_map(props={"colour": "red"}), "'props' unknown property 'colour'"),
+    (_enqueue_map(props={"priority": "high"}), "'props' property 'priority' must be int"),
+    (_enqueue_map(at="now"), "'at' must be a number"),
+    (_enqueue_map(deaths=[["q"]]), "'deaths' must be a list of [queue, reason] pairs"),
+    (_enqueue_map(deaths=[["q", 1]]), "'deaths' must be a list of [queue, reason] text pairs"),
+    (_enqueue_map(exchange=...), "message.enqueue: missing field 'exchange'"),
+    ({"t": "message.ack", "id": 1}, "message.ack: missing field 'queue'"),
+]
+
+
+@pytest.mark.parametrize(("m", "text"), BAD_MAPS, ids=[t for _, t in BAD_MAPS])
+def test_ill_typed_maps_are_refused_with_the_reason(m: Any, text: str) -> None:
+    with pytest.raises(RecordError) as info:
+        record_from_map(m)
+    assert text in info.value.text
+    with pytest.raises(RecordError) as info:  # the hand-written decoders too
+        decode_record(cbor2.dumps(m))
+    assert text in info.value.text
+
+
+@pytest.mark.parametrize("record", FULL + MINIMAL, ids=lambda r: type(r).TYPE)
+def test_the_fast_and_generic_paths_read_each_other(record: Record) -> None:
+    generic = cbor2.dumps(record_to_map(record))
+    assert decode_record(generic) == record
+    assert record_from_map(cbor2.loads(encode_record(record))) == record
+    assert cbor2.loads(encode_record(record)) == cbor2.loads(generic)
+
+
+def test_bad_cbor_is_a_record_error() -> None:
+    with pytest.raises(RecordError, match="not a CBOR record"):
+        decode_record(b"\xff\xff")
+    with pytest.raises(RecordError, match="must be a map"):
+        decode_record(cbor2.dumps("text"))
+    tagged = cbor2.dumps({"t": "queue.declare", "name": "q", "arguments": {"d": {1, 2}}})
+    with pytest.raises(RecordError, match="'arguments' must be a map"):
+        decode_record(tagged)
+
+
+def _minimal_enqueue() -> MessageEnqueue:
+    record = MINIMAL[7]
+    assert isinstance(record, MessageEnqueue)
+    return record
+
+
+def test_encoding_checks_fields_too() -> None:
+    """Nothing is written that recovery would refuse."""
+    with pytest.raises(RecordError, match=r"message.enqueue: field 'body' must be bytes"):
+        encode_record(dataclasses.replace(_minimal_enqueue(), body="text"))  # type: ignore[arg-type]
+    with pytest.raises(RecordError, match="'headers'"):
+        bad: dict[str, Any] = {"h": object()}
+        encode_record(dataclasses.replace(_minimal_enqueue(), headers=bad))
+    with pytest.raises(RecordError, match="'id' must be an integer"):
+        encode_record(MessageAck(id=-5, queue="q"))
+    with pytest.raises(RecordError, match="not a journal record"):
+        encode_record("queue.declare")  # type: ignore[arg-type]
+
+
+def test_an_integer_time_reads_back_as_a_float() -> None:
+    record = decode_record(cbor2.dumps(_enqueue_map(at=12)))
+    assert isinstance(record, MessageEnqueue)
+    assert record.enqueued_at == 12.0 and type(record.enqueued_at) is float
+
+
+_text = st.text(max_size=8)
+_scalar = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False), _text,
+    st.binary(max_size=8),
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(
+    mid=st.integers(0, 2**63 - 1),
+    vhost=_text,
+    queues=st.lists(_text, min_size=1, max_size=4, unique=True),
+    exchange=_text,
+    key=_text,
+    body=st.binary(max_size=64),
+    headers=st.dictionaries(_text, _scalar, max_size=4),
+    priority=st.none() | st.integers(0, 255),
+    at=st.floats(0, 4e9),
+    deaths=st.lists(st.tuples(_text, _text), max_size=3),
+)
+def test_message_enqueue_round_trips(
+    mid: int,
+    vhost: str,
+    queues: list[str],
+    exchange: str,
+    key: str,
+    body: bytes,
+    headers: dict[str, Any],
+    priority: int | None,
+    at: float,
+    deaths: list[tuple[str, str]],
+) -> None:
+    props: dict[str, Any] = {"persistent": True}
+    if priority is not None:
+        props["priority"] = priority
+    record = MessageEnqueue(
+        id=mid,
+        vhost=vhost,
+        queues=tuple(queues),
+        exchange=exchange,
+        routing_key=key,
+        body=body,
+        headers=headers,
+        props=props,
+        enqueued_at=at,
+        deaths=tuple(deaths),
+    )
+    assert decode_record(encode_record(record)) == record
+    assert record_from_map(cbor2.loads(encode_record(record))) == record
+    assert decode_record(cbor2.dumps(record_to_map(record))) == record
