@@ -1,0 +1,123 @@
+"""What one run asks of its clients, and what they count.
+
+These values cross a process boundary (a publisher may run in a child process,
+:mod:`amqlite.bench.worker`), so the plan and the route are plain JSON-friendly
+dataclasses. Times are ``time.perf_counter_ns()``, which on Linux is
+``CLOCK_MONOTONIC``: one clock for every process on the machine, so a send time
+taken in one process and a receive time taken in another can be subtracted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import trio
+from hdrh.histogram import HdrHistogram
+
+#: Messages per batch when publishing as fast as possible.
+BATCH = 500
+#: The pacer's tick: a paced publisher sends what is due, then sleeps at least this long.
+TICK = 0.001
+#: Header carrying the send time (perf_counter_ns) of a latency-stamped message.
+STAMP_HEADER = "ts"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where the publisher sends (exchange, key) and the queues consumers read."""
+
+    exchange: str
+    key: str
+    queues: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Route:
+        return cls(str(d["exchange"]), str(d["key"]), tuple(d["queues"]))
+
+
+@dataclass(frozen=True, slots=True)
+class PublishPlan:
+    """``messages`` bodies of ``body_size`` bytes, as fast as possible or at ``rate``/s;
+    ``stamp`` adds the send time in the :data:`STAMP_HEADER` header."""
+
+    messages: int
+    body_size: int = 100
+    rate: float | None = None
+    stamp: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PublishPlan:
+        rate = d.get("rate")
+        return cls(
+            int(d["messages"]),
+            int(d["body_size"]),
+            None if rate is None else float(rate),
+            bool(d["stamp"]),
+        )
+
+
+@dataclass(slots=True)
+class PublishTally:
+    published: int = 0
+    first_ns: int = 0
+    last_ns: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PublishTally:
+        return cls(int(d["published"]), int(d["first_ns"]), int(d["last_ns"]))
+
+
+@dataclass(slots=True)
+class ConsumeTally:
+    """One consumer's count; ``done_ns`` is set when ``consumed`` reaches ``expected``."""
+
+    expected: int
+    hist: HdrHistogram | None = None
+    consumed: int = 0
+    done_ns: int = 0
+
+
+def new_histogram() -> HdrHistogram:
+    """Latencies in microseconds, 1 us .. 60 s, 3 significant digits."""
+    return HdrHistogram(1, 60_000_000, 3)
+
+
+SendBatch = Callable[[int], Awaitable[None]]
+
+
+async def drive_publisher(plan: PublishPlan, send_batch: SendBatch, tally: PublishTally) -> None:
+    """Call ``send_batch(k)`` until ``plan.messages`` are sent: in batches of
+    :data:`BATCH`, or paced at ``plan.rate`` by sending whatever is due once per tick
+    (never one sleep per message)."""
+    total = plan.messages
+    rate = plan.rate
+    tally.first_ns = time.perf_counter_ns()
+    if rate is None:
+        while tally.published < total:
+            k = min(BATCH, total - tally.published)
+            await send_batch(k)
+            tally.published += k
+    else:
+        start = trio.current_time()
+        while tally.published < total:
+            now = trio.current_time()
+            due = min(total, int((now - start) * rate) + 1)
+            k = due - tally.published
+            if k > 0:
+                await send_batch(k)
+                tally.published += k
+            next_due = start + tally.published / rate
+            await trio.sleep_until(max(next_due, trio.current_time() + TICK))
+    tally.last_ns = time.perf_counter_ns()

@@ -1,0 +1,152 @@
+"""The servers a bench starts for itself: an amqlite broker and the raw-trio relay.
+
+Each is a child process listening on a free loopback port; it names the port in
+a JSON log line on stderr. A task keeps draining stderr (a full pipe would stall
+the server) and keeps the last lines for error messages. :meth:`stop` ends the
+process by its pid (SIGTERM, then SIGKILL after a grace period) and reaps it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections import deque
+from pathlib import Path
+
+import trio
+
+from .errors import BenchError
+
+READY_TIMEOUT = 20.0
+STOP_GRACE = 8.0
+
+
+def child_env() -> dict[str, str]:
+    """The environment for child processes: unbuffered, and importing this very
+    ``amqlite`` (its parent directory first on ``PYTHONPATH``)."""
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.environ.get("PYTHONPATH")
+    return {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONPATH": root if not path else f"{root}{os.pathsep}{path}",
+    }
+
+
+def broker_argv() -> list[str]:
+    return [
+        sys.executable, "-m", "amqlite", "server",
+        "--host", "127.0.0.1", "--port", "0", "--log-format", "json",
+    ]  # fmt: skip
+
+
+def baseline_argv() -> list[str]:
+    return [sys.executable, "-m", "amqlite.bench.baseline", "--host", "127.0.0.1", "--port", "0"]
+
+
+class ServerProcess:
+    """A server child process; ``port`` is where it listens."""
+
+    def __init__(self, name: str, proc: trio.Process) -> None:
+        self.name = name
+        self.proc = proc
+        self.port = 0
+        self.log_tail: deque[str] = deque(maxlen=20)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @classmethod
+    async def start(
+        cls, nursery: trio.Nursery, name: str, argv: list[str], ready_event: str
+    ) -> ServerProcess:
+        """Start ``argv`` and wait until it logs ``ready_event`` with its ``port``.
+
+        The stderr drain runs in ``nursery`` and ends when the process does. On any
+        failure the process is stopped before this raises.
+        """
+        proc = await trio.lowlevel.open_process(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            env=child_env(),
+        )
+        server = cls(name, proc)
+        try:
+            with trio.fail_after(READY_TIMEOUT):
+                server.port = await nursery.start(server._drain, ready_event)
+        except trio.TooSlowError:
+            await server.stop()
+            raise BenchError(
+                f"the {name} did not start listening within {READY_TIMEOUT:g} s"
+                f"{server._tail_text()}"
+            ) from None
+        except BaseException:
+            await server.stop()
+            raise
+        return server
+
+    async def _drain(self, ready_event: str, *, task_status: trio.TaskStatus[int]) -> None:
+        stderr = self.proc.stderr
+        assert stderr is not None
+        buf = b""
+        ready = False
+        while True:
+            chunk = await stderr.receive_some(65536)
+            if not chunk:
+                break
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for raw in lines:
+                line = raw.decode(errors="replace").rstrip()
+                self.log_tail.append(line)
+                if not ready and f'"{ready_event}"' in line:
+                    try:
+                        record = json.loads(line)
+                    except ValueError:
+                        continue
+                    if record.get("event") == ready_event:
+                        ready = True
+                        task_status.started(int(record["port"]))
+        if not ready:
+            await self.proc.wait()
+            raise BenchError(
+                f"the {self.name} exited with status {self.proc.returncode} before it "
+                f"was listening{self._tail_text()}"
+            )
+
+    def check_alive(self) -> None:
+        """Raise BenchError if the process has died."""
+        if self.proc.poll() is not None:
+            raise BenchError(
+                f"the {self.name} (pid {self.pid}) died with status {self.proc.returncode}"
+                f"{self._tail_text()}"
+            )
+
+    def _tail_text(self) -> str:
+        if not self.log_tail:
+            return ""
+        return "; its last log lines:\n  " + "\n  ".join(self.log_tail)
+
+    async def stop(self) -> int | None:
+        """SIGTERM by pid, SIGKILL after :data:`STOP_GRACE` s; always reaped. Shielded."""
+        proc = self.proc
+        with trio.CancelScope(shield=True):
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.terminate()
+                with trio.move_on_after(STOP_GRACE):
+                    await proc.wait()
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+        return proc.returncode

@@ -1,0 +1,51 @@
+"""A publisher in its own process: ``python -m amqlite.bench.worker`` (spec on stdin).
+
+The spec is one JSON object ``{"system", "address", "auth", "route", "plan"}``;
+the worker publishes the plan, then prints one JSON line on stdout: the
+:class:`~amqlite.bench.plan.PublishTally` plus ``cpu_s``, the CPU time this
+process used. Used by ``amqlite bench --clients split``.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+from typing import Any
+
+import trio
+
+from .plan import PublishPlan, PublishTally, Route
+from .systems import make_target
+
+
+def worker_spec(
+    system: str, address: str, auth: dict[str, str], route: Route, plan: PublishPlan
+) -> dict[str, Any]:
+    return {
+        "system": system,
+        "address": address,
+        "auth": auth,
+        "route": route.to_json(),
+        "plan": plan.to_json(),
+    }
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def main() -> int:
+    spec = json.loads(sys.stdin.read())
+    target = make_target(spec["system"], spec["address"], **spec.get("auth", {}))
+    route = Route.from_json(spec["route"])
+    plan = PublishPlan.from_json(spec["plan"])
+    tally = PublishTally()
+    trio.run(target.publish, route, plan, tally)
+    print(json.dumps({**tally.to_json(), "cpu_s": cpu_seconds()}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
