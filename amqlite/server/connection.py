@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .node import BrokerNode
 
 RECEIVE_SIZE = 256 * 1024
+FRAMES_PER_TURN = 64  # frames handled before other connections get a turn
 HIGH_WATER = 4 * 1024 * 1024
 LOW_WATER = 512 * 1024
 HANDSHAKE_TIMEOUT = 10.0
@@ -160,11 +161,20 @@ class ClientConnection:
     async def _handle_buffered(self, now: float) -> bool:
         """Run every complete request buffered now; False when the connection ends."""
         proto = self.proto
+        budget = FRAMES_PER_TURN
         while True:
             event = proto.next_event()
             if event is NEED_DATA:
                 return True
             assert isinstance(event, ev.Event)
+            budget -= 1
+            if not budget:
+                # Let other connections run (a consumer's acks free credit) instead
+                # of working through a whole 256 KiB read first.
+                budget = FRAMES_PER_TURN
+                self.node.pump()
+                await trio.lowlevel.checkpoint()
+                now = trio.current_time()
             t = type(event)
             dispatcher = self.dispatcher
             if dispatcher is not None and not self._closing and t in _REQUESTS:
