@@ -1,7 +1,7 @@
 """Plain-trio clients for the baseline relay, in amqlite's framing.
 
 The publisher builds its frames with the same hand-written encoder as
-:mod:`amqlite.client` (:func:`amqlite.client.wire.append_publish`) and sends a
+:mod:`amqlite.client` (:func:`amqlite.protocol.codec.append_publish`) and sends a
 whole batch with one ``send_all``; the consumer reads up to 256 KiB at a time,
 decodes every frame with ``cbor2.loads`` and answers each read with one
 ``ack`` (``multiple``) for the last delivery tag, as a coalescing client would.
@@ -14,7 +14,7 @@ from typing import Any
 
 import trio
 
-from amqlite.client.wire import append_ack, append_publish
+from amqlite.protocol.codec import append_ack, append_publish
 
 from .baseline import RECEIVE_SIZE, FrameReader, frame
 from .plan import STAMP_HEADER, ConsumeTally

@@ -23,9 +23,9 @@ from amqlite.errors import (
     error_for,
 )
 from amqlite.protocol import DEFAULT_MAX_FRAME, check_headers, check_props
+from amqlite.protocol import codec as wire
 from amqlite.protocol import events as ev
 
-from . import wire
 from .acks import AckCoalescer
 from .addresses import Address
 from .consumer import Consumer

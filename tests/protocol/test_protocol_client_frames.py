@@ -2,8 +2,8 @@
 
 import pytest
 
-from amqlite.client import wire
 from amqlite.protocol import Connection, ConnState, Role
+from amqlite.protocol import codec as wire
 from amqlite.protocol import events as ev
 
 
