@@ -9,9 +9,9 @@ key as a dotted path (``server.port``, ``users[0].permissions."/".write``).
 Validation is table-driven: each TOML table has a :class:`_TableSpec` mapping
 its keys to converters (type and range checks). Checks across tables (user
 names unique, permission vhosts exist) live in :func:`_check_references`.
-Tables other than ``[server]``, ``[log]`` and ``[[users]]`` are refused as
-unknown keys until the features that need them (``[cluster]``,
-``[[cluster_mta]]``, ``[storage]``) add a spec here.
+Tables other than ``[server]``, ``[storage]``, ``[log]`` and ``[[users]]`` are
+refused as unknown keys until the features that need them (``[cluster]``,
+``[[cluster_mta]]``) add a spec here.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ __all__ = [
     "Config",
     "LogConfig",
     "ServerConfig",
+    "StorageConfig",
     "UserConfig",
     "VhostPermissions",
     "load_config",
@@ -48,7 +49,7 @@ class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 5555
     node_id: str = ""
-    data_dir: str = "amqlite-data"
+    data_dir: str = ""
     max_frame_bytes: int = 4 * 1024 * 1024
     heartbeat: float = 5.0
     max_connections: int = 10_000
@@ -65,6 +66,30 @@ class ServerConfig:
         port = self.port if bound_port is None else bound_port
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{port}"
+
+    def effective_data_dir(self, bound_port: int | None = None) -> str:
+        """``data_dir``, or ``amqlite-data/node-<port>`` (relative to the working
+        directory) when it is empty, so two nodes started from one directory (an
+        HA pair on one machine) never share a journal."""
+        if self.data_dir:
+            return self.data_dir
+        port = self.port if bound_port is None else bound_port
+        return os.path.join(DEFAULT_DATA_ROOT, f"node-{port}")
+
+
+DEFAULT_DATA_ROOT = "amqlite-data"
+FSYNC_POLICIES = ("always", "batch", "never")
+
+
+@dataclass(frozen=True, slots=True)
+class StorageConfig:
+    """``[storage]``: the journal (docs/storage.md). ``persist = false`` keeps
+    everything in memory: nothing is written and nothing survives a restart."""
+
+    persist: bool = True
+    fsync: str = "batch"
+    batch_ms: float = 10.0
+    segment_bytes: int = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +131,7 @@ class Config:
     """A whole, validated configuration. ``dataclasses.replace`` derives variants."""
 
     server: ServerConfig = field(default_factory=ServerConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
     log: LogConfig = field(default_factory=LogConfig)
     users: tuple[UserConfig, ...] = ()
 
@@ -292,6 +318,12 @@ def _unique_names(what: str) -> _Convert:
     return convert
 
 
+def _boolean(key: str, value: Any) -> bool:
+    if type(value) is not bool:
+        raise ConfigError(key, f"must be true or false, got {_type_name(value)}")
+    return value
+
+
 def _regex(key: str, value: Any) -> str:
     pattern: str = _string(allow_empty=True)(key, value)
     try:
@@ -343,11 +375,21 @@ _SERVER_SPEC = _TableSpec(
         "host": _string(),
         "port": _integer(0, 65535),
         "node_id": _string(allow_empty=True),
-        "data_dir": _string(),
+        "data_dir": _string(allow_empty=True),
         "max_frame_bytes": _integer(4096),
         "heartbeat": _number(0),
         "max_connections": _integer(1),
         "vhosts": _unique_names("vhost"),
+    },
+)
+
+_STORAGE_SPEC = _TableSpec(
+    StorageConfig,
+    {
+        "persist": _boolean,
+        "fsync": _choice(FSYNC_POLICIES),
+        "batch_ms": _number(0.1),
+        "segment_bytes": _integer(64 * 1024),
     },
 )
 
@@ -371,6 +413,7 @@ _CONFIG_SPEC = _TableSpec(
     Config,
     {
         "server": _table(_SERVER_SPEC),
+        "storage": _table(_STORAGE_SPEC),
         "log": _table(_LOG_SPEC),
         "users": _array_of_tables(_USER_SPEC),
     },

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import trio
 
 from amqlite.config import load_config
 from amqlite.server import BrokerNode
+
+
+@pytest.fixture(autouse=True)
+def _run_in_a_tmp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs in its own empty working directory, so brokers' default data
+    dirs (``./amqlite-data/node-<port>``) never land in the checkout or collide."""
+    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture

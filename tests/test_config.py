@@ -15,6 +15,7 @@ from amqlite.config import (
     Config,
     LogConfig,
     ServerConfig,
+    StorageConfig,
     UserConfig,
     VhostPermissions,
     load_config,
@@ -50,11 +51,14 @@ def test_no_file_gives_the_defaults() -> None:
         host="127.0.0.1",
         port=5555,
         node_id="",
-        data_dir="amqlite-data",
+        data_dir="",
         max_frame_bytes=4 * 1024 * 1024,
         heartbeat=5.0,
         max_connections=10_000,
         vhosts=("/",),
+    )
+    assert config.storage == StorageConfig(
+        persist=True, fsync="batch", batch_ms=10.0, segment_bytes=64 * 1024 * 1024
     )
     assert config.log == LogConfig(format="console", level="info")
     assert config.users == ()
@@ -66,7 +70,7 @@ def test_shipped_config_is_exactly_the_defaults() -> None:
 
 def test_shipped_config_documents_every_key() -> None:
     text = SHIPPED_CONFIG.read_text(encoding="utf-8")
-    for table in (ServerConfig, LogConfig):
+    for table in (ServerConfig, StorageConfig, LogConfig):
         for item in dataclasses.fields(table):
             assert re.search(rf"^{item.name} = ", text, re.MULTILINE), item.name
     for key in ("[[users]]", "name", "password_hash", "[users.permissions.", "configure"):
@@ -205,7 +209,12 @@ BAD_FILES: list[tuple[str, str, str]] = [
     ("[logg]\nlevel = 'info'", "logg", "unknown key (did you mean 'log'?)"),
     ("[cluster]\nname = 'a'", "cluster", "unknown key"),
     ("[[cluster_mta]]\nname = 'a'", "cluster_mta", "unknown key"),
-    ("[storage]\nfsync = true", "storage", "unknown key"),
+    ("[storage]\nfsync = true", "storage.fsync", "must be a string"),
+    ("[storage]\nfsync = 'sometimes'", "storage.fsync", "must be one of"),
+    ("[storage]\npersist = 1", "storage.persist", "must be true or false"),
+    ("[storage]\nbatch_ms = 0", "storage.batch_ms", "at least"),
+    ("[storage]\nsegment_bytes = 100", "storage.segment_bytes", "at least"),
+    ("[storage]\nfsynk = 'always'", "storage.fsynk", "did you mean 'fsync'"),
     ("server = 1", "server", "must be a table, got int"),
     ("[server]\nport = '5555'", "server.port", "must be an integer, got str"),
     ("[server]\nport = 5555.0", "server.port", "must be an integer, got float"),
@@ -215,7 +224,6 @@ BAD_FILES: list[tuple[str, str, str]] = [
     ("[server]\nhost = ''", "server.host", "must not be empty"),
     ("[server]\nhost = 127", "server.host", "must be a string, got int"),
     ("[server]\nnode_id = 1", "server.node_id", "must be a string, got int"),
-    ("[server]\ndata_dir = ''", "server.data_dir", "must not be empty"),
     ("[server]\nmax_frame_bytes = 4095", "server.max_frame_bytes", "must be at least 4096"),
     ("[server]\nheartbeat = -0.5", "server.heartbeat", "must be at least 0, got -0.5"),
     ("[server]\nheartbeat = 'fast'", "server.heartbeat", "must be a number, got str"),

@@ -11,7 +11,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from amqlite.errors import NotFound
+from amqlite.store.records import Record
 
+from .recording import Recorder, Sink
+from .replay import apply_record
 from .session import Session
 from .vhost import VirtualHost
 
@@ -30,17 +33,26 @@ def _scramble(n: int) -> int:
 class Broker:
     """The messaging model of one node; see docs/CONTRACTS.md, "Broker core"."""
 
-    __slots__ = ("_generated", "_ready", "_seed", "_vhosts", "node_id", "now")
+    __slots__ = ("_generated", "_ready", "_seed", "_vhosts", "node_id", "now", "recorder")
 
-    def __init__(self, vhosts: Iterable[str] = ("/",), node_id: str = "node-1") -> None:
+    def __init__(
+        self,
+        vhosts: Iterable[str] = ("/",),
+        node_id: str = "node-1",
+        *,
+        record: Sink | None = None,
+    ) -> None:
         self.node_id = node_id
         self.now = 0.0
+        #: Journals durable changes into ``record`` (see :mod:`.recording`); None
+        #: for a broker without a journal.
+        self.recorder = Recorder(record) if record is not None else None
         self._ready: list[Session] = []
         self._generated = 0
         self._seed = zlib.crc32(node_id.encode()) << 32
         self._vhosts: dict[str, VirtualHost] = {}
         for name in vhosts:
-            self._vhosts[name] = VirtualHost(name, self._new_queue_name)
+            self._vhosts[name] = VirtualHost(name, self._new_queue_name, self.recorder)
 
     @property
     def vhosts(self) -> tuple[str, ...]:
@@ -75,6 +87,31 @@ class Broker:
         self.now = now
         for host in self._vhosts.values():
             host.expire(now)
+
+    def apply(self, records: Iterable[Record], now: float) -> int:
+        """Rebuild durable state from journal records (recovery after a restart, or a
+        passive HA node following its master), without recording them again;
+        ``now`` is the current time on the shell's clock. Records naming an unknown
+        vhost are skipped: returns how many were."""
+        recorder = self.recorder
+        if recorder is not None:
+            recorder.paused = True
+        skipped = 0
+        try:
+            for record in records:
+                if not apply_record(self, record, now):
+                    skipped += 1
+        finally:
+            if recorder is not None:
+                recorder.paused = False
+        self.now = max(self.now, now)
+        return skipped
+
+    def vhost(self, name: str) -> VirtualHost | None:
+        return self._vhosts.get(name)
+
+    def all_vhosts(self) -> list[VirtualHost]:
+        return list(self._vhosts.values())
 
     def status(self) -> dict[str, Any]:
         """A JSON-able snapshot: node id, and per vhost its exchanges (with

@@ -40,10 +40,20 @@ class Message:
     Never mutate a message once published: queues share it, and the codec caches
     its encoding in ``wire`` (which the broker never reads). ``_deaths`` records
     ``(queue, reason)`` pairs of earlier dead-letterings, oldest first, so cycles
-    are caught without touching user headers.
+    are caught without touching user headers. ``pid`` is the id under which the
+    journal holds a persistent message (0 when it does not).
     """
 
-    __slots__ = ("_deaths", "body", "exchange", "headers", "properties", "routing_key", "wire")
+    __slots__ = (
+        "_deaths",
+        "body",
+        "exchange",
+        "headers",
+        "pid",
+        "properties",
+        "routing_key",
+        "wire",
+    )
 
     def __init__(
         self,
@@ -59,6 +69,7 @@ class Message:
         self.headers: dict[str, Any] = headers if headers is not None else {}
         self.properties: dict[str, Any] = properties if properties is not None else {}
         self.wire: bytes | None = None
+        self.pid = 0  # the journal's message id; 0 = not journaled
         self._deaths: tuple[tuple[str, str], ...] = ()
 
     def __repr__(self) -> str:

@@ -24,6 +24,7 @@ from .dead_letter import EXPIRED, MAXLEN, REJECTED
 from .message import INF, Message
 
 if TYPE_CHECKING:
+    from .recording import Recorder
     from .session import Session
     from .vhost import VirtualHost
 
@@ -96,6 +97,7 @@ class Queue:
         "owner",
         "ready",
         "ready_bytes",
+        "recorder",
         "settings",
         "unacked",
         "vhost",
@@ -126,6 +128,9 @@ class Queue:
         self.had_consumer = False
         self.deleted = False
         self.bindings: set[Any] = set()
+        # The journal's recorder when this queue's persistent messages are recorded
+        # (a durable, non-exclusive queue on a broker with a journal), else None.
+        self.recorder: Recorder | None = None
         self._rr = 0
         self._ttl = None if settings.message_ttl is None else settings.message_ttl / 1000
         self._max_length = settings.max_length
@@ -229,6 +234,52 @@ class Queue:
                 if expires < self._earliest:
                     self._earliest = expires
 
+    # --- applying journal records (recovery, a passive HA node) -------------------------
+
+    def expiry(self, now: float, expiration: int | None) -> float:
+        """When a message enqueued at ``now`` expires (queue TTL, message expiration)."""
+        expires = INF if self._ttl is None else now + self._ttl
+        if expiration is not None and now + expiration / 1000 < expires:
+            expires = now + expiration / 1000
+        return expires
+
+    def restore(self, message: Message, expires: float) -> None:
+        """Append a journaled message as ready, as it was: no limits, no dispatch."""
+        ready = self.ready
+        if not ready:
+            self._sorted = True
+            self._earliest = INF
+        if expires != INF:
+            if expires < self._earliest:
+                self._earliest = expires
+            if ready and expires < ready[-1][1]:
+                self._sorted = False
+        ready.append((message, expires, False))
+        self.ready_bytes += len(message.body)
+
+    def _find(self, pid: int) -> int:
+        for i, entry in enumerate(self.ready):
+            if entry[0].pid == pid:
+                return i
+        return -1
+
+    def mark_delivered(self, pid: int) -> None:
+        """Flag the ready message ``pid`` redelivered (a journaled first delivery)."""
+        i = self._find(pid)
+        if i >= 0:
+            message, expires, _ = self.ready[i]
+            self.ready[i] = (message, expires, True)
+
+    def remove(self, pid: int) -> bool:
+        """Drop the ready message ``pid`` (a journaled ack); False when not here."""
+        i = self._find(pid)
+        if i < 0:
+            return False
+        message = self.ready[i][0]
+        del self.ready[i]
+        self.ready_bytes -= len(message.body)
+        return True
+
     # --- messages out -------------------------------------------------------------
 
     def dispatch(self, now: float) -> None:
@@ -293,6 +344,11 @@ class Queue:
     def purge(self) -> int:
         """Drop every ready message (no dead-lettering); how many."""
         count = len(self.ready)
+        recorder = self.recorder
+        if recorder is not None:
+            for message, _, _ in self.ready:
+                if message.pid:
+                    recorder.ack(message.pid, self.name)
         self.ready.clear()
         self.ready_bytes = 0
         self._earliest = INF
@@ -300,6 +356,11 @@ class Queue:
         return count
 
     def _dead_letter(self, message: Message, reason: str, now: float) -> None:
+        """``message`` leaves this queue for ``reason``: journal that, dead-letter it."""
+        if message.pid:
+            recorder = self.recorder
+            if recorder is not None:
+                recorder.ack(message.pid, self.name)
         if self.settings.dead_letter_exchange is not None:
             self.vhost.dead_letter(message, self, reason, now)
 

@@ -50,6 +50,7 @@ class Session:
         "_flagged",
         "_last_ctag",
         "_last_dtag",
+        "_noack_pids",
         "_owned",
         "_pending",
         "_unacked",
@@ -69,6 +70,9 @@ class Session:
         self._last_ctag = 0
         self._unacked: dict[int, Delivery] = {}
         self._pending: list[Delivery] = []
+        # Journaled messages pushed to no-ack consumers: recorded as acked once the
+        # shell takes the push (an untaken push is requeued by close()).
+        self._noack_pids: list[tuple[Queue, int]] = []
         self._cancellations: list[tuple[str, int, str]] = []
         self._consumers: dict[str, Consumer] = {}
         self._owned: set[Queue] = set()
@@ -249,6 +253,11 @@ class Session:
         if not no_ack:
             self._unacked[dtag] = delivery
             q.unacked += 1
+        if message.pid and q.recorder is not None:
+            if no_ack:
+                q.recorder.ack(message.pid, q.name)
+            elif not redelivered:
+                q.recorder.delivered(message.pid, q.name)
         return delivery, len(q.ready)
 
     # --- settling -----------------------------------------------------------------
@@ -267,6 +276,9 @@ class Session:
             queue = delivery._origin
             if queue is not None and not queue.deleted:
                 queue.unacked -= 1
+                pid = delivery.message.pid
+                if pid and queue.recorder is not None:
+                    queue.recorder.ack(pid, queue.name)
                 if queue.ready:
                     queue.dispatch(self._now(now))
             return
@@ -329,6 +341,8 @@ class Session:
                 entries.append((delivery.message, delivery._expires, redelivered))
             elif requeue is not None:
                 queue.dead_letter_rejected(delivery.message, now)
+            elif delivery.message.pid and queue.recorder is not None:
+                queue.recorder.ack(delivery.message.pid, queue.name)
         for queue, entries in touched.items():
             if entries and not queue.deleted:
                 queue.requeue(entries)
@@ -358,6 +372,11 @@ class Session:
         if not pending:
             return []
         self._pending = []
+        if self._noack_pids:
+            for queue, pid in self._noack_pids:
+                if queue.recorder is not None:
+                    queue.recorder.ack(pid, queue.name)
+            self._noack_pids = []
         return pending
 
     def take_cancellations(self) -> list[tuple[str, int, str]]:
@@ -384,6 +403,13 @@ class Session:
             self._unacked[dtag] = delivery
             consumer.inflight += 1
             queue.unacked += 1
+        if message.pid:
+            recorder = queue.recorder
+            if recorder is not None:
+                if consumer.no_ack:
+                    self._noack_pids.append((queue, message.pid))
+                elif not redelivered:
+                    recorder.delivered(message.pid, queue.name)
         self._pending.append(delivery)
         if not self._flagged:
             self._flagged = True
@@ -414,6 +440,7 @@ class Session:
         self._closed = True
         pending = self._pending
         self._pending = []
+        self._noack_pids = []
         self._cancellations = []
         for consumer in list(self._consumers.values()):
             if self._consumers.pop(consumer.tag, None) is consumer:

@@ -27,8 +27,10 @@ from .dead_letter import dead_letter_copy, is_cycle
 from .exchange import EXCHANGE_TYPES, DefaultExchange, Exchange, binding_id
 from .message import Message, PublishOutcome, QueueInfo
 from .queue import Queue
+from .recording import is_persistent
 
 if TYPE_CHECKING:
+    from .recording import Recorder
     from .session import Session
 
 PREDECLARED = {
@@ -59,10 +61,14 @@ class VirtualHost:
         "exchanges",
         "name",
         "queues",
+        "recorder",
     )
 
-    def __init__(self, name: str, new_queue_name: Callable[[], str]) -> None:
+    def __init__(
+        self, name: str, new_queue_name: Callable[[], str], recorder: Recorder | None = None
+    ) -> None:
         self.name = name
+        self.recorder = recorder
         self._new_queue_name = new_queue_name
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues)}
@@ -140,9 +146,11 @@ class VirtualHost:
             return
         if name.startswith("amq."):
             raise AccessRefused(f"exchange name {name!r} contains reserved prefix 'amq.'")
-        self.exchanges[name] = cls(
+        exchange = self.exchanges[name] = cls(
             name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=args
         )
+        if durable and self.recorder is not None:
+            self.recorder.exchange_declared(self.name, exchange)
 
     def delete_exchange(self, name: str, *, if_unused: bool) -> None:
         """Delete an exchange and its bindings; a missing one is no error."""
@@ -160,6 +168,8 @@ class VirtualHost:
             exchange.unbind(ident)
             binding.queue.bindings.discard((exchange, ident))
         del self.exchanges[exchange.name]
+        if exchange.durable and self.recorder is not None:
+            self.recorder.exchange_deleted(self.name, exchange.name)
 
     # --- queues -------------------------------------------------------------------
 
@@ -213,6 +223,9 @@ class VirtualHost:
         self.queues[name] = queue
         if exclusive:
             session._owned.add(queue)
+        elif durable and self.recorder is not None:
+            queue.recorder = self.recorder
+            self.recorder.queue_declared(self.name, queue)
         return self._info(queue)
 
     @staticmethod
@@ -249,6 +262,10 @@ class VirtualHost:
         queue.bindings.clear()
         if queue.owner is not None:
             queue.owner._owned.discard(queue)
+        recorder = queue.recorder
+        if recorder is not None:
+            queue.recorder = None  # the delete record drops its messages too
+            recorder.queue_deleted(self.name, queue.name)
         return queue.purge()
 
     def purge_queue(self, session: Session, name: str) -> int:
@@ -277,6 +294,8 @@ class VirtualHost:
         ident = exchange.bind(queue, key, args)
         if ident is not None:
             queue.bindings.add((exchange, ident))
+            if queue.recorder is not None and exchange.durable:
+                queue.recorder.bound(self.name, queue.name, exchange.name, key, args)
 
     def unbind(
         self,
@@ -294,6 +313,10 @@ class VirtualHost:
         ident = binding_id(queue, key, arguments or {})
         if exchange.unbind(ident):
             queue.bindings.discard((exchange, ident))
+            if queue.recorder is not None and exchange.durable:
+                queue.recorder.unbound(
+                    self.name, queue.name, exchange.name, key, dict(arguments or {})
+                )
             if exchange.auto_delete and not exchange.bindings:
                 self._remove_exchange(exchange)
 
@@ -306,8 +329,13 @@ class VirtualHost:
             target = self.queues.get(message.routing_key)
             if target is None:
                 return PublishOutcome.UNROUTABLE
+            recorder = target.recorder
+            if recorder is not None and properties.get("persistent") is True:
+                recorder.enqueue(self.name, message, (target,), now)
             if target.offer(message, now, expiration):
                 return PublishOutcome.ROUTED
+            if message.pid:
+                recorder.ack(message.pid, target.name)  # type: ignore[union-attr]
             return PublishOutcome.REJECTED
         exchange = self.exchanges.get(message.exchange)
         if exchange is None:
@@ -319,10 +347,15 @@ class VirtualHost:
         queues = exchange.route(message)
         if not queues:
             return PublishOutcome.UNROUTABLE
+        recorder = self.recorder
+        if recorder is not None and properties and properties.get("persistent") is True:
+            recorder.enqueue(self.name, message, queues, now)
         rejected = False
         for queue in queues:
             if not queue.offer(message, now, expiration):
                 rejected = True
+                if message.pid and queue.recorder is not None:
+                    queue.recorder.ack(message.pid, queue.name)
         return PublishOutcome.REJECTED if rejected else PublishOutcome.ROUTED
 
     def dead_letter(self, message: Message, queue: Queue, reason: str, now: float) -> None:
@@ -352,9 +385,13 @@ class VirtualHost:
                 exchange = self.exchanges.get(letter.exchange)
                 if exchange is None:
                     continue
-                for target in exchange.route(letter):
-                    if not is_cycle(letter, target.name):
-                        target.offer(letter, at, None)
+                targets = [t for t in exchange.route(letter) if not is_cycle(letter, t.name)]
+                recorder = self.recorder
+                if recorder is not None and targets and is_persistent(letter):
+                    recorder.enqueue(self.name, letter, targets, at)
+                for target in targets:
+                    if not target.offer(letter, at, None) and letter.pid and target.recorder:
+                        target.recorder.ack(letter.pid, target.name)
         finally:
             self._dead_lettering = False
 

@@ -161,6 +161,7 @@ class ClientConnection:
     async def _handle_buffered(self, now: float) -> bool:
         """Run every complete request buffered now; False when the connection ends."""
         proto = self.proto
+        storage = self.node.storage
         budget = FRAMES_PER_TURN
         while True:
             event = proto.next_event()
@@ -178,10 +179,17 @@ class ClientConnection:
             t = type(event)
             dispatcher = self.dispatcher
             if dispatcher is not None and not self._closing and t in _REQUESTS:
+                before = storage.appended if storage is not None else 0
                 reply = dispatcher.handle(event, now)
                 if reply is not None:
                     if type(reply) is ev.Error:
                         self._log_failure(event, reply)
+                    elif (
+                        storage is not None and type(reply) is ev.Ok and storage.appended != before
+                    ):
+                        # a confirm or an ok that promises durability: after the commit
+                        storage.hold(before + 1, self.send_reply, event, reply)
+                        continue
                     self._send(proto.send(reply))
             elif t is ev.EndOfStream or t is ev.CloseOk:
                 return False
@@ -293,6 +301,13 @@ class ClientConnection:
             if len(out) > HIGH_WATER and not self._paused:
                 self._paused = True
                 session.set_writable(False)
+
+    def send_reply(self, reply: ev.Event) -> None:
+        """Send a reply the journal held until its records were committed."""
+        if self.session is None:
+            return  # gone: its requests' fate is what the client could not observe
+        with contextlib.suppress(AmqliteError):
+            self._send(self.proto.send(reply))
 
     def close_from_server(self, code: int, text: str) -> None:
         """Tell the client we are closing (e.g. 320 at shutdown); run() then ends."""

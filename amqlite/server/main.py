@@ -13,6 +13,7 @@ import trio
 from amqlite.config import Config, load_config
 from amqlite.errors import ConfigError
 from amqlite.log import configure_logging
+from amqlite.store.errors import StoreError
 
 from .node import BrokerNode
 
@@ -23,6 +24,12 @@ examples:
   amqlite server                          # 127.0.0.1:5555, vhost "/", guest/guest from loopback
   amqlite server --config configs/amq_server.toml --port 5556
   amqlite server --host 0.0.0.0 --log-format json
+  amqlite server --data-dir /var/lib/amqlite --fsync always
+  amqlite server --in-memory              # keep nothing on disk
+
+Durable exchanges, queues, bindings and persistent messages on durable queues are
+kept in a journal in the data dir (default ./amqlite-data/node-<port>) and survive
+a restart or a crash; see docs/storage.md.
 
 Flags override the TOML file given by --config. SIGINT/SIGTERM stop the server
 gracefully: it stops accepting, closes clients with code 320 and exits 0.
@@ -36,7 +43,26 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", "-c", metavar="FILE", help="TOML config file")
     parser.add_argument("--host", help="listen address (default 127.0.0.1)")
     parser.add_argument("--port", "-p", type=int, help="listen port (default 5555; 0 = any)")
-    parser.add_argument("--data-dir", metavar="DIR", help="where the node keeps its data")
+    parser.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="where the node keeps its journal (default ./amqlite-data/node-<port>)",
+    )
+    parser.add_argument(
+        "--fsync",
+        choices=("always", "batch", "never"),
+        help="when the journal is flushed to disk: on every commit, every --batch-ms "
+        "(default), or never (the OS decides; a power cut may lose confirmed messages)",
+    )
+    parser.add_argument(
+        "--batch-ms", type=float, metavar="MS", help="group-commit interval for --fsync batch"
+    )
+    parser.add_argument(
+        "--in-memory",
+        action="store_true",
+        default=None,
+        help="keep nothing on disk: durable things do not survive a restart",
+    )
     parser.add_argument("--node-id", help="node name shown in status (default host:port)")
     parser.add_argument(
         "--log-format", choices=("console", "json"), help="log as text (default) or JSON lines"
@@ -52,6 +78,9 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "server.port": args.port,
         "server.data_dir": args.data_dir,
         "server.node_id": args.node_id,
+        "storage.fsync": args.fsync,
+        "storage.batch_ms": args.batch_ms,
+        "storage.persist": False if args.in_memory else None,
         "log.format": args.log_format,
         "log.level": args.log_level,
     }
@@ -67,10 +96,17 @@ def run_server(args: argparse.Namespace) -> int:
         return 2
     configure_logging(config.log.format, config.log.level)
     cannot_listen: list[OSError] = []
+    store_errors: list[StoreError] = []
     try:
         trio.run(_serve_until_signalled, config)
+    except* StoreError as group:  # locked, corrupt or unwritable data dir
+        store_errors.extend(e for e in group.exceptions if isinstance(e, StoreError))
     except* OSError as group:  # the bind fails inside a nursery, so it comes grouped
         cannot_listen.extend(e for e in group.exceptions if isinstance(e, OSError))
+    for error in store_errors:
+        print(f"amqlite: error: {error}", file=sys.stderr)
+    if store_errors:
+        return 1
     if cannot_listen:
         cfg = config.server
         reason = "; ".join(str(exc) for exc in cannot_listen)

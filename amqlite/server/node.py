@@ -13,8 +13,10 @@ from amqlite.auth import Authenticator
 from amqlite.broker import Broker
 from amqlite.config import Config
 from amqlite.errors import ReplyCode
+from amqlite.store.files import FileLayer
 
 from .connection import ClientConnection
+from .storage import NodeStorage
 
 TICK_INTERVAL = 0.1  # seconds between TTL sweeps
 SHUTDOWN_GRACE = 5.0
@@ -25,7 +27,8 @@ log = structlog.get_logger("amqlite.server")
 class BrokerNode:
     """Owns the broker, accepts clients, and shuts down gracefully on request."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, file_layer: FileLayer | None = None) -> None:
+        """``file_layer`` replaces the journal's operating-system calls (tests)."""
         self.config = config
         self.version = amqlite.__version__
         self.state = "standalone"
@@ -34,24 +37,42 @@ class BrokerNode:
         self.connections: set[ClientConnection] = set()
         self.node_id = config.server.node_id
         self.port = 0
-        self.broker: Broker = Broker(vhosts=config.server.vhosts, node_id=self.node_id)
+        self.storage = (
+            NodeStorage(config.storage, file_layer=file_layer) if config.storage.persist else None
+        )
+        self.broker: Broker = self._new_broker()
         self._started_at = 0.0
         self._started_wall = time.time()
         self._stop = trio.Event()
         self._no_connections = trio.Event()
         self.stopped = trio.Event()
 
+    def _new_broker(self) -> Broker:
+        storage = self.storage
+        return Broker(
+            vhosts=self.config.server.vhosts,
+            node_id=self.node_id,
+            record=storage.record if storage is not None else None,
+        )
+
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        """Listen and serve until :meth:`stop` (graceful) or cancellation (abrupt)."""
+        """Listen and serve until :meth:`stop` (graceful) or cancellation (abrupt).
+
+        With a journal, the node recovers it before it accepts anyone: clients
+        that connect meanwhile wait in the listen backlog."""
         cfg = self.config.server
         listeners = await trio.open_tcp_listeners(cfg.port, host=cfg.host)
         self.port = listeners[0].socket.getsockname()[1]
         if not self.node_id:
             self.node_id = cfg.effective_node_id(self.port)
-            self.broker = Broker(vhosts=cfg.vhosts, node_id=self.node_id)
+            self.broker = self._new_broker()
         self._started_at = trio.current_time()
+        storage = self.storage
         try:
             async with trio.open_nursery() as nursery:
+                if storage is not None:
+                    await storage.open(cfg.effective_data_dir(self.port), self.broker)
+                    await nursery.start(storage.run)
                 nursery.start_soon(self._ticker)
                 async with trio.open_nursery() as accept_nursery:
                     for listener in listeners:
@@ -62,6 +83,7 @@ class BrokerNode:
                         port=self.port,
                         node_id=self.node_id,
                         vhosts=list(cfg.vhosts),
+                        data_dir=storage.directory if storage is not None else None,
                     )
                     task_status.started(self.port)
                     await self._stop.wait()
@@ -72,6 +94,8 @@ class BrokerNode:
             with trio.CancelScope(shield=True):
                 for listener in listeners:
                     await listener.aclose()
+                if storage is not None:
+                    await storage.close()
             self.stopped.set()
         log.info("server_stopped", node_id=self.node_id)
 
@@ -141,10 +165,19 @@ class BrokerNode:
                 "started_at": self._started_wall,
                 "state": self.state,
                 "listen": f"{self.config.server.host}:{self.port}",
-                "data_dir": self.config.server.data_dir,
+                "data_dir": self.storage.directory if self.storage is not None else None,
                 "connections": [c.info() for c in self.connections if c.session is not None],
             }
         )
+        storage = self.storage
+        if storage is not None:
+            status["storage"] = storage.status()
+            counts = storage.queue_counts()
+            for host in status["vhosts"]:
+                for q in host["queues"]:
+                    q["persistent"] = counts.get((host["name"], q["name"]), 0)
+        else:
+            status["storage"] = {"persist": False}
         return status
 
 

@@ -1,0 +1,286 @@
+"""The node's journal, driven from trio: recovery, group commit, held replies,
+compaction and disk errors (docs/storage.md, "Driving the journal from trio").
+
+The broker core hands every durable change to :meth:`NodeStorage.record`, which
+appends it to the journal (encode and buffer, no I/O). A reply that must not go
+out before its records are on disk (a confirm for a persistent message, the ok of
+a durable declaration) is held with :meth:`NodeStorage.hold` and sent by the
+committer task once a commit covers it. One task commits, in a worker thread:
+``always`` commits as soon as something is buffered (what is appended while an
+fsync runs rides the next one), ``batch`` every ``batch_ms``.
+
+A failed write or fsync (disk full, I/O error) turns the held confirms of the
+messages it dropped into ``nacked`` replies with code 506, logs the error and
+retries the other records later; the broker keeps serving, and the next commit
+after space returns succeeds.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import structlog
+import trio
+
+from amqlite.config import StorageConfig
+from amqlite.errors import ReplyCode
+from amqlite.protocol import events as ev
+from amqlite.store import Journal, RecoveryReport
+from amqlite.store.errors import StoreWriteError
+from amqlite.store.files import FileLayer
+from amqlite.store.records import Record
+
+if TYPE_CHECKING:
+    from amqlite.broker import Broker
+
+log = structlog.get_logger("amqlite.server")
+
+RETRY_INTERVAL = 1.0  # seconds between commit attempts while the disk fails
+COMPACTION_CHECK = 1.0  # seconds between compaction checks
+
+
+class _Held(NamedTuple):
+    last: int  # the reply goes out once the commit covers this position
+    first: int
+    send: Callable[[ev.Event], None]
+    request: ev.Event
+    reply: ev.Event
+
+
+class NodeStorage:
+    """One node's journal and the replies waiting on it."""
+
+    def __init__(self, config: StorageConfig, *, file_layer: FileLayer | None = None) -> None:
+        self.config = config
+        self.journal: Journal | None = None
+        self.directory = ""
+        self._file_layer = file_layer
+        self._held: deque[_Held] = deque()
+        self._dirty = trio.Event()
+        self._closed = False
+        self.write_errors = 0
+        self.last_error: str | None = None
+        self.recovery: dict[str, Any] = {}
+        self._last_compaction_check = 0.0
+
+    # --- opening -----------------------------------------------------------------------
+
+    async def open(self, directory: str, broker: Broker) -> RecoveryReport:
+        """Lock ``directory``, recover the journal (in a thread), rebuild ``broker``
+        from it and log what was found. Raises StoreLocked / JournalCorrupt /
+        StoreError for the caller to report."""
+        self.directory = directory
+        cfg = self.config
+        started = time.monotonic()
+
+        def recover() -> tuple[Journal, RecoveryReport]:
+            journal = Journal(
+                directory,
+                fsync=cfg.fsync,  # type: ignore[arg-type]
+                batch_ms=cfg.batch_ms,
+                segment_bytes=cfg.segment_bytes,
+                file_layer=self._file_layer,
+            )
+            try:
+                return journal, journal.recover()
+            except BaseException:
+                journal.close()
+                raise
+
+        journal, report = await trio.to_thread.run_sync(recover)
+        self.journal = journal
+        if broker.recorder is not None:
+            broker.recorder.wall_offset = time.time() - trio.current_time()
+        state = report.state
+        broker.apply(state.snapshot(), trio.current_time())
+        elapsed = time.monotonic() - started
+        self.recovery = {
+            "records": report.records,
+            "segments": report.segments,
+            "messages": state.live_messages,
+            "queues": len(state.queues()),
+            "seconds": round(elapsed, 3),
+            "dropped_bytes": report.dropped_bytes,
+        }
+        log.info(
+            "journal_recovered",
+            data_dir=directory,
+            fsync=cfg.fsync,
+            records=report.records,
+            segments=report.segments,
+            exchanges=len(state.exchanges()),
+            queues=len(state.queues()),
+            bindings=len(state.bindings()),
+            messages=state.live_messages,
+            seconds=round(elapsed, 3),
+        )
+        if report.dropped_bytes or report.reason:
+            log.warning(
+                "journal_tail_truncated",
+                segment=report.truncated_segment,
+                dropped_bytes=report.dropped_bytes,
+                reason=report.reason,
+            )
+        if report.removed:
+            log.info("journal_leftovers_removed", files=list(report.removed))
+        return report
+
+    # --- the event loop's side -----------------------------------------------------------
+
+    @property
+    def appended(self) -> int:
+        journal = self.journal
+        return journal.appended if journal is not None else 0
+
+    def record(self, record: Record) -> None:
+        """The broker's sink: append one record (no I/O) and wake the committer."""
+        journal = self.journal
+        if journal is None or self._closed:
+            return  # shutting down: what is recorded now is what a crash would lose
+        journal.append(record)
+        self._dirty.set()
+
+    def hold(
+        self, first: int, send: Callable[[ev.Event], None], request: ev.Event, reply: ev.Event
+    ) -> None:
+        """Send ``reply`` once the records from position ``first`` to the last one
+        appended are committed (or a 506 refusal if the disk dropped a message)."""
+        self._held.append(_Held(self.appended, first, send, request, reply))
+
+    # --- the committer -------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Commit what is appended, release held replies, compact now and then."""
+        journal = self.journal
+        assert journal is not None
+        task_status.started()
+        interval = journal.commit_interval
+        while True:
+            await self._dirty.wait()
+            if interval:
+                await trio.sleep(interval)
+            self._dirty = trio.Event()
+            if not await self._commit(journal):
+                self._dirty.set()  # retry what was kept, after a pause
+                await trio.sleep(RETRY_INTERVAL)
+            await self._maybe_compact(journal)
+
+    async def _commit(self, journal: Journal) -> bool:
+        try:
+            done = await trio.to_thread.run_sync(journal.commit)
+        except StoreWriteError as exc:
+            self._failed(exc)
+            return False
+        self._release(done)
+        if self.last_error is not None:
+            log.warning("journal_writable_again", data_dir=self.directory)
+            self.last_error = None
+        return True
+
+    def _release(self, done: int) -> None:
+        held = self._held
+        while held and held[0].last <= done:
+            h = held.popleft()
+            h.send(h.reply)
+
+    def _failed(self, exc: StoreWriteError) -> None:
+        self.write_errors += 1
+        first_failure = self.last_error is None
+        self.last_error = str(exc)
+        (log.error if first_failure else log.warning)(
+            "journal_write_failed",
+            data_dir=self.directory,
+            error=str(exc),
+            disk_full=exc.disk_full,
+            messages_refused=len(exc.dropped),
+            records_kept=len(exc.retrying),
+        )
+        dropped = sorted(exc.dropped)
+        if not dropped:
+            return
+        keep: deque[_Held] = deque()
+        text = (
+            "the broker could not store the message "
+            f"({'disk full' if exc.disk_full else 'write error'}): it was not confirmed"
+        )
+        for h in self._held:
+            i = bisect.bisect_left(dropped, h.first)
+            if i < len(dropped) and dropped[i] <= h.last:
+                h.send(_refusal(h.request, text))
+            else:
+                keep.append(h)
+        self._held = keep
+
+    async def _maybe_compact(self, journal: Journal) -> None:
+        now = trio.current_time()
+        if now - self._last_compaction_check < COMPACTION_CHECK:
+            return
+        self._last_compaction_check = now
+        if not journal.compaction_due():
+            return
+        try:
+            report = await trio.to_thread.run_sync(journal.compact)
+        except StoreWriteError as exc:
+            self._failed(exc)
+            return
+        self._release(journal.committed)
+        log.info(
+            "journal_compacted",
+            segment=report.segment,
+            records=report.records,
+            removed=len(report.removed),
+            bytes_before=report.bytes_before,
+            bytes_after=report.bytes_after,
+        )
+
+    # --- closing and status --------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Commit what is left, release what it covers, close the journal (shielded)."""
+        journal = self.journal
+        if journal is None or self._closed:
+            return
+        self._closed = True
+        with trio.CancelScope(shield=True):
+            try:
+                await trio.to_thread.run_sync(journal.close)
+            except StoreWriteError as exc:
+                self._failed(exc)
+            else:
+                self._release(journal.committed)
+        log.info("journal_closed", data_dir=self.directory)
+
+    def status(self) -> dict[str, Any]:
+        journal = self.journal
+        if journal is None:
+            return {"persist": False}
+        stats = journal.stats()
+        return {
+            "persist": True,
+            "data_dir": stats.directory,
+            "fsync": stats.fsync,
+            "segments": stats.segments,
+            "journal_bytes": stats.bytes,
+            "live_messages": stats.live_messages,
+            "live_message_bytes": stats.live_message_bytes,
+            "appended": stats.appended,
+            "committed": stats.committed,
+            "held_replies": len(self._held),
+            "write_errors": self.write_errors,
+            "last_error": self.last_error,
+            "recovery": self.recovery,
+        }
+
+    def queue_counts(self) -> dict[tuple[str, str], int]:
+        journal = self.journal
+        return journal.stats().queue_messages if journal is not None else {}
+
+
+def _refusal(request: ev.Event, text: str) -> ev.Event:
+    if isinstance(request, ev.Publish):
+        return ev.Nacked(request.id, ReplyCode.RESOURCE_ERROR, text)
+    return ev.Error(getattr(request, "id", None), ReplyCode.RESOURCE_ERROR, text)
