@@ -100,9 +100,9 @@ def run_server(args: argparse.Namespace) -> int:
     try:
         trio.run(_serve_until_signalled, config)
     except* StoreError as group:  # locked, corrupt or unwritable data dir
-        store_errors.extend(e for e in group.exceptions if isinstance(e, StoreError))
+        store_errors.extend(e for e in _leaves(group) if isinstance(e, StoreError))
     except* OSError as group:  # the bind fails inside a nursery, so it comes grouped
-        cannot_listen.extend(e for e in group.exceptions if isinstance(e, OSError))
+        cannot_listen.extend(e for e in _leaves(group) if isinstance(e, OSError))
     for error in store_errors:
         print(f"amqlite: error: {error}", file=sys.stderr)
     if store_errors:
@@ -113,6 +113,17 @@ def run_server(args: argparse.Namespace) -> int:
         print(f"amqlite: error: cannot listen on {cfg.host}:{cfg.port}: {reason}", file=sys.stderr)
         return 1
     return 0
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    """The exceptions inside ``group`` and the groups nested in it (nurseries nest)."""
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            out.extend(_leaves(exc))
+        else:
+            out.append(exc)
+    return out
 
 
 async def _serve_until_signalled(config: Config) -> None:

@@ -1,0 +1,175 @@
+"""Durability with real broker processes: kill -9 under confirmed persistent load,
+a damaged journal tail, and a data dir that serves one broker only.
+
+The checker counts every message: each body is a global sequence number, so after
+the last restart we know exactly which confirmed messages must be there, that
+nothing appears that was never published, and that queue order is kept.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import trio
+
+import amqlite
+from amqlite.errors import AmqliteError
+
+from .procs import ServerProcess, run_cli, start_server
+
+pytestmark = pytest.mark.e2e
+
+KILL_CYCLES = 50
+QUEUE = "durable-q"
+
+
+@dataclass
+class Ledger:
+    """What the clients did, and the rules the broker's contents must satisfy."""
+
+    published: int = 0  # sequence numbers 0..published-1 were sent
+    confirmed: set[int] = field(default_factory=set)
+    acked: set[int] = field(default_factory=set)  # acks sent (may be lost by a kill)
+
+    def check(self, found: list[int]) -> None:
+        seen = set(found)
+        assert len(found) == len(seen), "a message is in the queue twice"
+        never_published = {n for n in seen if not 0 <= n < self.published}
+        assert not never_published, f"never published: {sorted(never_published)[:10]}"
+        lost = self.confirmed - self.acked - seen
+        assert not lost, f"{len(lost)} confirmed messages lost, e.g. {sorted(lost)[:10]}"
+        assert found == sorted(found), "queue order not kept"
+
+
+async def kill9(server: ServerProcess) -> None:
+    server.proc.send_signal(signal.SIGKILL)
+    with trio.fail_after(10):
+        await server.proc.wait()
+
+
+async def load_until_killed(server: ServerProcess, ledger: Ledger, rng: random.Random) -> None:
+    """Publish persistent confirmed messages (and consume a few) until a random
+    number of confirms has arrived, then kill -9 the broker mid-stream."""
+    kill_after = len(ledger.confirmed) + rng.randrange(0, 400)
+    killed = trio.Event()
+
+    async def publisher(conn: amqlite.Connection) -> None:
+        async with trio.open_nursery() as confirms:
+            while True:
+                n = ledger.published
+                pending = await conn.publish_nowait("", QUEUE, str(n), persistent=True)
+                ledger.published += 1
+
+                async def confirm(n: int = n, pending: amqlite.PendingConfirm = pending) -> None:
+                    await pending.wait()
+                    ledger.confirmed.add(n)
+                    if len(ledger.confirmed) >= kill_after and not killed.is_set():
+                        killed.set()
+
+                confirms.start_soon(confirm)
+
+    async def consumer(conn: amqlite.Connection) -> None:
+        for _ in range(rng.randrange(0, 40)):
+            got = await conn.get(QUEUE)
+            if got is None:
+                return
+            await got.ack()
+            ledger.acked.add(int(got.body))
+
+    async def killer() -> None:
+        await killed.wait()
+        await kill9(server)
+
+    with trio.move_on_after(30):  # a broker that never confirms fails below
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(killer)
+                async with amqlite.connect(f"127.0.0.1:{server.port}") as conn:
+                    await conn.declare_queue(QUEUE, durable=True)
+                    async with amqlite.connect(f"127.0.0.1:{server.port}") as reader:
+                        nursery.start_soon(consumer, reader)
+                        await publisher(conn)
+        except* (AmqliteError, trio.BrokenResourceError, OSError):
+            pass
+    if server.proc.returncode is None:
+        await kill9(server)
+        pytest.fail("the broker was still confirming after 30 s: the kill never came")
+
+
+async def drain(server: ServerProcess) -> list[int]:
+    found = []
+    async with amqlite.connect(f"127.0.0.1:{server.port}") as conn:
+        while (got := await conn.get(QUEUE, no_ack=True)) is not None:
+            found.append(int(got.body))
+    return found
+
+
+async def test_kill_9_under_confirmed_persistent_load_loses_nothing(tmp_path: Path) -> None:
+    rng = random.Random(int(os.environ.get("AMQLITE_TEST_SEED", "0")) or None)
+    ledger = Ledger()
+    for _ in range(KILL_CYCLES):
+        server = await start_server("--data-dir", str(tmp_path))
+        await load_until_killed(server, ledger, rng)
+    server = await start_server("--data-dir", str(tmp_path))
+    try:
+        (recovered,) = [r for r in server.log_lines if r.get("event") == "journal_recovered"]
+        assert recovered["messages"] >= len(ledger.confirmed - ledger.acked)  # type: ignore[operator]
+        ledger.check(await drain(server))
+        assert len(ledger.confirmed) > KILL_CYCLES  # the load was real
+    finally:
+        await kill9(server)
+
+
+def segments(data_dir: Path) -> list[Path]:
+    return sorted(data_dir.glob("journal-*.log"))
+
+
+async def publish_confirmed(server: ServerProcess, count: int) -> None:
+    async with amqlite.connect(f"127.0.0.1:{server.port}") as conn:
+        await conn.declare_queue(QUEUE, durable=True)
+        for n in range(count):
+            await conn.publish("", QUEUE, str(n), persistent=True, confirm=True)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "cut"])
+async def test_a_damaged_tail_is_cut_and_reported(tmp_path: Path, damage: str) -> None:
+    server = await start_server("--data-dir", str(tmp_path))
+    await publish_confirmed(server, 20)
+    await kill9(server)
+    (last,) = segments(tmp_path)
+    size = last.stat().st_size
+    if damage == "garbage":
+        with last.open("ab") as f:
+            f.write(b"\x00\x00\x01\x00not a record at all" + bytes(range(256)))
+        expect = list(range(20))
+    else:  # the last record loses its end, as a crash mid-write would leave it
+        os.truncate(last, size - 3)
+        expect = list(range(19))
+    server = await start_server("--data-dir", str(tmp_path))
+    try:
+        (record,) = [r for r in server.log_lines if r.get("event") == "journal_tail_truncated"]
+        assert record["dropped_bytes"] > 0  # type: ignore[operator]
+        assert record["segment"] == last.name
+        assert await drain(server) == expect
+    finally:
+        await kill9(server)
+
+
+async def test_a_second_broker_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
+    server = await start_server("--data-dir", str(tmp_path))
+    try:
+        second = await trio.to_thread.run_sync(
+            lambda: run_cli("server", "--port", "0", "--data-dir", str(tmp_path))
+        )
+        assert second.returncode == 1
+        assert f"data dir {tmp_path} is in use by pid {server.proc.pid}" in second.stderr
+    finally:
+        await kill9(server)
+    # the lock dies with its process, even after kill -9
+    server = await start_server("--data-dir", str(tmp_path))
+    await kill9(server)
