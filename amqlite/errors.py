@@ -43,7 +43,6 @@ _HARD = frozenset(
         ReplyCode.CONNECTION_FORCED,
         ReplyCode.FRAME_ERROR,
         ReplyCode.UNEXPECTED_FRAME,
-        ReplyCode.RESOURCE_ERROR,
         ReplyCode.INTERNAL_ERROR,
     }
 )

@@ -7,7 +7,11 @@ Recognised arguments and their rules:
 - ``x-max-length-bytes``: int >= 0, body bytes of ready messages kept;
 - ``x-overflow``: ``drop-head`` (default) or ``reject-publish``;
 - ``x-dead-letter-exchange``: str; ``x-dead-letter-routing-key``: str (needs the former);
-- ``x-queue-type``: ``classic`` (default); ``stream`` is not available yet (540).
+- ``x-queue-type``: ``classic`` (default) or ``stream`` (an append-only log read by
+  offset: see :mod:`amqlite.broker.stream`);
+- ``x-max-age``: streams only, how long messages are kept: a number and a unit,
+  ``Y``, ``M`` (30 days), ``D``, ``h``, ``m`` or ``s`` (``"7D"``, ``"12h"``), as in
+  RabbitMQ. Streams take neither TTLs, dead-lettering nor ``reject-publish``.
 
 A wrong type or value raises 406 naming the argument. Unknown arguments are kept
 (they show in status) but ignored, also when comparing a redeclaration.
@@ -20,7 +24,7 @@ import enum
 from collections.abc import Mapping
 from typing import Any
 
-from amqlite.errors import BrokerError, PreconditionFailed, ReplyCode
+from amqlite.errors import PreconditionFailed
 
 
 class Overflow(enum.Enum):
@@ -37,6 +41,7 @@ class QueueSettings:
     dead_letter_exchange: str | None = None
     dead_letter_routing_key: str | None = None
     queue_type: str = "classic"
+    max_age: float | None = None  # seconds, streams only
 
     def difference(self, other: QueueSettings) -> str | None:
         """The argument name of the first setting that differs, or None."""
@@ -54,7 +59,26 @@ _ARGUMENT_OF = {
     "dead_letter_exchange": "x-dead-letter-exchange",
     "dead_letter_routing_key": "x-dead-letter-routing-key",
     "queue_type": "x-queue-type",
+    "max_age": "x-max-age",
 }
+
+_AGE_UNITS = {"Y": 365 * 86400, "M": 30 * 86400, "D": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def _age(arguments: Mapping[str, Any]) -> float | None:
+    value = arguments.get("x-max-age")
+    if value is None:
+        return None
+    what = "a number and a unit Y, M, D, h, m or s, like '7D'"
+    if type(value) is not str or len(value) < 2 or value[-1] not in _AGE_UNITS:
+        raise _bad("x-max-age", what, value)
+    try:
+        amount = int(value[:-1])
+    except ValueError:
+        raise _bad("x-max-age", what, value) from None
+    if amount <= 0:
+        raise _bad("x-max-age", what, value)
+    return float(amount * _AGE_UNITS[value[-1]])
 
 
 def _bad(name: str, what: str, value: Any) -> PreconditionFailed:
@@ -80,17 +104,24 @@ def _text(arguments: Mapping[str, Any], name: str) -> str | None:
 
 
 def parse_queue_arguments(arguments: Mapping[str, Any]) -> QueueSettings:
-    """Validate ``arguments``; raises 406 (bad value) or 540 (stream queues)."""
+    """Validate ``arguments``; raises 406 naming the bad argument."""
     overflow_name = _text(arguments, "x-overflow") or Overflow.DROP_HEAD.value
     try:
         overflow = Overflow(overflow_name)
     except ValueError:
         raise _bad("x-overflow", "'drop-head' or 'reject-publish'", overflow_name) from None
     queue_type = _text(arguments, "x-queue-type") or "classic"
-    if queue_type == "stream":
-        raise BrokerError("stream queues are not available yet", ReplyCode.NOT_IMPLEMENTED)
-    if queue_type != "classic":
+    if queue_type not in ("classic", "stream"):
         raise _bad("x-queue-type", "'classic' or 'stream'", queue_type)
+    max_age = _age(arguments)
+    if queue_type == "stream":
+        for name in ("x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key"):
+            if name in arguments:
+                raise PreconditionFailed(f"invalid arg {name!r}: stream queues do not take it")
+        if overflow is Overflow.REJECT_PUBLISH:
+            raise PreconditionFailed("invalid arg 'x-overflow': streams only drop their head")
+    elif max_age is not None:
+        raise PreconditionFailed("invalid arg 'x-max-age': only stream queues take it")
     dlx = _text(arguments, "x-dead-letter-exchange")
     dlrk = _text(arguments, "x-dead-letter-routing-key")
     if dlrk is not None and dlx is None:
@@ -105,4 +136,5 @@ def parse_queue_arguments(arguments: Mapping[str, Any]) -> QueueSettings:
         dead_letter_exchange=dlx,
         dead_letter_routing_key=dlrk,
         queue_type=queue_type,
+        max_age=max_age,
     )

@@ -33,7 +33,16 @@ def _scramble(n: int) -> int:
 class Broker:
     """The messaging model of one node; see docs/CONTRACTS.md, "Broker core"."""
 
-    __slots__ = ("_generated", "_ready", "_seed", "_vhosts", "node_id", "now", "recorder")
+    __slots__ = (
+        "_generated",
+        "_ready",
+        "_seed",
+        "_vhosts",
+        "_wall_offset",
+        "node_id",
+        "now",
+        "recorder",
+    )
 
     def __init__(
         self,
@@ -44,6 +53,7 @@ class Broker:
     ) -> None:
         self.node_id = node_id
         self.now = 0.0
+        self._wall_offset = 0.0
         #: Journals durable changes into ``record`` (see :mod:`.recording`); None
         #: for a broker without a journal.
         self.recorder = Recorder(record) if record is not None else None
@@ -106,6 +116,20 @@ class Broker:
                 recorder.paused = False
         self.now = max(self.now, now)
         return skipped
+
+    @property
+    def wall_offset(self) -> float:
+        """Wall-clock seconds = ``now`` + this; the shell sets it (the core reads no
+        clock). Streams time their messages with it, the journal its enqueues."""
+        return self._wall_offset
+
+    @wall_offset.setter
+    def wall_offset(self, value: float) -> None:
+        self._wall_offset = value
+        if self.recorder is not None:
+            self.recorder.wall_offset = value
+        for host in self._vhosts.values():
+            host.wall_offset = value
 
     def vhost(self, name: str) -> VirtualHost | None:
         return self._vhosts.get(name)

@@ -95,6 +95,7 @@ class Delivery:
         "ctag",
         "dtag",
         "message",
+        "offset",
         "queue",
         "redelivered",
     )
@@ -109,8 +110,10 @@ class Delivery:
         origin: Queue | None = None,
         consumer: Consumer | None = None,
         expires: float = INF,
+        offset: int | None = None,
     ) -> None:
         self.ctag = ctag
+        self.offset = offset  # the message's offset when it comes from a stream
         self.dtag = dtag
         self.redelivered = redelivered
         self.message = message

@@ -40,6 +40,7 @@ class Consumer:
 
     __slots__ = (
         "arguments",
+        "cursor",
         "exclusive",
         "inflight",
         "limit",
@@ -72,11 +73,14 @@ class Consumer:
         self.arguments = arguments
         self.writable = writable
         self.inflight = 0
+        self.cursor = 0  # streams: the next offset to deliver
 
 
 class Queue:
     """One queue of a virtual host. Counts: ``len(ready)`` ready, ``unacked``
     delivered and not yet settled, ``ready_bytes`` body bytes of ready messages."""
+
+    is_stream = False
 
     __slots__ = (
         "_earliest",
@@ -93,6 +97,7 @@ class Queue:
         "deleted",
         "durable",
         "had_consumer",
+        "journal",
         "name",
         "owner",
         "ready",
@@ -128,8 +133,10 @@ class Queue:
         self.had_consumer = False
         self.deleted = False
         self.bindings: set[Any] = set()
-        # The journal's recorder when this queue's persistent messages are recorded
-        # (a durable, non-exclusive queue on a broker with a journal), else None.
+        # The journal's recorder when this queue is recorded (a durable, non-exclusive
+        # queue on a broker with a journal), else None: ``journal`` for its topology
+        # (and a stream's log), ``recorder`` for a classic queue's persistent messages.
+        self.journal: Recorder | None = None
         self.recorder: Recorder | None = None
         self._rr = 0
         self._ttl = None if settings.message_ttl is None else settings.message_ttl / 1000
@@ -138,6 +145,10 @@ class Queue:
         self._reject_publish = settings.overflow is Overflow.REJECT_PUBLISH
         self._earliest = INF  # no ready entry expires before this
         self._sorted = True  # ready entries are in expiry order
+
+    def count(self) -> int:
+        """Messages waiting: ready ones (a stream: every message it keeps)."""
+        return len(self.ready)
 
     # --- consumers ----------------------------------------------------------------
 

@@ -33,6 +33,9 @@ from amqlite.store.records import (
     QueueDelete,
     QueueUnbind,
     Record,
+    StreamAppend,
+    StreamTrack,
+    StreamTruncate,
 )
 
 if TYPE_CHECKING:
@@ -111,8 +114,9 @@ class Recorder:
     # --- messages ------------------------------------------------------------------
 
     def enqueue(self, vhost: str, message: Message, queues: Iterable[Queue], now: float) -> None:
-        """Record a persistent message routed to ``queues`` (those recorded) and give
-        it an id; does nothing when none of them is recorded."""
+        """Record a persistent message routed to ``queues`` (the classic ones recorded)
+        and give it an id; does nothing when none of them is recorded. (Streams
+        record what they take themselves.)"""
         names = tuple(q.name for q in queues if q.recorder is not None)
         if not names or self.paused:
             return
@@ -132,6 +136,32 @@ class Recorder:
                 deaths=message._deaths,
             )
         )
+
+    def stream_append(
+        self, vhost: str, queue: str, offset: int, message: Message, at: float
+    ) -> None:
+        if not self.paused:
+            self.sink(
+                StreamAppend(
+                    vhost=vhost,
+                    queue=queue,
+                    offset=offset,
+                    exchange=message.exchange,
+                    routing_key=message.routing_key,
+                    body=message.body,
+                    headers=message.headers,
+                    props=message.properties,
+                    enqueued_at=at,
+                )
+            )
+
+    def stream_truncate(self, vhost: str, queue: str, before: int) -> None:
+        if not self.paused:
+            self.sink(StreamTruncate(vhost=vhost, queue=queue, before=before))
+
+    def stream_track(self, vhost: str, queue: str, name: str, offset: int) -> None:
+        if not self.paused:
+            self.sink(StreamTrack(vhost=vhost, queue=queue, name=name, offset=offset))
 
     def delivered(self, mid: int, queue: str) -> None:
         if not self.paused:

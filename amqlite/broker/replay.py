@@ -25,12 +25,15 @@ from amqlite.store.records import (
     Record,
     SnapshotBegin,
     SnapshotEnd,
+    StreamAppend,
+    StreamTrack,
+    StreamTruncate,
 )
 
 from .arguments import parse_queue_arguments
 from .exchange import EXCHANGE_TYPES, binding_id
 from .message import Message
-from .queue import Queue
+from .stream import StreamQueue
 from .vhost import PREDECLARED, VirtualHost
 
 if TYPE_CHECKING:
@@ -66,8 +69,7 @@ def apply_record(broker: Broker, record: Record, now: float) -> bool:
     elif isinstance(record, QueueDeclare):
         if record.name not in host.queues:
             args = dict(record.arguments)
-            queue = Queue(
-                host,
+            host.new_queue(
                 record.name,
                 durable=True,
                 owner=None,
@@ -75,8 +77,6 @@ def apply_record(broker: Broker, record: Record, now: float) -> bool:
                 arguments=args,
                 settings=parse_queue_arguments(args),
             )
-            queue.recorder = broker.recorder
-            host.queues[record.name] = queue
     elif isinstance(record, ExchangeDeclare):
         existing = host.exchanges.get(record.name)
         if existing is not None and existing.kind != record.type:
@@ -111,6 +111,22 @@ def apply_record(broker: Broker, record: Record, now: float) -> bool:
         queue = host.queues.get(record.name)
         if queue is not None:
             queue.purge()
+    elif isinstance(record, StreamAppend | StreamTruncate | StreamTrack):
+        stream = host.queues.get(record.queue)
+        if isinstance(stream, StreamQueue):
+            if isinstance(record, StreamAppend):
+                message = Message(
+                    record.exchange,
+                    record.routing_key,
+                    record.body,
+                    dict(record.headers),
+                    dict(record.props),
+                )
+                stream.restore_at(record.offset, message, record.enqueued_at)
+            elif isinstance(record, StreamTruncate):
+                stream.truncate(record.before)
+            else:
+                stream.tracked[record.name] = record.offset
     elif isinstance(record, ExchangeDelete):
         exchange = host.exchanges.get(record.name)
         if exchange is not None and record.name and record.name not in PREDECLARED:
@@ -138,7 +154,7 @@ def _enqueue(broker: Broker, host: VirtualHost, r: MessageEnqueue) -> None:
 def _clear_durable(host: VirtualHost) -> None:
     """Drop what a snapshot supersedes: recorded queues and durable exchanges."""
     for queue in list(host.queues.values()):
-        if queue.recorder is not None:
+        if queue.journal is not None:
             host.remove_queue(queue)
     for exchange in list(host.exchanges.values()):
         if exchange.durable and exchange.name and exchange.name not in PREDECLARED:

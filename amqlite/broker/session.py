@@ -28,6 +28,7 @@ from amqlite.errors import (
 
 from .message import Delivery, Message, PublishOutcome, QueueInfo
 from .queue import Consumer, Entry, Queue
+from .stream import OFFSET_ARGUMENT, StreamQueue
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -211,6 +212,8 @@ class Session:
         consumer = Consumer(
             tag, q, self, prefetch, no_ack, exclusive, dict(arguments or {}), self._writable
         )
+        if isinstance(q, StreamQueue):
+            q.attach(consumer, consumer.arguments.get(OFFSET_ARGUMENT))
         self._consumers[tag] = consumer
         q.add_consumer(consumer)
         q.dispatch(now)
@@ -237,6 +240,24 @@ class Session:
         queue.remove_consumer(consumer)
         if queue.auto_delete and not queue.consumers and not queue.deleted:
             self._vhost.remove_queue(queue)
+
+    def store_offset(self, queue: str, name: str, offset: int) -> None:
+        """Keep ``offset`` under ``name`` in stream ``queue`` (survives a restart)."""
+        self._check_open()
+        self._stream(queue).store_offset(name, offset)
+
+    def query_offset(self, queue: str, name: str) -> int:
+        """The offset stored under ``name`` in stream ``queue``; 404 when none is."""
+        self._check_open()
+        return self._stream(queue).query_offset(name)
+
+    def _stream(self, name: str) -> StreamQueue:
+        q = self._vhost.queue(self, name)
+        if not isinstance(q, StreamQueue):
+            raise PreconditionFailed(
+                f"queue {name!r} in vhost {self._vhost.name!r} is not a stream queue"
+            )
+        return q
 
     def get(self, queue: str, *, no_ack: bool = False, now: float) -> tuple[Delivery, int] | None:
         """Take one message: ``(delivery, messages still ready)``, or None when empty.
@@ -279,7 +300,7 @@ class Session:
                 pid = delivery.message.pid
                 if pid and queue.recorder is not None:
                     queue.recorder.ack(pid, queue.name)
-                if queue.ready:
+                if queue.ready or queue.is_stream:
                     queue.dispatch(self._now(now))
             return
         self._release(self._take(dtag, multiple), None, self._now(now))
@@ -394,10 +415,11 @@ class Session:
         message: Message,
         expires: float,
         redelivered: bool,
+        offset: int | None = None,
     ) -> None:
         self._last_dtag = dtag = self._last_dtag + 1
         delivery = Delivery(
-            consumer.tag, dtag, redelivered, message, queue.name, queue, consumer, expires
+            consumer.tag, dtag, redelivered, message, queue.name, queue, consumer, expires, offset
         )
         if not consumer.no_ack:
             self._unacked[dtag] = delivery

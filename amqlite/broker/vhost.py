@@ -22,12 +22,13 @@ from amqlite.errors import (
     ResourceLocked,
 )
 
-from .arguments import parse_queue_arguments
+from .arguments import QueueSettings, parse_queue_arguments
 from .dead_letter import dead_letter_copy, is_cycle
 from .exchange import EXCHANGE_TYPES, DefaultExchange, Exchange, binding_id
 from .message import Message, PublishOutcome, QueueInfo
 from .queue import Queue
 from .recording import is_persistent
+from .stream import StreamQueue
 
 if TYPE_CHECKING:
     from .recording import Recorder
@@ -62,6 +63,7 @@ class VirtualHost:
         "name",
         "queues",
         "recorder",
+        "wall_offset",
     )
 
     def __init__(
@@ -69,6 +71,7 @@ class VirtualHost:
     ) -> None:
         self.name = name
         self.recorder = recorder
+        self.wall_offset = 0.0  # wall clock = now + wall_offset (the shell sets it)
         self._new_queue_name = new_queue_name
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues)}
@@ -211,8 +214,11 @@ class VirtualHost:
             name = self._new_queue_name()
             while name in self.queues:
                 name = self._new_queue_name()
-        queue = Queue(
-            self,
+        if settings.queue_type == "stream" and (exclusive or auto_delete or not durable):
+            raise PreconditionFailed(
+                f"stream queue {name!r} must be durable, non-exclusive and not auto-delete"
+            )
+        queue = self.new_queue(
             name,
             durable=durable,
             owner=session if exclusive else None,
@@ -220,17 +226,44 @@ class VirtualHost:
             arguments=args,
             settings=settings,
         )
-        self.queues[name] = queue
         if exclusive:
             session._owned.add(queue)
-        elif durable and self.recorder is not None:
-            queue.recorder = self.recorder
-            self.recorder.queue_declared(self.name, queue)
+        elif queue.journal is not None:
+            queue.journal.queue_declared(self.name, queue)
         return self._info(queue)
+
+    def new_queue(
+        self,
+        name: str,
+        *,
+        durable: bool,
+        owner: Session | None,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+        settings: QueueSettings,
+    ) -> Queue:
+        """Create and register a queue of the type its settings name, wired to the
+        journal when it is durable and not exclusive (recording nothing yet)."""
+        cls = StreamQueue if settings.queue_type == "stream" else Queue
+        queue = cls(
+            self,
+            name,
+            durable=durable,
+            owner=owner,
+            auto_delete=auto_delete,
+            arguments=arguments,
+            settings=settings,
+        )
+        self.queues[name] = queue
+        if durable and owner is None and self.recorder is not None:
+            queue.journal = self.recorder
+            if not queue.is_stream:
+                queue.recorder = self.recorder
+        return queue
 
     @staticmethod
     def _info(queue: Queue) -> QueueInfo:
-        return QueueInfo(queue.name, len(queue.ready), len(queue.consumers))
+        return QueueInfo(queue.name, queue.count(), len(queue.consumers))
 
     def delete_queue(self, session: Session, name: str, *, if_unused: bool, if_empty: bool) -> int:
         """Delete a queue; the number of ready messages dropped. Missing: 0."""
@@ -262,14 +295,20 @@ class VirtualHost:
         queue.bindings.clear()
         if queue.owner is not None:
             queue.owner._owned.discard(queue)
-        recorder = queue.recorder
-        if recorder is not None:
-            queue.recorder = None  # the delete record drops its messages too
-            recorder.queue_deleted(self.name, queue.name)
+        journal = queue.journal
+        if journal is not None:
+            queue.journal = queue.recorder = None  # the delete record drops its messages
+            journal.queue_deleted(self.name, queue.name)
         return queue.purge()
 
     def purge_queue(self, session: Session, name: str) -> int:
-        return self.queue(session, name).purge()
+        queue = self.queue(session, name)
+        if queue.is_stream:
+            raise PreconditionFailed(
+                f"queue {name!r} in vhost {self.name!r} is a stream: retention drops its "
+                "messages (x-max-length, x-max-length-bytes, x-max-age), purge does not"
+            )
+        return queue.purge()
 
     def expire(self, now: float) -> None:
         for queue in list(self.queues.values()):
@@ -294,8 +333,8 @@ class VirtualHost:
         ident = exchange.bind(queue, key, args)
         if ident is not None:
             queue.bindings.add((exchange, ident))
-            if queue.recorder is not None and exchange.durable:
-                queue.recorder.bound(self.name, queue.name, exchange.name, key, args)
+            if queue.journal is not None and exchange.durable:
+                queue.journal.bound(self.name, queue.name, exchange.name, key, args)
 
     def unbind(
         self,
@@ -313,8 +352,8 @@ class VirtualHost:
         ident = binding_id(queue, key, arguments or {})
         if exchange.unbind(ident):
             queue.bindings.discard((exchange, ident))
-            if queue.recorder is not None and exchange.durable:
-                queue.recorder.unbound(
+            if queue.journal is not None and exchange.durable:
+                queue.journal.unbound(
                     self.name, queue.name, exchange.name, key, dict(arguments or {})
                 )
             if exchange.auto_delete and not exchange.bindings:
@@ -418,7 +457,7 @@ class VirtualHost:
                 {
                     "vhost": self.name,
                     "name": q.name,
-                    "messages": len(q.ready),
+                    "messages": q.count(),
                     "unacked": q.unacked,
                     "consumers": len(q.consumers),
                     "durable": q.durable,
@@ -426,6 +465,7 @@ class VirtualHost:
                     "auto_delete": q.auto_delete,
                     "type": q.settings.queue_type,
                     "arguments": dict(q.arguments),
+                    **(q.status_fields() if isinstance(q, StreamQueue) else {}),
                 }
                 for q in self.queues.values()
             ],

@@ -262,9 +262,12 @@ def _deliver_from_map(m: dict[Any, Any]) -> ev.Deliver:
         raise FieldError("deliver: bad 'props'")
     redelivered = get("redelivered", False)
     queue = get("queue", "")
+    offset = get("offset")
     if type(redelivered) is not bool or type(queue) is not str:
         raise FieldError("deliver: bad 'redelivered' or 'queue'")
-    return ev.Deliver(ctag, dtag, exchange, key, body, headers, props, redelivered, queue)
+    if offset is not None and type(offset) is not int:
+        raise FieldError("deliver: 'offset' must be an integer")
+    return ev.Deliver(ctag, dtag, exchange, key, body, headers, props, redelivered, queue, offset)
 
 
 def _ack_from_map(m: dict[Any, Any]) -> ev.Ack:
@@ -436,13 +439,17 @@ _K_DTAG = cbor2.dumps("dtag")
 _K_RE = cbor2.dumps("re")
 _K_REMAINING = cbor2.dumps("remaining")
 _K_QUEUE = cbor2.dumps("queue")
+_K_OFFSET = cbor2.dumps("offset")
 _REDELIVERED = cbor2.dumps("redelivered") + b"\xf5"
 _CTAG_CACHE: dict[str, bytes] = {}
 _MAP_HEADS = [bytes((0xA0 + n,)) for n in range(24)]
 
 
-def encode_deliver(ctag: str, dtag: int, redelivered: bool, msg: WireMessage) -> bytes:
-    """One ``deliver`` frame, built without re-encoding the message body."""
+def encode_deliver(
+    ctag: str, dtag: int, redelivered: bool, msg: WireMessage, offset: int | None = None
+) -> bytes:
+    """One ``deliver`` frame, built without re-encoding the message body; ``offset``
+    for a message from a stream queue."""
     pairs = msg.wire or _message_pairs(msg)
     ctag_enc = _CTAG_CACHE.get(ctag)
     if ctag_enc is None:
@@ -450,7 +457,13 @@ def encode_deliver(ctag: str, dtag: int, redelivered: bool, msg: WireMessage) ->
             _CTAG_CACHE.clear()
         ctag_enc = _CTAG_CACHE[ctag] = _K_M_DELIVER + _K_CTAG + cbor2.dumps(ctag) + _K_DTAG
     n = _pair_count(msg) + 3
-    if redelivered:
+    if offset is not None:
+        if redelivered:
+            head = _MAP_HEADS[n + 2] + ctag_enc + _uint(dtag) + _REDELIVERED
+        else:
+            head = _MAP_HEADS[n + 1] + ctag_enc + _uint(dtag)
+        head += _K_OFFSET + _uint(offset)
+    elif redelivered:
         head = _MAP_HEADS[n + 1] + ctag_enc + _uint(dtag) + _REDELIVERED
     else:
         head = _MAP_HEADS[n] + ctag_enc + _uint(dtag)

@@ -249,12 +249,18 @@ class Connection:
         return data
 
     def send_deliver(
-        self, ctag: str, dtag: int, redelivered: bool, msg: codec.WireMessage
+        self,
+        ctag: str,
+        dtag: int,
+        redelivered: bool,
+        msg: codec.WireMessage,
+        offset: int | None = None,
     ) -> bytes:
-        """A ``deliver`` frame (the fast path: the message is encoded once, cached)."""
+        """A ``deliver`` frame (the fast path: the message is encoded once, cached);
+        ``offset`` for a message from a stream queue."""
         if self._state is not self._push_state:
             self._check_push(ev.Deliver)
-        return codec.encode_deliver(ctag, dtag, redelivered, msg)
+        return codec.encode_deliver(ctag, dtag, redelivered, msg, offset)
 
     def send_get_ok(
         self, re: int, dtag: int, redelivered: bool, remaining: int, queue: str,

@@ -162,6 +162,29 @@ class QueuePurge(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class OffsetStore(Event):
+    """Keep ``offset`` under ``name`` in stream queue ``queue`` (survives restarts)."""
+
+    METHOD: ClassVar[str] = "offset.store"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    queue: str
+    name: str
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetQuery(Event):
+    """The offset stored under ``name`` in stream queue ``queue``."""
+
+    METHOD: ClassVar[str] = "offset.query"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    queue: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class QueueBind(Event):
     METHOD: ClassVar[str] = "queue.bind"
     SENDER: ClassVar[Sender] = Sender.CLIENT
@@ -327,6 +350,7 @@ class Deliver(Event):
     props: Props = field(default_factory=dict)
     redelivered: bool = False
     queue: str = ""
+    offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,6 +423,8 @@ REQUESTS: tuple[type[Event], ...] = (
     Reject,
     Get,
     Status,
+    OffsetStore,
+    OffsetQuery,
 )
 REPLIES: tuple[type[Event], ...] = (
     Welcome,

@@ -293,7 +293,7 @@ class ClientConnection:
         send_deliver = self.proto.send_deliver
         out = self._out
         for d in session.take_deliveries():
-            out += send_deliver(d.ctag, d.dtag, d.redelivered, d.message)
+            out += send_deliver(d.ctag, d.dtag, d.redelivered, d.message, d.offset)
         for tag, code, text in session.take_cancellations():
             out += self.proto.send(ev.Cancelled(tag, code, text))
         if out:

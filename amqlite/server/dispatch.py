@@ -56,6 +56,8 @@ class RequestDispatcher:
             ev.Cancel: self._cancel,
             ev.Get: self._get,
             ev.Status: self._status_request,
+            ev.OffsetStore: self._offset_store,
+            ev.OffsetQuery: self._offset_query,
         }
 
     def handle(self, event: ev.Event, now: float) -> Reply:
@@ -228,6 +230,15 @@ class RequestDispatcher:
             remaining,
             delivery.queue,
         )
+
+    def _offset_store(self, o: ev.OffsetStore, now: float) -> Reply:
+        self._check("read", "queue", o.queue)
+        self.session.store_offset(o.queue, o.name, o.offset)
+        return ev.Ok(o.id)
+
+    def _offset_query(self, o: ev.OffsetQuery, now: float) -> Reply:
+        self._check("read", "queue", o.queue)
+        return ev.Ok(o.id, {"offset": self.session.query_offset(o.queue, o.name)})
 
     def _status_request(self, s: ev.Status, now: float) -> Reply:
         return ev.Ok(s.id, self._status())

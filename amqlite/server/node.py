@@ -67,6 +67,7 @@ class BrokerNode:
             self.node_id = cfg.effective_node_id(self.port)
             self.broker = self._new_broker()
         self._started_at = trio.current_time()
+        self.broker.wall_offset = time.time() - self._started_at
         storage = self.storage
         try:
             async with trio.open_nursery() as nursery:

@@ -93,8 +93,6 @@ class NodeStorage:
 
         journal, report = await trio.to_thread.run_sync(recover)
         self.journal = journal
-        if broker.recorder is not None:
-            broker.recorder.wall_offset = time.time() - trio.current_time()
         state = report.state
         broker.apply(state.snapshot(), trio.current_time())
         elapsed = time.monotonic() - started
@@ -102,6 +100,7 @@ class NodeStorage:
             "records": report.records,
             "segments": report.segments,
             "messages": state.live_messages,
+            "stream_messages": state.stream_messages,
             "queues": len(state.queues()),
             "seconds": round(elapsed, 3),
             "dropped_bytes": report.dropped_bytes,
@@ -116,6 +115,7 @@ class NodeStorage:
             queues=len(state.queues()),
             bindings=len(state.bindings()),
             messages=state.live_messages,
+            stream_messages=state.stream_messages,
             seconds=round(elapsed, 3),
         )
         if report.dropped_bytes or report.reason:

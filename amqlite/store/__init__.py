@@ -23,9 +23,12 @@ from .records import (
     Record,
     SnapshotBegin,
     SnapshotEnd,
+    StreamAppend,
+    StreamTrack,
+    StreamTruncate,
 )
 from .segment import Defect, SegmentReader
-from .state import StoredMessage, StoreState
+from .state import StoredMessage, StoredStream, StoreState
 
 # The journal and the file layer (threads, fcntl) load on first use, so the
 # sans-IO broker core can import the records above without pulling them in.
@@ -92,6 +95,10 @@ __all__ = [
     "StoreState",
     "StoreWriteError",
     "StoredMessage",
+    "StoredStream",
+    "StreamAppend",
+    "StreamTrack",
+    "StreamTruncate",
     "decode_record",
     "encode_record",
 ]

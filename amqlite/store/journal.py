@@ -528,7 +528,12 @@ class Journal:
         twice what a snapshot of the live state would take."""
         total = self._total_bytes()
         state = self._state
-        estimate = state.message_bytes + 160 * state.live_messages + 4096
+        estimate = (
+            state.message_bytes
+            + state.stream_bytes
+            + 160 * (state.live_messages + state.stream_messages)
+            + 4096
+        )
         return total >= self.segment_bytes and total > 2 * estimate
 
     def compact(self, live_message_ids: Collection[int] | None = None) -> CompactionReport:

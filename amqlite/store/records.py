@@ -22,6 +22,9 @@ Types and fields (``docs/storage.md`` has the full table):
 ``message.enqueue``  id, vhost, queues, exchange, key, body, headers, props, at, deaths
 ``message.delivered`` id, queue
 ``message.ack``      id, queue
+``stream.append``    vhost, queue, offset, exchange, key, body, headers, props, at
+``stream.truncate``  vhost, queue, before
+``stream.track``     vhost, queue, name, offset
 ``snapshot.begin``   last_id
 ``snapshot.end``     (none)
 ================== ==============================================================
@@ -173,6 +176,45 @@ class MessageAck:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StreamAppend:
+    """A message was appended to a stream queue at ``offset`` (every message a stream
+    takes is stored, persistent or not; offsets count up from 0 per stream)."""
+
+    TYPE: ClassVar[str] = "stream.append"
+    vhost: str = "/"
+    queue: str
+    offset: int
+    exchange: str
+    routing_key: str = _wire("key", default="")
+    body: bytes
+    headers: dict[str, Any] = dataclasses.field(default_factory=dict)
+    props: dict[str, Any] = dataclasses.field(default_factory=dict)
+    enqueued_at: float = _wire("at", default=0.0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StreamTruncate:
+    """Retention dropped every message of a stream below offset ``before``; the next
+    append is at ``before`` or later (so an emptied stream keeps its offsets)."""
+
+    TYPE: ClassVar[str] = "stream.truncate"
+    vhost: str = "/"
+    queue: str
+    before: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class StreamTrack:
+    """A consumer stored its offset in a stream under ``name`` (the latest wins)."""
+
+    TYPE: ClassVar[str] = "stream.track"
+    vhost: str = "/"
+    queue: str
+    name: str
+    offset: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SnapshotBegin:
     """Everything before this record is superseded: the records up to the matching
     :class:`SnapshotEnd` rebuild the whole durable state. Written by compaction
@@ -200,6 +242,9 @@ Record: TypeAlias = (
     | MessageEnqueue
     | MessageDelivered
     | MessageAck
+    | StreamAppend
+    | StreamTruncate
+    | StreamTrack
     | SnapshotBegin
     | SnapshotEnd
 )
@@ -215,6 +260,9 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     MessageEnqueue,
     MessageDelivered,
     MessageAck,
+    StreamAppend,
+    StreamTruncate,
+    StreamTrack,
     SnapshotBegin,
     SnapshotEnd,
 )

@@ -29,6 +29,7 @@ a write error may have dropped the record that would have introduced it (see
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from collections.abc import Collection, Iterator
 from typing import Any
 
@@ -46,6 +47,9 @@ from .records import (
     Record,
     SnapshotBegin,
     SnapshotEnd,
+    StreamAppend,
+    StreamTrack,
+    StreamTruncate,
 )
 
 #: Exchanges every vhost has without a declaration; bindings to them are kept.
@@ -61,6 +65,30 @@ class StoredMessage:
 
     record: MessageEnqueue
     redelivered: bool
+
+
+class StoredStream:
+    """A stream queue's stored log: messages from ``first`` (in offset order), the
+    ``next`` offset to append at, and the offsets consumers stored by name."""
+
+    __slots__ = ("bytes", "first", "messages", "next", "tracked")
+
+    def __init__(self) -> None:
+        self.messages: deque[StreamAppend] = deque()
+        self.first = 0
+        self.next = 0
+        self.bytes = 0
+        self.tracked: dict[str, int] = {}
+
+    def truncate(self, before: int) -> None:
+        messages = self.messages
+        while messages and messages[0].offset < before:
+            self.bytes -= len(messages.popleft().body)
+        self.first = max(self.first, before)
+        self.next = max(self.next, before)
+
+    def canonical(self) -> tuple[Any, ...]:
+        return (list(self.messages), self.first, self.next, self.tracked)
 
 
 class _Live:
@@ -96,6 +124,7 @@ class StoreState:
         self._bindings: dict[_BindingKey, QueueBind] = {}
         self._messages: dict[int, _Live] = {}
         self._queue_messages: dict[_Key, dict[int, None]] = {}
+        self._streams: dict[_Key, StoredStream] = {}
         #: Highest message id seen: a restarted node continues above it.
         self.last_message_id = 0
         #: True between ``snapshot.begin`` and ``snapshot.end``.
@@ -130,6 +159,10 @@ class StoreState:
         key = (r.vhost, r.name)
         self._queues[key] = r
         self._queue_messages.setdefault(key, {})
+        if r.arguments.get("x-queue-type") == "stream":
+            self._streams.setdefault(key, StoredStream())
+        else:  # the latest declaration wins
+            self._streams.pop(key, None)
 
     def _queue_delete(self, r: QueueDelete) -> None:
         key = (r.vhost, r.name)
@@ -138,6 +171,7 @@ class StoreState:
         self._purge(key)
         del self._queues[key]
         del self._queue_messages[key]
+        self._streams.pop(key, None)
         for bkey in [k for k in self._bindings if k[0] == r.vhost and k[2] == r.name]:
             del self._bindings[bkey]
 
@@ -198,6 +232,26 @@ class StoreState:
             del self._messages[mid]
             self.message_bytes -= len(live.record.body)
 
+    def _stream_append(self, r: StreamAppend) -> None:
+        stream = self._streams.get((r.vhost, r.queue))
+        if stream is None or r.offset < stream.next:
+            return  # no such stream, or an offset it already has: ignored
+        stream.messages.append(r)
+        stream.bytes += len(r.body)
+        stream.next = r.offset + 1
+        if not stream.messages or stream.messages[0] is r:
+            stream.first = r.offset
+
+    def _stream_truncate(self, r: StreamTruncate) -> None:
+        stream = self._streams.get((r.vhost, r.queue))
+        if stream is not None:
+            stream.truncate(r.before)
+
+    def _stream_track(self, r: StreamTrack) -> None:
+        stream = self._streams.get((r.vhost, r.queue))
+        if stream is not None:
+            stream.tracked[r.name] = r.offset
+
     def _snapshot_begin(self, r: SnapshotBegin) -> None:
         self._reset()
         self.last_message_id = r.last_message_id
@@ -235,6 +289,14 @@ class StoreState:
                 for q, delivered in live.queues.items()
                 if delivered
             )
+        for (vhost, queue), stream in self._streams.items():
+            if stream.first:
+                out.append(StreamTruncate(vhost=vhost, queue=queue, before=stream.first))
+            out.extend(stream.messages)  # an emptied stream: first == next, kept above
+            out.extend(
+                StreamTrack(vhost=vhost, queue=queue, name=name, offset=offset)
+                for name, offset in stream.tracked.items()
+            )
         if not self.snapshot_open:  # mid-way through a snapshot stays mid-way
             out.append(SnapshotEnd())
         return out
@@ -262,8 +324,24 @@ class StoreState:
         return out
 
     def message_counts(self) -> dict[tuple[str, str], int]:
-        """Live persistent messages per durable queue, keyed by (vhost, queue)."""
-        return {key: len(ids) for key, ids in self._queue_messages.items()}
+        """Live persistent messages per durable queue (stored messages per stream),
+        keyed by (vhost, queue)."""
+        counts = {key: len(ids) for key, ids in self._queue_messages.items()}
+        for key, stream in self._streams.items():
+            counts[key] = len(stream.messages)
+        return counts
+
+    def stream(self, vhost: str, queue: str) -> StoredStream | None:
+        """A stream queue's stored log, or None."""
+        return self._streams.get((vhost, queue))
+
+    @property
+    def stream_messages(self) -> int:
+        return sum(len(s.messages) for s in self._streams.values())
+
+    @property
+    def stream_bytes(self) -> int:
+        return sum(s.bytes for s in self._streams.values())
 
     @property
     def live_messages(self) -> int:
@@ -283,6 +361,7 @@ class StoreState:
             self.last_message_id,
             self.snapshot_open,
             self.message_bytes,
+            {key: stream.canonical() for key, stream in self._streams.items()},
         )
 
     def __eq__(self, other: object) -> bool:
@@ -317,6 +396,9 @@ _HANDLERS: dict[type[Record], Any] = {
     MessageEnqueue: StoreState._message_enqueue,
     MessageDelivered: StoreState._message_delivered,
     MessageAck: StoreState._message_ack,
+    StreamAppend: StoreState._stream_append,
+    StreamTruncate: StoreState._stream_truncate,
+    StreamTrack: StoreState._stream_track,
     SnapshotBegin: StoreState._snapshot_begin,
     SnapshotEnd: StoreState._snapshot_end,
 }

@@ -257,10 +257,34 @@ def test_dead_letter_routing_key_needs_an_exchange(s: Session) -> None:
         s.declare_queue("q", arguments={"x-dead-letter-routing-key": "k"})
 
 
-def test_stream_queues_are_not_implemented(s: Session) -> None:
-    with pytest.raises(BrokerError, match="stream queues are not available yet") as err:
-        s.declare_queue("q", arguments={"x-queue-type": "stream"})
-    assert err.value.code == ReplyCode.NOT_IMPLEMENTED
+@pytest.mark.parametrize(
+    ("options", "arguments", "match"),
+    [
+        ({"durable": False}, {}, "must be durable"),
+        ({"exclusive": True}, {}, "must be durable"),
+        ({"auto_delete": True}, {}, "must be durable"),
+        ({}, {"x-message-ttl": 5}, "stream queues do not take it"),
+        ({}, {"x-dead-letter-exchange": "d"}, "stream queues do not take it"),
+        ({}, {"x-overflow": "reject-publish"}, "only drop their head"),
+        ({}, {"x-max-age": "7 days"}, "x-max-age"),
+        ({}, {"x-max-age": "0D"}, "x-max-age"),
+        ({}, {"x-queue-type": "quorum"}, "x-queue-type"),
+    ],
+)
+def test_stream_queue_rules(
+    s: Session, options: dict[str, Any], arguments: dict[str, Any], match: str
+) -> None:
+    with pytest.raises(PreconditionFailed, match=match):
+        s.declare_queue(
+            "q",
+            **{"durable": True, **options},
+            arguments={"x-queue-type": "stream", **arguments},
+        )
+
+
+def test_max_age_is_for_streams_only(s: Session) -> None:
+    with pytest.raises(PreconditionFailed, match="only stream queues"):
+        s.declare_queue("q", arguments={"x-max-age": "1D"})
 
 
 def test_unknown_queue_arguments_are_kept(s: Session, broker: Broker) -> None:

@@ -149,6 +149,22 @@ def test_send_deliver_decodes_to_deliver(dtag: int, redelivered: bool) -> None:
     )
 
 
+@pytest.mark.parametrize("redelivered", [False, True])
+@pytest.mark.parametrize("offset", [0, 23, 24, 2**40])
+def test_send_deliver_carries_a_stream_offset(offset: int, redelivered: bool) -> None:
+    client, server = open_pair()
+    msg = _full_message()
+    data = server.send_deliver("c", 7, redelivered, msg, offset)
+    got = one_event(client, data)
+    assert isinstance(got, ev.Deliver)
+    assert (got.offset, got.redelivered, got.body) == (offset, redelivered, msg.body)
+    slow = encode(
+        ev.Deliver("c", 7, msg.exchange, msg.routing_key, msg.body, msg.headers,
+                   msg.properties, redelivered, offset=offset)
+    )  # fmt: skip
+    assert cbor2.loads(data[4:]) == cbor2.loads(slow[4:])
+
+
 def test_send_deliver_with_a_bare_message() -> None:
     client, server = open_pair()
     data = server.send_deliver("c", 1, False, FakeMessage("", "", b""))

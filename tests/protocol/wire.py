@@ -227,6 +227,8 @@ FULL: dict[type[ev.Event], ev.Event] = {
     ev.Reject: ev.Reject(id=20, dtag=7, requeue=False),
     ev.Get: ev.Get(id=21, queue="q1", no_ack=True),
     ev.Status: ev.Status(id=22),
+    ev.OffsetStore: ev.OffsetStore(id=23, queue="events", name="audit", offset=2**40),
+    ev.OffsetQuery: ev.OffsetQuery(id=24, queue="events", name="audit"),
     ev.Ok: ev.Ok(re=22, info={"queue": "q1", "messages": 3, "consumers": 1}),
     ev.Error: ev.Error(re=21, code=404, text="no queue 'q1'"),
     ev.Returned: ev.Returned(re=15, code=312, text="NO_ROUTE"),
@@ -241,6 +243,7 @@ FULL: dict[type[ev.Event], ev.Event] = {
         props={"priority": 1},
         redelivered=True,
         queue="q1",
+        offset=12,
     ),
     ev.GetOk: ev.GetOk(
         re=21,

@@ -23,6 +23,9 @@ from amqlite.store import (
     SnapshotBegin,
     SnapshotEnd,
     StoreState,
+    StreamAppend,
+    StreamTrack,
+    StreamTruncate,
     decode_record,
     encode_record,
 )
@@ -229,7 +232,8 @@ def _build(kind: str, n: int) -> Record:
         case "exchange.delete":
             return ExchangeDelete(vhost=vhost, name=name)
         case "queue.declare":
-            return QueueDeclare(vhost=vhost, name=queue, arguments=_pick([{}, {"x-a": 1}], n // 32))
+            arguments = _pick([{}, {"x-a": 1}, {"x-queue-type": "stream"}], n // 32)
+            return QueueDeclare(vhost=vhost, name=queue, arguments=arguments)
         case "queue.delete":
             return QueueDelete(vhost=vhost, name=queue)
         case "queue.purge":
@@ -250,6 +254,14 @@ def _build(kind: str, n: int) -> Record:
             return MessageDelivered(id=mid, queue=queue)
         case "message.ack":
             return MessageAck(id=mid, queue=queue)
+        case "stream.append":
+            return StreamAppend(
+                vhost=vhost, queue=queue, offset=n % 97, exchange="x", body=bytes([n % 251])
+            )
+        case "stream.truncate":
+            return StreamTruncate(vhost=vhost, queue=queue, before=n % 101)
+        case "stream.track":
+            return StreamTrack(vhost=vhost, queue=queue, name=_pick(["a", "b"], n), offset=n % 50)
         case "snapshot.begin":
             return SnapshotBegin(last_message_id=n % 20)
         case _:
@@ -267,6 +279,9 @@ _KINDS = (
     + ["message.enqueue"] * 28
     + ["message.delivered"] * 12
     + ["message.ack"] * 10
+    + ["stream.append"] * 12
+    + ["stream.truncate"] * 2
+    + ["stream.track"] * 2
 )
 _SETUP_KINDS = ["exchange.declare", "queue.declare", "queue.declare", "queue.bind"]
 _N = st.integers(0, 2**12 - 1)

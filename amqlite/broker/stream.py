@@ -1,0 +1,235 @@
+"""Stream queues: an append-only log that consumers read by offset, without removing.
+
+A stream (``x-queue-type = stream``) gives every message it takes the next offset
+(0, 1, 2, ... for its whole life). Retention drops messages from the head by count
+(``x-max-length``), body bytes (``x-max-length-bytes``) or age (``x-max-age``);
+offsets are never reused. Each consumer has its own cursor, chosen when it
+subscribes with the consume argument ``x-stream-offset``:
+
+================  ===========================================================
+``"first"``       the oldest message still kept
+``"last"``        the newest message (or the next one when the stream is empty)
+``"next"``        only messages appended from now on (the default)
+an integer        that offset (clamped into what is kept)
+a float           a Unix time: the first message appended at or after it
+ISO-8601 text     the same, e.g. ``"2026-11-22T10:00:00Z"`` (no zone = UTC)
+================  ===========================================================
+
+Every consumer gets every message; acks (and nacks, and rejects) only return
+credit, so a stream consumer with a prefetch of N has at most N messages out.
+Deliveries carry their ``offset``. A consumer can store its offset under a name
+and fetch it later (:meth:`StreamQueue.store_offset`), e.g. to resume after a
+restart. Streams must be durable, non-exclusive and not auto-delete; with a
+journal every message a stream takes is stored, persistent or not.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+from typing import Any
+
+from amqlite.errors import NotFound, PreconditionFailed
+
+from .message import INF, Message
+from .queue import Consumer, Entry, Queue
+
+OFFSET_ARGUMENT = "x-stream-offset"
+
+
+class StreamQueue(Queue):
+    """A stream queue; see the module docstring. ``ready`` stays empty."""
+
+    __slots__ = ("_at", "_head", "_log", "bytes", "first", "next", "tracked")
+
+    is_stream = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._log: list[Message] = []  # messages from offset ``first``, at index _head
+        self._at: list[float] = []  # their append times (wall clock), same indexes
+        self._head = 0
+        self.first = 0
+        self.next = 0
+        self.bytes = 0
+        self.tracked: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._log) - self._head
+
+    def count(self) -> int:
+        return len(self._log) - self._head
+
+    # --- appending ---------------------------------------------------------------------
+
+    def offer(self, message: Message, now: float, expiration: int | None) -> bool:
+        at = now + self.vhost.wall_offset
+        offset = self.next
+        self._append(message, at)
+        recorder = self.journal
+        if recorder is not None:
+            recorder.stream_append(self.vhost.name, self.name, offset, message, at)
+        self._retain(at)
+        if self.consumers:
+            self.dispatch(now)
+        return True
+
+    def _append(self, message: Message, at: float) -> None:
+        if at < (self._at[-1] if len(self) else at):
+            at = self._at[-1]  # keep times in order (a clock step back) for bisecting
+        self._log.append(message)
+        self._at.append(at)
+        self.next += 1
+        self.bytes += len(message.body)
+
+    def restore(self, message: Message, expires: float) -> None:  # pragma: no cover
+        raise TypeError("streams are restored with restore_at")
+
+    def restore_at(self, offset: int, message: Message, at: float) -> None:
+        """Append a journaled message at ``offset`` (recovery, a passive HA node)."""
+        if offset < self.next:
+            return
+        if not len(self):
+            self.first = offset
+        self.next = offset
+        self._append(message, at)
+
+    def truncate(self, before: int) -> None:
+        """Drop every message below offset ``before`` (journaled retention)."""
+        drop = min(max(before - self.first, 0), len(self))
+        for message in self._log[self._head : self._head + drop]:
+            self.bytes -= len(message.body)
+        self._head += drop
+        self.first = max(self.first, before)
+        self.next = max(self.next, self.first)
+        if self._head > 1024 and self._head * 2 > len(self._log):
+            del self._log[: self._head]
+            del self._at[: self._head]
+            self._head = 0
+
+    def _retain(self, wall_now: float) -> None:
+        settings = self.settings
+        max_length = settings.max_length
+        max_bytes = settings.max_length_bytes
+        max_age = settings.max_age
+        before = self.first
+        log, at = self._log, self._at
+        head = self._head
+        size = self.bytes
+        n = len(log)
+        while head < n and (
+            (max_length is not None and n - head > max_length)
+            or (max_bytes is not None and size > max_bytes)
+            or (max_age is not None and at[head] < wall_now - max_age)
+        ):
+            size -= len(log[head].body)
+            head += 1
+            before += 1
+        if before != self.first:
+            self.truncate(before)
+            recorder = self.journal
+            if recorder is not None:
+                recorder.stream_truncate(self.vhost.name, self.name, before)
+
+    def expire(self, now: float) -> int:
+        """Age retention, on the broker's tick."""
+        if self.settings.max_age is None or not len(self):
+            return 0
+        kept = len(self)
+        self._retain(now + self.vhost.wall_offset)
+        return kept - len(self)
+
+    # --- consumers -----------------------------------------------------------------------
+
+    def attach(self, consumer: Consumer, spec: Any) -> None:
+        """Place a new consumer's cursor from its ``x-stream-offset`` argument."""
+        consumer.cursor = self.resolve(spec)
+
+    def resolve(self, spec: Any) -> int:
+        if spec is None or spec == "next":
+            return self.next
+        if spec == "first":
+            return self.first
+        if spec == "last":
+            return self.next - 1 if len(self) else self.next
+        if type(spec) is int:
+            if spec < 0:
+                raise PreconditionFailed(f"{OFFSET_ARGUMENT} must not be negative, got {spec}")
+            return max(self.first, min(spec, self.next))
+        if type(spec) is float:
+            return self._at_or_after(spec)
+        if type(spec) is str:
+            return self._at_or_after(_parse_time(spec))
+        raise PreconditionFailed(
+            f"{OFFSET_ARGUMENT} must be 'first', 'last', 'next', an offset, a Unix time "
+            f"or an ISO-8601 time, got {spec!r}"
+        )
+
+    def _at_or_after(self, when: float) -> int:
+        i = bisect.bisect_left(self._at, when, lo=self._head)
+        return self.first + (i - self._head)
+
+    def dispatch(self, now: float) -> None:
+        """Push to every consumer with credit from its cursor to the end."""
+        log = self._log
+        for c in self.consumers:
+            cursor = c.cursor
+            if cursor < self.first:
+                cursor = self.first
+            end = self.next
+            base = self._head - self.first
+            session = c.session
+            while cursor < end and c.writable and c.inflight < c.limit:
+                session._deliver(c, self, log[base + cursor], INF, False, cursor)
+                cursor += 1
+            c.cursor = cursor
+
+    def requeue(self, entries: list[Entry]) -> None:
+        """Nothing goes back into a stream: a nack only returns credit."""
+
+    def dead_letter_rejected(self, message: Message, now: float) -> None:
+        """A rejected stream message stays where it is (streams do not dead-letter)."""
+
+    def take(self, now: float) -> Entry | None:
+        raise PreconditionFailed(
+            f"queue {self.name!r} is a stream: read it with a consumer and "
+            f"{OFFSET_ARGUMENT}, not get"
+        )
+
+    def purge(self) -> int:
+        """Drop the whole log (the queue is being deleted; clients cannot purge)."""
+        count = len(self)
+        self.truncate(self.next)
+        return count
+
+    # --- named offsets -------------------------------------------------------------------
+
+    def store_offset(self, name: str, offset: int) -> None:
+        if type(offset) is not int or offset < 0:
+            raise PreconditionFailed(f"offset must be a non-negative integer, got {offset!r}")
+        self.tracked[name] = offset
+        recorder = self.journal
+        if recorder is not None:
+            recorder.stream_track(self.vhost.name, self.name, name, offset)
+
+    def query_offset(self, name: str) -> int:
+        offset = self.tracked.get(name)
+        if offset is None:
+            raise NotFound(f"no offset stored under {name!r} in stream {self.name!r}")
+        return offset
+
+    def status_fields(self) -> dict[str, Any]:
+        return {"first_offset": self.first, "next_offset": self.next, "bytes": self.bytes}
+
+
+def _parse_time(text: str) -> float:
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise PreconditionFailed(
+            f"{OFFSET_ARGUMENT} must be 'first', 'last', 'next', an offset or an ISO-8601 "
+            f"time, got {text!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return when.timestamp()
