@@ -1,4 +1,8 @@
-"""``amqlite consume``: print messages from a queue, each flushed before it is acked."""
+"""``amqlite consume``: print messages from a queue, each flushed before it is acked.
+
+Across a failover the consumer is resumed on the new server (see ``publish``):
+messages printed but not yet acked when the link broke come again (at least once).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ import trio
 
 from amqlite.client import Connection, Consumer, Delivery
 
-from .common import UsageError, json_default, run_connected
+from .common import UsageError, json_default
+from .publish import run_reconnecting
 
 
 def _render(d: Delivery, as_json: bool) -> str:
@@ -74,7 +79,8 @@ def cmd_consume(args: argparse.Namespace) -> int:
             await settle()
         return 0
 
-    return run_connected(args, body)  # a broken stdout pipe ends it: what was not acked goes back
+    # a broken stdout pipe ends it: what was not acked goes back
+    return run_reconnecting(args, body)
 
 
 async def _next_delivery(consumer: Consumer, idle: float | None) -> Delivery | None:

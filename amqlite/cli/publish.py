@@ -1,5 +1,11 @@
 """``amqlite publish``: one message, numbered copies, or stdin lines; optionally
-paced and confirmed."""
+paced and confirmed.
+
+``publish`` and ``consume`` ride out a failover: their connection reconnects
+through the server list (primary first), and they say so on stderr. Confirmed
+publishes not confirmed before the cut are sent again, so ``--confirm`` ends with
+every message confirmed (some perhaps twice on the broker: at least once).
+"""
 
 from __future__ import annotations
 
@@ -9,14 +15,74 @@ import io
 import os
 import sys
 from collections import deque
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 
+import structlog
 import trio
 
-from amqlite.client import Connection, PendingConfirm
+from amqlite.client import (
+    Connection,
+    Disconnected,
+    PendingConfirm,
+    Reconnected,
+    ReconnectPolicy,
+    connect,
+)
 from amqlite.errors import AmqliteError, PublishNacked, PublishReturned
+from amqlite.log import configure_logging
 
-from .common import UsageError, parse_pairs, parse_properties, run_connected
+from .common import PROG, UsageError, describe_error, parse_pairs, parse_properties
+
+#: How the long-running commands reconnect: as the client's default policy.
+RECONNECT = ReconnectPolicy()
+
+
+def run_reconnecting(args: argparse.Namespace, body: Callable[[Connection], Awaitable[int]]) -> int:
+    """Like ``common.run_connected``, with a connection that reconnects (whatever the
+    length of the server list) and one stderr line when it loses and regains its
+    server."""
+
+    def lost(event: Disconnected) -> None:
+        why = describe_error(event.error)
+        print(f"{PROG}: lost {event.address} ({why}), reconnecting", file=sys.stderr)
+
+    def back(event: Reconnected) -> None:
+        print(
+            f"{PROG}: reconnected to {event.address} after {event.downtime:.2f}s",
+            file=sys.stderr,
+        )
+
+    async def session() -> int:
+        async with connect(
+            args.servers,
+            vhost=args.vhost,
+            login=args.login,
+            password=args.password,
+            client_name=f"{PROG}-{args.command}",
+            connect_timeout=args.connect_timeout,
+            max_in_flight=getattr(args, "window", 1000),
+            reconnect=RECONNECT,
+            on_disconnect=lost,
+            on_reconnect=back,
+        ) as conn:
+            return await body(conn)
+
+    with _client_logs_on_stderr():
+        return trio.run(session)
+
+
+@contextlib.contextmanager
+def _client_logs_on_stderr() -> Iterator[None]:
+    """The client's warnings go to stderr, never into the messages on stdout (an
+    unconfigured structlog prints to stdout); a configuration in place is kept."""
+    if structlog.is_configured():
+        yield
+        return
+    configure_logging("console", "warning", sys.stderr)
+    try:
+        yield
+    finally:
+        structlog.reset_defaults()
 
 
 class _PublishTally:
@@ -149,7 +215,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
                 raise tally.error
         return 0
 
-    status = run_connected(args, body)  # raises (one line, exit 1) on broker or connection errors
+    status = run_reconnecting(args, body)  # raises (one line, exit 1) on broker/connection errors
     ok = status == 0
     if args.confirm:
         print(f"published {sent} confirmed {tally.confirmed}", file=sys.stderr)

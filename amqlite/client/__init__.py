@@ -7,13 +7,17 @@
         await conn.publish("", "jobs", b"hello", confirm=True)
         async for d in await conn.consume("jobs"):
             await d.ack()
+
+Given two addresses the connection fails over by itself: see ``docs/client.md``.
 """
 
 from .addresses import Address, parse_addresses
 from .connection import Connection
 from .consumer import Consumer
 from .delivery import Delivery, QueueInfo
+from .link import Disconnected, Reconnected
 from .opening import connect, connect_stream
+from .policy import ReconnectPolicy
 from .publisher import PendingConfirm
 
 __all__ = [
@@ -21,8 +25,11 @@ __all__ = [
     "Connection",
     "Consumer",
     "Delivery",
+    "Disconnected",
     "PendingConfirm",
     "QueueInfo",
+    "ReconnectPolicy",
+    "Reconnected",
     "connect",
     "connect_stream",
     "parse_addresses",

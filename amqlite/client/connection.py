@@ -4,11 +4,18 @@ Requests carry an ``id`` and wait for the reply with that ``re``. Publishes
 without ``confirm`` and acks get no reply unless they fail; such a failure (an
 ``error`` whose ``re`` is nobody's request) is kept and raised by the next
 publish or ``wait_for_confirms``, or when the connection's context exits.
+
+A connection outlives its links when it reconnects (see :mod:`.recovery`): each
+link (transport, protocol state) has a generation, and the callbacks of a link
+that is no longer current are ignored. Delivery tags restart on every link, so
+the tags the application sees are offset by ``_tag_base`` (the highest tag of the
+earlier links): they keep increasing across links, and a tag at or below the base
+belongs to a dead link, whose ack must not be sent.
 """
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable
 from contextlib import suppress
 from typing import Any
 
@@ -22,7 +29,8 @@ from amqlite.errors import (
     code_name,
     error_for,
 )
-from amqlite.protocol import DEFAULT_MAX_FRAME, check_headers, check_props
+from amqlite.log import get_logger
+from amqlite.protocol import DEFAULT_MAX_FRAME, ConnState, check_headers, check_props
 from amqlite.protocol import codec as wire
 from amqlite.protocol import events as ev
 
@@ -31,48 +39,79 @@ from .addresses import Address
 from .consumer import Consumer
 from .declarations import Declarations
 from .delivery import Delivery
-from .dial import HELLO_ID, Dialed
+from .dial import HELLO_ID, Dialed, Dialer
 from .framing import Item
+from .link import Disconnected, LinkEvent, LinkState, Reconnected, next_state
+from .policy import ReconnectPolicy
 from .publisher import ConfirmWindow, PendingConfirm
+from .recovery import Reconnector
 from .replies import PendingReply, ReplyHook
+from .topology import Topology
 from .transport import HIGH_WATER, Transport
 
-log = logging.getLogger("amqlite.client")
+log = get_logger("amqlite.client")
 
 #: Publishes between two scheduler checkpoints (lets the writer and reader run).
 PUBLISH_BATCH = 64
 
 _REPLY_TYPES = (ev.Ok, ev.Error, ev.Returned, ev.Nacked, ev.GetOk, ev.GetEmpty)
 
+#: A server ``close`` with one of these codes is worth a reconnect (shutdown, HA
+#: fencing or demotion, a server-side fault); others mean we broke something.
+_RECOVERABLE_CLOSE = frozenset(
+    {
+        ReplyCode.CONNECTION_FORCED,
+        ReplyCode.NOT_ACTIVE,
+        ReplyCode.RESOURCE_ERROR,
+        ReplyCode.INTERNAL_ERROR,
+    }
+)
+
 
 class Connection(Declarations):
-    """An open connection to one broker. Make one with :func:`connect`."""
+    """A connection to a broker, or to the first willing server of a list. Make one
+    with :func:`connect`.
 
-    def __init__(self, dialed: Dialed, *, max_in_flight: int, close_timeout: float) -> None:
-        self.address: Address = dialed.address
-        self.welcome: ev.Welcome = dialed.welcome
-        self.max_frame: int = dialed.welcome.max_frame or DEFAULT_MAX_FRAME
+    With a reconnect policy (see :func:`connect`) the connection survives losing its
+    server: it dials the list again (primary first, with backoff), declares again
+    what it declared, resumes its consumers under the same tags and sends again the
+    requests and confirmed publishes still unanswered. Meanwhile calls wait; they
+    raise ConnectionClosed only when the connection gives up.
+    """
+
+    def __init__(
+        self,
+        dialed: Dialed,
+        *,
+        max_in_flight: int,
+        close_timeout: float,
+        dialer: Dialer | None = None,
+        policy: ReconnectPolicy | None = None,
+        on_disconnect: Callable[[Disconnected], object] | None = None,
+        on_reconnect: Callable[[Reconnected], object] | None = None,
+    ) -> None:
         self.close_timeout = close_timeout
-        self._proto = dialed.proto
-        self._transport = Transport(
-            dialed.stream,
-            dialed.proto,
-            heartbeat=dialed.welcome.heartbeat,
-            on_events=self._on_events,
-            on_lost=self._on_lost,
-            before_flush=self._emit_acks,
-            peer=str(dialed.address),
-        )
+        self._dialer = dialer
+        #: None: a lost link ends the connection.
+        self.reconnect_policy: ReconnectPolicy | None = policy if dialer is not None else None
+        self._state = LinkState.OPEN
+        self._ready = True  # state is OPEN: the hot paths test this one flag
+        self._gen = 0
+        self._tag_base = 0  # the highest delivery tag of the links before this one
+        self._last_dtag = 0  # the highest tag the server gave on this link
+        self._nursery: trio.Nursery | None = None
         self._next_id = HELLO_ID + 1
         self._requests: dict[int, PendingReply] = {}
         self._confirms = ConfirmWindow(max_in_flight)
         self._consumers: dict[str, Consumer] = {}
+        # tags of consumers cancelled lately: a delivery the server sent after the
+        # cancel's ok is expected, not worth a warning (it stays unacked until the
+        # link closes, then the server requeues it, in order)
+        self._cancelled: set[str] = set()
         self._acks = AckCoalescer()
         self._ack_marks = self._acks.marks
-        # what we declared, in order: a reconnect after failover replays it
-        self._topology: list[ev.Event] = []
+        self._topology = Topology()
         self._unreported: AmqliteError | None = None
-        self._closing = False
         self._closed: AmqliteError | None = None
         self._close_done = trio.Event()
         self._published = 0
@@ -80,16 +119,39 @@ class Connection(Declarations):
         self.returned_count = 0
         #: Publishes without confirm the broker nacked.
         self.nacked_count = 0
+        #: Successful reconnects so far.
+        self.reconnects = 0
+        #: Called (in the connection's task, must not block) when the link breaks
+        #: and the connection starts reconnecting.
+        self.on_disconnect = on_disconnect
+        #: Called once the connection is back, topology and consumers restored.
+        self.on_reconnect = on_reconnect
+        self._reconnector = (
+            None
+            if self.reconnect_policy is None or dialer is None
+            else Reconnector(self, self.reconnect_policy, dialer)
+        )
+        self._attach(dialed)
 
     def __repr__(self) -> str:
-        state = "open" if self.is_open else "closed"
-        return f"<amqlite.Connection to {self.address} ({self.server_name}, {state})>"
+        return f"<amqlite.Connection to {self.address} ({self.server_name}, {self._state.value})>"
 
     # --- facts about the connection --------------------------------------------------
 
     @property
     def is_open(self) -> bool:
-        return self._closed is None and not self._closing
+        """True until the connection is closed or gives up (also while reconnecting)."""
+        return self._state is LinkState.OPEN or self._state is LinkState.RECONNECTING
+
+    @property
+    def connected(self) -> bool:
+        """True while a link is up and usable (False while reconnecting)."""
+        return self._state is LinkState.OPEN
+
+    @property
+    def state(self) -> str:
+        """``open``, ``reconnecting``, ``closing`` or ``closed``."""
+        return self._state.value
 
     @property
     def server_name(self) -> str:
@@ -117,7 +179,48 @@ class Connection(Declarations):
     # --- plumbing -----------------------------------------------------------------------
 
     def _start(self, nursery: trio.Nursery) -> None:
-        self._transport.start(nursery)
+        self._nursery = nursery
+        nursery.start_soon(self._transport.run)
+        if self._reconnector is not None:
+            nursery.start_soon(self._reconnector.run)
+
+    def _attach(self, dialed: Dialed) -> Transport:
+        """Make ``dialed`` the current link (generation ``_gen``) and start it."""
+        gen = self._gen
+        self.address: Address = dialed.address
+        self.welcome: ev.Welcome = dialed.welcome
+        self.max_frame: int = dialed.welcome.max_frame or DEFAULT_MAX_FRAME
+        self._proto = dialed.proto
+        self._close_done = trio.Event()  # this link's close handshake
+
+        def on_events(events: list[Item]) -> None:
+            if self._gen == gen:
+                self._on_events(events)
+
+        def on_lost(exc: AmqliteError) -> None:
+            if self._gen == gen:
+                self._on_lost(exc)
+
+        def before_flush() -> None:
+            if self._gen == gen:
+                self._emit_acks()
+
+        t = self._transport = Transport(
+            dialed.stream,
+            dialed.proto,
+            heartbeat=dialed.welcome.heartbeat,
+            on_events=on_events,
+            on_lost=on_lost,
+            before_flush=before_flush,
+            peer=str(dialed.address),
+        )
+        if self._nursery is not None:
+            self._nursery.start_soon(t.run)
+        return t
+
+    def _fire(self, event: LinkEvent) -> None:
+        self._state = next_state(self._state, event)
+        self._ready = self._state is LinkState.OPEN
 
     def _new_id(self) -> int:
         rid = self._next_id
@@ -125,10 +228,23 @@ class Connection(Declarations):
         return rid
 
     def _check_open(self) -> None:
+        """Raise when the connection is closed or closing (not while reconnecting)."""
         if self._closed is not None:
             raise self._closed
-        if self._closing:
+        if self._state is LinkState.CLOSING:
             raise ConnectionClosed("the connection is closing")
+
+    async def _wait_ready(self) -> None:
+        """Return once a link is up (at once when it is); raise when there will be none."""
+        while True:
+            state = self._state
+            if state is LinkState.OPEN:
+                return
+            if state is LinkState.RECONNECTING and self._reconnector is not None:
+                await self._reconnector.restored.wait()
+            else:
+                self._check_open()
+                raise ConnectionClosed("the connection is closed")  # pragma: no cover
 
     def _raise_unreported(self) -> None:
         err = self._unreported
@@ -143,9 +259,13 @@ class Connection(Declarations):
         self._transport.write(self._proto.send(event))
 
     async def _call(self, event: Any, hook: ReplyHook | None = None) -> ev.Event:
-        """Send request ``event`` (its ``id`` fresh from _new_id) and await the reply."""
-        self._check_open()
-        pending = PendingReply(hook)
+        """Send request ``event`` (its ``id`` fresh from _new_id) and await the reply.
+
+        While reconnecting this waits for the new link; a request in flight when the
+        link breaks is sent again on the next one."""
+        if not self._ready:
+            await self._wait_ready()
+        pending = PendingReply(hook, event)
         self._requests[event.id] = pending
         self._send(event)
         try:
@@ -160,26 +280,37 @@ class Connection(Declarations):
         consumers = self._consumers
         delivered = self._acks.delivered
         confirm = self._confirms.confirm
+        base = self._tag_base
+        last = 0  # the server's highest tag in this batch (tags only increase)
         for e in events:
+            if type(e) is ev.Deliver:
+                assert isinstance(e, ev.Deliver)
+                e = _deliver_map(e)
             if type(e) is dict:  # a checked deliver map (see framing)
+                last = e["dtag"]
+                dtag = last + base
                 c = consumers.get(e["ctag"])
                 if c is None or c._ended:
-                    self._stray(e, c)
+                    self._stray(e, dtag, c)
                     continue
                 no_ack = c.no_ack
-                dtag = e["dtag"]
                 if not no_ack:
                     delivered(dtag)
                 c._push(Delivery(self, e, dtag, c.tag, c.queue, no_ack))
             elif type(e) is int:  # a bare ok: a confirm, or a request without info
                 if not confirm(e):
                     self._on_control(ev.Ok(e))
-            elif type(e) is ev.Deliver:
-                assert isinstance(e, ev.Deliver)
-                self._on_events([_deliver_map(e)])
             else:
                 assert isinstance(e, ev.Event)
+                if last:
+                    self._last_dtag = last
+                    last = 0
+                gen = self._gen
                 self._on_control(e)
+                if self._gen != gen:  # that frame ended the link: the rest is void
+                    return
+        if last:
+            self._last_dtag = last
 
     def _on_control(self, e: ev.Event) -> None:
         t = type(e)
@@ -208,15 +339,15 @@ class Connection(Declarations):
         elif t is ev.CloseOk:
             self._close_done.set()
         else:
-            log.warning("unexpected_frame method=%s", e.METHOD)
+            log.warning("client_unexpected_frame", method=e.METHOD)
 
-    def _stray(self, e: dict[str, Any], c: Consumer | None) -> None:
+    def _stray(self, e: dict[str, Any], dtag: int, c: Consumer | None) -> None:
         """A delivery for a consumer we cancelled: give it back to the queue."""
-        if c is not None and not c.no_ack and self._closed is None and not self._closing:
-            self._acks.delivered(e["dtag"])
-            self._settle(e["dtag"], requeue=True, reject=False)
-        elif c is None:
-            log.warning("delivery_for_unknown_consumer ctag=%r", e["ctag"])
+        if c is not None and not c.no_ack and self.is_open:
+            self._acks.delivered(dtag)
+            self._settle(dtag, requeue=True, reject=False)
+        elif c is None and e["ctag"] not in self._cancelled:
+            log.warning("client_delivery_for_unknown_consumer", ctag=e["ctag"])
 
     def _unmatched(self, e: ev.Event) -> None:
         """A reply nobody waits for: the failure of a publish or ack sent earlier."""
@@ -224,7 +355,6 @@ class Connection(Declarations):
         if t is ev.Error:
             assert isinstance(e, ev.Error)
             err = error_for(e.code, e.text)
-            log.debug("unmatched_error re=%s error=%s", e.re, err)
             if self._unreported is None:
                 self._unreported = err
         elif t is ev.Returned:
@@ -233,25 +363,40 @@ class Connection(Declarations):
             self.nacked_count += 1
 
     def _on_server_close(self, e: ev.Close) -> None:
+        t = self._transport
         if self._closed is None:
             with suppress(AmqliteError):  # both sides closing at once is fine
-                self._send(ev.CloseOk())
+                t.write(self._proto.send(ev.CloseOk()))
         if e.code == ReplyCode.CONNECTION_FORCED:
             text = f"the server closed the connection: {e.text or 'shutting down'}"
         else:
             text = f"the server closed the connection: {e.code} {code_name(e.code)}: {e.text}"
-        self._finish(ConnectionClosed(text, e.code or ReplyCode.CONNECTION_FORCED), ours=False)
+        err = ConnectionClosed(text, e.code or ReplyCode.CONNECTION_FORCED)
+        self._link_lost(err, recoverable=e.code in _RECOVERABLE_CLOSE)
         self._close_done.set()
-        self._transport.shutdown_after_flush()
+        t.shutdown_after_flush()
 
     def _on_lost(self, exc: AmqliteError) -> None:
-        self._finish(exc, ours=self._closing)
+        self._link_lost(exc, recoverable=True)
         self._close_done.set()
+
+    def _link_lost(self, exc: AmqliteError, *, recoverable: bool) -> None:
+        """The current link is gone: reconnect (policy and a recoverable cause) or end."""
+        state = self._state
+        if state is LinkState.CLOSED:
+            return
+        if state is LinkState.CLOSING:
+            self._finish(exc, ours=True)
+        elif recoverable and self._reconnector is not None:
+            self._reconnector.suspend(exc)
+        else:
+            self._finish(exc, ours=False)
 
     def _finish(self, exc: AmqliteError, *, ours: bool) -> None:
         """Fail everything still waiting; end consumers (quietly when we closed)."""
-        if self._closed is not None:
+        if self._state is LinkState.CLOSED:
             return
+        self._fire(LinkEvent.ENDED)
         self._closed = exc
         requests, self._requests = self._requests, {}
         for req in requests.values():
@@ -260,6 +405,9 @@ class Connection(Declarations):
         for c in self._consumers.values():
             c._finish(None if ours else exc, drop_buffer=True)
         self._acks.forget()
+        self._close_done.set()
+        if self._reconnector is not None:
+            self._reconnector.stop()
 
     # --- acks ---------------------------------------------------------------------------
 
@@ -268,32 +416,42 @@ class Connection(Declarations):
         if not self._acks.pending:
             return
         out = self._transport.out
+        base = self._tag_base
         for dtag, multiple in self._acks.take():
-            wire.append_ack(out, self._new_id(), dtag, multiple)
+            wire.append_ack(out, self._new_id(), dtag - base, multiple)
 
     def _ack_one(self, dtag: int) -> None:
-        """Mark an unsettled delivery's tag for the next coalesced ack."""
+        """Mark an unsettled delivery's tag for the next coalesced ack; a tag of a
+        dead link is dropped (its message comes again, flagged ``redelivered``)."""
         if self._closed is not None:
             raise self._closed
-        self._ack_marks.add(dtag)
-        t = self._transport
-        if not t.kicked:
-            t.kick()
+        if dtag > self._tag_base:
+            self._ack_marks.add(dtag)
+            t = self._transport
+            if not t.kicked:
+                t.kick()
 
     def _settle(self, dtag: int, *, requeue: bool, reject: bool, multiple: bool = False) -> None:
         if self._closed is not None:
             raise self._closed
+        base = self._tag_base
+        if dtag <= base:
+            return  # a dead link's tag: the server has requeued that message already
         self._emit_acks()  # earlier acks first: a nack must not overtake them
         rid = self._new_id()
         if reject:
-            self._send(ev.Reject(rid, dtag, requeue))
+            self._send(ev.Reject(rid, dtag - base, requeue))
         else:
-            self._send(ev.Nack(rid, dtag, multiple, requeue))
+            self._send(ev.Nack(rid, dtag - base, multiple, requeue))
         self._acks.settle(dtag, multiple)
 
     async def ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
-        """Acknowledge by tag (with ``multiple``, every delivery up to it). Coalesced."""
+        """Acknowledge by tag (with ``multiple``, every delivery up to it). Coalesced.
+
+        A tag received before a reconnect is ignored (see :attr:`Delivery.stale`)."""
         self._check_open()
+        if delivery_tag <= self._tag_base:
+            return
         self._acks.ack(delivery_tag, multiple)
         self._transport.kick()
 
@@ -320,7 +478,8 @@ class Connection(Declarations):
         persistent: bool,
         mandatory: bool,
         confirm: bool,
-    ) -> None:
+    ) -> int:
+        """Append one publish frame to the transport; returns where it starts."""
         if type(body) is not bytes:
             body = body.encode() if isinstance(body, str) else bytes(body)
         if persistent:
@@ -344,6 +503,13 @@ class Connection(Declarations):
         t = self._transport
         if not t.kicked:
             t.kick()
+        return start
+
+    async def _before_publish(self) -> None:
+        """The slow path of the publish calls: wait out a reconnect, raise a closed
+        connection or a failure nothing has reported yet."""
+        await self._wait_ready()
+        self._raise_unreported()
 
     async def publish(
         self,
@@ -363,6 +529,11 @@ class Connection(Declarations):
         waits only when too much is unsent); a failure surfaces later. With
         ``confirm`` it waits for the broker and raises PublishReturned (312,
         mandatory and unroutable), PublishNacked, or the broker's error.
+
+        While reconnecting this waits for the new link. A confirmed publish not
+        confirmed when a link breaks is sent again on the next one (at least once:
+        the broker may then hold it twice); one without ``confirm`` still in flight
+        when a link breaks may be lost.
         """
         if confirm:
             pending = await self.publish_nowait(
@@ -376,9 +547,8 @@ class Connection(Declarations):
             )
             await pending.wait()
             return
-        if self._closed is not None or self._closing or self._unreported is not None:
-            self._check_open()
-            self._raise_unreported()
+        if not self._ready or self._unreported is not None:
+            await self._before_publish()
         rid = self._next_id
         self._next_id = rid + 1
         self._append_publish(
@@ -403,23 +573,28 @@ class Connection(Declarations):
     ) -> PendingConfirm:
         """Publish with ``confirm`` and return without waiting for the broker.
 
-        Blocks only while ``max_in_flight`` confirms are outstanding. ``await
-        pending.wait()`` raises like :meth:`publish`.
+        Blocks only while ``max_in_flight`` confirms are outstanding (or while
+        reconnecting). ``await pending.wait()`` raises like :meth:`publish`; across a
+        reconnect it waits for the confirm of the new server.
         """
-        if self._closed is not None or self._closing or self._unreported is not None:
-            self._check_open()
-            self._raise_unreported()
         confirms = self._confirms
-        if len(confirms.outstanding) >= confirms.limit:
+        while True:
+            if not self._ready or self._unreported is not None:
+                await self._before_publish()
+            if len(confirms.outstanding) < confirms.limit:
+                break
             await confirms.wait_for_room()
-            self._check_open()
         rid = self._next_id
         self._next_id = rid + 1
-        self._append_publish(
+        start = self._append_publish(
             rid, exchange, routing_key, body, headers, properties, persistent, mandatory, True
         )
-        pending = PendingConfirm(rid)
-        self._confirms.outstanding[rid] = pending
+        frame = None
+        if self.reconnect_policy is not None:  # kept to be sent again after a reconnect
+            with memoryview(self._transport.out) as view:
+                frame = bytes(view[start:])
+        pending = PendingConfirm(rid, frame)
+        confirms.outstanding[rid] = pending
         n = self._published = self._published + 1
         if len(self._transport.out) >= HIGH_WATER:
             await self._transport.wait_writable()
@@ -428,8 +603,8 @@ class Connection(Declarations):
         return pending
 
     async def wait_for_confirms(self) -> None:
-        """Wait until every confirmed publish is settled; raise the first failure
-        not already raised by its ``PendingConfirm.wait()``."""
+        """Wait until every confirmed publish is settled (across reconnects); raise
+        the first failure not already raised by its ``PendingConfirm.wait()``."""
         await self._transport.wait_flushed()
         await self._confirms.wait_all()
         self._raise_unreported()
@@ -469,8 +644,9 @@ class Connection(Declarations):
                 consumer._finish(None, drop_buffer=True)
                 self._send_cancel(consumer)
 
-        self._check_open()
-        pending = PendingReply(registered)
+        if not self._ready:
+            await self._wait_ready()
+        pending = PendingReply(registered, req)
         self._requests[req.id] = pending
         self._send(req)
         try:
@@ -486,11 +662,15 @@ class Connection(Declarations):
         def gone(reply: ev.Event) -> None:
             if self._consumers.get(tag) is consumer:
                 del self._consumers[tag]
+                if len(self._cancelled) >= 256:
+                    self._cancelled.clear()
+                self._cancelled.add(tag)
 
         rid = self._new_id()
-        pending = PendingReply(gone)
+        request = ev.Cancel(rid, tag)
+        pending = PendingReply(gone, request)
         self._requests[rid] = pending
-        self._send(ev.Cancel(rid, tag))
+        self._send(request)
         return pending
 
     async def _cancel_consumer(self, consumer: Consumer) -> None:
@@ -498,6 +678,11 @@ class Connection(Declarations):
             return
         self._check_open()
         dropped = consumer._finish(None, drop_buffer=True)
+        queue = consumer.queue
+        if not any(c.queue == queue and c.active for c in self._consumers.values()):
+            self._topology.queue_auto_deleted(queue)
+        if self._state is LinkState.RECONNECTING:
+            return  # nothing to tell a dead link; the restore cancels or skips it
         if not consumer.no_ack:
             for d in dropped:
                 self._settle(d.delivery_tag, requeue=True, reject=False)
@@ -506,10 +691,15 @@ class Connection(Declarations):
     async def get(self, queue: str, *, no_ack: bool = False) -> Delivery | None:
         """One message from ``queue``, or None when it is empty."""
 
+        tags: list[int] = []
+
         def track(reply: ev.Event) -> None:
-            if type(reply) is ev.GetOk and not no_ack:
+            if type(reply) is ev.GetOk:
                 assert isinstance(reply, ev.GetOk)
-                self._acks.delivered(reply.dtag)
+                self._last_dtag = reply.dtag
+                tags.append(reply.dtag + self._tag_base)  # the tag space of this link
+                if not no_ack:
+                    self._acks.delivered(tags[-1])
 
         reply = await self._call(ev.Get(self._new_id(), queue, no_ack), track)
         if not isinstance(reply, ev.GetOk):
@@ -522,22 +712,28 @@ class Connection(Declarations):
             "props": reply.props,
             "redelivered": reply.redelivered,
         }
-        return Delivery(self, frame, reply.dtag, "", reply.queue or queue, no_ack)
+        return Delivery(self, frame, tags[-1], "", reply.queue or queue, no_ack)
 
     # --- closing --------------------------------------------------------------------
 
     async def aclose(self) -> None:
         """Close politely: send ``close``, wait (at most ``close_timeout``) for
         ``close-ok``, then close the stream. Pending calls raise ConnectionClosed;
-        consumers stop iterating."""
-        if self._closed is None and not self._closing:
-            self._closing = True
-            with trio.move_on_after(self.close_timeout):
-                self._emit_acks()
-                with suppress(AmqliteError):
-                    self._send(ev.Close(code=200, text="client closing"))
-                await self._close_done.wait()
-            self._finish(ConnectionClosed("the connection was closed by the client"), ours=True)
+        consumers stop iterating. While reconnecting this stops reconnecting."""
+        closed = ConnectionClosed("the connection was closed by the client")
+        state = self._state
+        if state is LinkState.OPEN or state is LinkState.RECONNECTING:
+            self._fire(LinkEvent.CLOSE)
+            if self._reconnector is not None:
+                self._reconnector.stop()
+            # a link being restored is closed politely too: acks made meanwhile count
+            if not self._transport.dead and self._proto.state is ConnState.OPEN:
+                with trio.move_on_after(self.close_timeout):
+                    self._emit_acks()
+                    with suppress(AmqliteError):
+                        self._send(ev.Close(code=200, text="client closing"))
+                    await self._close_done.wait()
+            self._finish(closed, ours=True)
         with trio.move_on_after(self.close_timeout):
             await self._transport.wait_flushed()  # e.g. our close-ok to the server's close
         await self._transport.aclose()

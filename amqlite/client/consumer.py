@@ -26,6 +26,12 @@ class Consumer:
     broker's error (after the deliveries already received) when the broker cancels
     the consumer, e.g. because its queue was deleted.
 
+    When the connection reconnects, the consumer is resumed on the new server under
+    the same ``tag`` and iteration simply goes on. Deliveries buffered and not yet
+    returned when the link broke are dropped (the server delivers them again,
+    ``redelivered``), except for ``no_ack`` consumers, where nothing would come again.
+    ``queue`` changes if it named a server-named queue that had to be re-created.
+
     Use it as ``async with await conn.consume(q) as consumer:`` to cancel on exit.
     """
 
@@ -87,6 +93,13 @@ class Consumer:
         if w is not None:
             self._waiter = None
             w.set()
+
+    def _drop_buffer(self) -> int:
+        """The link broke: forget what it delivered and we have not handed out (the
+        server delivers it again); returns how many."""
+        n = len(self._buffer)
+        self._buffer.clear()
+        return n
 
     def _finish(self, error: AmqliteError | None, *, drop_buffer: bool) -> list[Delivery]:
         """End the subscription; returns the buffered deliveries it dropped."""

@@ -9,13 +9,15 @@ from amqlite.protocol import events as ev
 
 from .delivery import QueueInfo
 from .replies import ReplyHook
+from .topology import Topology
 
 
 class Declarations:
     """Requests that shape the broker. Successful declarations and bindings are
-    kept in order in ``_topology`` so a reconnect can replay them."""
+    recorded in ``_topology`` (deletes and unbinds remove them) so a reconnect can
+    declare them again."""
 
-    _topology: list[ev.Event]
+    _topology: Topology
 
     def _new_id(self) -> int:  # pragma: no cover - provided by Connection
         raise NotImplementedError
@@ -48,10 +50,11 @@ class Declarations:
         )
         await self._call(req)
         if not passive:
-            self._topology.append(req)
+            self._topology.exchange_declared(req)
 
     async def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
         await self._call(ev.ExchangeDelete(self._new_id(), name, if_unused))
+        self._topology.exchange_deleted(name)
 
     async def declare_queue(
         self,
@@ -68,10 +71,11 @@ class Declarations:
         )
         reply = await self._call(req)
         info = reply.info if isinstance(reply, ev.Ok) else {}
+        actual = str(info.get("queue", name))
         if not passive:
-            self._topology.append(req)
+            self._topology.queue_declared(req, actual)
         return QueueInfo(
-            name=str(info.get("queue", name)),
+            name=actual,
             messages=int(info.get("messages", 0)),
             consumers=int(info.get("consumers", 0)),
         )
@@ -81,6 +85,7 @@ class Declarations:
     ) -> int:
         """Delete a queue; returns how many messages it held."""
         reply = await self._call(ev.QueueDelete(self._new_id(), name, if_unused, if_empty))
+        self._topology.queue_deleted(name)
         return _info_int(reply, "messages")
 
     async def purge_queue(self, name: str) -> int:
@@ -92,14 +97,14 @@ class Declarations:
     ) -> None:
         req = ev.QueueBind(self._new_id(), queue, exchange, key, dict(arguments or {}))
         await self._call(req)
-        self._topology.append(req)
+        self._topology.bound(req)
 
     async def unbind(
         self, queue: str, exchange: str, key: str = "", arguments: dict[str, Any] | None = None
     ) -> None:
-        await self._call(
-            ev.QueueUnbind(self._new_id(), queue, exchange, key, dict(arguments or {}))
-        )
+        args = dict(arguments or {})
+        await self._call(ev.QueueUnbind(self._new_id(), queue, exchange, key, args))
+        self._topology.unbound(queue, exchange, key, args)
 
     async def status(self) -> dict[str, Any]:
         """The broker's status map (node, vhosts with exchanges and queues, connections)."""

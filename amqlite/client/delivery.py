@@ -26,6 +26,11 @@ class Delivery:
     a get) and ``queue``. Settle it once with :meth:`ack`, :meth:`nack` or
     :meth:`reject`; for a ``no_ack`` delivery those are no-ops. Acks are
     coalesced: ``await d.ack()`` does not wait for the network.
+
+    A delivery received before its connection reconnected is :attr:`stale`: its tag
+    belonged to the old link, so settling it is a no-op (it never acks another
+    message); the server has put the message back and delivers it again with
+    ``redelivered`` set.
     """
 
     # The fields live in the decoded frame map: building a delivery is then one
@@ -94,13 +99,20 @@ class Delivery:
         return self.body.decode(encoding)
 
     @property
+    def stale(self) -> bool:
+        """True when it came over a link that has since broken (see the class doc)."""
+        c = self._conn
+        return c is not None and self.delivery_tag <= c._tag_base
+
+    @property
     def settled(self) -> bool:
         """True once acked, nacked or rejected (or when received with ``no_ack``)."""
         return self._settled
 
     async def ack(self) -> None:
         """Acknowledge: the broker forgets the message. Coalesced with other acks;
-        raises ConnectionClosed when the connection is gone."""
+        raises ConnectionClosed when the connection is gone; a no-op when
+        :attr:`stale`."""
         if self._settled or self._conn is None:
             return
         self._conn._ack_one(self.delivery_tag)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import trio
@@ -28,6 +29,9 @@ from .addresses import Address
 
 HELLO_ID = 1
 _RECEIVE_SIZE = 256 * 1024
+
+#: How a TCP stream to ``(host, port)`` is opened; tests put in-memory brokers here.
+open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] = trio.open_tcp_stream
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +119,7 @@ async def handshake(stream: trio.abc.Stream, params: HelloParams) -> tuple[Conne
 async def _try_address(address: Address, limit_s: float, params: HelloParams) -> Dialed:
     with trio.move_on_after(limit_s) as scope:
         try:
-            stream: trio.abc.Stream = await trio.open_tcp_stream(address.host, address.port)
+            stream: trio.abc.Stream = await open_stream(address.host, address.port)
         except OSError as exc:
             raise _Skip(describe_os_error(exc)) from None
         try:
@@ -157,3 +161,16 @@ async def dial(addresses: list[Address], params: HelloParams, connect_timeout: f
     refused = [s.refused_code for _, s in failures if s.refused_code is not None]
     err: AmqliteError = ConnectionRefused(text, refused[0]) if refused else ConnectionClosed(text)
     raise err
+
+
+@dataclass(frozen=True, slots=True)
+class Dialer:
+    """Everything needed to dial again: the server list (in order), ``hello`` and
+    the per-address limit."""
+
+    addresses: tuple[Address, ...]
+    params: HelloParams
+    connect_timeout: float
+
+    async def dial(self) -> Dialed:
+        return await dial(list(self.addresses), self.params, self.connect_timeout)

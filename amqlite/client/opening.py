@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import trio
 
 from .addresses import Address, parse_addresses
 from .connection import Connection
-from .dial import Dialed, HelloParams, dial, handshake
+from .dial import Dialed, Dialer, HelloParams, handshake
+from .link import Disconnected, Reconnected
+from .policy import ReconnectPolicy, resolve_policy
 
 
 @asynccontextmanager
@@ -24,23 +26,46 @@ async def connect(
     connect_timeout: float = 5.0,
     max_in_flight: int = 1000,
     close_timeout: float = 5.0,
+    reconnect: bool | ReconnectPolicy | None = None,
+    on_disconnect: Callable[[Disconnected], object] | None = None,
+    on_reconnect: Callable[[Reconnected], object] | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect to the first server of ``servers`` (``"host:port,host:port"``) that
     welcomes us; close the connection when the block exits.
 
     Addresses that cannot be reached, time out, or belong to a passive HA node
     (360) are skipped; when none welcomes us this raises ConnectionRefused or
-    ConnectionClosed naming each address and why. ``heartbeat`` is the interval we
-    ask for (the server's welcome decides; 0 turns heartbeats off).
-    ``max_in_flight`` bounds the confirms :meth:`Connection.publish_nowait` leaves
-    outstanding. A publish or ack failure nothing has reported yet is raised when
-    the block exits normally.
+    ConnectionClosed naming each address and why (the first connect is one pass
+    through the list, without retries). ``heartbeat`` is the interval we ask for
+    (the server's welcome decides; 0 turns heartbeats off). ``max_in_flight``
+    bounds the confirms :meth:`Connection.publish_nowait` leaves outstanding. A
+    publish or ack failure nothing has reported yet is raised when the block exits
+    normally.
+
+    ``reconnect`` decides what happens when the server goes away later: ``None``
+    (the default) reconnects when ``servers`` names more than one address (an HA
+    pair: fail over), ``True`` always (a single server that may restart), ``False``
+    never (calls raise ConnectionClosed), or a :class:`ReconnectPolicy` for other
+    backoff and give-up times. See :class:`Connection` for what a reconnect
+    restores. ``on_disconnect`` / ``on_reconnect`` are called (synchronously, in
+    the connection's task) when the link breaks and when it is back.
     """
     addresses = parse_addresses(servers)
+    policy = resolve_policy(reconnect, len(addresses))
     params = HelloParams(vhost, login, password, client_name, heartbeat)
-    dialed = await dial(addresses, params, connect_timeout)
-    async with _running(dialed, max_in_flight, close_timeout) as conn:
-        yield conn
+    dialer = Dialer(tuple(addresses), params, connect_timeout)
+    dialed = await dialer.dial()
+    conn = Connection(
+        dialed,
+        max_in_flight=max_in_flight,
+        close_timeout=close_timeout,
+        dialer=dialer if policy is not None else None,
+        policy=policy,
+        on_disconnect=on_disconnect,
+        on_reconnect=on_reconnect,
+    )
+    async with _running(conn) as running:
+        yield running
 
 
 @asynccontextmanager
@@ -57,7 +82,8 @@ async def connect_stream(
     peer: str = "stream",
 ) -> AsyncIterator[Connection]:
     """Like :func:`connect` over a stream that is already open (a tunnel, an
-    in-memory pair in tests). No failover: a refusal raises ConnectionRefused."""
+    in-memory pair in tests). No failover and no reconnect: a refusal raises
+    ConnectionRefused, a lost stream ConnectionClosed."""
     params = HelloParams(vhost, login, password, client_name, heartbeat)
     try:
         proto, welcome = await handshake(stream, params)
@@ -65,17 +91,17 @@ async def connect_stream(
         await trio.aclose_forcefully(stream)
         raise
     address = Address(peer, 0)
-    async with _running(
-        Dialed(stream, proto, welcome, address), max_in_flight, close_timeout
-    ) as conn:
-        yield conn
+    conn = Connection(
+        Dialed(stream, proto, welcome, address),
+        max_in_flight=max_in_flight,
+        close_timeout=close_timeout,
+    )
+    async with _running(conn) as running:
+        yield running
 
 
 @asynccontextmanager
-async def _running(
-    dialed: Dialed, max_in_flight: int, close_timeout: float
-) -> AsyncIterator[Connection]:
-    conn = Connection(dialed, max_in_flight=max_in_flight, close_timeout=close_timeout)
+async def _running(conn: Connection) -> AsyncIterator[Connection]:
     try:
         async with trio.open_nursery() as nursery:
             conn._start(nursery)

@@ -23,14 +23,17 @@ class PendingConfirm:
     ``error`` can be polled without waiting.
     """
 
-    __slots__ = ("_event", "_observed", "done", "error", "id")
+    __slots__ = ("_event", "_observed", "done", "error", "frame", "id")
 
-    def __init__(self, rid: int) -> None:
+    def __init__(self, rid: int, frame: bytes | None = None) -> None:
         self.id = rid
         self.done = False
         self.error: AmqliteError | None = None
         self._event: trio.Event | None = None
         self._observed = False
+        #: The encoded publish, kept (when the connection reconnects) to send it
+        #: again on a new link if the confirm has not come by then.
+        self.frame = frame
 
     def __repr__(self) -> str:
         state = "pending" if not self.done else ("ok" if self.error is None else repr(self.error))
@@ -39,6 +42,7 @@ class PendingConfirm:
     def _settle(self, error: AmqliteError | None) -> None:
         self.done = True
         self.error = error
+        self.frame = None
         if self._event is not None:
             self._event.set()
 
@@ -102,6 +106,7 @@ class ConfirmWindow:
         if p is None:
             return False
         p.done = True
+        p.frame = None
         if p._event is not None:
             p._event.set()
         if self._room is not None or self._idle is not None:

@@ -18,16 +18,21 @@ class PendingReply:
     ``hook`` runs in the reader, in frame order, before anything after the reply
     is processed (a ``consume`` registers its consumer there, so deliveries that
     follow the ``ok`` in the same batch find it).
+
+    ``request`` is the request itself when it may be sent again on a new link after
+    a reconnect (the application's requests); None marks the reconnect's own
+    requests, which fail with the link that carried them.
     """
 
-    __slots__ = ("_done", "_error", "_reply", "abandoned", "hook")
+    __slots__ = ("_done", "_error", "_reply", "abandoned", "hook", "request")
 
-    def __init__(self, hook: ReplyHook | None = None) -> None:
+    def __init__(self, hook: ReplyHook | None = None, request: ev.Event | None = None) -> None:
         self.abandoned = False  # the caller stopped waiting (cancelled)
         self._done = trio.Event()
         self._reply: ev.Event | None = None
         self._error: AmqliteError | None = None
         self.hook = hook
+        self.request = request
 
     def resolve(self, reply: ev.Event) -> None:
         if self._done.is_set():

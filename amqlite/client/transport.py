@@ -10,25 +10,26 @@
   interval and declares the server dead after ``misses`` silent intervals.
 
 No task here raises: a failure is reported once through ``on_lost`` and the
-tasks wind down.
+tasks wind down. :meth:`Transport.run` owns the three tasks; :meth:`Transport.cancel`
+stops them (a reconnecting connection retires each dead transport that way).
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable
 
 import trio
 
 from amqlite.errors import AmqliteError, ConnectionClosed, ProtocolError, ReplyCode
+from amqlite.log import get_logger
 from amqlite.protocol import Connection, PeerClock
 from amqlite.protocol import events as ev
 
 from .dial import describe_os_error
 from .framing import FrameReader, Item
 
-log = logging.getLogger("amqlite.client")
+log = get_logger("amqlite.client")
 
 RECEIVE_SIZE = 256 * 1024
 #: Above this many unsent bytes, publishers wait for the writer.
@@ -68,13 +69,25 @@ class Transport:
         self._writer_idle = True
         self._shutting_down = False
         self.dead = False
+        self._scope = trio.CancelScope()
+        # encoded now, while the protocol is OPEN: by the time the heartbeat task
+        # first runs, the reader may already have seen the server's close
+        self._heartbeat_frame = proto.send(ev.Heartbeat())
 
-    def start(self, nursery: trio.Nursery) -> None:
-        self.clock.start(trio.current_time())
-        nursery.start_soon(self._read_loop)
-        nursery.start_soon(self._write_loop)
-        if self.clock.enabled:
-            nursery.start_soon(self._heartbeat_loop)
+    async def run(self) -> None:
+        """Run the reader, writer and heartbeat tasks until they end or :meth:`cancel`."""
+        with self._scope:
+            async with trio.open_nursery() as nursery:
+                self.clock.start(trio.current_time())
+                nursery.start_soon(self._read_loop)
+                nursery.start_soon(self._write_loop)
+                if self.clock.enabled:
+                    nursery.start_soon(self._heartbeat_loop)
+
+    def cancel(self) -> None:
+        """Stop the tasks (call after :meth:`aclose`, or when they no longer matter)."""
+        self.dead = True
+        self._scope.cancel()
 
     # --- writing ------------------------------------------------------------------
 
@@ -136,7 +149,7 @@ class Transport:
                 ConnectionClosed(f"connection to {self.peer} lost ({describe_os_error(exc)})")
             )
         except Exception as exc:  # a bug: surface it as a dead connection, with the cause
-            log.exception("client writer failed")
+            log.exception("client_writer_failed", peer=self.peer)
             err = ConnectionClosed(f"client writer failed: {exc!r}", ReplyCode.INTERNAL_ERROR)
             err.__cause__ = exc
             self._lost(err)
@@ -185,7 +198,7 @@ class Transport:
                 ConnectionClosed(f"connection to {self.peer} lost ({describe_os_error(exc)})")
             )
         except Exception as exc:  # a bug: surface it as a dead connection, with the cause
-            log.exception("client reader failed")
+            log.exception("client_reader_failed", peer=self.peer)
             err = ConnectionClosed(f"client reader failed: {exc!r}", ReplyCode.INTERNAL_ERROR)
             err.__cause__ = exc
             self._lost(err)
@@ -194,7 +207,7 @@ class Transport:
 
     async def _heartbeat_loop(self) -> None:
         clock = self.clock
-        frame = self.proto.send(ev.Heartbeat())
+        frame = self._heartbeat_frame
         while not self.dead:
             now = trio.current_time()
             if clock.peer_dead(now):

@@ -66,6 +66,7 @@ class FakeSession:
         self.close_sent = False
         self.closed = trio.Event()
         self.client_hello: ev.Hello | None = None
+        self.frames: list[ev.Event] = []  # what this session received
 
     def send(self, event: ev.Event) -> None:
         self.out += self.proto.send(event)
@@ -73,15 +74,22 @@ class FakeSession:
 
 
 class FakeBroker:
-    """Knobs: ``refuse`` (code for ``refused``), ``heartbeat`` (seconds offered;
-    the client's smaller non-zero wish wins), ``silent`` (send nothing after the
-    welcome, not even heartbeats), ``nack_publishes``, ``hold_confirms`` (keep
-    confirms until :meth:`release_confirms`), ``max_frame``."""
+    """Knobs: ``refuse`` (code for ``refused``; with ``refuse_first`` only the first
+    that many connections are refused, like a passive HA node that a few client
+    votes promote), ``heartbeat`` (seconds offered; the client's smaller non-zero
+    wish wins), ``silent`` (send nothing after the welcome, not even heartbeats),
+    ``nack_publishes``, ``hold_confirms`` (keep confirms until
+    :meth:`release_confirms`), ``ignore`` (request types recorded and never
+    answered), ``locked`` (queue name -> how many declarations of it fail with 405
+    RESOURCE_LOCKED first, as if another session still held it), ``max_frame``."""
 
     def __init__(
         self,
         *,
         refuse: int | None = None,
+        refuse_first: int | None = None,
+        ignore: tuple[type[ev.Event], ...] = (),
+        locked: dict[str, int] | None = None,
         heartbeat: float = 0.0,
         silent: bool = False,
         nack_publishes: bool = False,
@@ -90,6 +98,9 @@ class FakeBroker:
         name: str = "fake",
     ) -> None:
         self.refuse = refuse
+        self.refuse_first = refuse_first
+        self.ignore = ignore
+        self.locked = dict(locked or {})
         self.heartbeat = heartbeat
         self.silent = silent
         self.nack_publishes = nack_publishes
@@ -209,6 +220,7 @@ class FakeBroker:
                 if type(e) is ev.EndOfStream:
                     return
                 self.frames.append(e)
+                s.frames.append(e)
                 if not self._handle(s, e):
                     # let the writer flush the last reply, then hang up
                     with trio.move_on_after(1):
@@ -243,7 +255,9 @@ class FakeBroker:
         if t is ev.Hello:
             assert isinstance(e, ev.Hello)
             s.client_hello = e
-            if self.refuse is not None:
+            if self.refuse is not None and (
+                self.refuse_first is None or self.connects <= self.refuse_first
+            ):
                 s.send(ev.Refused(re=e.id, code=self.refuse, text=f"{self.name} refuses"))
                 return False
             hb = self.heartbeat
@@ -271,7 +285,7 @@ class FakeBroker:
             assert isinstance(e, ev.BadRequest)
             s.send(ev.Error(re=e.id, code=e.code, text=e.text))
             return True
-        if s.close_sent:
+        if s.close_sent or type(e) in self.ignore:
             return True  # drop what the client sent before it saw our close
         rid = getattr(e, "id", None)
         try:
@@ -342,6 +356,9 @@ class FakeBroker:
             del self.bindings[e.exchange]
             s.send(ev.Ok(re=e.id))
         elif isinstance(e, ev.QueueDeclare):
+            if self.locked.get(e.queue, 0) > 0:
+                self.locked[e.queue] -= 1
+                raise _Fail(ReplyCode.RESOURCE_LOCKED, f"queue {e.queue!r} is locked")
             name = e.queue or f"amq.gen-{next(self._names)}"
             q = self.queues.get(name)
             if q is None:
