@@ -9,9 +9,9 @@ key as a dotted path (``server.port``, ``users[0].permissions."/".write``).
 Validation is table-driven: each TOML table has a :class:`_TableSpec` mapping
 its keys to converters (type and range checks). Checks across tables (user
 names unique, permission vhosts exist) live in :func:`_check_references`.
-Tables other than ``[server]``, ``[storage]``, ``[log]`` and ``[[users]]`` are
-refused as unknown keys until the features that need them (``[cluster]``,
-``[[cluster_mta]]``) add a spec here.
+Tables other than ``[server]``, ``[storage]``, ``[cluster]``, ``[log]`` and
+``[[users]]`` are refused as unknown keys until the features that need them
+(``[[cluster_mta]]``) add a spec here.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from amqlite.errors import ConfigError
 from amqlite.log import LOG_FORMATS, LOG_LEVELS
 
 __all__ = [
+    "ClusterConfig",
     "Config",
     "LogConfig",
     "ServerConfig",
@@ -92,6 +93,39 @@ class StorageConfig:
     segment_bytes: int = 64 * 1024 * 1024
 
 
+HA_ROLES = ("", "primary", "backup")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """``[cluster]``: an HA pair (docs/ha.md). ``role`` (set by ``--is_primary`` /
+    ``--is_backup``) picks this node's side; empty means a standalone broker. One
+    file can serve both nodes: each dials the other side's address."""
+
+    role: str = ""
+    vhost: str = "/"
+    primary_peer: str = "127.0.0.1:5555"
+    backup_peer: str = "127.0.0.1:6666"
+    heartbeat_ms: int = 200
+    failover_timeout_ms: int = 1000
+    login: str = "guest"
+    password: str = field(default="guest", repr=False)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.role)
+
+    @property
+    def peer(self) -> str:
+        """The address this node dials: the other side's."""
+        return self.backup_peer if self.role == "primary" else self.primary_peer
+
+    @property
+    def addresses(self) -> list[str]:
+        """The pair's client addresses, primary first (given to clients)."""
+        return [self.primary_peer, self.backup_peer]
+
+
 @dataclass(frozen=True, slots=True)
 class LogConfig:
     """``[log]``: how and how much the server logs."""
@@ -132,6 +166,7 @@ class Config:
 
     server: ServerConfig = field(default_factory=ServerConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
     log: LogConfig = field(default_factory=LogConfig)
     users: tuple[UserConfig, ...] = ()
 
@@ -393,6 +428,29 @@ _STORAGE_SPEC = _TableSpec(
     },
 )
 
+
+def _address(key: str, value: Any) -> str:
+    text: str = _string()(key, value)
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(key, f"must be host:port, got {text!r}")
+    return text
+
+
+_CLUSTER_SPEC = _TableSpec(
+    ClusterConfig,
+    {
+        "role": _choice(HA_ROLES),
+        "vhost": _string(),
+        "primary_peer": _address,
+        "backup_peer": _address,
+        "heartbeat_ms": _integer(10, 60_000),
+        "failover_timeout_ms": _integer(20, 600_000),
+        "login": _string(),
+        "password": _string(allow_empty=True),
+    },
+)
+
 _LOG_SPEC = _TableSpec(LogConfig, {"format": _choice(LOG_FORMATS), "level": _choice(LOG_LEVELS)})
 
 _PERMISSIONS_SPEC = _TableSpec(
@@ -414,6 +472,7 @@ _CONFIG_SPEC = _TableSpec(
     {
         "server": _table(_SERVER_SPEC),
         "storage": _table(_STORAGE_SPEC),
+        "cluster": _table(_CLUSTER_SPEC),
         "log": _table(_LOG_SPEC),
         "users": _array_of_tables(_USER_SPEC),
     },
@@ -421,7 +480,26 @@ _CONFIG_SPEC = _TableSpec(
 
 
 def _check_references(config: Config) -> None:
-    """Rules that span tables: unique user names, permissions only on known vhosts."""
+    """Rules that span tables: unique user names, permissions only on known vhosts,
+    a sane HA pair."""
+    cluster = config.cluster
+    if cluster.failover_timeout_ms <= cluster.heartbeat_ms:
+        raise ConfigError(
+            "cluster.failover_timeout_ms",
+            f"must be longer than cluster.heartbeat_ms ({cluster.heartbeat_ms}), "
+            f"got {cluster.failover_timeout_ms}",
+        )
+    if cluster.enabled and cluster.vhost not in config.server.vhosts:
+        raise ConfigError(
+            "cluster.vhost",
+            f"unknown vhost {cluster.vhost!r} (server.vhosts is {list(config.server.vhosts)})",
+        )
+    if cluster.enabled and not config.storage.persist:
+        raise ConfigError(
+            "storage.persist", "an HA pair replicates its journal: it needs persist = true"
+        )
+    if cluster.enabled and cluster.primary_peer == cluster.backup_peer:
+        raise ConfigError("cluster.backup_peer", "must differ from cluster.primary_peer")
     seen: set[str] = set()
     for index, user in enumerate(config.users):
         user_key = f"users[{index}]"

@@ -336,9 +336,17 @@ def test_global_options_before_the_command(server: str, capsys: pytest.CaptureFi
 def test_servers_from_the_environment(
     server: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AMQLITE_SERVERS", f"127.0.0.1:1,{server}")
+    monkeypatch.setenv("AMQLITE_SERVERS", server)
     code, out, _ = run(capsys, "status", "--json")
     assert code == 0 and json.loads(out)["listen"] == server
+
+
+def test_status_asks_every_listed_node(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "status", "--json", "-s", f"127.0.0.1:1,{server}")
+    down, up = json.loads(out)["nodes"]
+    assert code == 0
+    assert down["address"] == "127.0.0.1:1" and "error" in down
+    assert up["listen"] == server
 
 
 def test_rate_paces_publishing(server: str, capsys: pytest.CaptureFixture[str]) -> None:

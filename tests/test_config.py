@@ -207,7 +207,22 @@ BAD_FILES: list[tuple[str, str, str]] = [
     ("[server]\nprot = 5555", "server.prot", "unknown key (did you mean 'port'?)"),
     ("[server]\nbogus = 1", "server.bogus", "unknown key"),
     ("[logg]\nlevel = 'info'", "logg", "unknown key (did you mean 'log'?)"),
-    ("[cluster]\nname = 'a'", "cluster", "unknown key"),
+    ("[cluster]\nname = 'a'", "cluster.name", "unknown key"),
+    ("[cluster]\nrole = 'master'", "cluster.role", "must be one of"),
+    ("[cluster]\nprimary_peer = 'localhost'", "cluster.primary_peer", "must be host:port"),
+    ("[cluster]\nbackup_peer = 'h:70000'", "cluster.backup_peer", "must be host:port"),
+    ("[cluster]\nheartbeat_ms = 5", "cluster.heartbeat_ms", "between 10"),
+    (
+        "[cluster]\nheartbeat_ms = 500\nfailover_timeout_ms = 400",
+        "cluster.failover_timeout_ms",
+        "longer than",
+    ),
+    ("[cluster]\nrole = 'primary'\nvhost = 'nope'", "cluster.vhost", "unknown vhost"),
+    (
+        "[cluster]\nrole = 'backup'\nbackup_peer = '127.0.0.1:5555'",
+        "cluster.backup_peer",
+        "must differ",
+    ),
     ("[[cluster_mta]]\nname = 'a'", "cluster_mta", "unknown key"),
     ("[storage]\nfsync = true", "storage.fsync", "must be a string"),
     ("[storage]\nfsync = 'sometimes'", "storage.fsync", "must be one of"),
@@ -309,7 +324,7 @@ def test_bad_config_names_the_key(tmp_path: Path, text: str, key: str, reason: s
 
 BAD_OVERRIDES: list[tuple[dict[str, Any], str, str]] = [
     ({"server.prot": 1}, "server.prot", "unknown key (did you mean 'port'?)"),
-    ({"cluster.name": "a"}, "cluster", "unknown key"),
+    ({"cluster.name": "a"}, "cluster.name", "unknown key"),
     ({"server.port.x": 1}, "server.port", "must be an integer, got table"),
     ({"server..port": 1}, "server..port", "dotted names"),
     ({"log.format": "JSON"}, "log.format", "got 'JSON'"),

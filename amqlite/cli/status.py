@@ -7,9 +7,12 @@ import json
 import sys
 from typing import Any
 
-from amqlite.client import Connection
+import trio
 
-from .common import json_default, run_connected
+from amqlite.client import connect
+from amqlite.errors import AmqliteError
+
+from .common import PROG, json_default
 
 
 def _flags(item: dict[str, Any]) -> str:
@@ -103,13 +106,65 @@ def print_status(status: dict[str, Any], file: Any = None) -> None:
         console.print(table)
 
 
-def cmd_status(args: argparse.Namespace) -> int:
-    async def body(conn: Connection) -> int:
-        status = await conn.status()
-        if args.json:
-            print(json.dumps(status, indent=2, sort_keys=True, default=json_default))
-        else:
-            print_status(status)
-        return 0
+def print_ha(status: dict[str, Any], file: Any = None) -> None:
+    ha = status.get("ha")
+    if not ha:
+        return
+    lag = ha.get("replication_lag_records")
+    age = ha.get("last_heartbeat_age")
+    print(
+        f"ha: role {ha.get('role')}  state {ha.get('state')}  epoch {ha.get('epoch')}  "
+        f"peer {ha.get('peer_address')} ({ha.get('peer_state') or 'unheard'}"
+        f"{f', heard {age:.2f}s ago' if isinstance(age, int | float) else ''})  "
+        f"link {'up' if ha.get('link_up') else 'down'}  "
+        f"replicating {'yes' if ha.get('replicating') else 'no'}"
+        f"{f' (lag {lag} records)' if lag is not None else ''}",
+        file=file or sys.stdout,
+    )
 
-    return run_connected(args, body)
+
+async def _one(args: argparse.Namespace, server: str, *, alone: bool) -> dict[str, Any]:
+    try:
+        async with connect(
+            server,
+            vhost=args.vhost,
+            login=args.login,
+            password=args.password,
+            client_name=f"{PROG}-status",
+            connect_timeout=args.connect_timeout,
+            reconnect=False,
+            role="monitor",
+        ) as conn:
+            return await conn.status()
+    except AmqliteError as exc:
+        if alone:
+            raise  # one server: the command's usual one-line error
+        return {"address": server, "error": exc.text if hasattr(exc, "text") else str(exc)}
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """One server: its status map. Several (an HA pair): every node's, each asked
+    on its own (a passive node answers a status connection too)."""
+    servers = [s.strip() for s in args.servers.split(",") if s.strip()]
+
+    async def gather() -> list[dict[str, Any]]:
+        alone = len(servers) == 1
+        return [await _one(args, server, alone=alone) for server in servers]
+
+    results = trio.run(gather)
+    failed = [r for r in results if "error" in r]
+    if args.json:
+        shown: Any = results[0] if len(results) == 1 else {"nodes": results}
+        print(json.dumps(shown, indent=2, sort_keys=True, default=json_default))
+    else:
+        for i, status in enumerate(results):
+            if i:
+                print()
+            if "error" in status:
+                print(f"{status['address']}: {status['error']}", file=sys.stderr)
+                continue
+            print_status(status)
+            print_ha(status)
+    if len(failed) == len(results):
+        return 1
+    return 0

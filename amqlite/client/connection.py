@@ -108,6 +108,7 @@ class Connection(Declarations):
         # cancel's ok is expected, not worth a warning (it stays unacked until the
         # link closes, then the server requeues it, in order)
         self._cancelled: set[str] = set()
+        self._requeue_after_cancel: dict[str, list[int]] = {}  # ctag -> dtags
         self._acks = AckCoalescer()
         self._ack_marks = self._acks.marks
         self._topology = Topology()
@@ -345,7 +346,11 @@ class Connection(Declarations):
         """A delivery for a consumer we cancelled: give it back to the queue."""
         if c is not None and not c.no_ack and self.is_open:
             self._acks.delivered(dtag)
-            self._settle(dtag, requeue=True, reject=False)
+            held = self._requeue_after_cancel.get(c.tag)
+            if held is not None:  # cancelling: given back, in order, after the ok
+                held.append(dtag)
+            else:
+                self._settle(dtag, requeue=True, reject=False)
         elif c is None and e["ctag"] not in self._cancelled:
             log.warning("client_delivery_for_unknown_consumer", ctag=e["ctag"])
 
@@ -683,10 +688,19 @@ class Connection(Declarations):
             self._topology.queue_auto_deleted(queue)
         if self._state is LinkState.RECONNECTING:
             return  # nothing to tell a dead link; the restore cancels or skips it
-        if not consumer.no_ack:
-            for d in dropped:
-                self._settle(d.delivery_tag, requeue=True, reject=False)
-        await self._send_cancel(consumer).wait()
+        # Give back what the application never saw once the server has stopped
+        # pushing, newest first: each nack requeues at the head of the queue, so the
+        # queue gets them back in their original order (and not to this consumer).
+        held = self._requeue_after_cancel[consumer.tag] = (
+            [] if consumer.no_ack else [d.delivery_tag for d in dropped]
+        )
+        try:
+            await self._send_cancel(consumer).wait()
+        finally:
+            self._requeue_after_cancel.pop(consumer.tag, None)
+            if self.is_open and self.connected:
+                for dtag in sorted(held, reverse=True):
+                    self._settle(dtag, requeue=True, reject=False)
 
     async def get(self, queue: str, *, no_ack: bool = False) -> Delivery | None:
         """One message from ``queue``, or None when it is empty."""

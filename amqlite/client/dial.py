@@ -43,6 +43,7 @@ class HelloParams:
     password: str = "guest"
     client_name: str = ""
     heartbeat: float = 0.0
+    role: str = "client"
 
 
 @dataclass(slots=True)
@@ -93,6 +94,7 @@ async def handshake(stream: trio.abc.Stream, params: HelloParams) -> tuple[Conne
         password=params.password,
         client=params.client_name,
         heartbeat=float(params.heartbeat),
+        role=params.role,
     )
     await stream.send_all(proto.send(hello))
     while True:

@@ -29,6 +29,7 @@ async def connect(
     reconnect: bool | ReconnectPolicy | None = None,
     on_disconnect: Callable[[Disconnected], object] | None = None,
     on_reconnect: Callable[[Reconnected], object] | None = None,
+    role: str = "client",
 ) -> AsyncIterator[Connection]:
     """Connect to the first server of ``servers`` (``"host:port,host:port"``) that
     welcomes us; close the connection when the block exits.
@@ -40,7 +41,8 @@ async def connect(
     (the server's welcome decides; 0 turns heartbeats off). ``max_in_flight``
     bounds the confirms :meth:`Connection.publish_nowait` leaves outstanding. A
     publish or ack failure nothing has reported yet is raised when the block exits
-    normally.
+    normally. ``role="monitor"`` opens a connection that may only ask for
+    ``status``, which even a passive HA node accepts.
 
     ``reconnect`` decides what happens when the server goes away later: ``None``
     (the default) reconnects when ``servers`` names more than one address (an HA
@@ -52,7 +54,7 @@ async def connect(
     """
     addresses = parse_addresses(servers)
     policy = resolve_policy(reconnect, len(addresses))
-    params = HelloParams(vhost, login, password, client_name, heartbeat)
+    params = HelloParams(vhost, login, password, client_name, heartbeat, role)
     dialer = Dialer(tuple(addresses), params, connect_timeout)
     dialed = await dialer.dial()
     conn = Connection(

@@ -55,6 +55,7 @@ class Hello(Event):
     client: str = ""
     protocol: int = PROTOCOL_VERSION
     heartbeat: float = 0.0
+    role: str = "client"
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +183,42 @@ class OffsetQuery(Event):
     id: int
     queue: str
     name: str
+
+
+@dataclass(frozen=True, slots=True)
+class HaHeartbeat(Event):
+    """An HA node's heartbeat to its peer (on a connection opened with role "ha-peer")."""
+
+    METHOD: ClassVar[str] = "ha.heartbeat"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    node: str
+    role: str
+    state: str
+    epoch: int
+    vhost: str
+
+
+@dataclass(frozen=True, slots=True)
+class HaSync(Event):
+    """Replication from the active node: journal records, framed as in a segment,
+    up to position ``upto``; ``reset`` starts a snapshot (the passive drops its
+    durable state first)."""
+
+    METHOD: ClassVar[str] = "ha.sync"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    upto: int
+    data: bytes
+    reset: bool = False
+    epoch: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class HaSynced(Event):
+    """The passive node holds (and has committed) every record up to ``upto``."""
+
+    METHOD: ClassVar[str] = "ha.synced"
+    SENDER: ClassVar[Sender] = Sender.SERVER
+    upto: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,6 +462,8 @@ REQUESTS: tuple[type[Event], ...] = (
     Status,
     OffsetStore,
     OffsetQuery,
+    HaHeartbeat,
+    HaSync,
 )
 REPLIES: tuple[type[Event], ...] = (
     Welcome,
@@ -437,6 +476,7 @@ REPLIES: tuple[type[Event], ...] = (
     GetOk,
     GetEmpty,
     Cancelled,
+    HaSynced,
 )
 WIRE_EVENTS: tuple[type[Event], ...] = (*REQUESTS, *REPLIES, Heartbeat, Close, CloseOk)
 BY_METHOD: dict[str, type[Event]] = {cls.METHOD: cls for cls in WIRE_EVENTS}

@@ -63,6 +63,9 @@ class ClientConnection:
         self._paused = False
         self._opened = trio.Event()
         self._cancel_scope: trio.CancelScope | None = None
+        self._released = False
+        self.peer_mode = False  # the HA pair's peer link (hello role "ha-peer")
+        self.monitor = False  # may only ask for status (hello role "monitor")
 
     # --- the tasks -----------------------------------------------------------------
 
@@ -86,6 +89,9 @@ class ClientConnection:
                 await self.stream.aclose()
 
     def _release(self) -> None:
+        self._released = True
+        if self.peer_mode and self.node.ha is not None:
+            self.node.ha.inbound_links -= 1
         if self.session is not None:
             self.session.close(trio.current_time())
             self.session = None
@@ -178,9 +184,14 @@ class ClientConnection:
                 now = trio.current_time()
             t = type(event)
             dispatcher = self.dispatcher
+            if (self.peer_mode or self.monitor) and not self._closing and t in _REQUESTS:
+                self._special(event)
+                continue
             if dispatcher is not None and not self._closing and t in _REQUESTS:
                 before = storage.appended if storage is not None else 0
                 reply = dispatcher.handle(event, now)
+                if t is ev.Cancel:
+                    self.push()  # the consumer's last deliveries go before its cancel-ok
                 if reply is not None:
                     if type(reply) is ev.Error:
                         self._log_failure(event, reply)
@@ -205,6 +216,24 @@ class ClientConnection:
                 log.info("bad_request", peer=self.peer, code=event.code, text=event.text)
                 self._send(proto.send(ev.Error(event.id, event.code, event.text)))
 
+    def _special(self, event: ev.Event) -> None:
+        """A request on the HA peer link or on a monitor connection."""
+        ha = self.node.ha
+        if self.peer_mode and ha is not None:
+            if isinstance(event, ev.HaHeartbeat):
+                ha.on_peer_heartbeat(event)
+                return
+            if isinstance(event, ev.HaSync):
+                ha.on_sync(event, self)
+                return
+        if self.monitor and isinstance(event, ev.Status):
+            self._send(self.proto.send(ev.Ok(event.id, self.node.status())))
+            return
+        rid = getattr(event, "id", None)
+        what = "the HA peer link" if self.peer_mode else "a monitor connection"
+        text = f"{event.METHOD!r} is not allowed on {what}"
+        self._send(self.proto.send(ev.Error(rid, ReplyCode.NOT_ALLOWED, text)))
+
     def _log_failure(self, event: ev.Event, reply: ev.Event) -> None:
         assert isinstance(reply, ev.Error)
         log.info(
@@ -219,6 +248,12 @@ class ClientConnection:
         if hello.protocol != PROTOCOL_VERSION:
             text = f"protocol version {hello.protocol} is not supported (use {PROTOCOL_VERSION})"
             refusal = (ReplyCode.NOT_IMPLEMENTED, text, text)
+        elif hello.role not in ("client", "monitor", "ha-peer"):
+            text = f"unknown role {hello.role!r} (client, monitor or ha-peer)"
+            refusal = (ReplyCode.COMMAND_INVALID, text, text)
+        elif hello.role == "ha-peer" and node.ha is None:
+            text = "this node is not part of an HA pair"
+            refusal = (ReplyCode.NOT_ALLOWED, text, text)
         elif len(node.connections) > node.config.server.max_connections:
             refusal = (ReplyCode.NOT_ALLOWED, "too many connections", "max_connections reached")
         else:
@@ -229,6 +264,16 @@ class ClientConnection:
             else:  # scrypt takes ~50 ms on purpose: keep it off the event loop
                 result = await trio.to_thread.run_sync(auth.authenticate, *args)
             if isinstance(result, AuthenticatedUser):
+                if hello.role == "client" and node.ha is not None:
+                    deadline = trio.current_time() + 2 * node.ha.config.failover_timeout_ms / 1000
+                    admitted, why = await node.ha.admit(deadline)
+                    if not admitted:
+                        text = f"node {node.node_id} is {node.state}: {why}"
+                        self._send(
+                            self.proto.send(ev.Refused(hello.id, ReplyCode.NOT_ACTIVE, text))
+                        )
+                        log.info("connection_refused_not_active", peer=self.peer, state=node.state)
+                        return False
                 return self._open(hello, result)
             refusal = (result.code, result.text, result.log_reason)
         code, text, reason = refusal
@@ -245,16 +290,23 @@ class ClientConnection:
 
     def _open(self, hello: ev.Hello, user: AuthenticatedUser) -> bool:
         node = self.node
-        try:
-            session = node.broker.open_session(hello.vhost, owner=self)
-        except AmqliteError as exc:
-            self._send(self.proto.send(ev.Refused(hello.id, exc.code, exc.text)))
-            return False
-        self.session = session
         self.user, self.vhost, self.client_name = user.name, hello.vhost, hello.client
-        self.dispatcher = RequestDispatcher(
-            session, user.name, hello.vhost, user.permissions, node.status
-        )
+        if hello.role == "ha-peer":
+            self.peer_mode = True
+            if node.ha is not None:
+                node.ha.inbound_links += 1
+        elif hello.role == "monitor":
+            self.monitor = True
+        else:
+            try:
+                session = node.broker.open_session(hello.vhost, owner=self)
+            except AmqliteError as exc:
+                self._send(self.proto.send(ev.Refused(hello.id, exc.code, exc.text)))
+                return False
+            self.session = session
+            self.dispatcher = RequestDispatcher(
+                session, user.name, hello.vhost, user.permissions, node.status
+            )
         ours, theirs = node.config.server.heartbeat, hello.heartbeat
         heartbeat = min(ours, theirs) if ours > 0 and theirs > 0 else max(ours, theirs)
         self.clock = PeerClock(heartbeat)
@@ -292,10 +344,16 @@ class ClientConnection:
             return
         send_deliver = self.proto.send_deliver
         out = self._out
-        for d in session.take_deliveries():
-            out += send_deliver(d.ctag, d.dtag, d.redelivered, d.message, d.offset)
-        for tag, code, text in session.take_cancellations():
-            out += self.proto.send(ev.Cancelled(tag, code, text))
+        try:
+            for d in session.take_deliveries():
+                out += send_deliver(d.ctag, d.dtag, d.redelivered, d.message, d.offset)
+            for tag, code, text in session.take_cancellations():
+                out += self.proto.send(ev.Cancelled(tag, code, text))
+        except AmqliteError:
+            # Our protocol side is closing (the client said close): what was taken
+            # stays unacked in the session, which requeues it when it closes. This
+            # runs in whichever task pumped, so it must never raise there.
+            return
         if out:
             self._wake.set()
             if len(out) > HIGH_WATER and not self._paused:
@@ -304,7 +362,7 @@ class ClientConnection:
 
     def send_reply(self, reply: ev.Event) -> None:
         """Send a reply the journal held until its records were committed."""
-        if self.session is None:
+        if self._released:
             return  # gone: its requests' fate is what the client could not observe
         with contextlib.suppress(AmqliteError):
             self._send(self.proto.send(reply))

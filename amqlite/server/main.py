@@ -26,6 +26,8 @@ examples:
   amqlite server --host 0.0.0.0 --log-format json
   amqlite server --data-dir /var/lib/amqlite --fsync always
   amqlite server --in-memory              # keep nothing on disk
+  amqlite server --port 5555 --is_primary 1   # an HA pair on one machine:
+  amqlite server --port 6666 --is_backup 1    # see configs/ha-pair.toml, docs/ha.md
 
 Durable exchanges, queues, bindings and persistent messages on durable queues are
 kept in a journal in the data dir (default ./amqlite-data/node-<port>) and survive
@@ -64,6 +66,25 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep nothing on disk: durable things do not survive a restart",
     )
     parser.add_argument("--node-id", help="node name shown in status (default host:port)")
+    ha = parser.add_mutually_exclusive_group()
+    ha.add_argument(
+        "--is_primary",
+        "--is-primary",
+        nargs="?",
+        const="1",
+        choices=("0", "1"),
+        metavar="1",
+        help="run as the primary of an HA pair ([cluster] in the config; see docs/ha.md)",
+    )
+    ha.add_argument(
+        "--is_backup",
+        "--is-backup",
+        nargs="?",
+        const="1",
+        choices=("0", "1"),
+        metavar="1",
+        help="run as the backup of an HA pair",
+    )
     parser.add_argument(
         "--log-format", choices=("console", "json"), help="log as text (default) or JSON lines"
     )
@@ -78,6 +99,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "server.port": args.port,
         "server.data_dir": args.data_dir,
         "server.node_id": args.node_id,
+        "cluster.role": _role(args),
         "storage.fsync": args.fsync,
         "storage.batch_ms": args.batch_ms,
         "storage.persist": False if args.in_memory else None,
@@ -85,6 +107,14 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "log.level": args.log_level,
     }
     return {k: v for k, v in pairs.items() if v is not None}
+
+
+def _role(args: argparse.Namespace) -> str | None:
+    if getattr(args, "is_primary", None) == "1":
+        return "primary"
+    if getattr(args, "is_backup", None) == "1":
+        return "backup"
+    return None
 
 
 def run_server(args: argparse.Namespace) -> int:

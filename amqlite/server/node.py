@@ -16,6 +16,7 @@ from amqlite.errors import ReplyCode
 from amqlite.store.files import FileLayer
 
 from .connection import ClientConnection
+from .ha import HaService
 from .storage import NodeStorage
 
 TICK_INTERVAL = 0.1  # seconds between TTL sweeps
@@ -41,6 +42,7 @@ class BrokerNode:
             NodeStorage(config.storage, file_layer=file_layer) if config.storage.persist else None
         )
         self.broker: Broker = self._new_broker()
+        self.ha = HaService(self, config.cluster) if config.cluster.enabled else None
         self._started_at = 0.0
         self._started_wall = time.time()
         self._stop = trio.Event()
@@ -74,6 +76,8 @@ class BrokerNode:
                 if storage is not None:
                     await storage.open(cfg.effective_data_dir(self.port), self.broker)
                     await nursery.start(storage.run)
+                if self.ha is not None:
+                    await nursery.start(self.ha.run)
                 nursery.start_soon(self._ticker)
                 async with trio.open_nursery() as accept_nursery:
                     for listener in listeners:
@@ -89,6 +93,11 @@ class BrokerNode:
                     task_status.started(self.port)
                     await self._stop.wait()
                     accept_nursery.cancel_scope.cancel()
+                # refuse new connections at once (clients fail over instead of
+                # waiting in the backlog), then close the open ones
+                with trio.CancelScope(shield=True):
+                    for listener in listeners:
+                        await listener.aclose()
                 await self._close_connections()
                 nursery.cancel_scope.cancel()
         finally:
@@ -99,6 +108,12 @@ class BrokerNode:
                     await storage.close()
             self.stopped.set()
         log.info("server_stopped", node_id=self.node_id)
+
+    def close_clients(self, code: int, text: str) -> None:
+        """Close every client connection (not the HA peer link): HA fencing."""
+        for conn in list(self.connections):
+            if not conn.peer_mode:
+                conn.close_from_server(code, text)
 
     def stop(self) -> None:
         """Begin a graceful shutdown: stop accepting, close clients with 320."""
@@ -170,6 +185,8 @@ class BrokerNode:
                 "connections": [c.info() for c in self.connections if c.session is not None],
             }
         )
+        if self.ha is not None:
+            status["ha"] = self.ha.status()
         storage = self.storage
         if storage is not None:
             status["storage"] = storage.status()

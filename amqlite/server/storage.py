@@ -66,6 +66,14 @@ class NodeStorage:
         self.last_error: str | None = None
         self.recovery: dict[str, Any] = {}
         self._last_compaction_check = 0.0
+        self._committed = 0
+        #: HA: every appended record's (position, frame) also goes here while the
+        #: active node replicates to its passive peer.
+        self.tee: Callable[[int, bytes], None] | None = None
+        #: HA: the passive peer holds everything up to here; None when no peer is
+        #: being replicated to (held replies then wait for the local commit only).
+        self.replica_upto: int | None = None
+        self._after_commit: deque[tuple[int, Callable[[], None]]] = deque()
 
     # --- opening -----------------------------------------------------------------------
 
@@ -141,8 +149,29 @@ class NodeStorage:
         journal = self.journal
         if journal is None or self._closed:
             return  # shutting down: what is recorded now is what a crash would lose
-        journal.append(record)
+        position, frame = journal.append_framed(record)
+        if self.tee is not None:
+            self.tee(position, frame)
         self._dirty.set()
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once everything appended so far is committed."""
+        self._after_commit.append((self.appended, callback))
+        self._dirty.set()
+
+    def replica_progress(self, upto: int) -> None:
+        """HA: the passive peer holds everything up to ``upto``."""
+        self.replica_upto = upto
+        self._release(self._committed)
+
+    def replica_required(self, required: bool) -> None:
+        """HA: start (True) or stop (False) holding replies until the passive peer
+        holds them too."""
+        if required:
+            self.replica_upto = self.replica_upto or 0
+        else:
+            self.replica_upto = None
+            self._release(self._committed)
 
     def hold(
         self, first: int, send: Callable[[ev.Event], None], request: ev.Event, reply: ev.Event
@@ -182,6 +211,12 @@ class NodeStorage:
         return True
 
     def _release(self, done: int) -> None:
+        self._committed = max(self._committed, done)
+        waiting = self._after_commit
+        while waiting and waiting[0][0] <= done:
+            waiting.popleft()[1]()
+        if self.replica_upto is not None:
+            done = min(done, self.replica_upto)
         held = self._held
         while held and held[0].last <= done:
             h = held.popleft()

@@ -389,6 +389,10 @@ class Journal:
         No I/O: the record is stored by a later :meth:`commit` (or :meth:`flush`).
         Raises RecordError for an ill-typed record (nothing is buffered then).
         """
+        return self.append_framed(record)[0]
+
+    def append_framed(self, record: Record) -> tuple[int, bytes]:
+        """:meth:`append`, also returning the record's frame (HA replicates it)."""
         framed = frame_record(record)
         with self._mutex:
             self._check_open()
@@ -396,7 +400,7 @@ class Journal:
             position = self._appended
             self._state.apply(record)
             self._pending.append(_Pending(position, record, framed))
-        return position
+        return position, framed
 
     def flush(self) -> int:
         """Write the buffered records to the file, without fsync; returns the position

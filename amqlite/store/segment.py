@@ -63,6 +63,25 @@ def frame_record(record: Record) -> bytes:
     return frame(encode_record(record))
 
 
+def parse_frames(data: bytes) -> list[Record]:
+    """The records in ``data``, a run of whole frames (the HA peer link sends
+    journal frames); raises RecordError for a bad frame or checksum."""
+    out = []
+    view = memoryview(data)
+    i, end = 0, len(data)
+    while i < end:
+        if end - i < 8:
+            raise RecordError("replication data ends inside a frame header")
+        length = int.from_bytes(view[i : i + 4], "big")
+        crc = int.from_bytes(view[i + 4 : i + 8], "big")
+        payload = view[i + 8 : i + 8 + length]
+        if len(payload) != length or zlib.crc32(payload) != crc:
+            raise RecordError("replication frame cut short or checksum mismatch")
+        out.append(decode_record(payload))
+        i += 8 + length
+    return out
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Defect:
     """Where a segment stops being readable, and why."""

@@ -143,6 +143,7 @@ FULL: dict[type[ev.Event], ev.Event] = {
         client="billing-1",
         protocol=2,
         heartbeat=2.5,
+        role="ha-peer",
     ),
     ev.Welcome: ev.Welcome(
         re=7,
@@ -229,6 +230,11 @@ FULL: dict[type[ev.Event], ev.Event] = {
     ev.Status: ev.Status(id=22),
     ev.OffsetStore: ev.OffsetStore(id=23, queue="events", name="audit", offset=2**40),
     ev.OffsetQuery: ev.OffsetQuery(id=24, queue="events", name="audit"),
+    ev.HaHeartbeat: ev.HaHeartbeat(
+        node="primary", role="primary", state="active", epoch=3, vhost="/"
+    ),
+    ev.HaSync: ev.HaSync(upto=2**33, data=b"\x00\x01framed", reset=True, epoch=3),
+    ev.HaSynced: ev.HaSynced(upto=2**33),
     ev.Ok: ev.Ok(re=22, info={"queue": "q1", "messages": 3, "consumers": 1}),
     ev.Error: ev.Error(re=21, code=404, text="no queue 'q1'"),
     ev.Returned: ev.Returned(re=15, code=312, text="NO_ROUTE"),

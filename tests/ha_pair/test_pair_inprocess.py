@@ -1,0 +1,84 @@
+"""An HA pair in one process: who becomes active, replication, failover, fencing."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+
+import amqlite
+from amqlite.config import load_config
+from amqlite.server import BrokerNode
+
+
+def pair_config(tmp_path: Path, role: str) -> object:
+    return load_config(
+        overrides={
+            "server.host": "127.0.0.1",
+            "server.port": 0,
+            "server.data_dir": str(tmp_path / role),
+            "cluster.role": role,
+            "cluster.heartbeat_ms": 50,
+            "cluster.failover_timeout_ms": 300,
+        }
+    )
+
+
+async def wait_for(predicate: Callable[[], bool], deadline: float = 10.0) -> None:
+    """Poll state owned by the nodes' own tasks, within a bounded deadline."""
+    with trio.fail_after(deadline):
+        while not predicate():  # noqa: ASYNC110
+            await trio.sleep(0.01)
+
+
+def point_at_each_other(primary: BrokerNode, backup: BrokerNode) -> None:
+    for node in (primary, backup):
+        assert node.ha is not None
+        node.ha.config = dataclasses.replace(
+            node.ha.config,
+            primary_peer=f"127.0.0.1:{primary.port}",
+            backup_peer=f"127.0.0.1:{backup.port}",
+        )
+        node.cluster_addresses = node.ha.config.addresses
+
+
+async def test_pair_elects_replicates_and_fails_over(tmp_path: Path) -> None:
+    async with trio.open_nursery() as nursery:
+        primary = BrokerNode(pair_config(tmp_path, "primary"))  # type: ignore[arg-type]
+        backup = BrokerNode(pair_config(tmp_path, "backup"))  # type: ignore[arg-type]
+        primary_scope = trio.CancelScope()
+
+        async def run_primary() -> None:
+            with primary_scope:
+                await primary.run()
+
+        await nursery.start(backup.run)
+        async with trio.open_nursery() as inner:
+            inner.start_soon(run_primary)
+            await wait_for(lambda: primary.port != 0)
+            point_at_each_other(primary, backup)
+            await wait_for(lambda: primary.state == "active" and backup.state == "passive")
+            servers = f"127.0.0.1:{primary.port},127.0.0.1:{backup.port}"
+            async with amqlite.connect(servers, reconnect=False) as conn:
+                assert conn.server_state == "active"
+                await conn.declare_queue("jobs", durable=True)
+                for i in range(20):
+                    await conn.publish("", "jobs", f"m{i}", persistent=True, confirm=True)
+                got = await conn.get("jobs")
+                assert got is not None
+                await got.ack()
+            assert backup.ha is not None and backup.ha.syncs_received > 0
+            # the passive node's broker holds the replicated queue
+            q = backup.broker.vhost("/").queues["jobs"]  # type: ignore[union-attr]
+            await wait_for(lambda: q.count() == 19)
+            primary_scope.cancel()  # the master dies
+        # a client asking the backup makes it take over once the primary is silent
+        async with amqlite.connect(f"127.0.0.1:{backup.port}", connect_timeout=5) as conn:
+            assert backup.state == "active"
+            bodies = []
+            while (d := await conn.get("jobs", no_ack=True)) is not None:
+                bodies.append(d.body)
+            assert bodies == [f"m{i}".encode() for i in range(1, 20)]
+        backup.stop()
