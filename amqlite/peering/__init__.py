@@ -1,0 +1,95 @@
+"""Exchange peering (OpenAMQ's ``cluster_mta``), sans-IO: the decisions and the link
+state, no sockets, no clock, no logging. A trio shell in ``amqlite/server`` drives it
+and applies the actions it returns; see docs/peering.md ("Shell integration").
+"""
+
+from .actions import (
+    Action,
+    Blocked,
+    BufferAvailable,
+    Connect,
+    Deliver,
+    Disconnect,
+    Send,
+    StateChanged,
+)
+from .addresses import Address, AddressRing, parse_address, parse_addresses
+from .backoff import Backoff
+from .errors import LinkStateError, PeeringProtocolError
+from .exchange import PeeredExchange
+from .forwarding import Decision, decide
+from .heartbeat import HeartbeatClock
+from .inbound import HighWaterMarks, SeenMessages
+from .interest import BindingKey, BindingMirror, RemoteInterest
+from .link import PeerLink
+from .mode import OverflowPolicy, PeeringMode, parse_mode, parse_overflow
+from .outbound import Entry, MemorySpill, OutboundLog, SpillStore
+from .settings import ExchangeContext, LinkSettings, Role
+from .states import TRANSITIONS, LinkEvent, LinkState, next_state
+from .wire import (
+    Ack,
+    Envelope,
+    Forward,
+    Heartbeat,
+    Hello,
+    Interest,
+    MessageId,
+    PeeringMessage,
+    Refused,
+    ResyncRequest,
+    from_map,
+)
+
+__all__ = [
+    "TRANSITIONS",
+    "Ack",
+    "Action",
+    "Address",
+    "AddressRing",
+    "Backoff",
+    "BindingKey",
+    "BindingMirror",
+    "Blocked",
+    "BufferAvailable",
+    "Connect",
+    "Decision",
+    "Deliver",
+    "Disconnect",
+    "Entry",
+    "Envelope",
+    "ExchangeContext",
+    "Forward",
+    "Heartbeat",
+    "HeartbeatClock",
+    "Hello",
+    "HighWaterMarks",
+    "Interest",
+    "LinkEvent",
+    "LinkSettings",
+    "LinkState",
+    "LinkStateError",
+    "MemorySpill",
+    "MessageId",
+    "OutboundLog",
+    "OverflowPolicy",
+    "PeerLink",
+    "PeeredExchange",
+    "PeeringMessage",
+    "PeeringMode",
+    "PeeringProtocolError",
+    "Refused",
+    "RemoteInterest",
+    "ResyncRequest",
+    "Role",
+    "SeenMessages",
+    "Send",
+    "SpillStore",
+    "StateChanged",
+    "decide",
+    "from_map",
+    "next_state",
+    "parse_address",
+    "parse_addresses",
+    "parse_mode",
+    "parse_overflow",
+]

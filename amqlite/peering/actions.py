@@ -1,0 +1,79 @@
+"""What the core asks its shell to do. Every link method returns a list of these,
+in the order the shell must apply them; ``link`` names the link end (its
+:attr:`~amqlite.peering.link.PeerLink.id`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .addresses import Address
+from .states import LinkState
+from .wire import Envelope, PeeringMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Connect:
+    """Open a transport connection to ``address``; then call ``connected`` or
+    ``connection_lost``."""
+
+    link: str
+    address: Address
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnect:
+    """Close the link's connection (the link has already moved on: do not report
+    the loss back)."""
+
+    link: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Encode ``message.to_map()`` and write it on the link's connection."""
+
+    link: str
+    message: PeeringMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """Publish ``envelope`` into the local exchange; once it is safe (at once for a
+    transient message, after the journal's fsync for a persistent one) call the
+    link's ``confirm(tag)`` (cumulative, like an AMQP delivery tag: per link end,
+    from 1, increasing); and offer it to the other links with ``published``."""
+
+    link: str
+    tag: int
+    envelope: Envelope
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """``block`` policy: the link's buffer is full and it did not take ``envelope``.
+    Push back on the publisher; offer it again to this link after
+    :class:`BufferAvailable`."""
+
+    link: str
+    envelope: Envelope
+
+
+@dataclass(frozen=True, slots=True)
+class BufferAvailable:
+    """A link that refused a message has room again (at most half full)."""
+
+    link: str
+
+
+@dataclass(frozen=True, slots=True)
+class StateChanged:
+    """For the shell's log (``peering_link_state``); nothing to do."""
+
+    link: str
+    old: LinkState
+    new: LinkState
+    reason: str = ""
+
+
+Action = Connect | Disconnect | Send | Deliver | Blocked | BufferAvailable | StateChanged

@@ -1,0 +1,268 @@
+"""All the link ends of one local exchange, and what they share.
+
+A :class:`PeeredExchange` is the shell's entry point for one (vhost, exchange):
+it mints mesh identities for local publishes, fans each published message out to
+its links, mirrors the exchange's bindings into interest advertisements, accepts
+dialers' hellos (creating acceptor ends), and holds the receive-side marks that the
+shell persists (:meth:`snapshot` / :meth:`restore`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from amqlite.errors import ReplyCode
+
+from .actions import Action, Disconnect, Send
+from .errors import PeeringProtocolError
+from .inbound import HighWaterMarks, SeenMessages
+from .interest import EXCHANGE_TYPES, BindingKey, BindingMirror
+from .link import PeerLink
+from .mode import OverflowPolicy
+from .outbound import SpillStore
+from .settings import ExchangeContext, LinkSettings, Role
+from .states import LinkState as S
+from .wire import Envelope, Hello, MessageId, PeeringMessage, Refused, from_map
+
+INF = float("inf")
+SNAPSHOT_VERSION = 1
+
+
+class PeeredExchange:
+    """One local exchange and its peering links (dialer and acceptor ends).
+
+    ``node_id`` is this broker's peering identity (both members of an HA pair use
+    the same one); ``epoch`` must grow every time the broker starts (a persisted
+    counter), so that sequence numbers and mesh identities are never reused.
+    ``rand`` is the random source for backoff jitter. ``acceptor`` holds the
+    settings of acceptor ends (name, mode and addresses come from each hello).
+    ``spill_store(link_id)`` makes the store of a ``spill`` link end.
+    """
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        epoch: int,
+        exchange: str,
+        exchange_type: str,
+        rand: Callable[[], float],
+        vhost: str = "/",
+        max_hops: int = 8,
+        dedup_window: int = 16384,
+        acceptor: LinkSettings | None = None,
+        spill_store: Callable[[str], SpillStore] | None = None,
+    ) -> None:
+        if not node_id:
+            raise ValueError("a peering node needs a node id")
+        if exchange_type not in EXCHANGE_TYPES:
+            raise ValueError(
+                f"exchange type must be one of {', '.join(EXCHANGE_TYPES)}, got {exchange_type!r}"
+            )
+        if max_hops < 1:
+            raise ValueError(f"max_hops must be at least 1, got {max_hops}")
+        self.ctx = ExchangeContext(
+            node_id=node_id,
+            epoch=epoch,
+            vhost=vhost,
+            exchange=exchange,
+            exchange_type=exchange_type,
+            max_hops=max_hops,
+            mirror=BindingMirror(),
+            marks=HighWaterMarks(),
+            seen=SeenMessages(dedup_window),
+        )
+        self.rand = rand
+        self.acceptor = acceptor or LinkSettings(
+            name="acceptor", overflow=OverflowPolicy.DROP_OLDEST
+        )
+        self.spill_store = spill_store
+        self.links: dict[str, PeerLink] = {}
+        self._minted = 0
+
+    @property
+    def node_id(self) -> str:
+        return self.ctx.node_id
+
+    def _spill_for(self, link_id: str, settings: LinkSettings) -> SpillStore | None:
+        if settings.overflow is not OverflowPolicy.SPILL:
+            return None
+        if self.spill_store is None:
+            raise ValueError(f"link {link_id!r}: overflow 'spill' needs a spill store")
+        return self.spill_store(link_id)
+
+    # --- links --------------------------------------------------------------------------
+
+    def add_link(self, settings: LinkSettings) -> PeerLink:
+        """A dialer end, from a ``[[cluster_mta]]`` entry; call ``start(now)`` on it."""
+        if settings.name in self.links:
+            raise ValueError(f"a link named {settings.name!r} already exists")
+        if not settings.addresses:
+            raise ValueError(f"link {settings.name!r} needs at least one remote address")
+        link = PeerLink(
+            settings,
+            self.ctx,
+            Role.DIALER,
+            rand=self.rand,
+            spill=self._spill_for(settings.name, settings),
+        )
+        self.links[link.id] = link
+        return link
+
+    @staticmethod
+    def acceptor_id(node: str, link: str) -> str:
+        return f"{node}/{link}"
+
+    def attach(
+        self, hello: Mapping[str, Any] | PeeringMessage, now: float
+    ) -> tuple[PeerLink | None, list[Action]]:
+        """The first message on an incoming peering connection. Finds or creates the
+        acceptor end for that dialer and link and attaches it; returns it with the
+        actions. A hello that does not fit this exchange gets a ``peer.refused`` and
+        a ``Disconnect`` (and no link). A malformed first message raises
+        :class:`~amqlite.peering.errors.PeeringProtocolError`: close the connection.
+        If the returned link already had a connection, the shell closes the old one.
+        """
+        msg = from_map(hello) if isinstance(hello, Mapping) else hello
+        if not isinstance(msg, Hello):
+            raise PeeringProtocolError(
+                f"a peering connection must start with peer.hello, not {msg.TYPE}"
+            )
+        link_id = self.acceptor_id(msg.node, msg.link)
+        link = self.links.get(link_id)
+        if link is not None and (
+            link.mode is not msg.mode or link.role is not Role.ACCEPTOR or link.state is S.CLOSED
+        ):
+            self.links.pop(link_id).close(now)  # the dialer was reconfigured, or we closed it
+            link = None
+        if link is None:
+            settings = dataclasses.replace(
+                self.acceptor, name=msg.link, mode=msg.mode, addresses=()
+            )
+            link = PeerLink(
+                settings,
+                self.ctx,
+                Role.ACCEPTOR,
+                rand=self.rand,
+                spill=self._spill_for(link_id, settings),
+                link_id=link_id,
+            )
+            mismatch = link.hello_mismatch(msg)
+            if mismatch:
+                code = ReplyCode.PRECONDITION_FAILED
+                return None, [
+                    Send(link_id, Refused(code, mismatch)),
+                    Disconnect(link_id, f"refused: {mismatch}"),
+                ]
+            self.links[link_id] = link
+        try:
+            return link, link.attach(msg, now)
+        except PeeringProtocolError as exc:
+            code = ReplyCode.SYNTAX_ERROR
+            return None, [Send(link_id, Refused(code, exc.text)), Disconnect(link_id, exc.text)]
+
+    def remove_link(self, link_id: str, now: float) -> list[Action]:
+        """Close a link end and forget it (its log goes with it)."""
+        link = self.links.pop(link_id, None)
+        return [] if link is None else link.close(now)
+
+    # --- messages -----------------------------------------------------------------------
+
+    def envelope(
+        self,
+        routing_key: str,
+        body: bytes,
+        headers: Mapping[str, Any] | None = None,
+        properties: Mapping[str, Any] | None = None,
+    ) -> Envelope:
+        """The envelope of a message a client published here (mints its mesh id)."""
+        self._minted += 1
+        return Envelope(
+            MessageId(self.ctx.node_id, self.ctx.epoch, self._minted),
+            routing_key,
+            body,
+            dict(headers or {}),
+            dict(properties or {}),
+            self.ctx.exchange,
+        )
+
+    def published(self, envelope: Envelope, *, routed_locally: bool, now: float) -> list[Action]:
+        """A message was published on the local exchange (by a client, or delivered
+        from a link); ``routed_locally`` says whether a local queue took it. Offers
+        it to every link end."""
+        actions: list[Action] = []
+        for link in self.links.values():
+            actions += link.offer(envelope, routed_locally=routed_locally, now=now)
+        return actions
+
+    def has_room(self, envelope: Envelope) -> bool:
+        """Would every link take this message without overflowing?"""
+        return all(link.has_room(envelope) for link in self.links.values())
+
+    # --- bindings -----------------------------------------------------------------------
+
+    def bind(
+        self, queue: str, key: str, arguments: Mapping[str, Any] | None = None, *, now: float
+    ) -> list[Action]:
+        """A binding was made on the local exchange."""
+        added = self.ctx.mirror.add(queue, key, arguments)
+        return self._interest_changed((added,) if added else (), (), now)
+
+    def unbind(
+        self, queue: str, key: str, arguments: Mapping[str, Any] | None = None, *, now: float
+    ) -> list[Action]:
+        """A binding was removed from the local exchange."""
+        removed = self.ctx.mirror.remove(queue, key, arguments)
+        return self._interest_changed((), (removed,) if removed else (), now)
+
+    def unbind_queue(self, queue: str, *, now: float) -> list[Action]:
+        """A queue bound to the local exchange was deleted."""
+        return self._interest_changed((), tuple(self.ctx.mirror.remove_queue(queue)), now)
+
+    def _interest_changed(
+        self, added: tuple[BindingKey, ...], removed: tuple[BindingKey, ...], now: float
+    ) -> list[Action]:
+        actions: list[Action] = []
+        if added or removed:
+            for link in self.links.values():
+                actions += link.interest_changed(added, removed, now)
+        return actions
+
+    # --- time ---------------------------------------------------------------------------
+
+    def tick(self, now: float) -> list[Action]:
+        actions: list[Action] = []
+        for link in list(self.links.values()):
+            actions += link.tick(now)
+        return actions
+
+    def next_deadline(self) -> float:
+        return min((link.next_deadline() for link in self.links.values()), default=INF)
+
+    # --- persistence and figures -----------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The receive-side marks as plain data: persist it (with the messages it
+        covers) so a restarted broker drops what it already delivered."""
+        return {
+            "version": SNAPSHOT_VERSION,
+            "marks": self.ctx.marks.snapshot(),
+            "seen": self.ctx.seen.snapshot(),
+        }
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """Load a :meth:`snapshot` (at start-up, before any link is attached or
+        started); a malformed one raises ValueError."""
+        if not isinstance(snapshot, Mapping) or snapshot.get("version") != SNAPSHOT_VERSION:
+            raise ValueError(f"not a peering snapshot (version {SNAPSHOT_VERSION})")
+        marks = HighWaterMarks.restore(snapshot.get("marks", ()))
+        seen = SeenMessages.restore(
+            snapshot.get("seen", ()), self.ctx.seen.window, self.ctx.seen.epochs_kept
+        )
+        self.ctx.marks, self.ctx.seen = marks, seen
+
+    def status(self, now: float) -> list[dict[str, Any]]:
+        """One map per link end, for ``amqlite status`` under ``links``."""
+        return [link.stats(now) for link in self.links.values()]

@@ -1,0 +1,599 @@
+"""One end of a peering link: the state machine, the handshake, and the message flow.
+
+A link joins an exchange on this broker to the exchange of the same name on a
+remote broker (or HA pair). The *dialer* end belongs to the broker whose
+``[[cluster_mta]]`` names the remote; the *acceptor* end is created on the remote
+when the dialer's hello arrives. The mode fixes the direction: in ``publish`` and
+``forward`` messages flow dialer -> acceptor, in ``subscribe`` acceptor -> dialer.
+The end that sends keeps an :class:`~amqlite.peering.outbound.OutboundLog`; the end
+that receives advertises its interest (its exchange's bindings), delivers, and acks.
+
+Every method takes ``now`` and returns a list of actions
+(:mod:`amqlite.peering.actions`) for the shell; the link never does I/O. States
+change only through :data:`amqlite.peering.states.TRANSITIONS`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from .actions import (
+    Action,
+    Blocked,
+    BufferAvailable,
+    Connect,
+    Deliver,
+    Disconnect,
+    Send,
+    StateChanged,
+)
+from .addresses import AddressRing
+from .backoff import Backoff
+from .errors import LinkStateError, PeeringProtocolError
+from .forwarding import Decision, decide
+from .heartbeat import HeartbeatClock, negotiate_heartbeat
+from .inbound import SenderMark
+from .interest import BindingKey, RemoteInterest
+from .outbound import OutboundLog, SpillStore
+from .settings import ExchangeContext, LinkSettings, Role
+from .states import LinkEvent, LinkState, next_state
+from .wire import (
+    Ack,
+    Envelope,
+    Forward,
+    Heartbeat,
+    Hello,
+    Interest,
+    MessageId,
+    PeeringMessage,
+    Refused,
+    ResyncRequest,
+    from_map,
+)
+
+INF = float("inf")
+S, E = LinkState, LinkEvent
+_CONNECTED = (S.SYNCING, S.UP)
+
+
+class _Pending(NamedTuple):
+    tag: int
+    epoch: int
+    seq: int
+    mid: MessageId
+
+
+class PeerLink:
+    """One end of one peering link. Build it through
+    :class:`~amqlite.peering.exchange.PeeredExchange` (``add_link`` or ``attach``)."""
+
+    def __init__(
+        self,
+        settings: LinkSettings,
+        ctx: ExchangeContext,
+        role: Role,
+        *,
+        rand: Callable[[], float],
+        spill: SpillStore | None = None,
+        link_id: str | None = None,
+    ) -> None:
+        self.settings = settings
+        self.ctx = ctx
+        self.role = role
+        self.id = link_id or settings.name
+        self.name = settings.name
+        self.mode = settings.mode
+        self.state = S.IDLE
+        self.sends = (role is Role.DIALER) == settings.mode.dialer_sends
+        self.log: OutboundLog | None = None
+        self.interest: RemoteInterest | None = None
+        if self.sends:
+            self.log = OutboundLog(
+                epoch=ctx.epoch,
+                buffer_bytes=settings.buffer_bytes,
+                overflow=settings.overflow,
+                spill=spill,
+            )
+            self.interest = RemoteInterest(ctx.exchange_type)
+        self.addresses = AddressRing(settings.addresses) if role is Role.DIALER else None
+        self.backoff = Backoff(rand, settings.backoff_initial, settings.backoff_max)
+        self.clock = HeartbeatClock(settings.heartbeat, settings.heartbeat_misses)
+        self.remote_node: str | None = None
+        self.remote_epoch = 0
+        self.last_error = ""
+        self._retry_at = INF
+        self._connect_deadline = INF
+        self._resync_at = INF
+        self._ack_due_at = INF
+        self._highest_sent = 0
+        self._blocked = False
+        self._pending: deque[_Pending] = deque()  # delivered, awaiting the shell's confirm
+        self._tags = 0
+        self._acked = 0  # the last settled seq acknowledged on this connection
+        self._resume_sent: tuple[str, int, int] | None = None  # (node, epoch, seq) we told
+        self.counters: Counter[str] = Counter()
+        self.skipped: Counter[str] = Counter()
+
+    def __repr__(self) -> str:
+        return f"PeerLink({self.id!r}, {self.role.value}, {self.mode.label}, {self.state.value})"
+
+    @property
+    def receives(self) -> bool:
+        return not self.sends
+
+    # --- state ------------------------------------------------------------------------
+
+    def _fire(self, event: LinkEvent, reason: str = "") -> list[Action]:
+        old = self.state
+        self.state = next_state(old, event)
+        return [StateChanged(self.id, old, self.state, reason)]
+
+    def _require(self, role: Role, what: str) -> None:
+        if self.role is not role:
+            raise LinkStateError(f"{what} is for a {role.value} link end; {self.id!r} is not")
+
+    def start(self, now: float) -> list[Action]:
+        """Dialer: begin connecting to the first address."""
+        self._require(Role.DIALER, "start")
+        actions = self._fire(E.START)
+        return actions + self._connect(now)
+
+    def _connect(self, now: float) -> list[Action]:
+        assert self.addresses is not None
+        self._connect_deadline = now + self.settings.connect_timeout
+        return [Connect(self.id, self.addresses.current)]
+
+    def connected(self, now: float) -> list[Action]:
+        """Dialer: the transport connection is open; says hello."""
+        self._require(Role.DIALER, "connected")
+        actions = self._fire(E.CONNECTED)
+        self._connect_deadline = now + self.settings.connect_timeout  # now for the handshake
+        self.clock.interval = self.settings.heartbeat
+        self.clock.start(now)
+        return actions + self._sent(now, [self._send(self._hello())])
+
+    def connection_lost(self, now: float, reason: str = "connection lost") -> list[Action]:
+        """The transport failed or closed. A no-op when the link has no connection
+        (after it asked for a ``Disconnect`` itself, for instance)."""
+        if self.role is Role.DIALER:
+            if self.state not in (S.CONNECTING, *_CONNECTED):
+                return []
+            return self._lose(now, E.LOST, reason)
+        if self.state is not S.UP:
+            return []
+        return self._lose(now, E.DETACHED, reason)
+
+    def _lose(self, now: float, event: LinkEvent, reason: str) -> list[Action]:
+        actions = self._fire(event, reason)
+        self.last_error = reason
+        self._connect_deadline = self._resync_at = self._ack_due_at = INF
+        if self.log is not None:
+            self.log.rewind()
+        if self.state is S.BACKOFF:
+            assert self.addresses is not None
+            self.addresses.advance()
+            self._retry_at = now + self.backoff.next_delay()
+            self.counters["reconnects"] += 1
+        return actions
+
+    def _drop(self, now: float, reason: str, event: LinkEvent | None = None) -> list[Action]:
+        """We end the connection ourselves: tell the shell, then move on."""
+        if event is None:
+            event = E.LOST if self.role is Role.DIALER else E.DETACHED
+        return [Disconnect(self.id, reason), *self._lose(now, event, reason)]
+
+    def close(self, now: float) -> list[Action]:
+        """Stop for good (the link was removed from the configuration)."""
+        if self.state is S.CLOSED:
+            return []
+        had_connection = self.state in (S.CONNECTING, *_CONNECTED)
+        actions = self._fire(E.CLOSE, "closed")
+        self._retry_at = self._connect_deadline = self._resync_at = self._ack_due_at = INF
+        return ([Disconnect(self.id, "closed")] if had_connection else []) + actions
+
+    # --- time -------------------------------------------------------------------------
+
+    def tick(self, now: float) -> list[Action]:
+        """Retry after backoff, time out connects, heartbeats, delayed acks, resyncs."""
+        state = self.state
+        if state is S.BACKOFF:
+            if now < self._retry_at:
+                return []
+            self._retry_at = INF
+            return self._fire(E.RETRY_DUE) + self._connect(now)
+        if state is S.CONNECTING and now >= self._connect_deadline:
+            return self._drop(now, "connect timed out")
+        if state not in _CONNECTED:
+            return []
+        if state is S.SYNCING and now >= self._connect_deadline:
+            return self._drop(now, "handshake timed out")
+        if self.clock.remote_dead(now):
+            return self._drop(now, f"remote silent for {now - self.clock.last_received:.3f}s")
+        sends: list[Action] = []
+        if state is S.UP and self.receives:
+            if now >= self._ack_due_at:
+                sends += self._ack()
+            if now >= self._resync_at:
+                self._resync_at = now + self.settings.resync_interval
+                sends.append(self._send(self._interest(full=False)))
+        if not sends and self.clock.send_due(now):
+            sends.append(self._send(Heartbeat()))
+        return self._sent(now, sends)
+
+    def next_deadline(self) -> float:
+        """The earliest ``now`` at which :meth:`tick` has something to do."""
+        state = self.state
+        if state is S.BACKOFF:
+            return self._retry_at
+        if state is S.CONNECTING:
+            return self._connect_deadline
+        if state is S.SYNCING:
+            return min(self._connect_deadline, self.clock.next_deadline())
+        if state is S.UP:
+            return min(self.clock.next_deadline(), self._resync_at, self._ack_due_at)
+        return INF
+
+    # --- handshake --------------------------------------------------------------------
+
+    def _hello(self) -> Hello:
+        ctx = self.ctx
+        resume = None
+        self._resume_sent = None
+        if self.receives:
+            node = self.remote_node or ctx.marks.sender_of(self.name)
+            resume = ctx.marks.position(node, self.name) if node is not None else None
+            if node is not None and resume is not None:
+                self._resume_sent = (node, *resume)
+        return Hello(
+            node=ctx.node_id,
+            link=self.name,
+            vhost=ctx.vhost,
+            exchange=ctx.exchange,
+            exchange_type=ctx.exchange_type,
+            mode=self.mode,
+            epoch=self.log.epoch if self.log is not None else 0,
+            resume=resume,
+            heartbeat=self.settings.heartbeat,
+        )
+
+    def hello_mismatch(self, hello: Hello) -> str:
+        """Why the other end's hello does not fit this link ("" when it does)."""
+        ctx = self.ctx
+        if hello.node == ctx.node_id:
+            return f"the remote is this broker ({hello.node!r})"
+        for field, want in (
+            ("link", self.name),
+            ("vhost", ctx.vhost),
+            ("exchange", ctx.exchange),
+            ("exchange_type", ctx.exchange_type),
+        ):
+            got = getattr(hello, field)
+            if got != want:
+                return f"{field} mismatch: ours {want!r}, theirs {got!r}"
+        if hello.mode is not self.mode:
+            return f"mode mismatch: ours {self.mode.label}, theirs {hello.mode.label}"
+        return ""
+
+    def attach(self, hello: Hello, now: float) -> list[Action]:
+        """Acceptor: the dialer's hello arrived on a (new) connection; answer it and
+        sync. The shell closes any older connection of this link first."""
+        self._require(Role.ACCEPTOR, "attach")
+        mismatch = self.hello_mismatch(hello)
+        if mismatch:
+            raise LinkStateError(f"attach with a hello that does not fit: {mismatch}")
+        if self.log is not None and hello.resume is not None and hello.resume[0] == self.log.epoch:
+            self._check_ack(hello.resume[1])
+        actions = self._fire(E.ATTACHED)
+        self.clock.start(now)
+        self._adopt(hello)
+        sends = [self._send(self._hello()), *self._sync(hello, now)]
+        return actions + self._sent(now, sends)
+
+    def _adopt(self, hello: Hello) -> None:
+        self.remote_node = hello.node
+        self.remote_epoch = hello.epoch
+        self.clock.interval = negotiate_heartbeat(self.settings.heartbeat, hello.heartbeat)
+
+    def _handshake(self, hello: Hello, now: float) -> list[Action]:
+        mismatch = self.hello_mismatch(hello)
+        if mismatch:
+            return self._refused(now, mismatch)
+        self._adopt(hello)
+        actions = self._fire(E.HANDSHAKE_DONE)
+        self.backoff.reset()
+        self.last_error = ""
+        self._connect_deadline = INF
+        return actions + self._sync(hello, now)
+
+    def _refused(self, now: float, reason: str) -> list[Action]:
+        self.counters["refused"] += 1
+        return self._drop(now, f"refused: {reason}", E.REFUSED)
+
+    def _sync(self, hello: Hello, now: float) -> list[Action]:
+        """After the handshake: the sender trims what the remote already holds and
+        resends the rest; the receiver advertises its whole interest."""
+        if self.log is not None:
+            self.log.rewind()
+            if hello.resume is not None and hello.resume[0] == self.log.epoch:
+                self._check_ack(hello.resume[1])
+                self.counters["acked"] += self.log.ack(hello.resume[1])
+            return self._pump() + self._room_again()
+        self._ack_due_at = INF
+        self._resync_at = now + self.settings.resync_interval
+        actions: list[Action] = [self._send(self._interest(full=True))]
+        assert self.remote_node is not None
+        mark = self.ctx.marks.mark(self.remote_node, self.name, self.remote_epoch)
+        if mark is not None:
+            told = self._resume_sent
+            same = told is not None and told[:2] == (self.remote_node, mark.epoch)
+            self._acked = told[2] if told is not None and same else 0
+            actions += self._settle(mark, now)
+        return actions
+
+    # --- receiving --------------------------------------------------------------------
+
+    def receive(self, message: Mapping[str, Any] | PeeringMessage, now: float) -> list[Action]:
+        """A message (a decoded map, or an already parsed message) arrived on the
+        link's connection. A malformed or out-of-place message ends the connection
+        (a ``Disconnect`` action); messages arriving when the link has no
+        connection any more are ignored."""
+        if self.state not in _CONNECTED:
+            return []
+        self.clock.received(now)
+        try:
+            msg = from_map(message) if isinstance(message, Mapping) else message
+            return self._sent(now, self._dispatch(msg, now))
+        except PeeringProtocolError as exc:
+            self.counters["protocol_errors"] += 1
+            return self._drop(now, exc.text)
+
+    def _dispatch(self, msg: PeeringMessage, now: float) -> list[Action]:
+        if isinstance(msg, Heartbeat):
+            return []
+        if self.state is S.SYNCING:
+            if isinstance(msg, Hello):
+                return self._handshake(msg, now)
+            if isinstance(msg, Refused):
+                return self._refused(now, f"{msg.code} {msg.text}")
+        elif self.sends:
+            if isinstance(msg, Ack):
+                return self._on_ack(msg)
+            if isinstance(msg, Interest):
+                return self._on_interest(msg)
+        else:
+            if isinstance(msg, Forward):
+                return self._on_forward(msg, now)
+            if isinstance(msg, ResyncRequest):
+                self.counters["resyncs"] += 1
+                return [self._send(self._interest(full=True))]
+        raise PeeringProtocolError(
+            f"unexpected {msg.TYPE} on a {self.role.value} link end "
+            f"({'sending' if self.sends else 'receiving'}) in state {self.state.value}"
+        )
+
+    def _check_ack(self, seq: int) -> None:
+        if seq > self._highest_sent:
+            raise PeeringProtocolError(
+                f"peer.ack: seq {seq} was never sent (highest sent {self._highest_sent})"
+            )
+
+    def _on_ack(self, ack: Ack) -> list[Action]:
+        log = self.log
+        assert log is not None
+        if ack.epoch != log.epoch:
+            return []  # for an earlier incarnation of this broker's log
+        self._check_ack(ack.seq)
+        self.counters["acked"] += log.ack(ack.seq)
+        return self._pump() + self._room_again()
+
+    def _room_again(self) -> list[Action]:
+        """After a refusal (``block``), say so once the buffer is at most half full."""
+        log = self.log
+        assert log is not None
+        if self._blocked and log.buffered_bytes <= log.buffer_bytes // 2:
+            self._blocked = False
+            return [BufferAvailable(self.id)]
+        return []
+
+    def _on_interest(self, msg: Interest) -> list[Action]:
+        interest = self.interest
+        assert interest is not None
+        if msg.full:
+            interest.replace(msg.add)
+        else:
+            for bkey in msg.remove:
+                interest.remove(bkey)
+            for bkey in msg.add:
+                interest.add(bkey)
+        if interest.digest.count != msg.count or interest.digest.hex != msg.digest:
+            self.counters["resyncs"] += 1
+            return [self._send(ResyncRequest())]
+        return []
+
+    def _on_forward(self, fwd: Forward, now: float) -> list[Action]:
+        ctx = self.ctx
+        assert self.remote_node is not None
+        mark = ctx.marks.mark(self.remote_node, self.name, self.remote_epoch)
+        if mark is None or fwd.seq <= mark.accepted:
+            self.counters["duplicates_resent"] += 1  # resent after a cut, already here
+            return []
+        mark.accepted = fwd.seq
+        env = fwd.envelope
+        if ctx.node_id in env.path or env.hops > ctx.max_hops:
+            self.counters["loops_dropped"] += 1
+        elif not ctx.seen.claim(env.id):
+            self.counters["duplicates_other_path"] += 1  # reached us along another path
+        else:
+            self._tags += 1
+            self._pending.append(_Pending(self._tags, mark.epoch, fwd.seq, env.id))
+            self.counters["received"] += 1
+            return [Deliver(self.id, self._tags, env), *self._settle(mark, now)]
+        return self._settle(mark, now)
+
+    def confirm(self, tag: int, now: float) -> list[Action]:
+        """The shell has published every delivery up to ``tag`` locally and it is
+        safe; they may now be acknowledged to the sender."""
+        pending, seen = self._pending, self.ctx.seen
+        while pending and pending[0].tag <= tag:
+            seen.settle(pending.popleft().mid)
+        if self.remote_node is None:
+            return []
+        mark = self.ctx.marks.mark(self.remote_node, self.name, self.remote_epoch)
+        return [] if mark is None else self._sent(now, self._settle(mark, now))
+
+    def _settle(self, mark: SenderMark, now: float) -> list[Action]:
+        """Move the settled mark as far as confirms allow; ack when due."""
+        settled = mark.accepted
+        for p in self._pending:
+            if p.epoch == mark.epoch:
+                settled = p.seq - 1
+                break
+        mark.settled = max(mark.settled, settled)
+        if self.state is not S.UP or mark.epoch != self.remote_epoch or mark.settled <= self._acked:
+            return []
+        if mark.settled - self._acked >= self.settings.ack_every:
+            return self._ack()
+        if self._ack_due_at == INF:
+            self._ack_due_at = now + self.settings.ack_delay
+        return []
+
+    def _ack(self) -> list[Action]:
+        self._ack_due_at = INF
+        assert self.remote_node is not None
+        position = self.ctx.marks.position(self.remote_node, self.name)
+        if position is None or position[0] != self.remote_epoch or position[1] <= self._acked:
+            return []
+        self._acked = position[1]
+        return [self._send(Ack(position[0], position[1]))]
+
+    # --- sending ----------------------------------------------------------------------
+
+    def offer(self, envelope: Envelope, *, routed_locally: bool, now: float) -> list[Action]:
+        """A message was published on the local exchange (by a client, or delivered
+        from another link): send it if this end sends and the rules allow."""
+        if self.state is S.CLOSED:
+            return []
+        interest = self.interest
+        decision = decide(
+            sends=self.sends,
+            mode=self.mode,
+            routed_locally=routed_locally,
+            remote_node=self.remote_node,
+            path=envelope.path,
+            hops=envelope.hops,
+            max_hops=self.ctx.max_hops,
+            interest=interest if interest is not None else _ANY_INTEREST,
+            routing_key=envelope.routing_key,
+            headers=envelope.headers,
+        )
+        if decision is not Decision.SEND:
+            if decision is not Decision.RECEIVES_ONLY:
+                self.skipped[decision.value] += 1
+            return []
+        assert self.log is not None
+        if self.log.accept(envelope.onward(self.ctx.node_id), now) is None:
+            self._blocked = True
+            return [Blocked(self.id, envelope)]
+        self.counters["accepted"] += 1
+        if self.state is not S.UP:
+            return []
+        return self._sent(now, self._pump())
+
+    def has_room(self, envelope: Envelope) -> bool:
+        """Would :meth:`offer` take this message without overflowing? (True for an
+        end that does not send.) Lets the shell hold a publisher back up front."""
+        return self.log is None or self.log.has_room(envelope.size())
+
+    def _pump(self) -> list[Action]:
+        log = self.log
+        if log is None or self.state is not S.UP:
+            return []
+        out: list[Action] = []
+        for entry in log.take_unsent(self.settings.max_in_flight - log.in_flight):
+            if entry.seq > self._highest_sent:
+                self._highest_sent = entry.seq
+                self.counters["forwarded"] += 1
+            else:
+                self.counters["resent"] += 1
+            out.append(self._send(Forward(entry.seq, entry.envelope)))
+        return out
+
+    # --- interest (the receiving end) ---------------------------------------------------
+
+    def _interest(
+        self, *, full: bool, add: tuple[BindingKey, ...] = (), remove: tuple[BindingKey, ...] = ()
+    ) -> Interest:
+        mirror = self.ctx.mirror
+        if full:
+            add, remove = tuple(mirror.keys()), ()
+        return Interest(full, add, remove, mirror.digest.count, mirror.digest.hex)
+
+    def interest_changed(
+        self, added: tuple[BindingKey, ...], removed: tuple[BindingKey, ...], now: float
+    ) -> list[Action]:
+        """The local exchange gained or lost distinct bindings: tell the remote."""
+        if not self.receives or self.state is not S.UP or not (added or removed):
+            return []
+        return self._sent(now, [self._send(self._interest(full=False, add=added, remove=removed))])
+
+    # --- helpers ------------------------------------------------------------------------
+
+    def _send(self, message: PeeringMessage) -> Send:
+        return Send(self.id, message)
+
+    def _sent(self, now: float, actions: list[Action]) -> list[Action]:
+        if any(isinstance(a, Send) for a in actions):
+            self.clock.sent(now)
+        return actions
+
+    # --- figures ------------------------------------------------------------------------
+
+    def stats(self, now: float) -> dict[str, Any]:
+        """This link end's line in ``amqlite status`` (under ``links``)."""
+        log = self.log
+        oldest = log.oldest_accepted_at if log is not None else None
+        c = self.counters
+        return {
+            "link": self.id,
+            "role": self.role.value,
+            "vhost": self.ctx.vhost,
+            "exchange": self.ctx.exchange,
+            "mode": self.mode.label,
+            "state": self.state.value,
+            "remote_address": str(self.addresses.current) if self.addresses is not None else None,
+            "remote_node": self.remote_node,
+            "last_error": self.last_error,
+            "lag_seconds": max(0.0, now - oldest) if oldest is not None else 0.0,
+            "lag_messages": log.unacked if log is not None else 0,
+            "in_flight": log.in_flight if log is not None else 0,
+            "buffered_bytes": log.buffered_bytes if log is not None else 0,
+            "spilled_bytes": log.spilled_bytes if log is not None else 0,
+            "accepted": c["accepted"],
+            "forwarded": c["forwarded"],
+            "resent": c["resent"],
+            "acked": c["acked"],
+            "received": c["received"],
+            "duplicates_dropped": c["duplicates_resent"] + c["duplicates_other_path"],
+            "duplicates_resent": c["duplicates_resent"],
+            "duplicates_other_path": c["duplicates_other_path"],
+            "loops_dropped": c["loops_dropped"],
+            "overflow_dropped": log.dropped if log is not None else 0,
+            "overflow_blocked": log.blocked if log is not None else 0,
+            "spilled": log.spilled if log is not None else 0,
+            "skipped": dict(sorted(self.skipped.items())),
+            "interest_size": len(self.interest)
+            if self.interest is not None
+            else len(self.ctx.mirror),
+            "reconnects": c["reconnects"],
+            "resyncs": c["resyncs"],
+        }
+
+
+class _Everything:
+    def matches(self, routing_key: str, headers: Mapping[str, Any]) -> bool:
+        return True
+
+
+_ANY_INTEREST = _Everything()

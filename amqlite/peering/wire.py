@@ -1,0 +1,356 @@
+"""The peering messages: plain maps (the shell CBOR-encodes them), one class each.
+
+Every message is a frozen dataclass with ``to_map()``; :func:`from_map` validates
+a received map and returns the message, or raises
+:class:`~amqlite.peering.errors.PeeringProtocolError` naming the message type and
+the field. Unknown keys are ignored (a newer peer may add some). This module is
+independent of :mod:`amqlite.protocol`; a later step maps these maps onto protocol
+methods. Shapes (``?`` = may be null):
+
+=================  ===============================================================
+``peer.hello``     version 1, node, link, vhost, exchange, exchange_type, mode (1-3),
+                   epoch (the sender's log epoch, 0 when this end never sends),
+                   resume? [epoch, seq]: the last seq of the other end's log this end
+                   holds, so it can skip what already arrived; heartbeat (seconds, 0 off)
+``peer.refused``   code, text
+``peer.interest``  full (bool), add [[key, {arguments}]...], remove [...],
+                   count and digest of the advertiser's whole set after this message
+``peer.resync``    (no fields): the sender's digest differs; advertise the full set
+``peer.forward``   seq, id [origin node, origin epoch, origin seq], path [node...],
+                   hops, exchange, routing_key, headers {}, properties {}, body (bytes)
+``peer.ack``       epoch, seq: every message of that log epoch up to seq is settled
+``peer.heartbeat`` (no fields)
+=================  ===============================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, NamedTuple
+
+from .errors import PeeringProtocolError
+from .interest import EXCHANGE_TYPES, BindingKey
+from .mode import PeeringMode
+
+VERSION = 1
+_EMPTY: Mapping[str, Any] = {}
+
+
+class MessageId(NamedTuple):
+    """A message's identity across the whole mesh: minted once, where it was
+    first published, and carried unchanged on every hop."""
+
+    node: str
+    epoch: int
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A message as peering moves it: the broker message plus its mesh identity,
+    the brokers it passed (``path``) and the links it crossed (``hops``)."""
+
+    id: MessageId
+    routing_key: str
+    body: bytes
+    headers: Mapping[str, Any] = field(default_factory=dict)
+    properties: Mapping[str, Any] = field(default_factory=dict)
+    exchange: str = ""
+    path: tuple[str, ...] = ()
+    hops: int = 0
+
+    def onward(self, node: str) -> Envelope:
+        """The envelope as ``node`` sends it on: one more broker on the path, one more hop."""
+        return Envelope(
+            self.id,
+            self.routing_key,
+            self.body,
+            self.headers,
+            self.properties,
+            self.exchange,
+            (*self.path, node),
+            self.hops + 1,
+        )
+
+    def size(self) -> int:
+        """Roughly the encoded size, for the byte cap."""
+        n = 64 + len(self.body) + len(self.routing_key) + len(self.exchange)
+        n += sum(16 + len(p) for p in self.path)
+        for fields in (self.headers, self.properties):
+            for name, value in fields.items():
+                n += 8 + len(name) + (len(value) if isinstance(value, str | bytes) else 8)
+        return n
+
+
+@dataclass(frozen=True, slots=True)
+class Hello:
+    TYPE: ClassVar[str] = "peer.hello"
+    node: str
+    link: str
+    vhost: str
+    exchange: str
+    exchange_type: str
+    mode: PeeringMode
+    epoch: int
+    resume: tuple[int, int] | None = None
+    heartbeat: float = 0.0
+    version: int = VERSION
+
+    def to_map(self) -> dict[str, Any]:
+        return {
+            "type": self.TYPE,
+            "version": self.version,
+            "node": self.node,
+            "link": self.link,
+            "vhost": self.vhost,
+            "exchange": self.exchange,
+            "exchange_type": self.exchange_type,
+            "mode": self.mode.value,
+            "epoch": self.epoch,
+            "resume": list(self.resume) if self.resume is not None else None,
+            "heartbeat": self.heartbeat,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    TYPE: ClassVar[str] = "peer.refused"
+    code: int
+    text: str
+
+    def to_map(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "code": self.code, "text": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class Interest:
+    TYPE: ClassVar[str] = "peer.interest"
+    full: bool
+    add: tuple[BindingKey, ...]
+    remove: tuple[BindingKey, ...]
+    count: int
+    digest: str
+
+    def to_map(self) -> dict[str, Any]:
+        return {
+            "type": self.TYPE,
+            "full": self.full,
+            "add": [[b.key, b.arguments_map()] for b in self.add],
+            "remove": [[b.key, b.arguments_map()] for b in self.remove],
+            "count": self.count,
+            "digest": self.digest,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ResyncRequest:
+    TYPE: ClassVar[str] = "peer.resync"
+
+    def to_map(self) -> dict[str, Any]:
+        return {"type": self.TYPE}
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    TYPE: ClassVar[str] = "peer.forward"
+    seq: int
+    envelope: Envelope
+
+    def to_map(self) -> dict[str, Any]:
+        env = self.envelope
+        return {
+            "type": self.TYPE,
+            "seq": self.seq,
+            "id": list(env.id),
+            "path": list(env.path),
+            "hops": env.hops,
+            "exchange": env.exchange,
+            "routing_key": env.routing_key,
+            "headers": dict(env.headers),
+            "properties": dict(env.properties),
+            "body": env.body,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    TYPE: ClassVar[str] = "peer.ack"
+    epoch: int
+    seq: int
+
+    def to_map(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "epoch": self.epoch, "seq": self.seq}
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    TYPE: ClassVar[str] = "peer.heartbeat"
+
+    def to_map(self) -> dict[str, Any]:
+        return {"type": self.TYPE}
+
+
+PeeringMessage = Hello | Refused | Interest | ResyncRequest | Forward | Ack | Heartbeat
+
+
+# --- decoding -----------------------------------------------------------------------
+
+
+class _Reader:
+    """Typed field access on one received map; errors name the type and the field."""
+
+    __slots__ = ("kind", "m")
+
+    def __init__(self, kind: str, m: Mapping[str, Any]) -> None:
+        self.kind = kind
+        self.m = m
+
+    def fail(self, name: str, want: str) -> PeeringProtocolError:
+        if name not in self.m:
+            return PeeringProtocolError(f"{self.kind}: missing {name!r}")
+        return PeeringProtocolError(f"{self.kind}: {name!r} must be {want}, got {self.m[name]!r}")
+
+    def text(self, name: str, *, nonempty: bool = False) -> str:
+        value = self.m.get(name)
+        if not isinstance(value, str) or (nonempty and not value):
+            raise self.fail(name, "a non-empty string" if nonempty else "a string")
+        return value
+
+    def integer(self, name: str, *, minimum: int = 0) -> int:
+        value = self.m.get(name)
+        if type(value) is not int or value < minimum:
+            raise self.fail(name, f"an integer >= {minimum}")
+        return value
+
+    def boolean(self, name: str) -> bool:
+        value = self.m.get(name)
+        if type(value) is not bool:
+            raise self.fail(name, "true or false")
+        return value
+
+    def fields(self, name: str) -> dict[str, Any]:
+        value = self.m.get(name, _EMPTY)
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise self.fail(name, "a map with string keys")
+        return dict(value)
+
+    def bindings(self, name: str) -> tuple[BindingKey, ...]:
+        value = self.m.get(name, ())
+        want = "a list of [key, {arguments}] pairs"
+        if not isinstance(value, list | tuple):
+            raise self.fail(name, want)
+        out = []
+        for item in value:
+            ok = isinstance(item, list | tuple) and len(item) == 2
+            if not ok or not isinstance(item[0], str) or not isinstance(item[1], Mapping):
+                raise self.fail(name, want)
+            try:
+                out.append(BindingKey.of(item[0], item[1]))
+            except TypeError:
+                raise self.fail(name, want) from None
+        return tuple(out)
+
+
+def _hello(r: _Reader) -> Hello:
+    version = r.integer("version", minimum=1)
+    if version != VERSION:
+        raise PeeringProtocolError(
+            f"peer.hello: unsupported version {version} (we speak {VERSION})"
+        )
+    mode_value = r.m.get("mode")
+    try:
+        mode = PeeringMode(mode_value) if type(mode_value) is int else None
+    except ValueError:
+        mode = None
+    if mode is None:
+        raise r.fail("mode", "1, 2 or 3")
+    kind = r.text("exchange_type")
+    if kind not in EXCHANGE_TYPES:
+        raise r.fail("exchange_type", "one of " + ", ".join(EXCHANGE_TYPES))
+    resume = r.m.get("resume")
+    if resume is not None:
+        ok = isinstance(resume, list | tuple) and len(resume) == 2
+        if not ok or not all(type(v) is int and v >= 0 for v in resume):
+            raise r.fail("resume", "null or [epoch, seq]")
+        resume = (resume[0], resume[1])
+    heartbeat = r.m.get("heartbeat", 0.0)
+    if type(heartbeat) not in (int, float) or not 0 <= heartbeat < float("inf"):
+        raise r.fail("heartbeat", "a number of seconds >= 0")
+    return Hello(
+        node=r.text("node", nonempty=True),
+        link=r.text("link", nonempty=True),
+        vhost=r.text("vhost"),
+        exchange=r.text("exchange"),
+        exchange_type=kind,
+        mode=mode,
+        epoch=r.integer("epoch"),
+        resume=resume,
+        heartbeat=float(heartbeat),
+        version=version,
+    )
+
+
+def _interest(r: _Reader) -> Interest:
+    full = r.boolean("full")
+    add, remove = r.bindings("add"), r.bindings("remove")
+    if full and remove:
+        raise PeeringProtocolError("peer.interest: a full advertisement removes nothing")
+    digest = r.text("digest")
+    if len(digest) != 16 or any(c not in "0123456789abcdef" for c in digest):
+        raise r.fail("digest", "16 lowercase hex digits")
+    return Interest(full, add, remove, r.integer("count"), digest)
+
+
+def _forward(r: _Reader) -> Forward:
+    ident = r.m.get("id")
+    if not isinstance(ident, list | tuple) or len(ident) != 3:
+        raise r.fail("id", "[origin node, origin epoch, origin seq]")
+    node, epoch, seq = ident
+    if (
+        not isinstance(node, str)
+        or not node
+        or not all(type(v) is int and v >= 0 for v in (epoch, seq))
+    ):
+        raise r.fail("id", "[origin node, origin epoch, origin seq]")
+    path = r.m.get("path")
+    if not isinstance(path, list | tuple) or not all(isinstance(p, str) and p for p in path):
+        raise r.fail("path", "a list of node ids")
+    body = r.m.get("body")
+    if not isinstance(body, bytes):
+        raise r.fail("body", "bytes")
+    env = Envelope(
+        id=MessageId(node, epoch, seq),
+        routing_key=r.text("routing_key"),
+        body=body,
+        headers=r.fields("headers"),
+        properties=r.fields("properties"),
+        exchange=r.text("exchange"),
+        path=tuple(path),
+        hops=r.integer("hops"),
+    )
+    return Forward(r.integer("seq", minimum=1), env)
+
+
+def from_map(m: object) -> PeeringMessage:
+    """The peering message a received map holds; malformed maps raise
+    :class:`~amqlite.peering.errors.PeeringProtocolError`."""
+    if not isinstance(m, Mapping):
+        raise PeeringProtocolError(f"a peering message must be a map, got {type(m).__name__}")
+    kind = m.get("type")
+    r = _Reader(str(kind), m)
+    if kind == Hello.TYPE:
+        return _hello(r)
+    if kind == Forward.TYPE:
+        return _forward(r)
+    if kind == Ack.TYPE:
+        return Ack(r.integer("epoch"), r.integer("seq"))
+    if kind == Interest.TYPE:
+        return _interest(r)
+    if kind == Heartbeat.TYPE:
+        return Heartbeat()
+    if kind == ResyncRequest.TYPE:
+        return ResyncRequest()
+    if kind == Refused.TYPE:
+        return Refused(r.integer("code"), r.text("text"))
+    raise PeeringProtocolError(f"unknown peering message type {kind!r}")

@@ -1,0 +1,206 @@
+"""Link ends on their own: stats for ``amqlite status``, lag, remote faults, and
+the exchange-level bookkeeping (acceptor ends, removal)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+
+from amqlite.peering import (
+    Ack,
+    Address,
+    Disconnect,
+    Forward,
+    Hello,
+    Interest,
+    LinkSettings,
+    LinkState,
+    PeeredExchange,
+    PeeringMode,
+    PeeringProtocolError,
+    PeerLink,
+    Send,
+)
+
+from .sim import Net
+
+STATS_FIELDS = {
+    "link", "role", "vhost", "exchange", "mode", "state", "remote_address", "remote_node",
+    "last_error", "lag_seconds", "lag_messages", "in_flight", "buffered_bytes",
+    "spilled_bytes", "accepted", "forwarded", "resent", "acked", "received",
+    "duplicates_dropped", "duplicates_resent", "duplicates_other_path", "loops_dropped",
+    "overflow_dropped", "overflow_blocked", "spilled", "skipped", "interest_size",
+    "reconnects", "resyncs",
+}  # fmt: skip
+
+
+def test_stats_report_lag_in_flight_and_counts() -> None:
+    net = Net(1)
+    a, b = net.node("A"), net.node("B")
+    b.bind("q", "#")
+    link = a.dial(b, PeeringMode.PUBLISH)
+    net.run()
+    net.now = 10.0
+    for i in range(4):
+        a.publish("k", b"%d" % i)
+    stats = link.stats(12.5)
+    assert set(stats) == STATS_FIELDS
+    assert stats["state"] == "up" and stats["mode"] == "publish" and stats["role"] == "dialer"
+    assert stats["remote_address"] == "B:5555" and stats["remote_node"] == "B"
+    assert stats["lag_seconds"] == 2.5 and stats["lag_messages"] == 4
+    assert stats["in_flight"] == 4 and stats["buffered_bytes"] > 0
+    assert stats["accepted"] == stats["forwarded"] == 4 and stats["interest_size"] == 1
+    net.run()
+    stats = link.stats(net.now)
+    assert stats["lag_seconds"] == 0.0 and stats["lag_messages"] == 0 and stats["acked"] == 4
+    (remote,) = b.px.status(net.now)
+    assert remote["role"] == "acceptor" and remote["received"] == 4
+    assert remote["remote_address"] is None and remote["link"] == "A/A->B"
+
+
+def _up_dialer(mode: PeeringMode = PeeringMode.PUBLISH) -> tuple[PeeredExchange, PeerLink]:
+    px = PeeredExchange(
+        node_id="A", epoch=2, exchange="x", exchange_type="topic", rand=random.Random(0).random
+    )
+    link = px.add_link(LinkSettings(name="l", mode=mode, addresses=(Address("b", 1),)))
+    link.start(0.0)
+    link.connected(0.0)
+    link.receive(Hello("B", "l", "/", "x", "topic", mode, 5), 0.0)
+    assert link.state is LinkState.UP
+    return px, link
+
+
+BAD_FOR_A_SENDER: list[Any] = [
+    Forward(1, PeeredExchange(
+        node_id="Z", epoch=1, exchange="x", exchange_type="topic", rand=random.random
+    ).envelope("k", b"")),
+    Hello("B", "l", "/", "x", "topic", PeeringMode.PUBLISH, 5),
+    Ack(2, 1),  # seq 1 was never sent
+    {"type": "peer.ack", "seq": "x"},
+    {"no": "type"},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("message", BAD_FOR_A_SENDER)
+def test_remote_faults_end_the_connection(message: Any) -> None:
+    _, link = _up_dialer()
+    actions = link.receive(message, 1.0)
+    assert isinstance(actions[0], Disconnect)
+    assert link.state is LinkState.BACKOFF
+    assert link.stats(1.0)["last_error"]
+
+
+def test_a_receiving_end_refuses_acks_and_interest() -> None:
+    for message in (Ack(5, 0), Interest(True, (), (), 0, "0" * 16)):
+        _, link = _up_dialer(PeeringMode.SUBSCRIBE)
+        assert isinstance(link.receive(message, 1.0)[0], Disconnect)
+
+
+def test_acks_for_an_older_log_are_ignored_and_late_frames_too() -> None:
+    _, link = _up_dialer()
+    assert link.receive(Ack(1, 0), 1.0) == []  # epoch 1 is not this log's (2)
+    link.connection_lost(1.0)
+    assert link.receive(Ack(2, 0), 1.0) == []  # no connection any more
+
+
+def test_attach_needs_a_hello_first() -> None:
+    px = PeeredExchange(
+        node_id="B", epoch=1, exchange="x", exchange_type="topic", rand=random.random
+    )
+    with pytest.raises(PeeringProtocolError, match=r"must start with peer\.hello"):
+        px.attach({"type": "peer.heartbeat"}, 0.0)
+    with pytest.raises(PeeringProtocolError):
+        px.attach({"type": "peer.hello"}, 0.0)
+
+
+def test_attach_refuses_a_resume_beyond_what_was_sent() -> None:
+    px = PeeredExchange(
+        node_id="B", epoch=4, exchange="x", exchange_type="topic", rand=random.random
+    )
+    hello = Hello("A", "l", "/", "x", "topic", PeeringMode.SUBSCRIBE, 0)
+    link, _ = px.attach(hello, 0.0)
+    assert link is not None and link.sends
+    link.connection_lost(0.0)
+    bad = Hello("A", "l", "/", "x", "topic", PeeringMode.SUBSCRIBE, 0, resume=(4, 99))
+    again, actions = px.attach(bad, 1.0)
+    assert again is None and isinstance(actions[-1], Disconnect)
+    assert "never sent" in actions[-1].reason
+
+
+def test_a_reconfigured_dialer_replaces_its_acceptor_end() -> None:
+    px = PeeredExchange(
+        node_id="B", epoch=1, exchange="x", exchange_type="topic", rand=random.random
+    )
+    first, _ = px.attach(Hello("A", "l", "/", "x", "topic", PeeringMode.PUBLISH, 1), 0.0)
+    second, _ = px.attach(Hello("A", "l", "/", "x", "topic", PeeringMode.SUBSCRIBE, 1), 0.0)
+    assert first is not None and second is not None and first is not second
+    assert first.state is LinkState.CLOSED and second.sends
+    assert list(px.links) == ["A/l"]
+    assert px.remove_link("A/l", 0.0) and px.links == {}
+    assert px.remove_link("A/l", 0.0) == []
+
+
+def test_exchange_checks_its_settings() -> None:
+    px = PeeredExchange(
+        node_id="A", epoch=1, exchange="x", exchange_type="topic", rand=random.random
+    )
+    px.add_link(LinkSettings(name="l", addresses=(Address("b", 1),)))
+    with pytest.raises(ValueError, match="already exists"):
+        px.add_link(LinkSettings(name="l", addresses=(Address("b", 1),)))
+    with pytest.raises(ValueError, match="address"):
+        px.add_link(LinkSettings(name="m"))
+    with pytest.raises(ValueError, match="spill store"):
+        from amqlite.peering import OverflowPolicy
+
+        px.add_link(
+            LinkSettings(name="n", addresses=(Address("b", 1),), overflow=OverflowPolicy.SPILL)
+        )
+    for bad in ({"exchange_type": "nope"}, {"max_hops": 0}, {"node_id": ""}):
+        options: dict[str, Any] = {
+            "node_id": "A", "epoch": 1, "exchange": "x", "exchange_type": "topic",
+            "rand": random.random, **bad,
+        }  # fmt: skip
+        with pytest.raises(ValueError):
+            PeeredExchange(**options)
+    for settings in ({"name": ""}, {"buffer_bytes": 0}, {"heartbeat": -1.0}, {"backoff_max": 0}):
+        with pytest.raises(ValueError):
+            LinkSettings(**{"name": "l", **settings})  # type: ignore[arg-type]
+
+
+def test_acks_are_batched_and_flushed_after_the_delay() -> None:
+    net = Net(3)
+    a = net.node("A")
+    b = net.node("B", acceptor=LinkSettings(name="t", heartbeat=0, resync_interval=1e9,
+                                              ack_every=4, ack_delay=0.25))  # fmt: skip
+    b.bind("q", "#")
+    a.dial(b, PeeringMode.PUBLISH)
+    net.run(horizon=0.1)
+    net.log.clear()
+    for i in range(6):
+        a.publish("k", b"%d" % i)
+    while net.pending():
+        net.step(0)
+    acks = [x.message for x in net.log if isinstance(x, Send) and isinstance(x.message, Ack)]
+    assert [ack.seq for ack in acks] == [4]  # one ack for the first four
+    receiver = b.link("A/A->B")
+    assert receiver.next_deadline() == pytest.approx(net.now + 0.25)
+    net.advance(0.25)
+    while net.pending():
+        net.step(0)
+    acks = [x.message for x in net.log if isinstance(x, Send) and isinstance(x.message, Ack)]
+    assert [ack.seq for ack in acks] == [4, 6]
+    assert a.link("A->B").stats(net.now)["lag_messages"] == 0
+
+
+def test_a_closed_acceptor_end_is_replaced_on_the_next_hello() -> None:
+    px = PeeredExchange(
+        node_id="B", epoch=1, exchange="x", exchange_type="topic", rand=random.random
+    )
+    hello = Hello("A", "l", "/", "x", "topic", PeeringMode.PUBLISH, 1)
+    first, _ = px.attach(hello, 0.0)
+    assert first is not None
+    first.close(0.0)
+    second, _ = px.attach(hello, 1.0)
+    assert second is not None and second is not first and second.state is LinkState.UP

@@ -1,0 +1,159 @@
+"""The peering messages: to_map/from_map round trips (through CBOR) and clear errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cbor2
+import pytest
+
+from amqlite.peering import (
+    Ack,
+    BindingKey,
+    Envelope,
+    Forward,
+    Heartbeat,
+    Hello,
+    Interest,
+    MessageId,
+    PeeringMode,
+    PeeringProtocolError,
+    Refused,
+    ResyncRequest,
+    from_map,
+)
+from amqlite.peering.wire import PeeringMessage
+
+ENV = Envelope(
+    MessageId("A", 3, 17),
+    "a.b",
+    b"\x00body",
+    {"h": 1, "s": "x", "f": 1.5, "n": None, "b": True},
+    {"message_id": "m-1", "persistent": True, "priority": 4},
+    "x",
+    ("A", "B"),
+    2,
+)
+
+SAMPLES: list[PeeringMessage] = [
+    Hello("A", "l", "/", "x", "topic", PeeringMode.SUBSCRIBE, 5, (4, 99), heartbeat=0.5),
+    Hello("A", "l", "/v", "x", "headers", PeeringMode.FORWARD, 0),
+    Refused(406, "exchange mismatch"),
+    Interest(
+        True,
+        (BindingKey.of("a.*"), BindingKey.of("", {"x-match": "any", "k": [1, {"n": 2}]})),
+        (),
+        2,
+        "00000000000000ff",
+    ),
+    Interest(False, (BindingKey.of("b"),), (BindingKey.of("c"),), 1, "0123456789abcdef"),
+    ResyncRequest(),
+    Forward(1, ENV),
+    Forward(12, Envelope(MessageId("N", 0, 0), "", b"", exchange="x")),
+    Ack(5, 0),
+    Ack(5, 123456789),
+    Heartbeat(),
+]
+
+
+@pytest.mark.parametrize("message", SAMPLES, ids=lambda m: type(m).__name__)
+def test_round_trip_through_cbor(message: PeeringMessage) -> None:
+    m = message.to_map()
+    assert m["type"] == message.TYPE
+    assert from_map(cbor2.loads(cbor2.dumps(m))) == message
+
+
+def test_binding_arguments_survive_the_trip() -> None:
+    key = BindingKey.of("", {"x-match": "any", "k": [1, {"n": 2}], "z": b"\x01"})
+    assert key.arguments_map() == {"x-match": "any", "k": [1, {"n": 2}], "z": b"\x01"}
+    assert BindingKey.of("", key.arguments_map()) == key
+    assert BindingKey.of("k", {"a": 1, "b": 2}) == BindingKey.of("k", {"b": 2, "a": 1})
+    assert BindingKey.of("k", {"a": 1}) != BindingKey.of("k", {"a": 1.0})
+    assert BindingKey.of("k", {"a": 1}) != BindingKey.of("k", {"a": True})
+
+
+def _hello(**changes: Any) -> dict[str, Any]:
+    m = SAMPLES[0].to_map()
+    m.update(changes)
+    return m
+
+
+def _forward(**changes: Any) -> dict[str, Any]:
+    m = Forward(1, ENV).to_map()
+    m.update(changes)
+    return m
+
+
+def _without(m: dict[str, Any], key: str) -> dict[str, Any]:
+    return {k: v for k, v in m.items() if k != key}
+
+
+BAD: list[tuple[object, str]] = [
+    ([], "must be a map"),
+    ({}, "unknown peering message type None"),
+    ({"type": "peer.nope"}, "unknown peering message type 'peer.nope'"),
+    (_hello(version=2), "unsupported version 2"),
+    (_hello(mode=4), "'mode' must be 1, 2 or 3"),
+    (_hello(mode="1"), "'mode' must be 1, 2 or 3"),
+    (_hello(node=""), "'node' must be a non-empty string"),
+    (_without(_hello(), "link"), "peer.hello: missing 'link'"),
+    (_hello(exchange_type="x-delayed"), "'exchange_type' must be one of"),
+    (_hello(epoch=-1), "'epoch' must be an integer >= 0"),
+    (_hello(epoch=True), "'epoch' must be an integer >= 0"),
+    (_hello(resume=[1]), "'resume' must be null or [epoch, seq]"),
+    (_hello(heartbeat="1"), "'heartbeat' must be a number"),
+    (_forward(seq=0), "peer.forward: 'seq' must be an integer >= 1"),
+    (_forward(id=["A", 1]), "'id' must be [origin node, origin epoch, origin seq]"),
+    (_forward(id=["", 1, 2]), "'id' must be"),
+    (_forward(path="A"), "'path' must be a list of node ids"),
+    (_forward(path=["A", ""]), "'path' must be a list of node ids"),
+    (_forward(hops=-1), "'hops' must be an integer >= 0"),
+    (_forward(body="text"), "'body' must be bytes"),
+    (_forward(headers={1: 2}), "'headers' must be a map with string keys"),
+    (_without(_forward(), "routing_key"), "peer.forward: missing 'routing_key'"),
+    ({"type": "peer.ack", "epoch": 1}, "peer.ack: missing 'seq'"),
+    ({"type": "peer.ack", "epoch": 1, "seq": 1.0}, "'seq' must be an integer"),
+    (
+        {
+            "type": "peer.interest",
+            "full": True,
+            "add": [],
+            "remove": [["a", {}]],
+            "count": 0,
+            "digest": "0" * 16,
+        },
+        "a full advertisement removes nothing",
+    ),
+    (
+        {"type": "peer.interest", "full": False, "add": [["a"]], "count": 0, "digest": "0" * 16},
+        "'add' must be a list of [key, {arguments}] pairs",
+    ),
+    (
+        {"type": "peer.interest", "full": False, "add": [], "count": 0, "digest": "xyz"},
+        "'digest' must be 16 lowercase hex digits",
+    ),
+    ({"type": "peer.interest", "full": 1, "count": 0, "digest": "0" * 16}, "'full' must be true"),
+    ({"type": "peer.refused", "code": 406}, "peer.refused: missing 'text'"),
+]
+
+
+@pytest.mark.parametrize(("m", "message"), BAD)
+def test_bad_maps_name_the_problem(m: object, message: str) -> None:
+    with pytest.raises(PeeringProtocolError) as info:
+        from_map(m)
+    assert message in info.value.text
+
+
+def test_unknown_keys_are_ignored() -> None:
+    m = Ack(1, 2).to_map()
+    m["future"] = "field"
+    assert from_map(m) == Ack(1, 2)
+
+
+def test_envelope_onward_and_size() -> None:
+    onward = ENV.onward("C")
+    assert onward.path == ("A", "B", "C") and onward.hops == 3
+    assert onward.id == ENV.id and onward.body == ENV.body
+    assert ENV.size() > len(ENV.body)
+    big = Envelope(MessageId("A", 1, 1), "k", b"x" * 10_000)
+    assert 10_000 < big.size() < 10_200
