@@ -190,7 +190,7 @@ class HaHeartbeat(Event):
     """An HA node's heartbeat to its peer (on a connection opened with role "ha-peer")."""
 
     METHOD: ClassVar[str] = "ha.heartbeat"
-    SENDER: ClassVar[Sender] = Sender.CLIENT
+    SENDER: ClassVar[Sender] = Sender.BOTH
     node: str
     role: str
     state: str

@@ -222,6 +222,7 @@ class ClientConnection:
         if self.peer_mode and ha is not None:
             if isinstance(event, ev.HaHeartbeat):
                 ha.on_peer_heartbeat(event)
+                self._send_ha_heartbeat()
                 return
             if isinstance(event, ev.HaSync):
                 ha.on_sync(event, self)
@@ -233,6 +234,12 @@ class ClientConnection:
         what = "the HA peer link" if self.peer_mode else "a monitor connection"
         text = f"{event.METHOD!r} is not allowed on {what}"
         self._send(self.proto.send(ev.Error(rid, ReplyCode.NOT_ALLOWED, text)))
+
+    def _send_ha_heartbeat(self) -> None:
+        """Answer on the peer's link, so it hears us even before our own link is up."""
+        ha = self.node.ha
+        if ha is not None and ha.machine is not None:
+            self._send(self.proto.send(ev.HaHeartbeat(**ha.machine.heartbeat().to_map())))
 
     def _log_failure(self, event: ev.Event, reply: ev.Event) -> None:
         assert isinstance(reply, ev.Error)
@@ -325,6 +332,8 @@ class ClientConnection:
                 )
             )
         )
+        if self.peer_mode:
+            self._send_ha_heartbeat()
         log.info(
             "connection_opened",
             peer=self.peer,

@@ -58,6 +58,7 @@ EPOCH_FILE = "HA_EPOCH"
 SYNC_CHUNK = 512 * 1024  # bytes of records per ha.sync frame
 SYNC_WINDOW = 8 * 1024 * 1024  # bytes sent and not yet acknowledged
 LINK_BACKOFF = (0.05, 1.0)
+_LINK_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, AmqliteError)
 
 
 class HaService:
@@ -286,15 +287,11 @@ class HaService:
         while True:
             host, _, port = self.config.peer.rpartition(":")
             try:
-                await self._run_link(host, int(port))
-                delay = LINK_BACKOFF[0]
-            except (
-                OSError,
-                trio.BrokenResourceError,
-                trio.ClosedResourceError,
-                AmqliteError,
-            ) as exc:
-                log.debug("ha_link_failed", peer=self.config.peer, error=str(exc))
+                try:
+                    await self._run_link(host, int(port))
+                    delay = LINK_BACKOFF[0]
+                except* _LINK_ERRORS as group:  # the link's own nursery groups them
+                    log.debug("ha_link_failed", peer=self.config.peer, error=repr(group))
             finally:
                 if self.link_up:
                     log.warning("ha_link_down", peer=self.config.peer)
@@ -303,7 +300,9 @@ class HaService:
                 self._link_buffer = bytearray()
                 self._stop_replication()
             await trio.sleep(delay * random.uniform(0.5, 1.0))
-            delay = min(delay * 2, LINK_BACKOFF[1])
+            # never back off past a heartbeat: a restarting peer must hear us
+            # well within its failover timeout
+            delay = min(delay * 2, LINK_BACKOFF[1], self.config.heartbeat_ms / 1000)
 
     async def _run_link(self, host: str, port: int) -> None:
         cfg = self.config
@@ -337,6 +336,8 @@ class HaService:
                     event = await self._receive(stream, proto)
                     if isinstance(event, ev.HaSynced):
                         self._on_synced(event.upto)
+                    elif isinstance(event, ev.HaHeartbeat):
+                        self.on_peer_heartbeat(event)
                     elif isinstance(event, ev.Close | ev.EndOfStream):
                         nursery.cancel_scope.cancel()
                         return

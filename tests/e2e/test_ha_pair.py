@@ -1,0 +1,270 @@
+"""The HA pair with real processes: kill -9 of the master under confirmed load, a
+returning primary, a backup restart, a frozen master (SIGSTOP), a restarting
+primary that must not serve while the backup is master."""
+
+from __future__ import annotations
+
+import random
+import signal
+import socket
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import amqlite
+from amqlite.errors import AmqliteError, ConnectionRefused, ReplyCode
+
+from .procs import ServerProcess, start_server
+
+pytestmark = pytest.mark.e2e
+
+QUEUE = "orders"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Pair:
+    tmp: Path
+    config: Path
+    ports: dict[str, int]
+    procs: dict[str, ServerProcess] = field(default_factory=dict)
+    nursery: trio.Nursery | None = None
+
+    @property
+    def servers(self) -> str:
+        return f"127.0.0.1:{self.ports['primary']},127.0.0.1:{self.ports['backup']}"
+
+    def address(self, side: str) -> str:
+        return f"127.0.0.1:{self.ports[side]}"
+
+    async def start(self, side: str) -> ServerProcess:
+        flag = "--is_primary" if side == "primary" else "--is_backup"
+        proc = await start_server(
+            "--config", str(self.config), "--port", str(self.ports[side]),
+            "--data-dir", str(self.tmp / side), flag, "1",
+        )  # fmt: skip
+        self.procs[side] = proc
+        assert self.nursery is not None
+        self.nursery.start_soon(_drain, proc, self.tmp / f"{side}.log")
+        return proc
+
+    async def kill(self, side: str, sig: int = signal.SIGKILL) -> None:
+        proc = self.procs[side].proc
+        proc.send_signal(sig)
+        if sig == signal.SIGKILL:
+            with trio.fail_after(10):
+                await proc.wait()
+
+    async def state(self, side: str) -> str | None:
+        try:
+            with trio.fail_after(3):
+                async with amqlite.connect(
+                    self.address(side), role="monitor", reconnect=False, connect_timeout=2
+                ) as conn:
+                    status = await conn.status()
+        except (AmqliteError, trio.TooSlowError, OSError):
+            return None
+        state: str = status["state"]
+        return state
+
+    async def wait_states(self, primary: str, backup: str, deadline: float = 20) -> None:
+        with trio.fail_after(deadline):
+            while (await self.state("primary"), await self.state("backup")) != (primary, backup):  # noqa: ASYNC110 (another process)
+                await trio.sleep(0.05)
+
+
+async def serve_somewhere(servers: str, deadline: float = 20) -> str:
+    """Connect as a client would, retrying refusals; the serving node's name."""
+    with trio.fail_after(deadline):
+        while True:
+            try:
+                async with amqlite.connect(servers, reconnect=False) as conn:
+                    return conn.server_name
+            except ConnectionRefused:
+                await trio.sleep(0.1)
+
+
+async def _drain(server: ServerProcess, path: Path) -> None:
+    """Keep reading the server's log (into ``path``) so its pipe never fills."""
+    stderr = server.proc.stderr
+    assert stderr is not None
+    with path.open("ab") as f:
+        f.write(server._buffer)
+        while chunk := await stderr.receive_some(65536):
+            f.write(chunk)
+
+
+@asynccontextmanager
+async def ha_pair(tmp_path: Path) -> AsyncIterator[Pair]:
+    ports = {"primary": free_port(), "backup": free_port()}
+    config = tmp_path / "pair.toml"
+    config.write_text(
+        "[cluster]\n"
+        f'primary_peer = "127.0.0.1:{ports["primary"]}"\n'
+        f'backup_peer = "127.0.0.1:{ports["backup"]}"\n'
+        "heartbeat_ms = 100\nfailover_timeout_ms = 600\n"
+    )
+    pair = Pair(tmp_path, config, ports)
+    async with trio.open_nursery() as nursery:
+        pair.nursery = nursery
+        try:
+            yield pair
+        finally:
+            for proc in pair.procs.values():
+                if proc.proc.returncode is None:
+                    proc.proc.send_signal(signal.SIGCONT)
+                    proc.proc.kill()
+                    await proc.proc.wait()
+            nursery.cancel_scope.cancel()
+
+
+async def test_kill_9_of_the_master_loses_no_confirmed_message(tmp_path: Path) -> None:
+    async with ha_pair(tmp_path) as pair:
+        await pair.start("primary")
+        await pair.start("backup")
+        await pair.wait_states("active", "passive")
+        confirmed: set[int] = set()
+        consumed: Counter[int] = Counter()
+        redelivered: set[int] = set()
+        total = 3000
+        kill_at = random.randrange(300, 1500)
+        async with (
+            amqlite.connect(pair.servers) as pub,
+            amqlite.connect(pair.servers) as sub,
+        ):
+            await pub.declare_queue(QUEUE, durable=True)
+            await sub.declare_queue(QUEUE, durable=True)
+            consumer = await sub.consume(QUEUE, prefetch=100)
+
+            async def consume() -> None:
+                async for d in consumer:
+                    n = int(d.body)
+                    consumed[n] += 1
+                    if d.redelivered:
+                        redelivered.add(n)
+                    await d.ack()
+
+            async def confirm(n: int, pending: amqlite.PendingConfirm) -> None:
+                await pending.wait()
+                confirmed.add(n)
+
+            with trio.fail_after(120):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(consume)
+                    async with trio.open_nursery() as confirms:
+                        for n in range(total):
+                            pending = await pub.publish_nowait("", QUEUE, str(n), persistent=True)
+                            confirms.start_soon(confirm, n, pending)
+                            if n == kill_at:
+                                await pair.kill("primary")
+                    while sum(1 for n in confirmed if consumed[n]) < len(confirmed):  # noqa: ASYNC110
+                        await trio.sleep(0.05)
+                    nursery.cancel_scope.cancel()
+            assert pub.reconnects >= 1 and sub.reconnects >= 1
+        assert await pair.state("backup") == "active"
+        assert len(confirmed) == total
+        lost = confirmed - set(consumed)
+        assert not lost, f"{len(lost)} confirmed messages lost"
+        dupes = {n for n, c in consumed.items() if c > 1}
+        # a duplicate is a delivery whose ack the dead master never recorded
+        # (flagged redelivered), or a publish re-sent because its confirm was lost
+        # with the master (at most one window)
+        assert len(dupes - redelivered) <= 1000, dupes
+
+
+async def test_returning_primary_stays_passive_and_a_backup_restart_resets(
+    tmp_path: Path,
+) -> None:
+    async with ha_pair(tmp_path) as pair:
+        await pair.start("primary")
+        await pair.start("backup")
+        await pair.wait_states("active", "passive")
+        async with amqlite.connect(pair.servers) as conn:
+            await conn.declare_queue(QUEUE, durable=True)
+            for n in range(10):
+                await conn.publish("", QUEUE, str(n), persistent=True, confirm=True)
+        await pair.kill("primary")
+        # a client asking once the primary is silent makes the backup master
+        assert (await serve_somewhere(pair.servers)).endswith(str(pair.ports["backup"]))
+        await pair.start("primary")
+        await pair.wait_states("passive", "active")
+        await pair.kill("backup")
+        await pair.start("backup")  # restarting the backup resets the pair
+        await pair.wait_states("active", "passive")
+        async with amqlite.connect(pair.servers, reconnect=False) as conn:
+            info = await conn.declare_queue(QUEUE, passive=True)
+            assert info.messages == 10
+
+
+async def test_a_frozen_master_is_fenced_when_it_wakes(tmp_path: Path) -> None:
+    async with ha_pair(tmp_path) as pair:
+        await pair.start("primary")
+        await pair.start("backup")
+        await pair.wait_states("active", "passive")
+        async with amqlite.connect(pair.address("primary"), reconnect=False) as held:
+            await pair.kill("primary", signal.SIGSTOP)
+            # a client vote after the failover timeout promotes the backup
+            await serve_somewhere(pair.address("backup"))
+            assert await pair.state("backup") == "active"
+            await pair.kill("primary", signal.SIGCONT)
+            await pair.wait_states("passive", "active")
+            # the old master closed its clients and serves nobody now
+            with pytest.raises(AmqliteError):
+                with trio.fail_after(5):
+                    await held.declare_queue("after-wake")
+        with pytest.raises(ConnectionRefused) as refused:
+            async with amqlite.connect(pair.address("primary"), reconnect=False):
+                pass
+        assert refused.value.code == ReplyCode.NOT_ACTIVE
+
+
+async def test_a_restarting_primary_serves_no_one_while_the_backup_is_master(
+    tmp_path: Path,
+) -> None:
+    async with ha_pair(tmp_path) as pair:
+        await pair.start("primary")
+        await pair.start("backup")
+        await pair.wait_states("active", "passive")
+        await pair.kill("primary")
+        await serve_somewhere(pair.servers)  # the backup takes over
+        assert await pair.state("backup") == "active"
+        accepted: list[Any] = []
+        refused = 0
+
+        async def knock(stop: trio.Event) -> None:
+            nonlocal refused
+            while not stop.is_set():
+                try:
+                    async with amqlite.connect(
+                        pair.address("primary"), reconnect=False, connect_timeout=3
+                    ) as conn:
+                        accepted.append(conn.server_state)
+                except ConnectionRefused:
+                    refused += 1
+                except AmqliteError:
+                    pass  # not listening yet
+                await trio.sleep(0.02)
+
+        stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            for _ in range(4):
+                nursery.start_soon(knock, stop)
+            await pair.start("primary")
+            with trio.move_on_after(2.0):
+                await trio.sleep_forever()
+            stop.set()
+        assert accepted == []
+        assert refused > 0
+        assert await pair.state("primary") == "passive"
