@@ -1,7 +1,7 @@
 """Summarise a py-spy ``--format raw`` profile: the hottest frames, self and total.
 
     py-spy record -p <broker pid> -f raw -o broker.txt -r 250 -d 20
-    python benchmarks/profile_summary.py broker.txt [--top 25]
+    python benchmarks/profile_summary.py broker.txt [--top 25] [--exclude _thread_cache]
 
 Self time is where the CPU was (the leaf frame); total time counts a frame once
 per sample it appears in. Percentages are of all busy samples.
@@ -35,6 +35,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("profile")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="drop samples whose stack mentions TEXT (e.g. _thread_cache: trio's idle "
+        "worker threads, which py-spy --idle samples too)",
+    )
     args = parser.parse_args()
     own: Counter[str] = Counter()
     total: Counter[str] = Counter()
@@ -45,6 +53,8 @@ def main() -> None:
             if not m:
                 continue
             stack, n = m[1].split(";"), int(m[2])
+            if any(text in m[1] for text in args.exclude):
+                continue
             samples += n
             names = [_name(fr) for fr in stack]
             own[names[-1]] += n

@@ -4,19 +4,44 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from amqlite.bench import add_bench_arguments, run_bench
+from amqlite.bench import add_bench_arguments, contenders, peers, run_bench
 from amqlite.bench.baseline import Relay
+from amqlite.bench.childclients import run_in_child
+from amqlite.bench.clientproc import client_spec
 from amqlite.bench.errors import BenchError
-from amqlite.bench.plan import ConsumeTally, PublishPlan, PublishTally, Route, new_histogram
+from amqlite.bench.peers import Peer, PeerUnavailable
+from amqlite.bench.plan import (
+    ClientReport,
+    ConsumeTally,
+    PublishPlan,
+    PublishTally,
+    Route,
+    new_histogram,
+)
+from amqlite.bench.procs import baseline_argv, child_env
 from amqlite.bench.relayclient import RelayPublisher
 from amqlite.bench.relayclient import consume as relay_consume
-from amqlite.bench.scenarios import SCENARIO_NAMES, Scenario, run_scenario
+from amqlite.bench.report import results_json
+from amqlite.bench.scenarios import (
+    PERSISTENT,
+    SCENARIO_NAMES,
+    RunResult,
+    Scenario,
+    build_scenarios,
+    run_scenario,
+)
 from amqlite.bench.systems import RelayTarget
 
 
@@ -32,14 +57,22 @@ def test_every_scenario_on_both_systems_counts_every_message(
 ) -> None:
     args = _args("--messages", "500", "--latency-seconds", "0.2", "--json")
     assert run_bench(args) == 0
-    out = json.loads(capsys.readouterr().out)
+    captured = capsys.readouterr()
+    out = json.loads(captured.out)
     assert set(out) == {"results"}
     rows: list[dict[str, Any]] = out["results"]
-    assert {(r["system"], r["scenario"]) for r in rows} == {
-        (system, scenario) for system in ("amqlite", "raw-trio") for scenario in SCENARIO_NAMES
+    transient = [s for s in SCENARIO_NAMES if s != PERSISTENT]
+    assert {(r["system"], r["scenario"]) for r in rows if r["scenario"] != PERSISTENT} == {
+        (system, scenario) for system in ("amqlite", "raw-trio") for scenario in transient
     }
-    fanout = {"1to1-transient": 1, "fanout-1to10": 10, "latency-at-5k": 1}
-    published = {"1to1-transient": 500, "fanout-1to10": 50, "latency-at-5k": 1000}
+    # 1to1-persistent-confirm runs on brokers started with --fsync, once `amqlite server`
+    # has that flag; until then the bench says so in one line and carries on
+    persistent = {r["system"] for r in rows if r["scenario"] == PERSISTENT}
+    assert persistent in (set(), {"amqlite-fsync-batch", "amqlite-fsync-always"})
+    if not persistent:
+        assert "no --fsync flag" in captured.err
+    fanout = {"1to1-transient": 1, PERSISTENT: 1, "fanout-1to10": 10, "latency-at-5k": 1}
+    published = {"1to1-transient": 500, PERSISTENT: 125, "fanout-1to10": 50, "latency-at-5k": 1000}
     for r in rows:
         assert isinstance(r["msgs_per_s"], float) and r["msgs_per_s"] > 0
         assert r["published"] == published[r["scenario"]]
@@ -51,6 +84,8 @@ def test_every_scenario_on_both_systems_counts_every_message(
             assert r["p50_ms"] is None and r["p99_ms"] is None
         if r["system"] == "amqlite":
             assert r["ratio_vs_raw_trio"] > 0
+        assert r["server_cpu_us_per_msg"] is None or r["server_cpu_us_per_msg"] >= 0
+        assert r["server_peak_rss_mb"] is None or r["server_peak_rss_mb"] > 0
 
 
 def test_bad_flags_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,6 +93,8 @@ def test_bad_flags_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str]) ->
     assert "--scenarios" in capsys.readouterr().err
     assert run_bench(_args("--messages", "0")) == 2
     assert "--messages" in capsys.readouterr().err
+    assert run_bench(_args("--vs", "rabbitmq,kafka")) == 2
+    assert "--vs" in capsys.readouterr().err
 
 
 async def test_relay_delivers_every_publish_to_every_consumer(nursery: trio.Nursery) -> None:
@@ -92,3 +129,271 @@ async def test_a_stalled_run_fails_with_a_clear_message(nursery: trio.Nursery) -
     text = str(info.value)
     assert "raw-trio 1to1-transient: stalled" in text
     assert "published 50/100" in text and "consumed 50/100" in text
+
+
+# --- side by side with peers (--vs): the machinery, with a stand-in peer ----------------
+
+
+class _RelayPeer:
+    """Stands in for scripts/peers: the "rabbitmq" peer is a raw-trio relay process,
+    driven by the relay's clients in a child process; "nats" cannot be had."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.stopped: list[str] = []
+
+    async def start_peer(self, name: str) -> Peer:
+        if name == "nats":
+            raise PeerUnavailable("nats-server is not installed (stand-in)")
+        port, pid = await trio.to_thread.run_sync(self._spawn)
+        return Peer(name, f"127.0.0.1:{port}", pid, "", True, driver="raw-trio")
+
+    def _spawn(self) -> tuple[int, int]:
+        proc = subprocess.Popen(
+            baseline_argv(), stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, env=child_env()
+        )
+        self.procs.append(proc)
+        assert proc.stderr is not None
+        return int(json.loads(proc.stderr.readline())["port"]), proc.pid
+
+    async def stop_peer(self, peer: Peer) -> None:
+        self.stopped.append(peer.name)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def relay_peer(monkeypatch: pytest.MonkeyPatch) -> Iterator[_RelayPeer]:
+    fake = _RelayPeer()
+    monkeypatch.setattr(contenders, "start_peer", fake.start_peer)
+    monkeypatch.setattr(contenders, "stop_peer", fake.stop_peer)
+    yield fake
+    fake.close()
+
+
+@pytest.mark.e2e
+def test_vs_runs_each_peer_in_turn_and_reports_medians_and_ratios(
+    relay_peer: _RelayPeer, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args = _args(
+        "--vs", "rabbitmq,nats",
+        "--scenarios", "1to1-transient,latency-at-5k",
+        "--messages", "300", "--latency-seconds", "0.2", "--repeat", "2", "--json",
+        "--save", str(tmp_path / "vs.json"),
+    )  # fmt: skip
+    assert run_bench(args) == 0
+    captured = capsys.readouterr()
+    rows: list[dict[str, Any]] = json.loads(captured.out)["results"]
+    assert json.loads((tmp_path / "vs.json").read_text())["results"] == rows
+    assert [(r["system"], r["scenario"]) for r in rows] == [
+        ("amqlite", "1to1-transient"),
+        ("rabbitmq", "1to1-transient"),
+        ("amqlite", "latency-at-5k"),
+        ("rabbitmq", "latency-at-5k"),
+    ]
+    for r in rows:
+        assert r["consumed"] == r["expected"] == r["published"]
+        assert r["clients"] == "process"  # with --vs every system's clients run alike
+        assert r["repeats"] == 2 and len(r["msgs_per_s_runs"]) == 2
+        assert r["client_cpu_us_per_msg"] is not None and r["client_cpu_us_per_msg"] > 0
+        assert r["server_peak_rss_mb"] is not None and r["server_peak_rss_mb"] > 0
+    amq = {r["scenario"]: r for r in rows if r["system"] == "amqlite"}
+    peer = {r["scenario"]: r for r in rows if r["system"] == "rabbitmq"}
+    ratio = amq["1to1-transient"]["msgs_per_s"] / peer["1to1-transient"]["msgs_per_s"]
+    assert amq["1to1-transient"]["ratio_vs_rabbitmq"] == pytest.approx(ratio, rel=1e-3)
+    assert "ratio_vs_nats" not in amq["1to1-transient"]
+    p99 = amq["latency-at-5k"]["p99_ms"] / peer["latency-at-5k"]["p99_ms"]
+    assert amq["latency-at-5k"]["p99_ratio_vs_rabbitmq"] == pytest.approx(p99, rel=1e-2)
+    # the peer that cannot be had: one line, and the run carries on without it
+    unavailable = [ln for ln in captured.err.splitlines() if "nats" in ln and "unavailable" in ln]
+    assert len(unavailable) == 1 and "not installed" in unavailable[0]
+    assert relay_peer.stopped == ["rabbitmq"]
+
+
+@pytest.mark.e2e
+def test_vs_markdown_and_plot(
+    relay_peer: _RelayPeer, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    pytest.importorskip("matplotlib")
+    chart = tmp_path / "vs.png"
+    args = _args(
+        "--vs", "rabbitmq", "--scenarios", "fanout-1to10,latency-at-5k", "--messages", "200",
+        "--latency-seconds", "0.2", "--repeat", "1", "--markdown", "--plot", str(chart),
+    )  # fmt: skip
+    assert run_bench(args) == 0
+    out = capsys.readouterr().out
+    assert "| vs rabbitmq |" in out.splitlines()[0]
+    assert "| amqlite | fanout-1to10 |" in out
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _result(system: str, scenario: str, msgs: float, p99: float | None = None) -> RunResult:
+    return RunResult(
+        system, scenario, msgs, None if p99 is None else p99 / 2, p99, p99, 10, 10, 10, 1.0,
+        msgs, msgs, "process", 0.5, 0.5, server_cpu_s=0.001, client_cpu_s=0.002,
+        server_peak_rss_kib=2048,
+    )  # fmt: skip
+
+
+def test_ratios_compare_every_amqlite_row_with_every_other_system() -> None:
+    rows = results_json(
+        [
+            _result("amqlite-fsync-batch", PERSISTENT, 3000.0),
+            _result("amqlite-fsync-always", PERSISTENT, 1000.0),
+            _result("rabbitmq", PERSISTENT, 2000.0),
+            _result("amqlite", "latency-at-5k", 5000.0, p99=1.0),
+            _result("rabbitmq", "latency-at-5k", 5000.0, p99=4.0),
+        ]
+    )["results"]
+    assert rows[0]["ratio_vs_rabbitmq"] == 1.5
+    assert rows[1]["ratio_vs_rabbitmq"] == 0.5
+    assert "ratio_vs_amqlite_fsync_batch" not in rows[1]  # amqlite is never its own peer
+    assert "ratio_vs_rabbitmq" not in rows[2]
+    assert rows[3]["p99_ratio_vs_rabbitmq"] == 0.25
+    assert rows[0]["server_cpu_us_per_msg"] == 100.0  # 1 ms of CPU over 10 deliveries
+    assert rows[0]["client_cpu_us_per_msg"] == 200.0
+    assert rows[0]["server_peak_rss_mb"] == 2.0
+
+
+def test_client_report_survives_the_trip_through_json() -> None:
+    hist = new_histogram()
+    for v in (100, 200, 5000):
+        hist.record_value(v)
+    report = ClientReport(3, 3, 1, 2, 3, 0.25, hist)
+    back = ClientReport.from_json(json.loads(json.dumps(report.to_json())))
+    assert (back.published, back.consumed, back.client_cpu_s) == (3, 3, 0.25)
+    assert back.hist is not None and back.hist.get_total_count() == 3
+    assert back.hist.get_value_at_percentile(100) == hist.get_value_at_percentile(100)
+
+
+async def test_clients_in_a_child_process_count_every_message(nursery: trio.Nursery) -> None:
+    port = await nursery.start(Relay().serve, 0)
+    scenario = Scenario("fanout-1to10", 3, PublishPlan(200, 100, 20_000.0, stamp=True))
+    spec = client_spec("raw-trio", "raw-trio", f"127.0.0.1:{port}", {}, scenario, 10.0)
+    seen: list[int] = []
+    with trio.fail_after(60):
+        result = await run_in_child(
+            "raw-trio",
+            spec,
+            scenario,
+            server_pid=os.getpid(),
+            on_progress=lambda d, t: seen.append(d),
+        )
+    assert (result.published, result.consumed) == (200, 600)
+    assert result.clients == "process" and result.p99_ms is not None
+    assert result.server_cpu_s is not None and result.client_cpu_s is not None
+    assert seen and seen[-1] == 600
+
+
+async def test_a_failing_child_fails_the_run_with_its_reason(nursery: trio.Nursery) -> None:
+    scenario = Scenario("1to1-transient", 1, PublishPlan(10))
+    spec = client_spec("amqlite", "amqlite", "127.0.0.1:1", {}, scenario, 10.0)
+    with trio.fail_after(60), pytest.raises(BenchError) as info:
+        await run_in_child("amqlite", spec, scenario)
+    assert str(info.value).startswith("amqlite 1to1-transient: ")
+
+
+async def test_a_server_without_the_fsync_flag_makes_persistent_unavailable(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = contenders.broker_argv
+
+    def argv(*extra: str) -> list[str]:
+        if "--fsync" not in extra:
+            return real(*extra)
+        code = (
+            "import sys; print('usage: amqlite ...', file=sys.stderr); print('amqlite: error: "
+            "unrecognized arguments: --fsync batch', file=sys.stderr); sys.exit(2)"
+        )
+        return [sys.executable, "-c", code]
+
+    monkeypatch.setattr(contenders, "broker_argv", argv)
+    said: list[str] = []
+    lineup = contenders.Lineup(said.append)
+    try:
+        with trio.fail_after(60):
+            found = await lineup.start(
+                nursery, systems=("amqlite",), peers=(), scenarios=(PERSISTENT,),
+                servers=None, auth={},
+            )  # fmt: skip
+    finally:
+        await lineup.stop()
+    assert [c.system for c in found] == ["amqlite"]
+    assert not found[0].runs(PERSISTENT)
+    assert "no --fsync flag" in found[0].skip[PERSISTENT]
+
+
+def test_scripts_peers_is_asked_and_its_reason_passed_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "peers"
+    script.write_text(
+        "#!/usr/bin/env bash\n"
+        'case "$1" in\n'
+        '  status) echo "$2 stopped"; exit 1 ;;\n'
+        '  start) echo "peers: $3 is not installed (stand-in)" >&2; exit 3 ;;\n'
+        "esac\n"
+    )
+    monkeypatch.setattr(peers, "PEERS_SCRIPT", script)
+    monkeypatch.setattr(peers, "missing_client", lambda name: None)
+    with pytest.raises(PeerUnavailable, match=r"^rabbitmq is not installed \(stand-in\)$"):
+        trio.run(peers.start_peer, "rabbitmq")
+
+
+def test_a_missing_client_library_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(peers.CLIENT_LIBRARIES, "rabbitmq", ("no_such_module_xyz", "pika"))
+    with pytest.raises(PeerUnavailable, match=r"pika is not installed.*\.\[bench\]"):
+        trio.run(peers.start_peer, "rabbitmq")
+
+
+def test_peer_status_lines_are_parsed() -> None:
+    text = "rabbitmq running pid=12 address=127.0.0.1:5682 dir=/tmp/p/rabbitmq\nnats stopped\n"
+    assert peers.parse_status(text, "rabbitmq") == {
+        "pid": "12", "address": "127.0.0.1:5682", "dir": "/tmp/p/rabbitmq",
+    }  # fmt: skip
+    assert peers.parse_status(text, "nats") is None
+
+
+# --- the real peers, when this machine has them ------------------------------------------
+
+
+def _peer_or_skip(name: str) -> None:
+    module, package = peers.CLIENT_LIBRARIES[name]
+    pytest.importorskip(module, reason=f"{package} is not installed")
+    binary = {"rabbitmq": "/usr/lib/rabbitmq/bin/rabbitmq-server", "nats": "nats-server"}[name]
+    if shutil.which(binary) is None:
+        pytest.skip(f"{name} is not installed (scripts/peers install {name})")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("name", ["rabbitmq", "nats"])
+def test_real_peer_clients_count_every_message(name: str) -> None:
+    _peer_or_skip(name)
+    scenarios = build_scenarios(
+        ["1to1-transient", PERSISTENT, "fanout-1to10", "latency-at-5k"],
+        messages=400,
+        latency_seconds=0.1,
+    )
+    if name == "nats":
+        scenarios = [s for s in scenarios if s.name != PERSISTENT]
+
+    async def main() -> list[RunResult]:
+        peer = await peers.start_peer(name)
+        try:
+            out = []
+            for scenario in scenarios:
+                spec = client_spec(name, name, peer.address, {}, scenario, 20.0)
+                with trio.fail_after(120):
+                    out.append(await run_in_child(name, spec, scenario, server_pid=peer.pid))
+            return out
+        finally:
+            await peers.stop_peer(peer)
+
+    for scenario, r in zip(scenarios, trio.run(main), strict=True):
+        assert r.consumed == r.expected == scenario.deliveries
+        assert r.published == scenario.plan.messages
+        assert (r.p99_ms is not None) == scenario.plan.stamp
+        assert r.server_cpu_s is not None and r.server_peak_rss_kib

@@ -1,4 +1,5 @@
-"""``amqlite bench``: amqlite against a raw-trio baseline, in one invocation.
+"""``amqlite bench``: amqlite against a raw-trio baseline and, with ``--vs``,
+RabbitMQ and NATS, in one invocation.
 
 The CLI wires :func:`add_bench_arguments` into its ``bench`` sub-parser and calls
 :func:`run_bench` with the parsed arguments (it returns the exit status). Both

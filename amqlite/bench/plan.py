@@ -44,12 +44,16 @@ class Route:
 @dataclass(frozen=True, slots=True)
 class PublishPlan:
     """``messages`` bodies of ``body_size`` bytes, as fast as possible or at ``rate``/s;
-    ``stamp`` adds the send time in the :data:`STAMP_HEADER` header."""
+    ``stamp`` adds the send time in the :data:`STAMP_HEADER` header. ``persistent``
+    messages go to durable queues; ``confirm`` > 0 asks for publisher confirms with
+    at most that many outstanding (the run ends when all are confirmed)."""
 
     messages: int
     body_size: int = 100
     rate: float | None = None
     stamp: bool = False
+    persistent: bool = False
+    confirm: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -62,6 +66,8 @@ class PublishPlan:
             int(d["body_size"]),
             None if rate is None else float(rate),
             bool(d["stamp"]),
+            bool(d.get("persistent", False)),
+            int(d.get("confirm", 0)),
         )
 
 
@@ -87,6 +93,48 @@ class ConsumeTally:
     hist: HdrHistogram | None = None
     consumed: int = 0
     done_ns: int = 0
+
+
+@dataclass(slots=True)
+class ClientReport:
+    """What a run's clients measured, wherever they ran (this process or a child).
+
+    Times are ``perf_counter_ns``: ``first_ns`` the first publish, ``last_ns`` the
+    last publish (or confirm), ``done_ns`` the last delivery. ``client_cpu_s`` is
+    the CPU time the client process(es) used while messages moved.
+    """
+
+    published: int
+    consumed: int
+    first_ns: int
+    last_ns: int
+    done_ns: int
+    client_cpu_s: float
+    hist: HdrHistogram | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "published": self.published,
+            "consumed": self.consumed,
+            "first_ns": self.first_ns,
+            "last_ns": self.last_ns,
+            "done_ns": self.done_ns,
+            "client_cpu_s": self.client_cpu_s,
+            "hist": None if self.hist is None else self.hist.encode().decode("ascii"),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> ClientReport:
+        hist = d.get("hist")
+        return cls(
+            int(d["published"]),
+            int(d["consumed"]),
+            int(d["first_ns"]),
+            int(d["last_ns"]),
+            int(d["done_ns"]),
+            float(d["client_cpu_s"]),
+            None if hist is None else HdrHistogram.decode(hist.encode("ascii")),
+        )
 
 
 def new_histogram() -> HdrHistogram:

@@ -36,11 +36,26 @@ def child_env() -> dict[str, str]:
     }
 
 
-def broker_argv() -> list[str]:
+def broker_argv(*extra: str) -> list[str]:
     return [
         sys.executable, "-m", "amqlite", "server",
-        "--host", "127.0.0.1", "--port", "0", "--log-format", "json",
+        "--host", "127.0.0.1", "--port", "0", "--log-format", "json", *extra,
     ]  # fmt: skip
+
+
+class ServerExited(BenchError):
+    """The server exited before it was listening (``returncode``, its last log lines)."""
+
+    def __init__(self, text: str, returncode: int | None, log_tail: list[str]) -> None:
+        super().__init__(text)
+        self.returncode = returncode
+        self.log_tail = log_tail
+
+    def rejected_flag(self, flag: str) -> bool:
+        """Whether it exited because its argument parser does not know ``flag``."""
+        return self.returncode == 2 and any(
+            "unrecognized arguments" in line and flag in line for line in self.log_tail
+        )
 
 
 def baseline_argv() -> list[str]:
@@ -119,9 +134,11 @@ class ServerProcess:
                         task_status.started(int(record["port"]))
         if not ready:
             await self.proc.wait()
-            raise BenchError(
+            raise ServerExited(
                 f"the {self.name} exited with status {self.proc.returncode} before it "
-                f"was listening{self._tail_text()}"
+                f"was listening{self._tail_text()}",
+                self.proc.returncode,
+                list(self.log_tail),
             )
 
     def check_alive(self) -> None:

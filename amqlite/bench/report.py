@@ -2,8 +2,12 @@
 
 ``--json`` prints exactly ``{"results": [row, ...]}``; each row has ``system``,
 ``scenario``, ``msgs_per_s``, ``p50_ms`` and ``p99_ms`` (null without latency
-stamps) plus the extra keys of :meth:`RunResult.to_json`, and amqlite rows carry
-``ratio_vs_raw_trio``, their msgs/s over the baseline's in the same scenario.
+stamps) plus the extra keys of :meth:`RunResult.to_json`. Every amqlite row
+(``amqlite``, ``amqlite-fsync-batch``, ...) carries ``ratio_vs_<system>``, its
+msgs/s over that system's in the same scenario of the same invocation, for each
+other system that ran it (``ratio_vs_raw_trio``, ``ratio_vs_rabbitmq``,
+``ratio_vs_nats``); rows with latencies also carry ``p99_ratio_vs_<system>``
+(amqlite's p99 over the other's: below 1 is better).
 """
 
 from __future__ import annotations
@@ -15,28 +19,61 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .contenders import is_amqlite
 from .scenarios import RunResult
-from .systems import AMQLITE, RAW_TRIO
 
 
-def ratios(results: Sequence[RunResult]) -> dict[str, float]:
-    """scenario -> amqlite msgs/s / raw-trio msgs/s, for scenarios that ran on both."""
+def ratio_key(system: str, prefix: str = "ratio_vs_") -> str:
+    return prefix + system.replace("-", "_")
+
+
+def others(results: Sequence[RunResult]) -> list[str]:
+    """The non-amqlite systems, in the order they first appear."""
+    seen: list[str] = []
+    for r in results:
+        if not is_amqlite(r.system) and r.system not in seen:
+            seen.append(r.system)
+    return seen
+
+
+def ratios(results: Sequence[RunResult]) -> dict[tuple[str, str], dict[str, float]]:
+    """(amqlite system, scenario) -> {other system: amqlite msgs/s / its msgs/s}."""
     by_key = {(r.system, r.scenario): r for r in results}
-    out: dict[str, float] = {}
-    for (system, scenario), r in by_key.items():
-        base = by_key.get((RAW_TRIO, scenario))
-        if system == AMQLITE and base is not None and base.msgs_per_s > 0:
-            out[scenario] = r.msgs_per_s / base.msgs_per_s
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for r in results:
+        if not is_amqlite(r.system):
+            continue
+        for other in others(results):
+            base = by_key.get((other, r.scenario))
+            if base is not None and base.msgs_per_s > 0:
+                out.setdefault((r.system, r.scenario), {})[other] = r.msgs_per_s / base.msgs_per_s
+    return out
+
+
+def p99_ratios(results: Sequence[RunResult]) -> dict[tuple[str, str], dict[str, float]]:
+    """(amqlite system, scenario) -> {other system: amqlite p99 / its p99}."""
+    by_key = {(r.system, r.scenario): r for r in results}
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for r in results:
+        if not is_amqlite(r.system) or r.p99_ms is None:
+            continue
+        for other in others(results):
+            base = by_key.get((other, r.scenario))
+            if base is not None and base.p99_ms:
+                out.setdefault((r.system, r.scenario), {})[other] = r.p99_ms / base.p99_ms
     return out
 
 
 def results_json(results: Sequence[RunResult]) -> dict[str, Any]:
     ratio = ratios(results)
+    p99 = p99_ratios(results)
     rows = []
     for r in results:
         row = r.to_json()
-        if r.system == AMQLITE and r.scenario in ratio:
-            row["ratio_vs_raw_trio"] = round(ratio[r.scenario], 4)
+        for other, x in ratio.get((r.system, r.scenario), {}).items():
+            row[ratio_key(other)] = round(x, 4)
+        for other, x in p99.get((r.system, r.scenario), {}).items():
+            row[ratio_key(other, "p99_ratio_vs_")] = round(x, 4)
         rows.append(row)
     return {"results": rows}
 
@@ -53,12 +90,36 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x * 100:.0f}%"
 
 
+def _us(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def _mb(kib: int | None) -> str:
+    return "-" if kib is None else f"{kib / 1024:.0f}"
+
+
+def _ratio_cell(
+    r: RunResult,
+    other: str,
+    ratio: dict[tuple[str, str], dict[str, float]],
+    p99: dict[tuple[str, str], dict[str, float]],
+) -> str:
+    """Throughput runs: msgs/s ratio; paced latency runs: the p99 ratio."""
+    if r.p99_ms is not None:
+        x = p99.get((r.system, r.scenario), {}).get(other)
+        return "-" if x is None else f"p99 {x:.2f}"
+    x = ratio.get((r.system, r.scenario), {}).get(other)
+    return "-" if x is None else f"{x:.2f}"
+
+
 #: Below this console width the table leaves out p99.9 and the CPU columns.
 WIDE_TABLE = 130
 
 
 def results_table(results: Sequence[RunResult], *, wide: bool = True) -> Table:
     ratio = ratios(results)
+    p99 = p99_ratios(results)
+    vs = others(results)
     table = Table(title="amqlite bench")
     table.add_column("system", no_wrap=True)
     table.add_column("scenario", no_wrap=True)
@@ -71,9 +132,12 @@ def results_table(results: Sequence[RunResult], *, wide: bool = True) -> Table:
         table.add_column("server CPU", justify="right")
         table.add_column("client CPU", justify="right")
         table.add_column("other CPU", justify="right")
-    table.add_column("amqlite/baseline" if wide else "ratio", justify="right")
+        table.add_column("server us/msg", justify="right")
+        table.add_column("client us/msg", justify="right")
+        table.add_column("server peak MB", justify="right")
+    for other in vs:
+        table.add_column(f"vs {other}", justify="right")
     for r in results:
-        shown = ratio.get(r.scenario) if r.system == AMQLITE else None
         cells = [
             r.system,
             r.scenario,
@@ -83,8 +147,16 @@ def results_table(results: Sequence[RunResult], *, wide: bool = True) -> Table:
             _ms(r.p99_ms),
         ]
         if wide:
-            cells += [_ms(r.p999_ms), _pct(r.server_cpu), _pct(r.client_cpu), _pct(r.other_cpu)]
-        cells.append("-" if shown is None else f"{shown:.2f}")
+            cells += [
+                _ms(r.p999_ms),
+                _pct(r.server_cpu),
+                _pct(r.client_cpu),
+                _pct(r.other_cpu),
+                _us(r.per_delivery_us(r.server_cpu_s)),
+                _us(r.per_delivery_us(r.client_cpu_s)),
+                _mb(r.server_peak_rss_kib),
+            ]
+        cells += [_ratio_cell(r, other, ratio, p99) for other in vs]
         table.add_row(*cells)
     return table
 
@@ -101,17 +173,31 @@ def print_report(results: Sequence[RunResult], notes: Sequence[str], console: Co
 def markdown_table(results: Sequence[RunResult]) -> str:
     """The same table in Markdown (for benchmarks/README.md)."""
     ratio = ratios(results)
-    lines = [
+    p99 = p99_ratios(results)
+    vs = others(results)
+    head = (
         "| system | scenario | msgs/s | deliveries/s | p50 ms | p99 ms | p99.9 ms "
-        "| server CPU | client CPU | other CPU | amqlite/baseline |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+        "| server CPU | client CPU | other CPU | server us/msg | client us/msg "
+        "| server peak MB |"
+    )
+    head += "".join(f" vs {o} |" for o in vs)
+    lines = [head, "|---|---|" + "---:|" * (11 + len(vs))]
     for r in results:
-        shown = ratio.get(r.scenario) if r.system == AMQLITE else None
-        ratio_text = "-" if shown is None else f"{shown:.2f}"
-        lines.append(
-            f"| {r.system} | {r.scenario} | {r.msgs_per_s:,.0f} | {r.deliveries_per_s:,.0f} "
-            f"| {_ms(r.p50_ms)} | {_ms(r.p99_ms)} | {_ms(r.p999_ms)} | {_pct(r.server_cpu)} "
-            f"| {_pct(r.client_cpu)} | {_pct(r.other_cpu)} | {ratio_text} |"
-        )
+        cells = [
+            r.system,
+            r.scenario,
+            f"{r.msgs_per_s:,.0f}",
+            f"{r.deliveries_per_s:,.0f}",
+            _ms(r.p50_ms),
+            _ms(r.p99_ms),
+            _ms(r.p999_ms),
+            _pct(r.server_cpu),
+            _pct(r.client_cpu),
+            _pct(r.other_cpu),
+            _us(r.per_delivery_us(r.server_cpu_s)),
+            _us(r.per_delivery_us(r.client_cpu_s)),
+            _mb(r.server_peak_rss_kib),
+        ]
+        cells += [_ratio_cell(r, other, ratio, p99) for other in vs]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -1,10 +1,13 @@
 """``amqlite bench``: start the servers, run every scenario on each system, report.
 
 Unless ``-s SERVERS`` names a running broker, the bench starts its own
-(``amqlite server`` on a free loopback port) and always the raw-trio relay
-(``python -m amqlite.bench.baseline``), each in its own process, and stops both
-by pid when it ends, however it ends. Each scenario runs on the baseline, then
-on amqlite, in the same invocation, so their ratio compares like with like.
+(``amqlite server`` on a free loopback port; for ``1to1-persistent-confirm`` one
+per fsync policy, each with a data dir of its own) and the raw-trio relay
+(``python -m amqlite.bench.baseline``), each in its own process; with
+``--vs rabbitmq,nats`` it also has those peers started by ``scripts/peers``.
+It stops everything it started, by pid, when it ends, however it ends. Each
+scenario runs on every system in turn, ``--repeat`` times, interleaved, so their
+ratio compares like with like; the median run is reported.
 """
 
 from __future__ import annotations
@@ -16,21 +19,27 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
+from .childclients import run_in_child
+from .clientproc import client_spec
+from .contenders import FSYNC_MODES, Contender, Lineup, fsync_system
 from .errors import BenchError, collapse_errors
-from .procs import ServerProcess, baseline_argv, broker_argv
+from .peers import INSTALL_HINT, PEERS
 from .report import dumps, markdown_table, print_report
 from .scenarios import (
     CLIENT_MODES,
+    CONFIRM_WINDOW,
     DEFAULT_MESSAGES,
     FANOUT,
     FANOUT_QUEUES,
     LATENCY_SECONDS,
+    PERSISTENT,
+    PERSISTENT_SHARE,
     QUICK_LATENCY_SECONDS,
     QUICK_MESSAGES,
     SCENARIO_NAMES,
@@ -39,11 +48,15 @@ from .scenarios import (
     build_scenarios,
     run_scenario,
 )
-from .systems import AMQLITE, RAW_TRIO, AmqliteTarget, RelayTarget, Target
+from .systems import AMQLITE, RAW_TRIO, make_target
 
 #: Where the bench clients run by default (see benchmarks/README.md for the measurement).
 DEFAULT_CLIENTS = "shared"
+#: ... and with --vs, where every system's clients run the way the peers' must.
+VS_CLIENTS = "process"
 SYSTEMS: tuple[str, ...] = (RAW_TRIO, AMQLITE)
+#: Runs per (scenario, system) with --vs when --repeat is not given.
+VS_REPEAT = 3
 PAUSE_BETWEEN_RUNS = 0.3
 
 EPILOG = f"""\
@@ -53,16 +66,20 @@ examples:
   amqlite bench --quick --json               # 20,000 messages, 2 s of latency, JSON on stdout
   amqlite bench --scenarios 1to1-transient --clients split
   amqlite bench -s 127.0.0.1:5555            # against a running broker (baseline still local)
+  amqlite bench --vs rabbitmq,nats --plot benchmarks/vs.png   # side by side with the peers
 
 Each scenario runs against amqlite and against the raw-trio relay (the same
 framing and codec, no broker) in the same invocation; the table shows their ratio.
+--vs adds RabbitMQ (pika) and NATS (nats-py), started by scripts/peers on their
+own loopback ports ({INSTALL_HINT} for the clients; scripts/peers install for the
+servers); a peer that cannot be had is named and left out.
 Progress goes to stderr, results to stdout.
 """
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     """Add ``amqlite bench``'s flags to ``parser`` (run it with :func:`run_bench`)."""
-    parser.description = "Measure amqlite against a raw-trio relay on this machine."
+    parser.description = "Measure amqlite against a raw-trio relay and its peers on this machine."
     parser.epilog = EPILOG
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument(
@@ -74,13 +91,20 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         help="comma-separated scenarios to run (default: all)",
     )  # fmt: skip
     parser.add_argument(
-        "--systems", metavar="A,B", default=",".join(SYSTEMS),
-        help=f"systems to run: {', '.join(SYSTEMS)} (default: both)",
+        "--systems", metavar="A,B",
+        help=f"amqlite-side systems to run: {', '.join(SYSTEMS)} (default: both; with --vs: "
+        f"{AMQLITE})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--vs", metavar="PEERS", default="",
+        help=f"also run every scenario on these peers ({', '.join(PEERS)}), in the same "
+        f"invocation, and report amqlite/peer ratios (--repeat defaults to {VS_REPEAT})",
     )  # fmt: skip
     parser.add_argument(
         "--messages", "-n", type=int, metavar="N",
         help=f"messages per throughput run (default {DEFAULT_MESSAGES:,}; --quick "
-        f"{QUICK_MESSAGES:,}); {FANOUT} publishes N/{FANOUT_QUEUES}",
+        f"{QUICK_MESSAGES:,}); {FANOUT} publishes N/{FANOUT_QUEUES}, {PERSISTENT} "
+        f"N/{PERSISTENT_SHARE}",
     )  # fmt: skip
     parser.add_argument(
         "--latency-seconds", type=float, metavar="S",
@@ -89,14 +113,15 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="a short run (20,000 messages)")
     parser.add_argument(
-        "--clients", choices=CLIENT_MODES, default=DEFAULT_CLIENTS,
+        "--clients", choices=CLIENT_MODES,
         help="shared: publisher and consumers in this process; split: the publisher "
-        f"in a child process (default {DEFAULT_CLIENTS})",
+        "in a child process; process: both in one child process per run (default "
+        f"{DEFAULT_CLIENTS}; with --vs {VS_CLIENTS}, as the peers' clients always run)",
     )  # fmt: skip
     parser.add_argument(
-        "--repeat", type=int, default=1, metavar="N",
+        "--repeat", type=int, metavar="N",
         help="run each scenario N times per system, interleaved, and report the median run "
-        "(by msgs/s; by p99 for latency) (default 1)",
+        f"(by msgs/s; by p99 for latency) (default 1; with --vs {VS_REPEAT})",
     )  # fmt: skip
     parser.add_argument(
         "--stall-timeout", type=float, default=30.0, metavar="S",
@@ -106,6 +131,10 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--login", default="guest", help="amqlite login (default guest)")
     parser.add_argument("--password", default="guest", help="amqlite password (default guest)")
     parser.add_argument("--save", metavar="FILE", help="also write the --json document to FILE")
+    parser.add_argument(
+        "--plot", metavar="FILE.png",
+        help=f"also draw msgs/s and latency percentiles per system to FILE.png ({INSTALL_HINT})",
+    )  # fmt: skip
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the results as JSON")
     output.add_argument("--markdown", action="store_true", help="print a Markdown table")
@@ -122,11 +151,16 @@ class BenchOptions:
     vhost: str = "/"
     login: str = "guest"
     password: str = "guest"
+    peers: tuple[str, ...] = ()
+
+
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
 
 
 def options_from_args(args: argparse.Namespace) -> BenchOptions:
     """Validated options; raises ValueError naming the bad flag."""
-    names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
+    names = _names(args.scenarios)
     if not names:
         raise ValueError("--scenarios: name at least one scenario")
     messages = args.messages
@@ -139,7 +173,12 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         seconds = QUICK_LATENCY_SECONDS if args.quick else LATENCY_SECONDS
     if seconds <= 0:
         raise ValueError("--latency-seconds must be positive")
-    if args.repeat < 1:
+    peers = tuple(dict.fromkeys(_names(args.vs)))
+    unknown_peers = [p for p in peers if p not in PEERS]
+    if unknown_peers:
+        raise ValueError(f"--vs: choose from {', '.join(PEERS)} (got {args.vs!r})")
+    repeat = args.repeat if args.repeat is not None else (VS_REPEAT if peers else 1)
+    if repeat < 1:
         raise ValueError("--repeat must be at least 1")
     if args.stall_timeout <= 0:
         raise ValueError("--stall-timeout must be positive")
@@ -147,21 +186,33 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         scenarios = build_scenarios(names, messages=messages, latency_seconds=seconds)
     except ValueError as exc:
         raise ValueError(f"--scenarios: {exc}") from None
-    systems = tuple(s.strip() for s in args.systems.split(",") if s.strip())
+    systems_text = args.systems if args.systems is not None else (AMQLITE if peers else "")
+    systems = tuple(_names(systems_text)) if systems_text else SYSTEMS
     unknown = [s for s in systems if s not in SYSTEMS]
     if unknown or not systems:
         raise ValueError(f"--systems: choose from {', '.join(SYSTEMS)} (got {args.systems!r})")
+    clients = args.clients or (VS_CLIENTS if peers else DEFAULT_CLIENTS)
     return BenchOptions(
         scenarios=tuple(scenarios),
         systems=tuple(s for s in SYSTEMS if s in systems),
-        clients=args.clients,
+        clients=clients,
         servers=args.servers,
         stall_timeout=args.stall_timeout,
-        repeat=args.repeat,
+        repeat=repeat,
         vhost=args.vhost,
         login=args.login,
         password=args.password,
+        peers=peers,
     )
+
+
+@dataclass(slots=True)
+class BenchOutcome:
+    """The median rows, and what was left out or failed (one line each)."""
+
+    results: list[RunResult] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
 
 
 def run_bench(args: argparse.Namespace) -> int:
@@ -174,80 +225,129 @@ def run_bench(args: argparse.Namespace) -> int:
         return 2
     progress = ProgressLog(err)
     try:
-        results = trio.run(run_benchmarks, opts, progress)
+        outcome = trio.run(run_benchmarks, opts, progress)
     except BenchError as exc:
         print(f"amqlite bench: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("amqlite bench: interrupted", file=sys.stderr)
         return 130
+    results = outcome.results
+    status = 1 if outcome.failures else 0
     if args.save:
         try:
             with open(args.save, "w") as f:
                 f.write(dumps(results) + "\n")
         except OSError as exc:
             print(f"amqlite bench: error: cannot write {args.save}: {exc}", file=sys.stderr)
-            return 1
+            status = 1
+    if args.plot:
+        status = max(status, _plot(results, args.plot, opts))
+    all_notes = notes(opts) + [f"left out: {line}" for line in outcome.left_out]
+    all_notes += [f"FAILED: {line}" for line in outcome.failures]
     if args.json:
         print(dumps(results))
     elif args.markdown:
         print(markdown_table(results))
-        for note in notes(opts):
+        for note in all_notes:
             print(f"- {note}")
     else:
         out = Console()
         if not out.is_terminal:
-            out = Console(width=160)
-        print_report(results, notes(opts), out)
+            out = Console(width=200)
+        print_report(results, all_notes, out)
+    return status
+
+
+def _plot(results: list[RunResult], path: str, opts: BenchOptions) -> int:
+    try:
+        from .plot import plot_results
+
+        title = f"amqlite bench, median of {opts.repeat} run(s); {machine_description()}"
+        plot_results(results, path, title)
+    except ImportError as exc:
+        print(f"amqlite bench: --plot needs matplotlib ({INSTALL_HINT}): {exc}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as exc:
+        print(f"amqlite bench: error: cannot draw {path}: {exc}", file=sys.stderr)
+        return 1
+    print(f"bench: chart written to {path}", file=sys.stderr)
     return 0
 
 
-async def run_benchmarks(
-    opts: BenchOptions, progress: ProgressLog | None = None
-) -> list[RunResult]:
-    """Start the servers the options need, run every (scenario, system), stop the servers."""
-    results: list[RunResult] = []
-    started: list[ServerProcess] = []
+async def run_benchmarks(opts: BenchOptions, progress: ProgressLog | None = None) -> BenchOutcome:
+    """Start what the options need, run every (scenario, system), stop it all.
+
+    A system that cannot be had, or cannot take part in a scenario, is named in
+    ``left_out``; a run that fails is named in ``failures`` and its system takes
+    no further part in that scenario (or in any, when its server died).
+    """
+    outcome = BenchOutcome()
+
+    def say(line: str) -> None:
+        outcome.left_out.append(line)
+        if progress:
+            progress.line(line)
+
+    lineup = Lineup(say)
     try:
         async with trio.open_nursery() as nursery:
             if threading.current_thread() is threading.main_thread():
                 nursery.start_soon(_interrupt_on_sigterm)
             try:
-                runs: list[tuple[Target, ServerProcess | None]] = []
-                if RAW_TRIO in opts.systems:
-                    relay = await ServerProcess.start(
-                        nursery, "raw-trio relay", baseline_argv(), "baseline_listening"
-                    )
-                    started.append(relay)
-                    runs.append((RelayTarget(relay.address), relay))
-                if AMQLITE in opts.systems:
-                    broker: ServerProcess | None = None
-                    address = opts.servers
-                    if address is None:
-                        broker = await ServerProcess.start(
-                            nursery, "amqlite broker", broker_argv(), "server_listening"
-                        )
-                        started.append(broker)
-                        address = broker.address
-                    amq = AmqliteTarget(
-                        address, vhost=opts.vhost, login=opts.login, password=opts.password
-                    )
-                    runs.append((amq, broker))
+                auth = {"vhost": opts.vhost, "login": opts.login, "password": opts.password}
+                contenders = await lineup.start(
+                    nursery,
+                    systems=opts.systems,
+                    peers=opts.peers,
+                    scenarios=tuple(s.name for s in opts.scenarios),
+                    servers=opts.servers,
+                    auth=auth,
+                )
                 for scenario in opts.scenarios:
-                    repeats: dict[str, list[RunResult]] = {}
-                    for _ in range(opts.repeat):  # interleaved: a disturbance hits both
-                        for target, server in runs:
-                            r = await _run_one(opts, target, server, scenario, progress)
-                            repeats.setdefault(target.system, []).append(r)
-                            await trio.sleep(PAUSE_BETWEEN_RUNS)
-                    results.extend(median_run(rs) for rs in repeats.values())
+                    await _run_scenario_everywhere(opts, contenders, scenario, progress, outcome)
             finally:
-                for server in reversed(started):
-                    await server.stop()
+                await lineup.stop()
             nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         raise collapse_errors(group, "bench") from None
-    return results
+    return outcome
+
+
+async def _run_scenario_everywhere(
+    opts: BenchOptions,
+    contenders: list[Contender],
+    scenario: Scenario,
+    progress: ProgressLog | None,
+    outcome: BenchOutcome,
+) -> None:
+    for c in contenders:
+        why = c.skip.get(scenario.name)
+        if why is not None and c.dead is None:
+            line = f"{c.system}: {scenario.name} not run: {why}"
+            outcome.left_out.append(line)
+            if progress:
+                progress.line(line)
+    runs = [c for c in contenders if c.runs(scenario.name)]
+    failed: set[str] = set()
+    repeats: dict[str, list[RunResult]] = {}
+    for _ in range(opts.repeat):  # interleaved: a disturbance hits every system alike
+        for c in runs:
+            if c.system in failed or not c.runs(scenario.name):
+                continue
+            try:
+                r = await _run_one(opts, c, scenario, progress)
+            except BenchError as exc:
+                outcome.failures.append(str(exc))
+                if progress:
+                    progress.line(f"FAILED: {exc}")
+                failed.add(c.system)
+                if c.server is not None and c.server.proc.poll() is not None:
+                    c.dead = str(exc)
+                continue
+            repeats.setdefault(c.system, []).append(r)
+            await trio.sleep(PAUSE_BETWEEN_RUNS)
+    outcome.results.extend(median_run(rs) for rs in repeats.values())
 
 
 def median_run(runs: list[RunResult]) -> RunResult:
@@ -275,31 +375,42 @@ async def _interrupt_on_sigterm() -> None:
 
 async def _run_one(
     opts: BenchOptions,
-    target: Target,
-    server: ServerProcess | None,
+    c: Contender,
     scenario: Scenario,
     progress: ProgressLog | None,
 ) -> RunResult:
-    label = f"{target.system} {scenario.name}"
+    label = f"{c.system} {scenario.name}"
     hook = progress.begin(label, scenario.deliveries) if progress else None
+    in_child = opts.clients == "process" or c.driver not in SYSTEMS
     try:
-        result = await run_scenario(
-            target,
-            scenario,
-            clients=opts.clients,
-            stall_timeout=opts.stall_timeout,
-            server_pid=server.pid if server else None,
-            on_progress=hook,
-        )
+        if in_child:
+            spec = client_spec(c.system, c.driver, c.address, c.auth, scenario, opts.stall_timeout)
+            result = await run_in_child(
+                c.system,
+                spec,
+                scenario,
+                stall_timeout=opts.stall_timeout,
+                server_pid=c.pid,
+                on_progress=hook,
+            )
+        else:
+            target = make_target(c.driver, c.address, **c.auth)
+            target.system = c.system
+            result = await run_scenario(
+                target,
+                scenario,
+                clients=opts.clients,
+                stall_timeout=opts.stall_timeout,
+                server_pid=c.pid,
+                on_progress=hook,
+            )
     except BenchError:
-        if server is not None:
-            server.check_alive()  # a dead server explains the failure better
+        c.check_alive()  # a dead server explains the failure better
         raise
     finally:
         if progress:
             progress.end()
-    if server is not None:
-        server.check_alive()
+    c.check_alive()
     if progress:
         progress.line(
             f"{label}: {result.msgs_per_s:,.0f} msgs/s, {result.consumed:,} deliveries "
@@ -364,25 +475,54 @@ def machine_description() -> str:
 
 def notes(opts: BenchOptions) -> list[str]:
     out = [f"machine: {machine_description()}"]
+    if opts.repeat > 1:
+        out.append(
+            f"each row is the median of {opts.repeat} runs, interleaved across systems "
+            "(by msgs/s; by p99 for latency); every run's figure is in --json"
+        )
     if opts.clients == "shared":
         out.append(
             "clients: publisher and consumers share the bench process; each server has "
             "its own process (measured faster than --clients split on 2 cores)"
         )
-    else:
+    elif opts.clients == "split":
         out.append("clients: the publisher runs in a child process, consumers in the bench process")
+    else:
+        out.append(
+            "clients: each run's publisher and consumers share one child process (one event "
+            "loop); each server has its own process"
+        )
+    if opts.peers:
+        out.append(
+            "peers' clients always run in a child process: rabbitmq with pika's SelectConnection "
+            "(one I/O loop, acks coalesced per read like amqlite's client), nats with nats-py "
+            "(asyncio, core NATS: no queue, no ack, at most once)"
+        )
     for s in opts.scenarios:
         if s.name == FANOUT:
             out.append(
                 f"{FANOUT}: {s.plan.messages:,} published x {s.queues} queues; msgs/s counts a "
                 "message once all its copies are delivered, deliveries/s counts every copy"
             )
+        if s.name == PERSISTENT:
+            modes = ", ".join(fsync_system(m) for m in FSYNC_MODES)
+            out.append(
+                f"{PERSISTENT}: {s.plan.messages:,} persistent messages to a durable queue, "
+                f"confirms with at most {CONFIRM_WINDOW:,} outstanding; amqlite as {modes} "
+                "(--data-dir, --fsync)"
+            )
+    if RAW_TRIO in opts.systems:
+        out.append(
+            "raw-trio: a relay decoding each publish (cbor2) and encoding deliveries with the "
+            "broker's encoder, no broker logic"
+        )
     out.append(
-        "raw-trio: a relay decoding each publish (cbor2) and encoding deliveries with the "
-        "broker's encoder, no broker logic; amqlite/baseline = ratio of msgs/s"
+        "vs X = amqlite's msgs/s over X's in the same scenario (above 1: amqlite faster); "
+        "'p99 r' = amqlite's p99 over X's (below 1: amqlite's is lower)"
     )
     out.append(
-        "CPU columns: CPU time / run time (100% = one core) of the server process, of the "
-        "bench clients, and of everything else on the machine (high = a disturbed run)"
+        "CPU: share of one core over the run (server, clients, everything else on the machine: "
+        "high = a disturbed run); us/msg = CPU microseconds per delivery; server peak MB = "
+        "VmHWM during the run"
     )
     return out

@@ -3,6 +3,10 @@
 - ``1to1-transient``: 100-byte transient messages, 1 publisher -> 1 queue -> 1
   consumer (manual acks, prefetch 1000). msgs/s = messages consumed / (first
   publish -> last consumed).
+- ``1to1-persistent-confirm``: the same shape on a durable queue, persistent
+  messages, publisher confirms with at most 1,000 outstanding; a quarter of
+  ``--messages``. msgs/s as above; the run ends when every message is consumed
+  and every confirm is in.
 - ``fanout-1to10``: a fanout exchange bound to 10 queues, one consumer (and one
   connection) each; it publishes a tenth of ``--messages`` so it moves as many
   deliveries as the 1->1 run. msgs/s = messages published / (first publish ->
@@ -12,13 +16,13 @@
 
 Every run is bounded: it fails with :class:`BenchError` when the counts stop
 moving for ``stall_timeout`` seconds, and after ``time_limit`` seconds at most.
+CPU time and peak memory are taken between two marks: when the consumers are
+subscribed and the publisher starts, and when the last message is in.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import resource
 import sys
 import time
 from collections.abc import Callable
@@ -30,27 +34,33 @@ import trio
 from amqlite.errors import AmqliteError
 
 from .errors import BenchError, collapse_errors
-from .plan import ConsumeTally, PublishPlan, PublishTally, Route, new_histogram
+from .plan import ClientReport, ConsumeTally, PublishPlan, PublishTally, Route, new_histogram
 from .procs import child_env
+from .procstat import ServerMeter, own_cpu_seconds
 from .systems import Target
 from .worker import worker_spec
 
 ONE_TO_ONE = "1to1-transient"
+PERSISTENT = "1to1-persistent-confirm"
 FANOUT = "fanout-1to10"
 LATENCY = "latency-at-5k"
-SCENARIO_NAMES: tuple[str, ...] = (ONE_TO_ONE, FANOUT, LATENCY)
+SCENARIO_NAMES: tuple[str, ...] = (ONE_TO_ONE, PERSISTENT, FANOUT, LATENCY)
 
 DEFAULT_MESSAGES = 200_000
 QUICK_MESSAGES = 20_000
 FANOUT_QUEUES = 10
+#: The persistent run publishes ``--messages`` // this (every message is written to disk).
+PERSISTENT_SHARE = 4
+CONFIRM_WINDOW = 1000
 LATENCY_RATE = 5_000.0
 LATENCY_SECONDS = 5.0
 QUICK_LATENCY_SECONDS = 2.0
 BODY_SIZE = 100
 
-#: Client placements: both client roles in the bench process, or the publisher
-#: in a child process (:mod:`amqlite.bench.worker`) and the consumers here.
-CLIENT_MODES: tuple[str, ...] = ("shared", "split")
+#: Client placements: both client roles in the bench process; the publisher in a
+#: child process (:mod:`amqlite.bench.worker`) and the consumers here; or both
+#: roles in one child process (:mod:`amqlite.bench.clientproc`), as every peer runs.
+CLIENT_MODES: tuple[str, ...] = ("shared", "split", "process")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,11 +73,24 @@ class Scenario:
     def deliveries(self) -> int:
         return self.plan.messages * self.queues
 
+    @property
+    def durable(self) -> bool:
+        return self.plan.persistent
+
     def time_limit(self) -> float:
-        """The most a run may take: generous (1,000 deliveries/s) plus a minute."""
+        """The most a run may take: generous (1,000 deliveries/s; 100/s when every
+        message goes to disk) plus a minute."""
         if self.plan.rate is not None:
             return self.plan.messages / self.plan.rate + 60.0
-        return self.deliveries / 1_000 + 60.0
+        floor = 100 if self.plan.persistent else 1_000
+        return self.deliveries / floor + 60.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "queues": self.queues, "plan": self.plan.to_json()}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Scenario:
+        return cls(str(d["name"]), int(d["queues"]), PublishPlan.from_json(d["plan"]))
 
 
 def build_scenarios(
@@ -78,6 +101,10 @@ def build_scenarios(
     for name in names:
         if name == ONE_TO_ONE:
             out.append(Scenario(name, 1, PublishPlan(messages, BODY_SIZE)))
+        elif name == PERSISTENT:
+            n = max(1, messages // PERSISTENT_SHARE)
+            plan = PublishPlan(n, BODY_SIZE, persistent=True, confirm=CONFIRM_WINDOW)
+            out.append(Scenario(name, 1, plan))
         elif name == FANOUT:
             per_queue = max(1, messages // FANOUT_QUEUES)
             out.append(Scenario(name, FANOUT_QUEUES, PublishPlan(per_queue, BODY_SIZE)))
@@ -92,7 +119,11 @@ def build_scenarios(
 
 @dataclass(slots=True)
 class RunResult:
-    """One (system, scenario) measurement; ``to_json`` is a row of ``--json``."""
+    """One (system, scenario) measurement; ``to_json`` is a row of ``--json``.
+
+    ``server_cpu``, ``client_cpu`` and ``other_cpu`` are shares of one core over the
+    run; ``server_cpu_s`` / ``client_cpu_s`` are CPU seconds, shown per delivery.
+    """
 
     system: str
     scenario: str
@@ -110,9 +141,18 @@ class RunResult:
     server_cpu: float | None
     client_cpu: float
     other_cpu: float | None = None
+    server_cpu_s: float | None = None
+    client_cpu_s: float | None = None
+    server_peak_rss_kib: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def per_delivery_us(self, cpu_s: float | None) -> float | None:
+        if cpu_s is None or self.consumed <= 0:
+            return None
+        return cpu_s / self.consumed * 1e6
+
     def to_json(self) -> dict[str, Any]:
+        rss = self.server_peak_rss_kib
         d = {
             "system": self.system,
             "scenario": self.scenario,
@@ -130,6 +170,9 @@ class RunResult:
             "server_cpu": _round(self.server_cpu),
             "client_cpu": round(self.client_cpu, 3),
             "other_cpu": _round(self.other_cpu),
+            "server_cpu_us_per_msg": _round(self.per_delivery_us(self.server_cpu_s), 2),
+            "client_cpu_us_per_msg": _round(self.per_delivery_us(self.client_cpu_s), 2),
+            "server_peak_rss_mb": None if rss is None else round(rss / 1024, 1),
         }
         d.update(self.extra)
         return d
@@ -139,43 +182,63 @@ def _round(x: float | None, digits: int = 3) -> float | None:
     return None if x is None else round(x, digits)
 
 
-# --- CPU accounting (Linux /proc), to show who is saturated ---------------------------
+def make_result(
+    system: str,
+    scenario: Scenario,
+    report: ClientReport,
+    meter: ServerMeter,
+    window_s: float,
+    clients: str,
+) -> RunResult:
+    """One run's row from what the clients counted and what the meter read.
 
-_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    ``window_s`` is the wall time between the meter's marks (publisher start ->
+    last message in), the period every CPU share is taken over.
+    """
+    window = max(1e-9, window_s)
+    seconds = max(1e-9, (report.done_ns - report.first_ns) / 1e9)
+    publish_seconds = max(1e-9, (report.last_ns - report.first_ns) / 1e9)
+    p50 = p99 = p999 = None
+    if report.hist is not None:
+        hist = report.hist
+        p50, p99, p999 = (hist.get_value_at_percentile(p) / 1000 for p in (50, 99, 99.9))
+    server_cpu = None if meter.cpu_s is None else meter.cpu_s / window
+    client_cpu = report.client_cpu_s / window
+    other_cpu = None
+    if meter.busy_s is not None and server_cpu is not None:
+        # the rest of the machine: what else ran during the run (0 on a quiet machine)
+        other_cpu = max(0.0, meter.busy_s / window - server_cpu - client_cpu)
+    return RunResult(
+        system=system,
+        scenario=scenario.name,
+        msgs_per_s=(report.consumed / scenario.queues) / seconds,
+        p50_ms=p50,
+        p99_ms=p99,
+        p999_ms=p999,
+        published=report.published,
+        consumed=report.consumed,
+        expected=scenario.deliveries,
+        seconds=seconds,
+        deliveries_per_s=report.consumed / seconds,
+        publish_msgs_per_s=report.published / publish_seconds,
+        clients=clients,
+        server_cpu=server_cpu,
+        client_cpu=client_cpu,
+        other_cpu=other_cpu,
+        server_cpu_s=meter.cpu_s,
+        client_cpu_s=report.client_cpu_s,
+        server_peak_rss_kib=meter.peak_rss_kib,
+    )
 
 
-def process_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of ``pid`` (None when /proc cannot tell)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS
-
-
-def machine_busy_seconds() -> float | None:
-    """CPU time all processes on this machine have used (all cores, from /proc/stat)."""
-    try:
-        with open("/proc/stat") as f:
-            fields = f.readline().split()
-    except OSError:
-        return None
-    if not fields or fields[0] != "cpu":
-        return None
-    ticks = [int(x) for x in fields[1:9]]
-    return (sum(ticks) - ticks[3] - ticks[4]) / _TICKS  # all but idle and iowait
-
-
-def _own_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-# --- running one scenario against one system ------------------------------------------
+# --- running one scenario against one system, clients in this process -----------------
 
 ProgressHook = Callable[[int, int], None]
+Mark = Callable[[], None]
+
+
+def _nothing() -> None:
+    return None
 
 
 async def run_scenario(
@@ -187,10 +250,51 @@ async def run_scenario(
     server_pid: int | None = None,
     on_progress: ProgressHook | None = None,
 ) -> RunResult:
-    """Run ``scenario`` once against ``target``: consumers subscribe first, then the
-    publisher starts (here, or in a child process with ``clients="split"``)."""
-    if clients not in CLIENT_MODES:
-        raise ValueError(f"clients must be one of {CLIENT_MODES}, got {clients!r}")
+    """Run ``scenario`` once against ``target`` with the clients in this process
+    (``shared``) or the publisher in a child (``split``)."""
+    if clients not in ("shared", "split"):
+        raise ValueError(f"clients must be 'shared' or 'split' here, got {clients!r}")
+    meter = ServerMeter(server_pid)
+    meter.reset_peak()
+    marks: list[float] = []
+
+    def started() -> None:
+        meter.start()
+        marks.append(time.perf_counter())
+
+    def finished() -> None:
+        meter.stop()
+        marks.append(time.perf_counter())
+
+    report = await run_clients(
+        target,
+        scenario,
+        clients=clients,
+        stall_timeout=stall_timeout,
+        on_progress=on_progress,
+        on_started=started,
+        on_finished=finished,
+    )
+    window = marks[1] - marks[0] if len(marks) == 2 else 0.0
+    return make_result(target.system, scenario, report, meter, window, clients)
+
+
+async def run_clients(
+    target: Target,
+    scenario: Scenario,
+    *,
+    clients: str = "shared",
+    stall_timeout: float = 30.0,
+    on_progress: ProgressHook | None = None,
+    on_started: Mark = _nothing,
+    on_finished: Mark = _nothing,
+) -> ClientReport:
+    """Set up the route, subscribe the consumers, then publish (here, or in a child
+    process with ``clients="split"``); count, clean up, and report.
+
+    ``on_started`` is called just before the publisher starts, ``on_finished`` as
+    soon as every message is in (before the clean-up).
+    """
     what = f"{target.system} {scenario.name}"
     plan = scenario.plan
     route = await _prepare(target, scenario, what)
@@ -200,10 +304,7 @@ async def run_scenario(
     ]
     pub = PublishTally()
     child_cpu: list[float] = []
-    server_cpu0 = process_cpu_seconds(server_pid) if server_pid else None
-    own_cpu0 = _own_cpu_seconds()
-    busy0 = machine_busy_seconds()
-    wall0 = time.perf_counter()
+    cpu0 = cpu1 = 0.0
 
     def done() -> int:
         return sum(t.consumed for t in tallies)
@@ -228,7 +329,11 @@ async def run_scenario(
                 async with trio.open_nursery() as inner:
                     for i, tally in enumerate(tallies):
                         await inner.start(target.consume, route, i, tally)
+                    on_started()
+                    cpu0 = own_cpu_seconds()
                     inner.start_soon(publisher)
+                cpu1 = own_cpu_seconds()
+                on_finished()
                 outer.cancel_scope.cancel()
         if limit.cancelled_caught:
             raise BenchError(
@@ -245,53 +350,27 @@ async def run_scenario(
                 print(f"bench: cleanup after {what} failed: {exc}", file=sys.stderr)
     if on_progress is not None:
         on_progress(done(), scenario.deliveries)
-
-    server_cpu1 = process_cpu_seconds(server_pid) if server_pid else None
-    busy1 = machine_busy_seconds()
-    window = max(1e-9, time.perf_counter() - wall0)  # the CPU figures' common period
-    client_cpu = (_own_cpu_seconds() - own_cpu0 + sum(child_cpu)) / window
-    end_ns = max(t.done_ns for t in tallies)
-    seconds = max(1e-9, (end_ns - pub.first_ns) / 1e9)
-    publish_seconds = max(1e-9, (pub.last_ns - pub.first_ns) / 1e9)
-    consumed = done()
-    p50 = p99 = p999 = None
+    hist = None
     if plan.stamp:
         hist = new_histogram()
         for t in tallies:
             assert t.hist is not None
             hist.add(t.hist)
-        p50, p99, p999 = (hist.get_value_at_percentile(p) / 1000 for p in (50, 99, 99.9))
-    server_cpu = None
-    if server_cpu0 is not None and server_cpu1 is not None:
-        server_cpu = (server_cpu1 - server_cpu0) / window
-    other_cpu = None
-    if busy0 is not None and busy1 is not None and server_cpu is not None:
-        # the rest of the machine: what else ran during the run (0 on a quiet machine)
-        other_cpu = max(0.0, (busy1 - busy0) / window - server_cpu - client_cpu)
-    return RunResult(
-        system=target.system,
-        scenario=scenario.name,
-        msgs_per_s=(consumed / scenario.queues) / seconds,
-        p50_ms=p50,
-        p99_ms=p99,
-        p999_ms=p999,
+    return ClientReport(
         published=pub.published,
-        consumed=consumed,
-        expected=scenario.deliveries,
-        seconds=seconds,
-        deliveries_per_s=consumed / seconds,
-        publish_msgs_per_s=pub.published / publish_seconds,
-        clients=clients,
-        server_cpu=server_cpu,
-        client_cpu=client_cpu,
-        other_cpu=other_cpu,
+        consumed=done(),
+        first_ns=pub.first_ns,
+        last_ns=pub.last_ns,
+        done_ns=max(t.done_ns for t in tallies),
+        client_cpu_s=cpu1 - cpu0 + sum(child_cpu),
+        hist=hist,
     )
 
 
 async def _prepare(target: Target, scenario: Scenario, what: str) -> Route:
     try:
         with trio.fail_after(30):
-            return await target.prepare(scenario.name, scenario.queues)
+            return await target.prepare(scenario.name, scenario.queues, durable=scenario.durable)
     except trio.TooSlowError:
         raise BenchError(f"{what}: setting up queues took more than 30 s") from None
     except (OSError, trio.BrokenResourceError, AmqliteError) as exc:

@@ -40,7 +40,7 @@ class Target(Protocol):
     #: keyword arguments for :func:`make_target` besides the system and address
     auth: dict[str, str]
 
-    async def prepare(self, scenario: str, queues: int) -> Route: ...
+    async def prepare(self, scenario: str, queues: int, *, durable: bool = False) -> Route: ...
 
     async def cleanup(self, route: Route) -> None: ...
 
@@ -72,7 +72,9 @@ class AmqliteTarget:
         self.address = servers
         self.auth = {"vhost": vhost, "login": login, "password": password}
 
-    def _connect(self, name: str) -> AbstractAsyncContextManager[Connection]:
+    def _connect(
+        self, name: str, max_in_flight: int = 1000
+    ) -> AbstractAsyncContextManager[Connection]:
         auth = self.auth
         return connect(
             self.address,
@@ -80,14 +82,15 @@ class AmqliteTarget:
             login=auth["login"],
             password=auth["password"],
             client_name=name,
+            max_in_flight=max_in_flight,
         )
 
-    async def prepare(self, scenario: str, queues: int) -> Route:
+    async def prepare(self, scenario: str, queues: int, *, durable: bool = False) -> Route:
         base = f"bench.{scenario}.{os.getpid()}.{next(_run_ids)}"
         names = tuple(f"{base}.q{i}" for i in range(queues))
         async with self._connect("bench-setup") as conn:
             for name in names:
-                await conn.declare_queue(name)
+                await conn.declare_queue(name, durable=durable)
             if queues == 1:
                 return Route("", names[0], names)
             exchange = f"{base}.fanout"
@@ -137,14 +140,19 @@ class AmqliteTarget:
             tally.done_ns = clock()
 
     async def publish(self, route: Route, plan: PublishPlan, tally: PublishTally) -> None:
-        async with self._connect("bench-publisher") as conn:
+        async with self._connect("bench-publisher", max(1, plan.confirm)) as conn:
             publish = conn.publish
             exchange, key = route.exchange, route.key
             body = b"x" * plan.body_size
             clock = time.perf_counter_ns
+            persistent = plan.persistent
 
             async def send_batch(k: int) -> None:
-                if plan.stamp:
+                if plan.confirm:  # a window of plan.confirm outstanding (max_in_flight)
+                    publish_nowait = conn.publish_nowait
+                    for _ in range(k):
+                        await publish_nowait(exchange, key, body, persistent=persistent)
+                elif plan.stamp:
                     for _ in range(k):
                         await publish(exchange, key, body, headers={STAMP_HEADER: clock()})
                 else:
@@ -152,6 +160,9 @@ class AmqliteTarget:
                         await publish(exchange, key, body)
 
             await drive_publisher(plan, send_batch, tally)
+            if plan.confirm:
+                await conn.wait_for_confirms()
+                tally.last_ns = clock()
 
 
 class RelayTarget:
@@ -166,7 +177,7 @@ class RelayTarget:
         parsed = parse_address(address)
         self._host, self._port = parsed.host, parsed.port
 
-    async def prepare(self, scenario: str, queues: int) -> Route:
+    async def prepare(self, scenario: str, queues: int, *, durable: bool = False) -> Route:
         return Route("", scenario, tuple(f"relay-{i}" for i in range(queues)))
 
     async def cleanup(self, route: Route) -> None:

@@ -9,13 +9,13 @@ process used. Used by ``amqlite bench --clients split``.
 from __future__ import annotations
 
 import json
-import resource
 import sys
 from typing import Any
 
 import trio
 
 from .plan import PublishPlan, PublishTally, Route
+from .procstat import own_cpu_seconds
 from .systems import make_target
 
 
@@ -31,11 +31,6 @@ def worker_spec(
     }
 
 
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def main() -> int:
     spec = json.loads(sys.stdin.read())
     target = make_target(spec["system"], spec["address"], **spec.get("auth", {}))
@@ -43,7 +38,7 @@ def main() -> int:
     plan = PublishPlan.from_json(spec["plan"])
     tally = PublishTally()
     trio.run(target.publish, route, plan, tally)
-    print(json.dumps({**tally.to_json(), "cpu_s": cpu_seconds()}), flush=True)
+    print(json.dumps({**tally.to_json(), "cpu_s": own_cpu_seconds()}), flush=True)
     return 0
 
 

@@ -1,0 +1,189 @@
+"""The systems one bench run measures: whose server, which clients, which scenarios.
+
+A :class:`Contender` is one row name in the results (``amqlite``,
+``amqlite-fsync-batch``, ``raw-trio``, ``rabbitmq``, ...) with the address of its
+server, the pid to measure, the client driver that talks to it, and the
+scenarios it takes part in. :class:`Lineup` starts what the options ask for and
+stops all of it, by pid, when the bench ends; a system that cannot be had is
+reported in one line and left out.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from .errors import BenchError
+from .peers import NATS, Peer, PeerUnavailable, start_peer, stop_peer
+from .procs import ServerExited, ServerProcess, baseline_argv, broker_argv
+from .scenarios import PERSISTENT
+from .systems import AMQLITE, RAW_TRIO
+
+#: The fsync policies ``1to1-persistent-confirm`` runs amqlite with.
+FSYNC_MODES: tuple[str, ...] = ("batch", "always")
+
+
+def fsync_system(mode: str) -> str:
+    return f"{AMQLITE}-fsync-{mode}"
+
+
+def is_amqlite(system: str) -> bool:
+    return system == AMQLITE or system.startswith(f"{AMQLITE}-")
+
+
+Say = Callable[[str], None]
+
+
+@dataclass(slots=True)
+class Contender:
+    system: str
+    driver: str
+    address: str
+    auth: dict[str, str] = field(default_factory=dict)
+    pid: int | None = None
+    server: ServerProcess | None = None
+    #: scenarios this one takes part in (None: every scenario not in ``skip``)
+    only: frozenset[str] | None = None
+    #: scenario -> why this one does not take part (said once, when it comes up)
+    skip: dict[str, str] = field(default_factory=dict)
+    #: set when its server died: no further runs
+    dead: str | None = None
+
+    def runs(self, scenario: str) -> bool:
+        if self.dead is not None or scenario in self.skip:
+            return False
+        return self.only is None or scenario in self.only
+
+    def check_alive(self) -> None:
+        if self.server is not None:
+            self.server.check_alive()
+
+
+class Lineup:
+    """What one bench run starts, and stops at its end."""
+
+    def __init__(self, say: Say) -> None:
+        self.say = say
+        self.contenders: list[Contender] = []
+        self._servers: list[ServerProcess] = []
+        self._peers: list[Peer] = []
+        self._dirs: list[str] = []
+
+    async def start(
+        self,
+        nursery: trio.Nursery,
+        *,
+        systems: tuple[str, ...],
+        peers: tuple[str, ...],
+        scenarios: tuple[str, ...],
+        servers: str | None,
+        auth: dict[str, str],
+    ) -> list[Contender]:
+        if RAW_TRIO in systems:
+            relay = await self._server(
+                nursery, "raw-trio relay", baseline_argv(), "baseline_listening"
+            )
+            self.contenders.append(
+                Contender(
+                    RAW_TRIO,
+                    RAW_TRIO,
+                    relay.address,
+                    pid=relay.pid,
+                    server=relay,
+                    skip={PERSISTENT: "the relay has no queues, disk or confirms"},
+                )
+            )
+        if AMQLITE in systems:
+            await self._start_amqlite(nursery, scenarios, servers, auth)
+        for name in peers:
+            try:
+                peer = await start_peer(name)
+            except PeerUnavailable as exc:
+                self.say(f"{name}: unavailable, left out: {exc}")
+                continue
+            self._peers.append(peer)
+            c = Contender(name, peer.driver or name, peer.address, pid=peer.pid)
+            if name == NATS:
+                c.skip[PERSISTENT] = nats_persistent_reason(peer)
+            self.contenders.append(c)
+        return self.contenders
+
+    async def _start_amqlite(
+        self,
+        nursery: trio.Nursery,
+        scenarios: tuple[str, ...],
+        servers: str | None,
+        auth: dict[str, str],
+    ) -> None:
+        if servers is not None:  # a broker someone else runs: every scenario on it
+            self.contenders.append(Contender(AMQLITE, AMQLITE, servers, dict(auth)))
+            return
+        # a data dir of its own, so the broker writes nothing where the bench was started
+        data_dir = tempfile.mkdtemp(prefix="amqlite-bench-")
+        self._dirs.append(data_dir)
+        argv = broker_argv("--data-dir", data_dir)
+        broker = await self._server(nursery, "amqlite broker", argv, "server_listening")
+        plain = Contender(AMQLITE, AMQLITE, broker.address, dict(auth), broker.pid, broker)
+        self.contenders.append(plain)
+        if PERSISTENT not in scenarios:
+            return
+        for mode in FSYNC_MODES:
+            data_dir = tempfile.mkdtemp(prefix=f"amqlite-bench-fsync-{mode}-")
+            self._dirs.append(data_dir)
+            argv = broker_argv("--data-dir", data_dir, "--fsync", mode)
+            try:
+                server = await self._server(
+                    nursery, f"amqlite broker (fsync {mode})", argv, "server_listening"
+                )
+            except BenchError as exc:
+                if isinstance(exc, ServerExited) and exc.rejected_flag("--fsync"):
+                    why = "this `amqlite server` has no --fsync flag yet (exit 2: unknown flag)"
+                else:
+                    why = str(exc).splitlines()[0]
+                plain.skip[PERSISTENT] = (
+                    f"unavailable: {why}; no {fsync_system('*')} broker could start"
+                )
+                return
+            plain.skip[PERSISTENT] = f"run on {fsync_system('*')} (brokers with a data dir)"
+            self.contenders.append(
+                Contender(
+                    fsync_system(mode),
+                    AMQLITE,
+                    server.address,
+                    dict(auth),
+                    server.pid,
+                    server,
+                    only=frozenset({PERSISTENT}),
+                )
+            )
+
+    async def _server(
+        self, nursery: trio.Nursery, name: str, argv: list[str], ready_event: str
+    ) -> ServerProcess:
+        server = await ServerProcess.start(nursery, name, argv, ready_event)
+        self._servers.append(server)
+        return server
+
+    async def stop(self) -> None:
+        """Stop every server this lineup started (peers only if it started them)."""
+        with trio.CancelScope(shield=True):
+            for server in reversed(self._servers):
+                await server.stop()
+            for peer in reversed(self._peers):
+                await stop_peer(peer)
+            for d in self._dirs:
+                shutil.rmtree(d, ignore_errors=True)
+
+
+def nats_persistent_reason(peer: Peer) -> str:
+    if not peer.fsyncs_every_write():
+        return (
+            "JetStream here acknowledges a publish before it is fsynced (nats-server "
+            "before 2.10 has no `sync_interval: always`; it syncs every 2 min), so its "
+            "confirms promise less than amqlite's or RabbitMQ's: not comparable"
+        )
+    return "the bench's NATS clients drive core NATS only, not JetStream"
