@@ -11,6 +11,7 @@ import io
 import itertools
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -318,6 +319,143 @@ def test_declare_bind_and_status_json(server: str, capsys: pytest.CaptureFixture
     assert queue["arguments"]["x-queue-type"] == "classic"
 
 
+def _queue_status(server: str, capsys: pytest.CaptureFixture[str], name: str) -> dict:
+    code, out, _ = run(capsys, "status", "--json", "-s", server)
+    assert code == 0
+    (vhost,) = json.loads(out)["vhosts"]
+    (queue,) = [x for x in vhost["queues"] if x["name"] == name]
+    return dict(queue)
+
+
+def test_declare_a_stream_queue(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    q = _name("stream")
+    code, out, _ = run(
+        capsys,
+        "declare",
+        "queue",
+        q,
+        "--type",
+        "stream",
+        "--max-age",
+        "7D",
+        "--max-length-bytes",
+        "1000000",
+        "-s",
+        server,
+    )
+    assert (code, out) == (0, f"declared queue '{q}' (0 messages, 0 consumers)\n")
+    queue = _queue_status(server, capsys, q)
+    assert queue["type"] == "stream" and queue["durable"]  # a stream is always durable
+    assert queue["arguments"] == {
+        "x-queue-type": "stream",
+        "x-max-age": "7D",
+        "x-max-length-bytes": 1000000,
+    }
+    code, _, err = run(capsys, "declare", "queue", _name("s"), "--type", "stream",
+                       "--max-age", "a week", "-s", server)  # fmt: skip
+    assert code == 1 and "x-max-age" in err
+
+
+def _stream_of_five(server: str, capsys: pytest.CaptureFixture[str]) -> str:
+    q = _name("stream")
+    assert run(capsys, "declare", "queue", q, "--type", "stream", "-s", server)[0] == 0
+    code, _, err = run(
+        capsys, "publish", "-s", server, "-k", q, "--confirm", "--count", "5", "e{n}"
+    )
+    assert (code, err) == (0, "published 5 confirmed 5\n")  # offsets 0-4
+    return q
+
+
+def test_consume_a_stream_from_an_offset(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    q = _stream_of_five(server, capsys)
+    consume = ("consume", "-s", server, "-q", q)
+    code, out, _ = run(capsys, *consume, "--offset", "first", "--count", "5")
+    assert (code, out) == (0, "e1\ne2\ne3\ne4\ne5\n")
+    code, out, _ = run(capsys, *consume, "--offset", "first", "--count", "2")
+    assert (code, out) == (0, "e1\ne2\n")  # a stream keeps what was read and acked
+    code, out, _ = run(capsys, *consume, "--offset", "3", "--json", "--timeout", "0.3")
+    records = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and [(r["offset"], r["body"]) for r in records] == [(3, "e4"), (4, "e5")]
+    code, out, _ = run(capsys, *consume, "--offset", "last", "--count", "1")
+    assert (code, out) == (0, "e5\n")
+    code, out, _ = run(capsys, *consume, "--offset", "2000-01-01T00:00:00Z", "--count", "1")
+    assert (code, out) == (0, "e1\n")
+    code, out, _ = run(capsys, *consume, "--offset", "2999-01-01T00:00:00", "--timeout", "0.3")
+    assert (code, out) == (0, "")
+    code, out, _ = run(capsys, *consume, "--offset", "next", "--timeout", "0.3")
+    assert (code, out) == (0, "")
+
+
+def test_consume_name_resumes_across_invocations(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    q = _stream_of_five(server, capsys)
+    consume = ("consume", "-s", server, "-q", q, "--name", "reader")
+    code, out, _ = run(capsys, *consume, "--count", "3")  # nothing stored: from first
+    assert (code, out) == (0, "e1\ne2\ne3\n")
+    code, out, _ = run(capsys, *consume, "--timeout", "0.3")
+    assert (code, out) == (0, "e4\ne5\n")
+    code, out, _ = run(capsys, *consume, "--timeout", "0.3")
+    assert (code, out) == (0, "")
+    assert run(capsys, "publish", "-s", server, "-k", q, "--confirm", "e6")[0] == 0
+    code, out, _ = run(capsys, *consume, "--offset", "first", "--json", "--count", "1")
+    assert code == 0 and json.loads(out)["offset"] == 5  # the stored offset wins
+    # another name starts at --offset while nothing is stored under it
+    code, out, _ = run(capsys, "consume", "-s", server, "-q", q, "--name", "other",
+                       "--offset", "last", "--count", "1")  # fmt: skip
+    assert (code, out) == (0, "e6\n")
+
+
+def test_consume_name_stores_every_100_and_at_exit(
+    server: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amqlite.client import Connection
+
+    q = _name("stream")
+    run(capsys, "declare", "queue", q, "--type", "stream", "-s", server)
+    run(capsys, "publish", "-s", server, "-k", q, "--confirm", "--count", "250", "m{n}")
+    stored: list[tuple[str, str, int]] = []
+    store = Connection.store_offset
+
+    async def spy(self: Connection, queue: str, name: str, offset: int) -> None:
+        stored.append((queue, name, offset))
+        await store(self, queue, name, offset)
+
+    monkeypatch.setattr(Connection, "store_offset", spy)
+    code, out, _ = run(capsys, "consume", "-s", server, "-q", q, "--name", "b", "--count", "150")
+    assert code == 0 and len(out.splitlines()) == 150
+    assert stored == [(q, "b", 99), (q, "b", 149)]
+    code, out, _ = run(capsys, "consume", "-s", server, "-q", q, "--name", "b", "--timeout", "0.3")
+    assert code == 0 and out.split() == [f"m{i}" for i in range(151, 251)]
+    assert stored[2:] == [(q, "b", 249)]  # 100 more: one store, at 100; none at exit
+
+
+def test_consume_name_stores_on_ctrl_c(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    q = _stream_of_five(server, capsys)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "amqlite", "consume", "-s", server, "-q", q, "--name", "c"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    watchdog = threading.Timer(30, child.kill)
+    watchdog.start()
+    try:
+        assert child.stdout is not None
+        lines = [child.stdout.readline() for _ in range(5)]  # flushed before it waits
+        assert lines == [f"e{i}\n" for i in range(1, 6)]
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=20)
+    finally:
+        watchdog.cancel()
+        if child.poll() is None:  # pragma: no cover
+            child.kill()
+            child.wait()
+    assert child.returncode == 130, err
+    code, out, _ = run(capsys, "consume", "-s", server, "-q", q, "--name", "c", "--timeout", "0.3")
+    assert (code, out) == (0, "")  # offset 4 was stored on the way out
+
+
 def test_status_tables(server: str, capsys: pytest.CaptureFixture[str]) -> None:
     q = _name("shown")
     run(capsys, "declare", "queue", q, "-s", server)
@@ -412,6 +550,13 @@ def test_passwd_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Mo
         (["consume"], "one of the arguments -q/--queue -e/--exchange is required"),
         (["consume", "-q", "a", "-e", "b"], "not allowed with argument"),
         (["declare", "exchange", "x", "weird"], "invalid choice: 'weird'"),
+        (["declare", "queue", "s", "--type", "stream", "--exclusive"], "cannot be --exclusive"),
+        (["declare", "queue", "s", "--max-length-bytes", "-1"], "must not be negative"),
+        (["consume", "-e", "x", "--offset", "first"], "go with -q/--queue"),
+        (["consume", "-e", "x", "--name", "n"], "go with -q/--queue"),
+        (["consume", "-q", "s", "--offset", "yesterday"], "--offset must be first, last"),
+        (["consume", "-q", "s", "--offset", "-2"], "--offset must not be negative"),
+        (["consume", "-q", "s", "--name", ""], "--name must not be empty"),
         (["status", "-s", "host:notaport"], "port must be a number"),
     ],
 )

@@ -18,17 +18,31 @@ examples:
   amqlite consume -q jobs                      # until Ctrl-C
   amqlite consume -q jobs --count 10 --timeout 5
   amqlite consume -e events -k 'orders.#' --json
+  amqlite consume -q audit --offset first --timeout 1     # a stream, from its oldest
+  amqlite consume -q audit --offset 2026-11-22T10:00:00Z --json   # offsets included
+  amqlite consume -q audit --name billing                 # resume where billing stopped
 
 With -e, a private queue (exclusive, auto-delete, named by the server) is bound
 to the exchange with the binding key for as long as the command runs. Each
 message is printed (and stdout flushed) before it is acked.
+
+A stream queue keeps its messages: --offset says where to start (first, last,
+next, an offset or an ISO-8601 time; the default is next). With --name the
+command starts after the offset stored under NAME (or at --offset, by default
+first, when none is) and stores the offset of what it printed under NAME every
+100 messages and when it stops, so the next run goes on from there.
 """
 
 DECLARE_EPILOG = """\
 examples:
   amqlite declare exchange events topic --durable
   amqlite declare queue jobs --durable
-  amqlite declare queue audit --type stream --arg x-max-length=100000
+  amqlite declare queue audit --type stream --max-age 7D --max-length-bytes 1000000000
+  amqlite declare queue capped --type stream --arg x-max-length=100000
+
+A stream queue (--type stream) is an append-only log read by offset (see
+"amqlite consume --help"); it is always durable and keeps messages until
+--max-age, --max-length-bytes or x-max-length drops the oldest.
 """
 
 BIND_EPILOG = """\
@@ -58,6 +72,8 @@ examples:
   amqlite declare queue jobs --durable
   amqlite publish -k jobs --confirm --count 5 'job {n}'
   amqlite consume -q jobs --count 5
+  amqlite declare queue audit --type stream --max-age 7D
+  amqlite consume -q audit --offset first --name reader
   amqlite status
 
 Run "amqlite COMMAND --help" for each command's options.

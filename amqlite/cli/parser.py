@@ -112,6 +112,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--count", type=int, metavar="N", help="stop after N messages")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop after idle SECONDS")
     p.add_argument("--json", action="store_true", help="one JSON object per message")
+    stream = p.add_argument_group("stream queues")
+    stream.add_argument(
+        "--offset",
+        metavar="WHERE",
+        help="where to start: first, last, next (the server's default), an offset N or "
+        "an ISO-8601 time such as 2026-11-22T10:00:00Z (no zone: UTC)",
+    )
+    stream.add_argument(
+        "--name",
+        metavar="NAME",
+        help="resume after the offset stored under NAME (else start at --offset, "
+        "default first) and store the offset of what is printed under NAME",
+    )
     p.set_defaults(func=cmd_consume)
 
     p = _sub(
@@ -143,7 +156,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     pq.add_argument("--durable", action="store_true", help="survive a broker restart")
     pq.add_argument("--exclusive", action="store_true", help="this connection only (short-lived)")
     pq.add_argument("--auto-delete", action="store_true", help="delete after its last consumer")
-    pq.add_argument("--type", choices=("classic", "stream"), help="sets x-queue-type")
+    pq.add_argument(
+        "--type",
+        choices=("classic", "stream"),
+        help="sets x-queue-type (a stream is always durable)",
+    )
+    pq.add_argument(
+        "--max-age",
+        metavar="AGE",
+        help="streams: keep messages this long, e.g. 7D, 12h, 30m (units Y M D h m s)",
+    )
+    pq.add_argument(
+        "--max-length-bytes", type=int, metavar="N", help="keep at most N bytes of bodies"
+    )
     pq.add_argument("--arg", action="append", metavar="K=V", help="argument (repeatable)")
     pq.set_defaults(func=cmd_declare_queue)
 

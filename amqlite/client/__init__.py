@@ -9,6 +9,8 @@
             await d.ack()
 
 Given two addresses the connection fails over by itself: see ``docs/client.md``.
+Stream queues are read with ``conn.consume(q, offset="first")`` (each delivery has
+an ``offset``), and positions kept with ``store_offset`` / ``query_offset``.
 """
 
 from .addresses import Address, parse_addresses
@@ -19,6 +21,7 @@ from .link import Disconnected, Reconnected
 from .opening import connect, connect_stream
 from .policy import ReconnectPolicy
 from .publisher import PendingConfirm
+from .streams import StreamOffset
 
 __all__ = [
     "Address",
@@ -30,6 +33,7 @@ __all__ = [
     "QueueInfo",
     "ReconnectPolicy",
     "Reconnected",
+    "StreamOffset",
     "connect",
     "connect_stream",
     "parse_addresses",

@@ -46,6 +46,7 @@ from .policy import ReconnectPolicy
 from .publisher import ConfirmWindow, PendingConfirm
 from .recovery import Reconnector
 from .replies import PendingReply, ReplyHook
+from .streams import OFFSET_ARGUMENT, StreamOffset, StreamRequests, offset_argument
 from .topology import Topology
 from .transport import HIGH_WATER, Transport
 
@@ -68,7 +69,7 @@ _RECOVERABLE_CLOSE = frozenset(
 )
 
 
-class Connection(Declarations):
+class Connection(Declarations, StreamRequests):
     """A connection to a broker, or to the first willing server of a list. Make one
     with :func:`connect`.
 
@@ -625,9 +626,20 @@ class Connection(Declarations):
         exclusive: bool = False,
         tag: str = "",
         arguments: dict[str, Any] | None = None,
+        offset: StreamOffset | None = None,
     ) -> Consumer:
-        """Subscribe to ``queue``; iterate the returned :class:`Consumer`."""
+        """Subscribe to ``queue``; iterate the returned :class:`Consumer`.
+
+        ``offset`` (stream queues) says where to start: ``"first"``, ``"last"``,
+        ``"next"`` (the server's default), an offset, a Unix time (float), a
+        datetime or ISO-8601 text (no zone: UTC). It sets the argument
+        ``x-stream-offset``, which ``arguments`` may then not set too.
+        """
         args = dict(arguments or {})
+        if offset is not None:
+            if OFFSET_ARGUMENT in args:
+                raise ValueError(f"give either offset or arguments[{OFFSET_ARGUMENT!r}]")
+            args[OFFSET_ARGUMENT] = offset_argument(offset)
         consumer = Consumer(
             self,
             queue,
@@ -635,7 +647,7 @@ class Connection(Declarations):
             prefetch=prefetch,
             no_ack=no_ack,
             exclusive=exclusive,
-            arguments=args,
+            arguments=dict(args),  # its own: it follows a stream's deliveries
         )
         req = ev.Consume(self._new_id(), queue, tag, prefetch, no_ack, exclusive, args)
         pending: PendingReply | None = None
@@ -766,4 +778,5 @@ def _deliver_map(e: ev.Deliver) -> dict[str, Any]:
         "props": e.props,
         "redelivered": e.redelivered,
         "queue": e.queue,
+        "offset": e.offset,
     }

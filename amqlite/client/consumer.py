@@ -11,6 +11,7 @@ import trio
 from amqlite.errors import AmqliteError
 
 from .delivery import Delivery
+from .streams import OFFSET_ARGUMENT
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -31,6 +32,11 @@ class Consumer:
     returned when the link broke are dropped (the server delivers them again,
     ``redelivered``), except for ``no_ack`` consumers, where nothing would come again.
     ``queue`` changes if it named a server-named queue that had to be re-created.
+
+    A stream consumer resumes just after the last delivery it returned (or, for
+    ``no_ack``, the last it kept buffered): as deliveries are returned, ``arguments``
+    [``x-stream-offset``] becomes the next offset, so a reconnect neither repeats
+    nor skips. Until its first delivery it resumes with the start it was given.
 
     Use it as ``async with await conn.consume(q) as consumer:`` to cancel on exit.
     """
@@ -123,8 +129,6 @@ class Consumer:
 
     async def __anext__(self) -> Delivery:
         buf = self._buffer
-        if buf:
-            return buf.popleft()
         while not buf:
             if self._ended:
                 if self._end is not None:
@@ -134,7 +138,21 @@ class Consumer:
             if w is None:
                 w = self._waiter = trio.Event()
             await w.wait()
-        return buf.popleft()
+        d = buf.popleft()
+        offset = d._m.get("offset")
+        if offset is not None:  # from a stream: resume after it
+            self.arguments[OFFSET_ARGUMENT] = offset + 1
+        return d
+
+    def _resume_arguments(self) -> dict[str, Any]:
+        """The arguments to resume with on a new link: past the deliveries kept
+        buffered across the cut (``no_ack``) too, as those are handed out later."""
+        buf = self._buffer
+        if buf:
+            offset = buf[-1]._m.get("offset")
+            if offset is not None:
+                self.arguments[OFFSET_ARGUMENT] = offset + 1
+        return self.arguments
 
     async def cancel(self) -> None:
         """Stop the subscription. Deliveries buffered and not yet returned go back

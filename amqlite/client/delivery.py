@@ -23,7 +23,8 @@ class Delivery:
 
     Fields: ``body`` (bytes), ``exchange``, ``routing_key``, ``headers``,
     ``properties``, ``redelivered``, ``delivery_tag``, ``consumer_tag`` (``""`` for
-    a get) and ``queue``. Settle it once with :meth:`ack`, :meth:`nack` or
+    a get), ``queue`` and ``offset`` (the message's offset in a stream queue, else
+    None). Settle it once with :meth:`ack`, :meth:`nack` or
     :meth:`reject`; for a ``no_ack`` delivery those are no-ops. Acks are
     coalesced: ``await d.ack()`` does not wait for the network.
 
@@ -86,11 +87,19 @@ class Delivery:
     def redelivered(self) -> bool:
         return bool(self._m.get("redelivered", False))
 
+    @property
+    def offset(self) -> int | None:
+        """The message's offset when it comes from a stream queue, else None."""
+        o: int | None = self._m.get("offset")
+        return o
+
     def __repr__(self) -> str:
         body = self.body
+        offset = self.offset
         return (
             f"Delivery(tag={self.delivery_tag}, exchange={self.exchange!r}, "
-            f"routing_key={self.routing_key!r}, body={body[:40]!r}"
+            f"routing_key={self.routing_key!r}, "
+            f"{'' if offset is None else f'offset={offset}, '}body={body[:40]!r}"
             f"{'...' if len(body) > 40 else ''})"
         )
 

@@ -23,7 +23,19 @@ from amqlite.protocol import events as ev
 
 _LEN = struct.Struct(">I")
 _DELIVER_KEYS = frozenset(
-    {"m", "ctag", "dtag", "exchange", "key", "body", "headers", "props", "redelivered", "queue"}
+    {
+        "m",
+        "ctag",
+        "dtag",
+        "exchange",
+        "key",
+        "body",
+        "headers",
+        "props",
+        "redelivered",
+        "queue",
+        "offset",
+    }
 )
 
 #: What :meth:`FrameReader.feed` returns: protocol events, deliver maps, and the
@@ -32,7 +44,9 @@ Item = ev.Event | dict[str, Any] | int
 
 
 def deliver_map_ok(m: dict[str, Any]) -> bool:
-    """True when ``m`` is a well-typed ``deliver`` map (the codec's checks)."""
+    """True when ``m`` is a well-typed ``deliver`` map (the codec's checks). A map
+    with a key the client does not know is not: it takes the codec's path, which
+    ignores such keys."""
     get = m.get
     if not (
         type(get("ctag")) is str
@@ -52,7 +66,12 @@ def deliver_map_ok(m: dict[str, Any]) -> bool:
     props = get("props")
     if props is not None and check_props(props) is not None:
         return False
-    return type(get("redelivered", False)) is bool and type(get("queue", "")) is str
+    offset = get("offset")
+    return (
+        type(get("redelivered", False)) is bool
+        and type(get("queue", "")) is str
+        and (offset is None or type(offset) is int)
+    )
 
 
 def _ok_event(m: dict[str, Any]) -> ev.Ok | int | None:

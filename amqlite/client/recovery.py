@@ -14,8 +14,9 @@ When a link breaks and the connection has a :class:`~amqlite.client.ReconnectPol
    between passes, until ``give_up_after`` seconds after the loss.
 3. **Restore** on the new link: declare again what was declared (a server-named
    queue the server will not re-create under its old name gets a new one), resume
-   each consumer under its tag, then send again, in their original order, the
-   requests still unanswered and the confirmed publishes still unconfirmed.
+   each consumer under its tag (a stream consumer after the last delivery it
+   kept), then send again, in their original order, the requests still unanswered
+   and the confirmed publishes still unconfirmed.
 4. **Open** again: waiting calls go on; ``on_reconnect`` is called.
 
 If the new link breaks while restoring, or an exclusive queue or consumer of ours
@@ -338,7 +339,7 @@ class Reconnector:
                 consumer.prefetch,
                 consumer.no_ack,
                 consumer.exclusive,
-                consumer.arguments,
+                consumer._resume_arguments(),
             )
             try:
                 await self._internal(req)

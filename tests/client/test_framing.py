@@ -139,3 +139,36 @@ def test_oversized_frame_is_refused() -> None:
     proto.max_frame_size = 100
     with pytest.raises(RemoteProtocolError, match="exceeds the maximum"):
         reader.feed((1000).to_bytes(4, "big") + b"\xa0")
+
+
+def _frame(m: dict) -> bytes:
+    import cbor2
+
+    payload = cbor2.dumps(m)
+    return len(payload).to_bytes(4, "big") + payload
+
+
+def test_a_stream_deliver_takes_the_fast_path_with_its_offset() -> None:
+    data = codec.encode_deliver("c1", 3, False, _Msg(b"x"), offset=17)
+    data += codec.encode_deliver("c1", 4, True, _Msg(b"y", {"h": 1}), offset=18)
+    reader, _ = _open_reader()
+    first, second = reader.feed(data)
+    assert isinstance(first, dict) and (first["offset"], first["body"]) == (17, b"x")
+    assert isinstance(second, dict) and (second["offset"], second["redelivered"]) == (18, True)
+
+
+def test_a_deliver_with_an_unknown_key_is_not_refused() -> None:
+    """A key a newer server may add goes through the codec, which ignores it."""
+    m = {"m": "deliver", "ctag": "c", "dtag": 1, "exchange": "", "key": "s", "body": b"b"}
+    reader, _ = _open_reader()
+    (e,) = reader.feed(_frame({**m, "offset": 5, "x-future": [1, 2]}))
+    assert isinstance(e, ev.Deliver) and (e.offset, e.body) == (5, b"b")
+    (e,) = reader.feed(_frame({**m, "x-future": 1}))
+    assert isinstance(e, ev.Deliver) and e.offset is None
+
+
+def test_an_ill_typed_offset_is_a_protocol_error() -> None:
+    m = {"m": "deliver", "ctag": "c", "dtag": 1, "exchange": "", "key": "s", "body": b"b"}
+    reader, _ = _open_reader()
+    with pytest.raises(RemoteProtocolError, match="offset"):
+        reader.feed(_frame({**m, "offset": "5"}))
