@@ -22,9 +22,20 @@ from .epilogs import (
 from .passwd import cmd_passwd
 from .publish import cmd_publish
 from .status import cmd_status
+from .switchover import cmd_switchover
 from .topology import cmd_bind, cmd_declare_exchange, cmd_declare_queue
 
-COMMANDS = ("server", "publish", "consume", "declare", "bind", "status", "passwd", "bench")
+COMMANDS = (
+    "server",
+    "publish",
+    "consume",
+    "declare",
+    "bind",
+    "status",
+    "switchover",
+    "passwd",
+    "bench",
+)
 
 
 def _sub(
@@ -196,6 +207,22 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="print the raw status map as JSON")
     p.set_defaults(func=cmd_status)
+
+    p = _sub(
+        subs,
+        "switchover",
+        "hand an HA pair's mastership to the passive node",
+        "Planned switchover for maintenance: the active node of the pair given with -s "
+        "refuses and closes its clients, waits until the passive node holds every "
+        "record of its journal, and lets it take over. Clients reconnect to the new "
+        "active node by themselves; nothing confirmed is lost.",
+        "example:\n  amqlite switchover -s 127.0.0.1:5555,127.0.0.1:6666\n",
+        conn,
+    )
+    p.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for the hand-over (10)"
+    )
+    p.set_defaults(func=cmd_switchover)
 
     p = _sub(
         subs,

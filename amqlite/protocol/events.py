@@ -199,6 +199,16 @@ class HaHeartbeat(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class HaSwitchover(Event):
+    """Ask the active node of an HA pair to hand mastership to its passive peer."""
+
+    METHOD: ClassVar[str] = "ha.switchover"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
 class HaSync(Event):
     """Replication from the active node: journal records, framed as in a segment,
     up to position ``upto``; ``reset`` starts a snapshot (the passive drops its
@@ -464,6 +474,7 @@ REQUESTS: tuple[type[Event], ...] = (
     OffsetQuery,
     HaHeartbeat,
     HaSync,
+    HaSwitchover,
 )
 REPLIES: tuple[type[Event], ...] = (
     Welcome,

@@ -230,6 +230,9 @@ class ClientConnection:
         if self.monitor and isinstance(event, ev.Status):
             self._send(self.proto.send(ev.Ok(event.id, self.node.status())))
             return
+        if self.monitor and isinstance(event, ev.HaSwitchover) and ha is not None:
+            ha.start_switchover(event, self.send_reply)
+            return
         rid = getattr(event, "id", None)
         what = "the HA peer link" if self.peer_mode else "a monitor connection"
         text = f"{event.METHOD!r} is not allowed on {what}"

@@ -88,6 +88,8 @@ class HaService:
         self.applied_upto = 0
         self.syncs_received = 0
         self.inbound_links = 0  # peer-link connections the peer opened to us
+        self.handing_over = False
+        self._nursery: trio.Nursery | None = None
 
     # --- start ---------------------------------------------------------------------------
 
@@ -145,6 +147,7 @@ class HaService:
             failover_timeout_ms=cfg.failover_timeout_ms,
         )
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             nursery.start_soon(self._ticker)
             nursery.start_soon(self._link_loop)
             nursery.start_soon(self._replicator)
@@ -153,9 +156,9 @@ class HaService:
     # --- the machine ---------------------------------------------------------------------
 
     async def _ticker(self) -> None:
-        machine = self.machine
-        assert machine is not None
         while True:
+            machine = self.machine  # replaced by a switchover
+            assert machine is not None
             with trio.move_on_at(machine.next_deadline()):
                 await self._wake.wait()
             self._wake = trio.Event()
@@ -230,7 +233,11 @@ class HaService:
         machine = self.machine
         if machine is None:
             return False, "the node is starting"
+        if self.handing_over:
+            return False, "it is handing mastership over to its peer"
         while True:
+            machine = self.machine
+            assert machine is not None
             decision = machine.on_client_request(trio.current_time())
             self.apply(decision.actions)
             if decision.verdict is Verdict.ACCEPT:
@@ -258,6 +265,71 @@ class HaService:
                 return False, decision.text
             with trio.move_on_at(min(retry_at, deadline)):
                 await trio.sleep_forever()
+
+    # --- planned switchover ----------------------------------------------------------
+
+    def start_switchover(self, request: ev.HaSwitchover, reply: Any) -> None:
+        if self._nursery is None:
+            reply(ev.Error(request.id, ReplyCode.NOT_ALLOWED, "the HA service is not running"))
+            return
+        self._nursery.start_soon(self._switchover, request, reply)
+
+    async def _switchover(self, request: ev.HaSwitchover, reply: Any) -> None:
+        """Drain, sync, swap: refuse and close clients, wait until the passive peer
+        holds every record, then restart our HA state so the peer takes over."""
+        machine = self.machine
+        storage = self.node.storage
+
+        def fail(text: str) -> None:
+            log.warning("ha_switchover_failed", reason=text)
+            reply(ev.Error(request.id, ReplyCode.NOT_ALLOWED, f"switchover failed: {text}"))
+
+        if machine is None or machine.state is not HaState.ACTIVE:
+            fail(f"this node is {self.node.state}, not active")
+            return
+        if not self.replicating or storage is None:
+            fail("no passive peer is attached and in sync")
+            return
+        log.warning("ha_switchover_started", peer=self.config.peer)
+        self.handing_over = True
+        try:
+            self.node.close_clients(
+                ReplyCode.CONNECTION_FORCED, "switchover: the other node of the pair takes over"
+            )
+            target = storage.appended
+            with trio.move_on_after(request.timeout / 2) as sync_wait:
+                while self.synced_upto < target:
+                    self._wake_replicator()
+                    await trio.sleep(0.01)
+            if sync_wait.cancelled_caught or not self.replicating:
+                fail(f"the peer did not catch up (holds {self.synced_upto} of {target})")
+                return
+            # Restart our side as a starting node: the peer hears PRIMARY/BACKUP from
+            # its master and takes over; we then hear it active and go passive.
+            epoch = machine.epoch
+            self._stop_replication()
+            self.machine = HaMachine(
+                self.role,
+                self.node.node_id,
+                self.config.vhost,
+                now=trio.current_time(),
+                epoch=epoch,
+                heartbeat=self.config.heartbeat_ms / 1000,
+                failover_timeout=self.config.failover_timeout_ms / 1000,
+            )
+            self.node.state = self.machine.state.value
+            self._wake.set()
+            with trio.move_on_after(request.timeout / 2):
+                while self.machine.state is not HaState.PASSIVE:
+                    self._send_link(ev.HaHeartbeat(**self.machine.heartbeat().to_map()))
+                    await trio.sleep(self.config.heartbeat_ms / 1000 / 2)
+            if self.machine.state is not HaState.PASSIVE:
+                fail("the peer did not take over in time")
+                return
+            log.warning("ha_switchover_done", active=self.machine.peer_id)
+            reply(ev.Ok(request.id, {"active": self.machine.peer_id, "passive": self.node.node_id}))
+        finally:
+            self.handing_over = False
 
     def _reset_broker(self) -> None:
         """Demoted: start again from the journal's durable state; the new active

@@ -110,9 +110,10 @@ class BrokerNode:
         log.info("server_stopped", node_id=self.node_id)
 
     def close_clients(self, code: int, text: str) -> None:
-        """Close every client connection (not the HA peer link): HA fencing."""
+        """Close every client connection (not the HA peer link, not monitors):
+        HA fencing and switchover."""
         for conn in list(self.connections):
-            if not conn.peer_mode:
+            if not conn.peer_mode and not conn.monitor:
                 conn.close_from_server(code, text)
 
     def stop(self) -> None:

@@ -20,7 +20,7 @@ import trio
 import amqlite
 from amqlite.errors import AmqliteError, ConnectionRefused, ReplyCode
 
-from .procs import ServerProcess, start_server
+from .procs import ServerProcess, run_cli, start_server
 
 pytestmark = pytest.mark.e2e
 
@@ -268,3 +268,25 @@ async def test_a_restarting_primary_serves_no_one_while_the_backup_is_master(
         assert accepted == []
         assert refused > 0
         assert await pair.state("primary") == "passive"
+
+
+async def test_planned_switchover_loses_nothing(tmp_path: Path) -> None:
+    async with ha_pair(tmp_path) as pair:
+        await pair.start("primary")
+        await pair.start("backup")
+        await pair.wait_states("active", "passive")
+        async with amqlite.connect(pair.servers) as conn:
+            await conn.declare_queue(QUEUE, durable=True)
+            for n in range(200):
+                await conn.publish("", QUEUE, str(n), persistent=True, confirm=True)
+            done = await trio.to_thread.run_sync(
+                lambda: run_cli("switchover", "-s", pair.servers, timeout=60)
+            )
+            assert done.returncode == 0, done.stderr
+            assert f"127.0.0.1:{pair.ports['backup']} is active" in done.stdout
+            await pair.wait_states("passive", "active")
+            # the client follows by itself and finds everything
+            await conn.publish("", QUEUE, "after", persistent=True, confirm=True)
+            assert conn.server_name.endswith(str(pair.ports["backup"]))
+            info = await conn.declare_queue(QUEUE, durable=True)
+            assert info.messages == 201

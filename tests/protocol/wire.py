@@ -235,6 +235,7 @@ FULL: dict[type[ev.Event], ev.Event] = {
     ),
     ev.HaSync: ev.HaSync(upto=2**33, data=b"\x00\x01framed", reset=True, epoch=3),
     ev.HaSynced: ev.HaSynced(upto=2**33),
+    ev.HaSwitchover: ev.HaSwitchover(id=25, timeout=2.5),
     ev.Ok: ev.Ok(re=22, info={"queue": "q1", "messages": 3, "consumers": 1}),
     ev.Error: ev.Error(re=21, code=404, text="no queue 'q1'"),
     ev.Returned: ev.Returned(re=15, code=312, text="NO_ROUTE"),
