@@ -289,7 +289,11 @@ class StoreState:
                 for q, delivered in live.queues.items()
                 if delivered
             )
-        for (vhost, queue), stream in self._streams.items():
+        for key in self._queues:  # queue order: a snapshot's snapshot is identical
+            stream = self._streams.get(key)
+            if stream is None:
+                continue
+            vhost, queue = key
             if stream.first:
                 out.append(StreamTruncate(vhost=vhost, queue=queue, before=stream.first))
             out.extend(stream.messages)  # an emptied stream: first == next, kept above
