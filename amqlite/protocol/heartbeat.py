@@ -33,11 +33,14 @@ class PeerClock:
 
     def send_due(self, now: float) -> bool:
         """True when we have been quiet for a whole interval."""
-        return self.enabled and now - self.last_sent >= self.interval
+        # compared exactly as next_deadline computes it, so that waking at the
+        # deadline always finds the heartbeat due (``now - last >= interval``
+        # can be off by one rounding step and make a shell spin)
+        return self.enabled and now >= self.last_sent + self.interval
 
     def peer_dead(self, now: float) -> bool:
         """True when the peer has been silent for ``misses`` intervals."""
-        return self.enabled and now - self.last_received >= self.interval * self.misses
+        return self.enabled and now >= self.last_received + self.interval * self.misses
 
     def next_deadline(self, now: float) -> float:
         """The earliest time at which :meth:`send_due` or :meth:`peer_dead` may change."""

@@ -110,3 +110,20 @@ def test_disabled_clock_never_fires(interval: float) -> None:
 
 def test_enabled_with_a_positive_interval() -> None:
     assert PeerClock(interval=0.2).enabled
+
+
+def test_waking_at_the_deadline_always_finds_it_due() -> None:
+    """0.7 + 0.1 - 0.7 < 0.1 in floating point: a deadline computed one way and a
+    check done the other way would make the watchdog spin."""
+    from amqlite.protocol import PeerClock
+
+    for last in (0.7, 1.1, 3.3, 1e6 + 0.7):
+        for interval in (0.1, 0.2, 0.3):
+            clock = PeerClock(interval)
+            clock.start(last)
+            deadline = clock.next_deadline(last)
+            assert clock.send_due(deadline)
+            clock.sent(deadline)
+            clock.received(deadline)
+            dead_at = deadline + interval * clock.misses
+            assert clock.peer_dead(dead_at)
