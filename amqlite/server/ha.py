@@ -447,6 +447,7 @@ class HaService:
             or storage is None
             or storage.journal is None
             or machine.peer_state is HaState.ACTIVE
+            or machine.peer_silent(trio.current_time())  # a dead peer holds up no confirm
         ):
             return
         journal = storage.journal

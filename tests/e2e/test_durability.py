@@ -109,6 +109,7 @@ async def drain(server: ServerProcess) -> list[int]:
     return found
 
 
+@pytest.mark.timeout(900)  # 50 broker starts: about 2 minutes on 2 busy cores
 async def test_kill_9_under_confirmed_persistent_load_loses_nothing(tmp_path: Path) -> None:
     rng = random.Random(int(os.environ.get("AMQLITE_TEST_SEED", "0")) or None)
     ledger = Ledger()

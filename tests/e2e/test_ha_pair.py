@@ -41,6 +41,7 @@ class Pair:
     ports: dict[str, int]
     procs: dict[str, ServerProcess] = field(default_factory=dict)
     nursery: trio.Nursery | None = None
+    configs: dict[str, Path] = field(default_factory=dict)  # per side, else ``config``
 
     @property
     def servers(self) -> str:
@@ -51,8 +52,9 @@ class Pair:
 
     async def start(self, side: str) -> ServerProcess:
         flag = "--is_primary" if side == "primary" else "--is_backup"
+        config = self.configs.get(side, self.config)
         proc = await start_server(
-            "--config", str(self.config), "--port", str(self.ports[side]),
+            "--config", str(config), "--port", str(self.ports[side]),
             "--data-dir", str(self.tmp / side), flag, "1",
         )  # fmt: skip
         self.procs[side] = proc
@@ -67,17 +69,20 @@ class Pair:
             with trio.fail_after(10):
                 await proc.wait()
 
-    async def state(self, side: str) -> str | None:
+    async def status(self, side: str) -> dict[str, Any] | None:
         try:
             with trio.fail_after(3):
                 async with amqlite.connect(
                     self.address(side), role="monitor", reconnect=False, connect_timeout=2
                 ) as conn:
-                    status = await conn.status()
+                    status: dict[str, Any] = await conn.status()
+                    return status
         except (AmqliteError, trio.TooSlowError, OSError):
             return None
-        state: str = status["state"]
-        return state
+
+    async def state(self, side: str) -> str | None:
+        status = await self.status(side)
+        return None if status is None else str(status["state"])
 
     async def wait_states(self, primary: str, backup: str, deadline: float = 20) -> None:
         with trio.fail_after(deadline):
@@ -290,3 +295,65 @@ async def test_planned_switchover_loses_nothing(tmp_path: Path) -> None:
             assert conn.server_name.endswith(str(pair.ports["backup"]))
             info = await conn.declare_queue(QUEUE, durable=True)
             assert info.messages == 201
+
+
+async def test_cutting_only_the_peer_link_never_makes_two_masters_in_one_epoch(
+    tmp_path: Path,
+) -> None:
+    """Each node dials the other through a fault-injecting proxy; clients reach both
+    directly. Black-holing the peer link lets the backup take over on a client's
+    request (a new epoch) while the cut-off primary still serves its own clients in
+    the old one (Binary Star's known trade-off: what the old master accepts then is
+    dropped when it is fenced). At no moment are two nodes active in one epoch, and
+    once the link heals the old master is fenced."""
+    from tests.faultproxy import FaultProxy
+
+    async with ha_pair(tmp_path) as pair:
+        ports = pair.ports
+        to_primary = FaultProxy(("127.0.0.1", ports["primary"]))
+        to_backup = FaultProxy(("127.0.0.1", ports["backup"]))
+        assert pair.nursery is not None
+        await pair.nursery.start(to_primary.run)
+        await pair.nursery.start(to_backup.run)
+        timing = "heartbeat_ms = 100\nfailover_timeout_ms = 600\n"
+        for side, primary, backup in (
+            ("primary", f"127.0.0.1:{ports['primary']}", to_backup.address),
+            ("backup", to_primary.address, f"127.0.0.1:{ports['backup']}"),
+        ):
+            path = tmp_path / f"{side}.toml"
+            path.write_text(
+                f'[cluster]\nprimary_peer = "{primary}"\nbackup_peer = "{backup}"\n{timing}'
+            )
+            pair.configs[side] = path
+        await pair.start("primary")
+        await pair.start("backup")
+        await pair.wait_states("active", "passive")
+        samples: list[tuple[Any, ...]] = []
+
+        async def sample(stop: trio.Event) -> None:
+            while not stop.is_set():
+                p, b = await pair.status("primary"), await pair.status("backup")
+                if p is not None and b is not None:
+                    samples.append((p["state"], p["ha"]["epoch"], b["state"], b["ha"]["epoch"]))
+                await trio.sleep(0.02)
+
+        stop = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sample, stop)
+            to_primary.partition()
+            to_backup.partition()
+            # a client that reaches only the backup votes for it
+            await serve_somewhere(pair.address("backup"))
+            assert await pair.state("backup") == "active"
+            with trio.fail_after(10):
+                async with amqlite.connect(pair.address("primary"), reconnect=False) as old:
+                    await old.declare_queue("split", durable=True)  # the old master serves
+            to_primary.heal(drop=True)
+            to_backup.heal(drop=True)
+            await pair.wait_states("passive", "active")
+            stop.set()
+        both_active = [s for s in samples if s[0] == "active" and s[2] == "active"]
+        assert both_active, "the partition never showed two masters: did the cut work?"
+        assert all(s[1] != s[3] for s in both_active), both_active
+        final = await pair.status("primary")
+        assert final is not None and final["ha"]["epoch"] >= 2
