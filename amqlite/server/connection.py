@@ -39,6 +39,22 @@ CLOSE_TIMEOUT = 2.0
 log = structlog.get_logger("amqlite.server")
 
 _REQUESTS = frozenset(ev.REQUESTS) - {ev.Hello}
+# Requests whose ok promises durability: held until the journal has what they
+# recorded. (A consume records first deliveries; its ok must not wait, or the
+# pushes would overtake it.)
+_DURABLE = frozenset(
+    {
+        ev.Publish,
+        ev.ExchangeDeclare,
+        ev.ExchangeDelete,
+        ev.QueueDeclare,
+        ev.QueueDelete,
+        ev.QueuePurge,
+        ev.QueueBind,
+        ev.QueueUnbind,
+        ev.OffsetStore,
+    }
+)
 
 
 class ClientConnection:
@@ -196,7 +212,10 @@ class ClientConnection:
                     if type(reply) is ev.Error:
                         self._log_failure(event, reply)
                     elif (
-                        storage is not None and type(reply) is ev.Ok and storage.appended != before
+                        storage is not None
+                        and type(reply) is ev.Ok
+                        and t in _DURABLE
+                        and storage.appended != before
                     ):
                         # a confirm or an ok that promises durability: after the commit
                         storage.hold(before + 1, self.send_reply, event, reply)

@@ -215,3 +215,22 @@ async def test_in_memory_writes_nothing(tmp_path: Path, monkeypatch: pytest.Monk
         status = await conn.status()
     assert status["storage"] == {"persist": False}
     assert os.listdir(tmp_path) == []
+
+
+async def test_consuming_recovered_messages_gets_them_all(tmp_path: Path) -> None:
+    """A consume that starts pushing journaled messages at once records their first
+    delivery; its ok must still come before the pushes (it is not held)."""
+    async with running(tmp_path) as node, amqlite.connect(addr(node)) as conn:
+        await conn.declare_queue("jobs", durable=True)
+        for i in range(5):
+            await conn.publish("", "jobs", f"job {i}", persistent=True, confirm=True)
+    async with running(tmp_path) as node, amqlite.connect(addr(node)) as conn:
+        consumer = await conn.consume("jobs", prefetch=10)
+        got = []
+        with trio.fail_after(10):
+            async for d in consumer:
+                got.append(d.body)
+                await d.ack()
+                if len(got) == 5:
+                    break
+        assert got == [f"job {i}".encode() for i in range(5)]
