@@ -609,3 +609,11 @@ def test_parse_scalar(text: str, value: object) -> None:
 def test_entry_point_module_runs(tmp_path: Path) -> None:
     result = run_process("--version")
     assert (result.returncode, result.stdout) == (0, "amqlite 0.1.0\n")
+
+
+def test_consume_from_a_missing_queue_is_one_line(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "consume", "-s", server, "-q", "no-such-queue", "--count", "1")
+    assert (code, out) == (1, "")
+    assert err == "amqlite: error: 404 NOT_FOUND: no queue 'no-such-queue' in vhost '/'\n"

@@ -169,6 +169,7 @@ async def _until_interrupted(work: Awaitable[int]) -> int:
     if threading.current_thread() is not threading.main_thread():
         return await work
     status = 130
+    failure: BaseException | None = None
     with trio.open_signal_receiver(signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
 
@@ -178,8 +179,13 @@ async def _until_interrupted(work: Awaitable[int]) -> int:
                     return
 
             nursery.start_soon(watch)
-            status = await work
+            try:
+                status = await work
+            except Exception as exc:  # raised as itself, not inside a nursery's group,
+                failure = exc  # so the command prints its usual one-line error
             nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
     return status
 
 
