@@ -617,3 +617,35 @@ def test_consume_from_a_missing_queue_is_one_line(
     code, out, err = run(capsys, "consume", "-s", server, "-q", "no-such-queue", "--count", "1")
     assert (code, out) == (1, "")
     assert err == "amqlite: error: 404 NOT_FOUND: no queue 'no-such-queue' in vhost '/'\n"
+
+
+def test_publish_ctrl_c_exits_130_and_says_what_was_sent(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import signal as _signal
+    import subprocess as _subprocess
+    import sys as _sys
+
+    q = _name("interrupted")
+    assert run(capsys, "declare", "queue", q, "-s", server)[0] == 0
+    proc = _subprocess.Popen(
+        [_sys.executable, "-m", "amqlite", "publish", "-s", server, "-k", q, "--confirm",
+         "--count", "100000", "--rate", "200", "m{n}"],
+        stderr=_subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until messages arrive: it is publishing
+            status = json.loads(run(capsys, "status", "--json", "-s", server)[1])
+            queues = {x["name"]: x for v in status["vhosts"] for x in v["queues"]}
+            if queues[q]["messages"] > 0:
+                break
+            time.sleep(0.05)
+        proc.send_signal(_signal.SIGINT)
+        proc.wait(timeout=20)
+        err = proc.stderr.read()
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.startswith("published "), err

@@ -14,10 +14,7 @@ import argparse
 import base64
 import datetime
 import json
-import signal
 import sys
-import threading
-from collections.abc import Awaitable
 from contextlib import suppress
 from typing import Any
 
@@ -27,7 +24,7 @@ from amqlite.client import Connection, Consumer, Delivery
 from amqlite.errors import AmqliteError
 
 from .common import UsageError, json_default
-from .publish import run_reconnecting
+from .publish import run_reconnecting, until_interrupted
 
 #: With ``--name``: messages printed between two stores of their offset.
 STORE_EVERY = 100
@@ -154,39 +151,10 @@ def cmd_consume(args: argparse.Namespace) -> int:
         return 0
 
     async def interruptible(conn: Connection) -> int:
-        return await _until_interrupted(body(conn))
+        return await until_interrupted(body(conn))
 
     # a broken stdout pipe ends it: what was not acked goes back
     return run_reconnecting(args, interruptible)
-
-
-async def _until_interrupted(work: Awaitable[int]) -> int:
-    """Await ``work``; Ctrl-C (SIGINT) cancels it at its next checkpoint and gives
-    130. Unlike a KeyboardInterrupt, which may hit any task (the connection's own
-    included), the cancel leaves the connection working, so ``work`` can still
-    store its offset and cancel its consumer on the way out. (Signals reach only
-    the main thread; elsewhere ``work`` is simply awaited.)"""
-    if threading.current_thread() is not threading.main_thread():
-        return await work
-    status = 130
-    failure: BaseException | None = None
-    with trio.open_signal_receiver(signal.SIGINT) as signals:
-        async with trio.open_nursery() as nursery:
-
-            async def watch() -> None:
-                async for _ in signals:
-                    nursery.cancel_scope.cancel()
-                    return
-
-            nursery.start_soon(watch)
-            try:
-                status = await work
-            except Exception as exc:  # raised as itself, not inside a nursery's group,
-                failure = exc  # so the command prints its usual one-line error
-            nursery.cancel_scope.cancel()
-    if failure is not None:
-        raise failure
-    return status
 
 
 async def _next_delivery(consumer: Consumer, idle: float | None) -> Delivery | None:

@@ -13,7 +13,9 @@ import argparse
 import contextlib
 import io
 import os
+import signal
 import sys
+import threading
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 
@@ -35,6 +37,35 @@ from .common import PROG, UsageError, describe_error, parse_pairs, parse_propert
 
 #: How the long-running commands reconnect: as the client's default policy.
 RECONNECT = ReconnectPolicy()
+
+
+async def until_interrupted(work: Awaitable[int]) -> int:
+    """Await ``work``; Ctrl-C (SIGINT) cancels it at its next checkpoint and gives
+    130. Unlike a KeyboardInterrupt, which may hit any task (the connection's own
+    included), the cancel leaves the connection working, so ``work`` can still
+    store its offset and cancel its consumer on the way out. (Signals reach only
+    the main thread; elsewhere ``work`` is simply awaited.)"""
+    if threading.current_thread() is not threading.main_thread():
+        return await work
+    status = 130
+    failure: BaseException | None = None
+    with trio.open_signal_receiver(signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+
+            async def watch() -> None:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    return
+
+            nursery.start_soon(watch)
+            try:
+                status = await work
+            except Exception as exc:  # raised as itself, not inside a nursery's group,
+                failure = exc  # so the command prints its usual one-line error
+            nursery.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return status
 
 
 def run_reconnecting(args: argparse.Namespace, body: Callable[[Connection], Awaitable[int]]) -> int:
@@ -215,7 +246,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
                 raise tally.error
         return 0
 
-    status = run_reconnecting(args, body)  # raises (one line, exit 1) on broker/connection errors
+    async def interruptible(conn: Connection) -> int:
+        return await until_interrupted(body(conn))
+
+    # raises (one line, exit 1) on broker/connection errors; Ctrl-C: 130
+    status = run_reconnecting(args, interruptible)
     ok = status == 0
     if args.confirm:
         print(f"published {sent} confirmed {tally.confirmed}", file=sys.stderr)
@@ -230,4 +265,6 @@ def cmd_publish(args: argparse.Namespace) -> int:
         if returned:  # counted once the close handshake had drained every reply
             print(f"{returned} returned (no queue took them)", file=sys.stderr)
             ok = False
+    if status == 130:  # interrupted: what was sent and confirmed is printed above
+        return 130
     return 0 if ok else 1
