@@ -21,6 +21,7 @@ from amqlite.bench.baseline import Relay
 from amqlite.bench.childclients import run_in_child
 from amqlite.bench.clientproc import client_spec
 from amqlite.bench.errors import BenchError
+from amqlite.bench.failover import PAIR_SYSTEM, REPLICATED, largest_gap, percentile
 from amqlite.bench.peers import Peer, PeerUnavailable
 from amqlite.bench.plan import (
     ClientReport,
@@ -33,8 +34,9 @@ from amqlite.bench.plan import (
 from amqlite.bench.procs import baseline_argv, child_env
 from amqlite.bench.relayclient import RelayPublisher
 from amqlite.bench.relayclient import consume as relay_consume
-from amqlite.bench.report import results_json
+from amqlite.bench.report import failover_lines, ha_rows, markdown_table, results_json
 from amqlite.bench.scenarios import (
+    FAILOVER,
     PERSISTENT,
     SCENARIO_NAMES,
     RunResult,
@@ -397,3 +399,128 @@ def test_real_peer_clients_count_every_message(name: str) -> None:
         assert r.published == scenario.plan.messages
         assert (r.p99_ms is not None) == scenario.plan.stamp
         assert r.server_cpu_s is not None and r.server_peak_rss_kib
+
+
+# --- the failover scenario: an HA pair of its own ------------------------------------------
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(60)
+def test_failover_kills_the_master_twice_and_loses_no_confirmed_message(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = _args(
+        "--scenarios", FAILOVER, "--kills", "2", "--messages", "400", "--repeat", "1",
+        "--failover-rate", "500", "--heartbeat-ms", "100", "--failover-timeout-ms", "600",
+        "--json",
+    )  # fmt: skip
+    assert run_bench(args) == 0
+    captured = capsys.readouterr()
+    rows: list[dict[str, Any]] = json.loads(captured.out)["results"]
+    assert [(r["system"], r["scenario"]) for r in rows] == [
+        (PAIR_SYSTEM, FAILOVER),
+        (PAIR_SYSTEM, REPLICATED),
+    ]
+    failover, replicated = rows
+    assert failover["msgs_per_s"] is None
+    assert failover["kills"] == 2 and failover["killed"] == ["primary", "backup"]
+    assert failover["redundant_p50_ms"] > 0 and len(failover["restart_ms_runs"]) == 2
+    assert failover["lost"] == 0 and failover["unconfirmed"] == 0
+    assert failover["confirmed"] > 0 and failover["delivered"] == failover["confirmed"]
+    assert (failover["heartbeat_ms"], failover["failover_timeout_ms"]) == (100, 600)
+    for key in ("failover", "gap"):
+        runs = failover[f"{key}_ms_runs"]
+        assert len(runs) == 2 and all(x > 0 for x in runs)
+        assert failover[f"{key}_p50_ms"] <= failover[f"{key}_p99_ms"] == failover[f"{key}_max_ms"]
+    assert replicated["published"] == replicated["consumed"] == 100
+    assert replicated["msgs_per_s"] > 0 and replicated["ratio_vs_standalone"] > 0
+    assert replicated["standalone_msgs_per_s"] > 0
+    # the systems that cannot take part say so in one line each, and are not started
+    assert f"raw-trio: {FAILOVER} not run:" in captured.err
+
+
+def test_failover_flags_are_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_bench(_args("--scenarios", FAILOVER, "--kills", "0")) == 2
+    assert "--kills" in capsys.readouterr().err
+    assert run_bench(_args("--scenarios", FAILOVER, "--failover-timeout-ms", "200")) == 2
+    assert "--failover-timeout-ms" in capsys.readouterr().err
+    assert run_bench(_args("--scenarios", FAILOVER, "--failover-rate", "0")) == 2
+    assert "--failover-rate" in capsys.readouterr().err
+
+
+async def test_only_failover_starts_nothing_but_says_who_sits_out(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def no_peer(name: str) -> Peer:
+        raise AssertionError(f"{name} was started")
+
+    monkeypatch.setattr(contenders, "start_peer", no_peer)
+    said: list[str] = []
+    lineup = contenders.Lineup(said.append)
+    try:
+        found = await lineup.start(
+            nursery, systems=("raw-trio", "amqlite"), peers=("rabbitmq",),
+            scenarios=(FAILOVER,), servers=None, auth={},
+        )  # fmt: skip
+    finally:
+        await lineup.stop()
+    assert [(c.system, c.runs(FAILOVER), c.server) for c in found] == [(PAIR_SYSTEM, True, None)]
+    assert [line.split(":")[0] for line in said] == ["raw-trio", "rabbitmq"]
+    said.clear()
+    found = await contenders.Lineup(said.append).start(
+        nursery, systems=("amqlite",), peers=(), scenarios=(FAILOVER,),
+        servers="127.0.0.1:1", auth={},
+    )  # fmt: skip
+    assert found == [] and len(said) == 1
+    assert said[0].startswith(f"{PAIR_SYSTEM}: {FAILOVER} not run:") and "-s" in said[0]
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    values = [float(x) for x in range(1, 21)]  # 20 kills
+    assert percentile(values, 50) == 10.0
+    assert percentile(values, 99) == 20.0  # with 20 samples p99 is the maximum
+    assert percentile([3.0], 99) == 3.0
+    with pytest.raises(ValueError):
+        percentile([], 50)
+
+
+def test_the_delivery_gap_spans_the_kill() -> None:
+    times = [1.0, 1.1, 1.2, 3.0, 3.1, 3.15, 5.0]
+    # from the last delivery before the kill (1.2) to the next one (3.0)
+    assert largest_gap(times, 1.25, 4.0) == pytest.approx(1.8)
+    # nothing after the kill until the window ends: the gap runs to the end
+    assert largest_gap(times, 3.2, 4.5) == pytest.approx(1.35)
+    # no delivery before the kill at all: counted from the kill
+    assert largest_gap(times, 0.5, 1.05) == pytest.approx(0.5)
+
+
+def _failover_row(lost: int) -> RunResult:
+    extra = {
+        "kills": 20, "lost": lost, "confirmed": 1000, "duplicates": 7,
+        "failover_p50_ms": 1050.0, "failover_p99_ms": 1600.0, "failover_max_ms": 1600.0,
+        "gap_p50_ms": 1100.0, "gap_p99_ms": 1400.0, "gap_max_ms": 1400.0,
+        "redundant_p50_ms": 900.0, "redundant_p99_ms": 4000.0, "redundant_max_ms": 4000.0,
+    }  # fmt: skip
+    r = _result(PAIR_SYSTEM, FAILOVER, 0.0)
+    r.msgs_per_s = None
+    r.extra.update(extra)
+    return r
+
+
+def test_failover_rows_get_a_table_of_their_own_next_to_their_targets() -> None:
+    replicated = _result(PAIR_SYSTEM, REPLICATED, 3500.0)
+    replicated.extra.update({"ratio_vs_standalone": 0.5, "standalone_msgs_per_s": 7000.0})
+    results = [_failover_row(lost=0), replicated]
+    rows = ha_rows(results)
+    assert [row[-1] for row in rows] == ["MISSED", "met", "", "met", "MISSED"]
+    assert rows[0][2:6] == ["1.05 s", "1.60 s", "1.60 s", "p99 <= 1.5 s"]
+    assert rows[2][3:6] == ["4.00 s", "4.00 s", "-"]  # no target: for the reading
+    assert rows[4][4:6] == ["0.50", ">= 0.70"]
+    doc = results_json(results)["results"]
+    assert doc[0]["msgs_per_s"] is None and doc[0]["lost"] == 0
+    table = markdown_table(results)
+    assert f"| {PAIR_SYSTEM} | {REPLICATED} | 3,500 |" in table  # a throughput row
+    assert f"| {PAIR_SYSTEM} | {FAILOVER} |" not in table  # no msgs/s: HA table only
+    assert "| amqlite-pair (20 kills) | kill -> first confirm on the new master |" in table
+    lines = failover_lines([_failover_row(lost=3)])
+    assert "lost 3 of 1,000 confirmed" in lines[0]

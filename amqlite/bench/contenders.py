@@ -5,7 +5,8 @@ A :class:`Contender` is one row name in the results (``amqlite``,
 server, the pid to measure, the client driver that talks to it, and the
 scenarios it takes part in. :class:`Lineup` starts what the options ask for and
 stops all of it, by pid, when the bench ends; a system that cannot be had is
-reported in one line and left out.
+reported in one line and left out. ``amqlite-pair`` takes part in ``failover``
+only and has no server here: the scenario starts (and kills) its own HA pair.
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ from dataclasses import dataclass, field
 import trio
 
 from .errors import BenchError
+from .failover import PAIR_SYSTEM
 from .peers import NATS, Peer, PeerUnavailable, start_peer, stop_peer
 from .procs import ServerExited, ServerProcess, baseline_argv, broker_argv
-from .scenarios import PERSISTENT
+from .scenarios import FAILOVER, PERSISTENT
 from .systems import AMQLITE, RAW_TRIO
 
 #: The fsync policies ``1to1-persistent-confirm`` runs amqlite with.
 FSYNC_MODES: tuple[str, ...] = ("batch", "always")
+#: Why a system other than amqlite-pair sits ``failover`` out.
+PAIR_ONLY = f"it kills an HA pair's master; {PAIR_SYSTEM} only"
 
 
 def fsync_system(mode: str) -> str:
@@ -83,6 +87,38 @@ class Lineup:
         servers: str | None,
         auth: dict[str, str],
     ) -> list[Contender]:
+        if FAILOVER in scenarios and AMQLITE in systems:
+            if servers is not None:
+                self.say(
+                    f"{PAIR_SYSTEM}: {FAILOVER} not run: it starts and kills an HA pair of its "
+                    "own, not a broker named with -s"
+                )
+            else:
+                self.contenders.append(
+                    Contender(PAIR_SYSTEM, PAIR_SYSTEM, "", dict(auth), only=frozenset({FAILOVER}))
+                )
+        if not any(s != FAILOVER for s in scenarios):  # start nothing the pair does not need
+            for name in (*(s for s in systems if s != AMQLITE), *peers):
+                self.say(f"{name}: {FAILOVER} not run: {PAIR_ONLY}")
+            return self.contenders
+        await self._start_others(nursery, systems, peers, scenarios, servers, auth)
+        if FAILOVER in scenarios:
+            for c in self.contenders:
+                if c.system == AMQLITE:
+                    c.skip[FAILOVER] = f"run on {PAIR_SYSTEM} (an HA pair of its own)"
+                elif c.system != PAIR_SYSTEM and c.only is None:
+                    c.skip[FAILOVER] = PAIR_ONLY
+        return self.contenders
+
+    async def _start_others(
+        self,
+        nursery: trio.Nursery,
+        systems: tuple[str, ...],
+        peers: tuple[str, ...],
+        scenarios: tuple[str, ...],
+        servers: str | None,
+        auth: dict[str, str],
+    ) -> None:
         if RAW_TRIO in systems:
             relay = await self._server(
                 nursery, "raw-trio relay", baseline_argv(), "baseline_listening"
@@ -110,7 +146,6 @@ class Lineup:
             if name == NATS:
                 c.skip[PERSISTENT] = nats_persistent_reason(peer)
             self.contenders.append(c)
-        return self.contenders
 
     async def _start_amqlite(
         self,

@@ -55,7 +55,7 @@ def plot_results(results: Sequence[RunResult], path: str, title: str = "amqlite 
             present = [s for s in systems if (s, scenario) in by_key]
             left = j - width * len(present) / 2
             for k, system in enumerate(present):
-                y = by_key[(system, scenario)].msgs_per_s
+                y = by_key[(system, scenario)].msgs_per_s or 0.0
                 bars = ax.bar(
                     [left + width * (k + 0.5)],
                     [y],
@@ -100,9 +100,11 @@ def _ratio_notes(ax: Any, results: Sequence[RunResult], scenarios: list[str]) ->
     for scenario in scenarios:
         rows = [r for r in results if r.scenario == scenario]
         mine = [r for r in rows if is_amqlite(r.system)]
-        theirs = [r for r in rows if not is_amqlite(r.system) and r.msgs_per_s > 0]
+        theirs = [r for r in rows if not is_amqlite(r.system) and (r.msgs_per_s or 0) > 0]
         parts = [
-            f"{m.system}/{t.system} {m.msgs_per_s / t.msgs_per_s:.2f}" for m in mine for t in theirs
+            f"{m.system}/{t.system} {(m.msgs_per_s or 0.0) / (t.msgs_per_s or 1.0):.2f}"
+            for m in mine
+            for t in theirs
         ]
         if parts:
             lines.append(f"{scenario}: " + ", ".join(parts))

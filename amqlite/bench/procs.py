@@ -2,8 +2,9 @@
 
 Each is a child process listening on a free loopback port; it names the port in
 a JSON log line on stderr. A task keeps draining stderr (a full pipe would stall
-the server) and keeps the last lines for error messages. :meth:`stop` ends the
-process by its pid (SIGTERM, then SIGKILL after a grace period) and reaps it.
+the server) and keeps the last lines for error messages (and every line in a log
+file, when given one). :meth:`stop` ends the process by its pid (SIGTERM, then
+SIGKILL after a grace period) and reaps it.
 """
 
 from __future__ import annotations
@@ -65,11 +66,12 @@ def baseline_argv() -> list[str]:
 class ServerProcess:
     """A server child process; ``port`` is where it listens."""
 
-    def __init__(self, name: str, proc: trio.Process) -> None:
+    def __init__(self, name: str, proc: trio.Process, log_path: Path | None = None) -> None:
         self.name = name
         self.proc = proc
         self.port = 0
         self.log_tail: deque[str] = deque(maxlen=20)
+        self.log_path = log_path
 
     @property
     def pid(self) -> int:
@@ -81,11 +83,20 @@ class ServerProcess:
 
     @classmethod
     async def start(
-        cls, nursery: trio.Nursery, name: str, argv: list[str], ready_event: str
+        cls,
+        nursery: trio.Nursery,
+        name: str,
+        argv: list[str],
+        ready_event: str,
+        *,
+        log_path: Path | None = None,
+        ready_timeout: float = READY_TIMEOUT,
     ) -> ServerProcess:
-        """Start ``argv`` and wait until it logs ``ready_event`` with its ``port``.
+        """Start ``argv`` and wait (``ready_timeout`` s at most) until it logs
+        ``ready_event`` with its ``port``.
 
-        The stderr drain runs in ``nursery`` and ends when the process does. On any
+        The stderr drain runs in ``nursery`` and ends when the process does; with
+        ``log_path`` it appends everything the server logs to that file. On any
         failure the process is stopped before this raises.
         """
         proc = await trio.lowlevel.open_process(
@@ -95,14 +106,14 @@ class ServerProcess:
             stderr=subprocess.PIPE,
             env=child_env(),
         )
-        server = cls(name, proc)
+        server = cls(name, proc, log_path)
         try:
-            with trio.fail_after(READY_TIMEOUT):
+            with trio.fail_after(ready_timeout):
                 server.port = await nursery.start(server._drain, ready_event)
         except trio.TooSlowError:
             await server.stop()
             raise BenchError(
-                f"the {name} did not start listening within {READY_TIMEOUT:g} s"
+                f"the {name} did not start listening within {ready_timeout:g} s"
                 f"{server._tail_text()}"
             ) from None
         except BaseException:
@@ -115,23 +126,28 @@ class ServerProcess:
         assert stderr is not None
         buf = b""
         ready = False
-        while True:
-            chunk = await stderr.receive_some(65536)
-            if not chunk:
-                break
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            for raw in lines:
-                line = raw.decode(errors="replace").rstrip()
-                self.log_tail.append(line)
-                if not ready and f'"{ready_event}"' in line:
-                    try:
-                        record = json.loads(line)
-                    except ValueError:
-                        continue
-                    if record.get("event") == ready_event:
-                        ready = True
-                        task_status.started(int(record["port"]))
+        with contextlib.ExitStack() as files:
+            log = files.enter_context(self.log_path.open("ab")) if self.log_path else None
+            while True:
+                chunk = await stderr.receive_some(65536)
+                if not chunk:
+                    break
+                if log is not None:
+                    log.write(chunk)
+                    log.flush()
+                buf += chunk
+                *lines, buf = buf.split(b"\n")
+                for raw in lines:
+                    line = raw.decode(errors="replace").rstrip()
+                    self.log_tail.append(line)
+                    if not ready and f'"{ready_event}"' in line:
+                        try:
+                            record = json.loads(line)
+                        except ValueError:
+                            continue
+                        if record.get("event") == ready_event:
+                            ready = True
+                            task_status.started(int(record["port"]))
         if not ready:
             await self.proc.wait()
             raise ServerExited(

@@ -8,6 +8,12 @@ msgs/s over that system's in the same scenario of the same invocation, for each
 other system that ran it (``ratio_vs_raw_trio``, ``ratio_vs_rabbitmq``,
 ``ratio_vs_nats``); rows with latencies also carry ``p99_ratio_vs_<system>``
 (amqlite's p99 over the other's: below 1 is better).
+
+The ``failover`` scenario's rows (``amqlite-pair``) are told apart: ``failover``
+has no msgs/s (``null``) but ``failover_p50_ms`` / ``failover_p99_ms`` /
+``failover_max_ms``, ``gap_p50_ms`` / ``gap_p99_ms`` / ``gap_max_ms``, ``kills``
+and ``lost``; ``persistent-confirm-replicated`` carries ``ratio_vs_standalone``.
+People get them in a table of their own, next to their targets.
 """
 
 from __future__ import annotations
@@ -20,7 +26,8 @@ from rich.console import Console
 from rich.table import Table
 
 from .contenders import is_amqlite
-from .scenarios import RunResult
+from .failover import FAILOVER_P99_TARGET_S, GAP_P99_TARGET_S, RATIO_GOAL, REPLICATED
+from .scenarios import FAILOVER, RunResult
 
 
 def ratio_key(system: str, prefix: str = "ratio_vs_") -> str:
@@ -45,7 +52,7 @@ def ratios(results: Sequence[RunResult]) -> dict[tuple[str, str], dict[str, floa
             continue
         for other in others(results):
             base = by_key.get((other, r.scenario))
-            if base is not None and base.msgs_per_s > 0:
+            if r.msgs_per_s is not None and base is not None and base.msgs_per_s:
                 out.setdefault((r.system, r.scenario), {})[other] = r.msgs_per_s / base.msgs_per_s
     return out
 
@@ -137,11 +144,11 @@ def results_table(results: Sequence[RunResult], *, wide: bool = True) -> Table:
         table.add_column("server peak MB", justify="right")
     for other in vs:
         table.add_column(f"vs {other}", justify="right")
-    for r in results:
+    for r in _throughput(results):
         cells = [
             r.system,
             r.scenario,
-            f"{r.msgs_per_s:,.0f}",
+            _rate(r.msgs_per_s),
             f"{r.deliveries_per_s:,.0f}",
             _ms(r.p50_ms),
             _ms(r.p99_ms),
@@ -163,7 +170,16 @@ def results_table(results: Sequence[RunResult], *, wide: bool = True) -> Table:
 
 def print_report(results: Sequence[RunResult], notes: Sequence[str], console: Console) -> None:
     wide = console.width >= WIDE_TABLE
-    console.print(results_table(results, wide=wide))
+    if _throughput(results):
+        console.print(results_table(results, wide=wide))
+    ha = ha_rows(results)
+    if ha:
+        table = Table(title="amqlite bench: HA pair")
+        for name in ("system", "measure", "p50", "p99", "max", "target", ""):
+            table.add_column(name, justify="left" if name in ("system", "measure") else "right")
+        for row in ha:
+            table.add_row(*row)
+        console.print(table)
     for note in notes:
         console.print(f"  {note}", highlight=False)
     if not wide:
@@ -182,11 +198,11 @@ def markdown_table(results: Sequence[RunResult]) -> str:
     )
     head += "".join(f" vs {o} |" for o in vs)
     lines = [head, "|---|---|" + "---:|" * (11 + len(vs))]
-    for r in results:
+    for r in _throughput(results):
         cells = [
             r.system,
             r.scenario,
-            f"{r.msgs_per_s:,.0f}",
+            _rate(r.msgs_per_s),
             f"{r.deliveries_per_s:,.0f}",
             _ms(r.p50_ms),
             _ms(r.p99_ms),
@@ -200,4 +216,120 @@ def markdown_table(results: Sequence[RunResult]) -> str:
         ]
         cells += [_ratio_cell(r, other, ratio, p99) for other in vs]
         lines.append("| " + " | ".join(cells) + " |")
+    ha = ha_rows(results)
+    if ha:
+        if len(lines) == 2:
+            lines = []
+        else:
+            lines.append("")
+        lines.append("| system | measure | p50 | p99 | max | target | |")
+        lines.append("|---|---|---:|---:|---:|---:|---|")
+        lines += ["| " + " | ".join(row) + " |" for row in ha]
     return "\n".join(lines)
+
+
+# --- the failover scenario's rows ---------------------------------------------------------
+
+
+def _throughput(results: Sequence[RunResult]) -> list[RunResult]:
+    """The rows with a msgs/s (all but ``failover``)."""
+    return [r for r in results if r.msgs_per_s is not None]
+
+
+def _rate(x: float | None) -> str:
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def _s(ms: Any) -> str:
+    return "-" if ms is None else f"{ms / 1000:.2f} s"
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def ha_rows(results: Sequence[RunResult]) -> list[list[str]]:
+    """The HA table's rows: failover time, delivery gap, lost, replication ratio."""
+    rows: list[list[str]] = []
+    for r in results:
+        e = r.extra
+        if r.scenario == FAILOVER:
+            kills = f"{r.system} ({e['kills']} kills)"
+            for name, key, target_s in (
+                ("kill -> first confirm on the new master", "failover", FAILOVER_P99_TARGET_S),
+                ("longest delivery gap around a kill", "gap", GAP_P99_TARGET_S),
+            ):
+                p99 = e[f"{key}_p99_ms"]
+                rows.append(
+                    [
+                        kills,
+                        name,
+                        _s(e[f"{key}_p50_ms"]),
+                        _s(p99),
+                        _s(e[f"{key}_max_ms"]),
+                        f"p99 <= {target_s:g} s",
+                        _verdict(p99 <= target_s * 1000),
+                    ]
+                )
+            if "redundant_p99_ms" in e:
+                rows.append(
+                    [
+                        kills,
+                        "restart of the killed node -> pair redundant again",
+                        _s(e["redundant_p50_ms"]),
+                        _s(e["redundant_p99_ms"]),
+                        _s(e["redundant_max_ms"]),
+                        "-",
+                        "",
+                    ]
+                )
+            rows.append(
+                [
+                    kills,
+                    f"confirmed and never delivered (of {e['confirmed']:,}; "
+                    f"{e['duplicates']:,} duplicates)",
+                    "",
+                    "",
+                    f"{e['lost']:,}",
+                    "0",
+                    _verdict(e["lost"] == 0),
+                ]
+            )
+        elif r.scenario == REPLICATED and e.get("ratio_vs_standalone") is not None:
+            ratio = e["ratio_vs_standalone"]
+            rows.append(
+                [
+                    r.system,
+                    f"persistent confirmed msgs/s, backup attached / standalone "
+                    f"({_rate(r.msgs_per_s)} / {_rate(e['standalone_msgs_per_s'])})",
+                    "",
+                    "",
+                    f"{ratio:.2f}",
+                    f">= {RATIO_GOAL:.2f}",
+                    _verdict(ratio >= RATIO_GOAL),
+                ]
+            )
+    return rows
+
+
+def failover_lines(results: Sequence[RunResult]) -> list[str]:
+    """One line per HA row, for the progress log."""
+    out = []
+    for r in results:
+        e = r.extra
+        if r.scenario == FAILOVER:
+            out.append(
+                f"{r.system} {FAILOVER}: {e['kills']} kills; kill -> first confirm p50 "
+                f"{_s(e['failover_p50_ms'])}, p99 {_s(e['failover_p99_ms'])}, max "
+                f"{_s(e['failover_max_ms'])} (target p99 <= {FAILOVER_P99_TARGET_S:g} s); "
+                f"delivery gap p50 {_s(e['gap_p50_ms'])}, p99 {_s(e['gap_p99_ms'])}, max "
+                f"{_s(e['gap_max_ms'])} (target p99 <= {GAP_P99_TARGET_S:g} s); lost "
+                f"{e['lost']:,} of {e['confirmed']:,} confirmed"
+            )
+        elif r.scenario == REPLICATED and e.get("ratio_vs_standalone") is not None:
+            out.append(
+                f"{r.system} {REPLICATED}: {_rate(r.msgs_per_s)} msgs/s with the backup "
+                f"attached, {_rate(e['standalone_msgs_per_s'])} standalone: ratio "
+                f"{e['ratio_vs_standalone']:.2f} (goal >= {RATIO_GOAL:.2f})"
+            )
+    return out

@@ -5,6 +5,8 @@ Unless ``-s SERVERS`` names a running broker, the bench starts its own
 per fsync policy, each with a data dir of its own) and the raw-trio relay
 (``python -m amqlite.bench.baseline``), each in its own process; with
 ``--vs rabbitmq,nats`` it also has those peers started by ``scripts/peers``.
+``failover`` starts, kills and restarts an HA pair of its own
+(:mod:`amqlite.bench.failover`); it runs once, whatever ``--repeat`` says.
 It stops everything it started, by pid, when it ends, however it ends. Each
 scenario runs on every system in turn, ``--repeat`` times, interleaved, so their
 ratio compares like with like; the median run is reported.
@@ -13,28 +15,43 @@ ratio compares like with like; the median run is reported.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+import structlog
 import trio
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+from amqlite.log import configure_logging
 
 from .childclients import run_in_child
 from .clientproc import client_spec
 from .contenders import FSYNC_MODES, Contender, Lineup, fsync_system
 from .errors import BenchError, collapse_errors
+from .failover import (
+    DEFAULT_KILLS,
+    DEFAULT_RATE,
+    DEFAULT_REPLICATION_RUNS,
+    PAIR_SYSTEM,
+    QUICK_KILLS,
+    FailoverOptions,
+    run_failover,
+)
+from .hapair import DEFAULT_FAILOVER_TIMEOUT_MS, DEFAULT_HEARTBEAT_MS, PairTiming
 from .peers import INSTALL_HINT, PEERS
-from .report import dumps, markdown_table, print_report
+from .report import dumps, failover_lines, markdown_table, print_report
 from .scenarios import (
     CLIENT_MODES,
     CONFIRM_WINDOW,
     DEFAULT_MESSAGES,
+    FAILOVER,
     FANOUT,
     FANOUT_QUEUES,
     LATENCY_SECONDS,
@@ -60,19 +77,24 @@ VS_REPEAT = 3
 PAUSE_BETWEEN_RUNS = 0.3
 
 EPILOG = f"""\
-scenarios: {", ".join(SCENARIO_NAMES)}
+scenarios: {", ".join(SCENARIO_NAMES)} (the default), {FAILOVER}
 examples:
-  amqlite bench                              # all scenarios, 200,000 messages
+  amqlite bench                              # the default scenarios, 200,000 messages
   amqlite bench --quick --json               # 20,000 messages, 2 s of latency, JSON on stdout
   amqlite bench --scenarios 1to1-transient --clients split
   amqlite bench -s 127.0.0.1:5555            # against a running broker (baseline still local)
   amqlite bench --vs rabbitmq,nats --plot benchmarks/vs.png   # side by side with the peers
+  amqlite bench --scenarios failover --kills 5   # an HA pair: kill -9 of its master 5 times
 
 Each scenario runs against amqlite and against the raw-trio relay (the same
 framing and codec, no broker) in the same invocation; the table shows their ratio.
 --vs adds RabbitMQ (pika) and NATS (nats-py), started by scripts/peers on their
 own loopback ports ({INSTALL_HINT} for the clients; scripts/peers install for the
 servers); a peer that cannot be had is named and left out.
+{FAILOVER} runs on {PAIR_SYSTEM} only, a pair it starts itself: the time from a
+kill -9 of the master to the first confirmed publish on the new one, the longest
+gap in deliveries, every confirmed message counted, and persistent confirmed
+throughput with a live backup over the same without one.
 Progress goes to stderr, results to stdout.
 """
 
@@ -88,7 +110,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--scenarios", metavar="A,B", default=",".join(SCENARIO_NAMES),
-        help="comma-separated scenarios to run (default: all)",
+        help=f"comma-separated scenarios to run (default: all but {FAILOVER}, which takes "
+        "minutes)",
     )  # fmt: skip
     parser.add_argument(
         "--systems", metavar="A,B",
@@ -111,7 +134,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"length of the latency run (default {LATENCY_SECONDS:g}; --quick "
         f"{QUICK_LATENCY_SECONDS:g})",
     )  # fmt: skip
-    parser.add_argument("--quick", action="store_true", help="a short run (20,000 messages)")
+    parser.add_argument(
+        "--quick", action="store_true", help="a short run (20,000 messages; failover: 5 kills)"
+    )
     parser.add_argument(
         "--clients", choices=CLIENT_MODES,
         help="shared: publisher and consumers in this process; split: the publisher "
@@ -126,6 +151,29 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--stall-timeout", type=float, default=30.0, metavar="S",
         help="fail a run when no message moves for this long (default 30)",
+    )  # fmt: skip
+    ha = parser.add_argument_group(f"{FAILOVER} scenario")
+    ha.add_argument(
+        "--kills", type=int, metavar="N",
+        help=f"kill -9 the master N times (default {DEFAULT_KILLS}; --quick {QUICK_KILLS})",
+    )  # fmt: skip
+    ha.add_argument(
+        "--failover-rate", type=float, default=DEFAULT_RATE, metavar="MSGS",
+        help=f"persistent confirmed publishes a second during the kills (default "
+        f"{DEFAULT_RATE:,.0f})",
+    )  # fmt: skip
+    ha.add_argument(
+        "--heartbeat-ms", type=int, default=DEFAULT_HEARTBEAT_MS, metavar="MS",
+        help=f"the pair's [cluster] heartbeat_ms (default {DEFAULT_HEARTBEAT_MS})",
+    )  # fmt: skip
+    ha.add_argument(
+        "--failover-timeout-ms", type=int, default=DEFAULT_FAILOVER_TIMEOUT_MS, metavar="MS",
+        help=f"the pair's [cluster] failover_timeout_ms (default "
+        f"{DEFAULT_FAILOVER_TIMEOUT_MS})",
+    )  # fmt: skip
+    ha.add_argument(
+        "--ha-logs", metavar="DIR",
+        help="keep the pair's server logs (primary.log, backup.log) in DIR",
     )  # fmt: skip
     parser.add_argument("--vhost", default="/", help="amqlite virtual host (default /)")
     parser.add_argument("--login", default="guest", help="amqlite login (default guest)")
@@ -152,6 +200,7 @@ class BenchOptions:
     login: str = "guest"
     password: str = "guest"
     peers: tuple[str, ...] = ()
+    failover: FailoverOptions = field(default_factory=FailoverOptions)
 
 
 def _names(text: str) -> list[str]:
@@ -192,6 +241,7 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
     if unknown or not systems:
         raise ValueError(f"--systems: choose from {', '.join(SYSTEMS)} (got {args.systems!r})")
     clients = args.clients or (VS_CLIENTS if peers else DEFAULT_CLIENTS)
+    failover = _failover_options(args)
     return BenchOptions(
         scenarios=tuple(scenarios),
         systems=tuple(s for s in SYSTEMS if s in systems),
@@ -203,6 +253,29 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         login=args.login,
         password=args.password,
         peers=peers,
+        failover=failover,
+    )
+
+
+def _failover_options(args: argparse.Namespace) -> FailoverOptions:
+    kills = args.kills
+    if kills is None:
+        kills = QUICK_KILLS if args.quick else DEFAULT_KILLS
+    if kills < 1:
+        raise ValueError("--kills must be at least 1")
+    if not args.failover_rate > 0:
+        raise ValueError("--failover-rate must be positive")
+    try:
+        timing = PairTiming(args.heartbeat_ms, args.failover_timeout_ms)
+    except ValueError as exc:
+        raise ValueError(f"--heartbeat-ms/--failover-timeout-ms: {exc}") from None
+    runs = args.repeat if args.repeat is not None else DEFAULT_REPLICATION_RUNS
+    return FailoverOptions(
+        kills=kills,
+        rate=args.failover_rate,
+        timing=timing,
+        replication_runs=max(1, runs),
+        log_dir=args.ha_logs,
     )
 
 
@@ -225,7 +298,8 @@ def run_bench(args: argparse.Namespace) -> int:
         return 2
     progress = ProgressLog(err)
     try:
-        outcome = trio.run(run_benchmarks, opts, progress)
+        with _client_logs_on_stderr():
+            outcome = trio.run(run_benchmarks, opts, progress)
     except BenchError as exc:
         print(f"amqlite bench: error: {exc}", file=sys.stderr)
         return 1
@@ -259,12 +333,27 @@ def run_bench(args: argparse.Namespace) -> int:
     return status
 
 
+@contextlib.contextmanager
+def _client_logs_on_stderr() -> Iterator[None]:
+    """The client's warnings (a failover's clients reconnect) go to stderr, never
+    into the results on stdout, where an unconfigured structlog would print them;
+    a configuration in place is kept."""
+    if structlog.is_configured():
+        yield
+        return
+    configure_logging("console", "warning", sys.stderr)
+    try:
+        yield
+    finally:
+        structlog.reset_defaults()
+
+
 def _plot(results: list[RunResult], path: str, opts: BenchOptions) -> int:
     try:
         from .plot import plot_results
 
         title = f"amqlite bench, median of {opts.repeat} run(s); {machine_description()}"
-        plot_results(results, path, title)
+        plot_results([r for r in results if r.msgs_per_s is not None], path, title)
     except ImportError as exc:
         print(f"amqlite bench: --plot needs matplotlib ({INSTALL_HINT}): {exc}", file=sys.stderr)
         return 1
@@ -330,13 +419,14 @@ async def _run_scenario_everywhere(
                 progress.line(line)
     runs = [c for c in contenders if c.runs(scenario.name)]
     failed: set[str] = set()
-    repeats: dict[str, list[RunResult]] = {}
-    for _ in range(opts.repeat):  # interleaved: a disturbance hits every system alike
+    repeats: dict[tuple[str, str], list[RunResult]] = {}
+    repeat = 1 if scenario.name == FAILOVER else opts.repeat  # its kills are the repeats
+    for _ in range(repeat):  # interleaved: a disturbance hits every system alike
         for c in runs:
             if c.system in failed or not c.runs(scenario.name):
                 continue
             try:
-                r = await _run_one(opts, c, scenario, progress)
+                rows = await _run_one(opts, c, scenario, progress)
             except BenchError as exc:
                 outcome.failures.append(str(exc))
                 if progress:
@@ -345,7 +435,17 @@ async def _run_scenario_everywhere(
                 if c.server is not None and c.server.proc.poll() is not None:
                     c.dead = str(exc)
                 continue
-            repeats.setdefault(c.system, []).append(r)
+            for r in rows:
+                repeats.setdefault((r.system, r.scenario), []).append(r)
+                lost = r.extra.get("lost")
+                if lost:
+                    line = (
+                        f"{r.system} {r.scenario}: {lost} confirmed message(s) never delivered "
+                        "(lost)"
+                    )
+                    outcome.failures.append(line)
+                    if progress:
+                        progress.line(f"FAILED: {line}")
             await trio.sleep(PAUSE_BETWEEN_RUNS)
     outcome.results.extend(median_run(rs) for rs in repeats.values())
 
@@ -353,14 +453,16 @@ async def _run_scenario_everywhere(
 def median_run(runs: list[RunResult]) -> RunResult:
     """The median of repeated runs (by p99 when they measured latency, else by msgs/s);
     its ``extra`` lists every run's figure."""
+    if len(runs) == 1:
+        return runs[0]
     if runs[0].p99_ms is not None:
         ordered = sorted(runs, key=lambda r: r.p99_ms or 0.0)
     else:
-        ordered = sorted(runs, key=lambda r: r.msgs_per_s)
+        ordered = sorted(runs, key=lambda r: r.msgs_per_s or 0.0)
     chosen = ordered[(len(ordered) - 1) // 2]
     if len(runs) > 1:
         chosen.extra["repeats"] = len(runs)
-        chosen.extra["msgs_per_s_runs"] = [round(r.msgs_per_s, 1) for r in runs]
+        chosen.extra["msgs_per_s_runs"] = [round(r.msgs_per_s or 0.0, 1) for r in runs]
         if chosen.p99_ms is not None:
             chosen.extra["p99_ms_runs"] = [round(r.p99_ms or 0.0, 3) for r in runs]
     return chosen
@@ -378,7 +480,9 @@ async def _run_one(
     c: Contender,
     scenario: Scenario,
     progress: ProgressLog | None,
-) -> RunResult:
+) -> list[RunResult]:
+    if c.driver == PAIR_SYSTEM:
+        return await _run_failover(opts, c, scenario, progress)
     label = f"{c.system} {scenario.name}"
     hook = progress.begin(label, scenario.deliveries) if progress else None
     in_child = opts.clients == "process" or c.driver not in SYSTEMS
@@ -413,11 +517,35 @@ async def _run_one(
     c.check_alive()
     if progress:
         progress.line(
-            f"{label}: {result.msgs_per_s:,.0f} msgs/s, {result.consumed:,} deliveries "
+            f"{label}: {result.msgs_per_s or 0:,.0f} msgs/s, {result.consumed:,} deliveries "
             f"in {result.seconds:.2f} s"
             + (f", p99 {result.p99_ms:.3f} ms" if result.p99_ms is not None else "")
         )
-    return result
+    return [result]
+
+
+async def _run_failover(
+    opts: BenchOptions, c: Contender, scenario: Scenario, progress: ProgressLog | None
+) -> list[RunResult]:
+    label = f"{c.system} {scenario.name}"
+    kills = opts.failover.kills
+    hook = progress.begin(label, kills, unit="kills") if progress else None
+    try:
+        rows = await run_failover(
+            scenario,
+            opts.failover,
+            auth=c.auth,
+            stall_timeout=opts.stall_timeout,
+            say=progress.line if progress else None,
+            on_progress=hook,
+        )
+    finally:
+        if progress:
+            progress.end()
+    if progress:
+        for line in failover_lines(rows):
+            progress.line(line)
+    return rows
 
 
 class ProgressLog:
@@ -428,8 +556,10 @@ class ProgressLog:
         self._live = console.is_terminal
         self._progress: Progress | None = None
 
-    def begin(self, label: str, total: int) -> Callable[[int, int], None] | None:
-        self.line(f"{label}: running ({total:,} deliveries)")
+    def begin(
+        self, label: str, total: int, unit: str = "deliveries"
+    ) -> Callable[[int, int], None] | None:
+        self.line(f"{label}: running ({total:,} {unit})")
         if not self._live:
             return None
         progress = Progress(
@@ -510,6 +640,22 @@ def notes(opts: BenchOptions) -> list[str]:
                 f"{PERSISTENT}: {s.plan.messages:,} persistent messages to a durable queue, "
                 f"confirms with at most {CONFIRM_WINDOW:,} outstanding; amqlite as {modes} "
                 "(--data-dir, --fsync)"
+            )
+        if s.name == FAILOVER:
+            f = opts.failover
+            out.append(
+                f"{FAILOVER}: an HA pair on loopback (heartbeat {f.timing.heartbeat_ms} ms, "
+                f"failover timeout {f.timing.failover_timeout_ms} ms), {f.kills} x kill -9 of "
+                f"the master under {f.rate:,.0f} persistent confirmed msgs/s; failover = kill -> "
+                "first confirm from the new master; gap = longest wait between two deliveries "
+                "from the kill to the next; percentiles nearest-rank over the kills; clients "
+                "in the bench process"
+            )
+            out.append(
+                f"persistent-confirm-replicated: {s.plan.messages:,} persistent messages, "
+                f"window {CONFIRM_WINDOW:,}, --fsync batch, on the pair (backup attached) and on "
+                f"a standalone broker, alternating, median of {f.replication_runs}; both nodes "
+                "share this machine's cores"
             )
     if RAW_TRIO in opts.systems:
         out.append(

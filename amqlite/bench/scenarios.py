@@ -13,6 +13,9 @@
   last of the 10 copies delivered); deliveries/s = 10 x that.
 - ``latency-at-5k``: 5,000 msg/s for 5 s, each message stamped with its send
   time; the consumer records publish -> delivery latency in an HdrHistogram.
+- ``failover`` (not in the default set: it takes minutes): an HA pair the bench
+  starts, kill -9 of its master N times under confirmed load, and the cost of
+  replication; run by :mod:`amqlite.bench.failover`, on ``amqlite-pair`` only.
 
 Every run is bounded: it fails with :class:`BenchError` when the counts stop
 moving for ``stall_timeout`` seconds, and after ``time_limit`` seconds at most.
@@ -44,7 +47,11 @@ ONE_TO_ONE = "1to1-transient"
 PERSISTENT = "1to1-persistent-confirm"
 FANOUT = "fanout-1to10"
 LATENCY = "latency-at-5k"
+FAILOVER = "failover"
+#: The scenarios run when ``--scenarios`` is not given.
 SCENARIO_NAMES: tuple[str, ...] = (ONE_TO_ONE, PERSISTENT, FANOUT, LATENCY)
+#: Every scenario ``--scenarios`` accepts.
+KNOWN_SCENARIOS: tuple[str, ...] = (*SCENARIO_NAMES, FAILOVER)
 
 DEFAULT_MESSAGES = 200_000
 QUICK_MESSAGES = 20_000
@@ -101,7 +108,7 @@ def build_scenarios(
     for name in names:
         if name == ONE_TO_ONE:
             out.append(Scenario(name, 1, PublishPlan(messages, BODY_SIZE)))
-        elif name == PERSISTENT:
+        elif name in (PERSISTENT, FAILOVER):  # failover: its replication-cost runs
             n = max(1, messages // PERSISTENT_SHARE)
             plan = PublishPlan(n, BODY_SIZE, persistent=True, confirm=CONFIRM_WINDOW)
             out.append(Scenario(name, 1, plan))
@@ -112,7 +119,7 @@ def build_scenarios(
             n = max(1, round(LATENCY_RATE * latency_seconds))
             out.append(Scenario(name, 1, PublishPlan(n, BODY_SIZE, LATENCY_RATE, stamp=True)))
         else:
-            known = ", ".join(SCENARIO_NAMES)
+            known = ", ".join(KNOWN_SCENARIOS)
             raise ValueError(f"unknown scenario {name!r} (known: {known})")
     return out
 
@@ -123,11 +130,12 @@ class RunResult:
 
     ``server_cpu``, ``client_cpu`` and ``other_cpu`` are shares of one core over the
     run; ``server_cpu_s`` / ``client_cpu_s`` are CPU seconds, shown per delivery.
+    ``msgs_per_s`` is None for a run that measures something else (``failover``).
     """
 
     system: str
     scenario: str
-    msgs_per_s: float
+    msgs_per_s: float | None
     p50_ms: float | None
     p99_ms: float | None
     p999_ms: float | None
@@ -156,7 +164,7 @@ class RunResult:
         d = {
             "system": self.system,
             "scenario": self.scenario,
-            "msgs_per_s": round(self.msgs_per_s, 1),
+            "msgs_per_s": _round(self.msgs_per_s, 1),
             "p50_ms": _round(self.p50_ms),
             "p99_ms": _round(self.p99_ms),
             "p999_ms": _round(self.p999_ms),
