@@ -85,6 +85,7 @@ LOCK_NAME = "LOCK"
 TMP_SUFFIX = ".tmp"
 DEFAULT_BATCH_MS = 10
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+DEFAULT_COMPACT_AFTER_BYTES = 8 * 1024 * 1024
 _HEAD_PROBE = 4096  # bytes read to see whether a segment starts with a snapshot
 
 
@@ -180,6 +181,7 @@ class Journal:
         fsync: FsyncPolicy = "batch",
         batch_ms: float = DEFAULT_BATCH_MS,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        compact_after_bytes: int = DEFAULT_COMPACT_AFTER_BYTES,
         file_layer: FileLayer | None = None,
     ) -> None:
         if fsync not in FSYNC_POLICIES:
@@ -192,6 +194,7 @@ class Journal:
         self.fsync_policy: FsyncPolicy = fsync
         self.batch_ms = batch_ms
         self.segment_bytes = segment_bytes
+        self.compact_after_bytes = compact_after_bytes
         self._files: FileLayer = file_layer if file_layer is not None else OsFileLayer()
         self._sync = fsync != "never"
         self._mutex = threading.Lock()  # the buffer, the state, the counters
@@ -528,8 +531,10 @@ class Journal:
     # --- compaction --------------------------------------------------------------------
 
     def compaction_due(self) -> bool:
-        """A rule of thumb for the shell: the journal is past one segment and more than
-        twice what a snapshot of the live state would take."""
+        """A rule of thumb for the shell: the journal is past one segment or
+        ``compact_after_bytes`` (8 MiB), whichever is smaller, and more than twice what
+        a snapshot of the live state would take. (Restart time is proportional to the
+        journal, so history must not wait for a whole 64 MiB segment.)"""
         total = self._total_bytes()
         state = self._state
         estimate = (
@@ -538,7 +543,8 @@ class Journal:
             + 160 * (state.live_messages + state.stream_messages)
             + 4096
         )
-        return total >= self.segment_bytes and total > 2 * estimate
+        floor = min(self.segment_bytes, self.compact_after_bytes)
+        return total >= floor and total > 2 * estimate
 
     def compact(self, live_message_ids: Collection[int] | None = None) -> CompactionReport:
         """Replace every segment by one snapshot of :attr:`state` (protocol in the module

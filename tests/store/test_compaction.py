@@ -232,3 +232,18 @@ def test_a_crash_at_any_step_of_compaction_recovers_before_or_after(
     assert outcomes == {False, True}
     assert step >= (8 if policy == "never" else 6)
     assert recovered_state(directory) == after
+
+
+def test_compaction_does_not_wait_for_a_whole_segment(tmp_path: Path) -> None:
+    """Restart time follows the journal's size: dead history is compacted once it
+    passes compact_after_bytes, even inside the first (large) segment."""
+    with Journal(tmp_path, compact_after_bytes=16 * 1024) as journal:
+        journal.recover()
+        journal.append(queue())
+        for i in range(1, 200):
+            journal.append(enq(i, body=b"x" * 100))
+            journal.append(ack(i))
+        journal.commit()
+        assert journal.stats().segments == 1 and journal.compaction_due()
+        journal.compact()
+        assert not journal.compaction_due()
