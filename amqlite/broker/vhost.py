@@ -373,8 +373,8 @@ class VirtualHost:
                 recorder.enqueue(self.name, message, (target,), now)
             if target.offer(message, now, expiration):
                 return PublishOutcome.ROUTED
-            if message.pid:
-                recorder.ack(message.pid, target.name)  # type: ignore[union-attr]
+            if message.pid and recorder is not None:
+                recorder.ack(message.pid, target.name)
             return PublishOutcome.REJECTED
         exchange = self.exchanges.get(message.exchange)
         if exchange is None:

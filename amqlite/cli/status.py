@@ -142,16 +142,19 @@ async def _one(args: argparse.Namespace, server: str, *, alone: bool) -> dict[st
         return {"address": server, "error": exc.text if hasattr(exc, "text") else str(exc)}
 
 
+async def ask_each(
+    args: argparse.Namespace, servers: list[str], alone: bool
+) -> list[dict[str, Any]]:
+    """Each server's status map (on a monitor connection), or {address, error}."""
+    return [await _one(args, server, alone=alone) for server in servers]
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """One server: its status map. Several (an HA pair): every node's, each asked
     on its own (a passive node answers a status connection too)."""
     servers = [s.strip() for s in args.servers.split(",") if s.strip()]
 
-    async def gather() -> list[dict[str, Any]]:
-        alone = len(servers) == 1
-        return [await _one(args, server, alone=alone) for server in servers]
-
-    results = trio.run(gather)
+    results = trio.run(ask_each, args, servers, len(servers) == 1)
     failed = [r for r in results if "error" in r]
     if args.json:
         shown: Any = results[0] if len(results) == 1 else {"nodes": results}

@@ -111,6 +111,13 @@ class Declarations:
         reply = await self._call(ev.Status(self._new_id()))
         return dict(reply.info) if isinstance(reply, ev.Ok) else {}
 
+    async def switchover(self, within: float = 10.0) -> dict[str, Any]:
+        """Ask this (active) HA node to hand over to its passive peer (needs a
+        connection opened with ``role="monitor"``); ``within`` seconds for the peer to
+        catch up and take over (the server enforces it). Returns {active, passive}."""
+        reply = await self._call(ev.HaSwitchover(self._new_id(), within))
+        return dict(reply.info) if isinstance(reply, ev.Ok) else {}
+
 
 def _info_int(reply: ev.Event, key: str) -> int:
     if isinstance(reply, ev.Ok):

@@ -184,6 +184,7 @@ class ClientConnection:
         """Run every complete request buffered now; False when the connection ends."""
         proto = self.proto
         storage = self.node.storage
+        journal = storage.journal if storage is not None else None
         budget = FRAMES_PER_TURN
         while True:
             event = proto.next_event()
@@ -204,22 +205,20 @@ class ClientConnection:
                 self._special(event)
                 continue
             if dispatcher is not None and not self._closing and t in _REQUESTS:
-                before = storage.appended if storage is not None else 0
+                # only requests whose ok promises durability look at the journal
+                before = journal.appended if journal is not None and t in _DURABLE else -1
                 reply = dispatcher.handle(event, now)
                 if t is ev.Cancel:
                     self.push()  # the consumer's last deliveries go before its cancel-ok
                 if reply is not None:
                     if type(reply) is ev.Error:
                         self._log_failure(event, reply)
-                    elif (
-                        storage is not None
-                        and type(reply) is ev.Ok
-                        and t in _DURABLE
-                        and storage.appended != before
-                    ):
-                        # a confirm or an ok that promises durability: after the commit
-                        storage.hold(before + 1, self.send_reply, event, reply)
-                        continue
+                    elif before >= 0 and type(reply) is ev.Ok:
+                        assert journal is not None and storage is not None
+                        if journal.appended != before:
+                            # an ok that promises durability: after the commit covers it
+                            storage.hold(before + 1, self.send_reply, event, reply)
+                            continue
                     self._send(proto.send(reply))
             elif t is ev.EndOfStream or t is ev.CloseOk:
                 return False

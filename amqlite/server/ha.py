@@ -90,6 +90,7 @@ class HaService:
         self.inbound_links = 0  # peer-link connections the peer opened to us
         self.handing_over = False
         self._nursery: trio.Nursery | None = None
+        self._progress = trio.Event()  # set (and replaced) on every change of state or ack
 
     # --- start ---------------------------------------------------------------------------
 
@@ -162,6 +163,8 @@ class HaService:
             with trio.move_on_at(machine.next_deadline()):
                 await self._wake.wait()
             self._wake = trio.Event()
+            machine = self.machine  # a switchover may have replaced it meanwhile
+            assert machine is not None
             self.apply(machine.tick(trio.current_time()))
 
     def apply(self, actions: Any) -> None:
@@ -212,6 +215,17 @@ class HaService:
         if machine.state is HaState.ACTIVE:
             self._start_replication()
         self._wake.set()
+        self._signal_progress()
+
+    def _signal_progress(self) -> None:
+        self._progress.set()
+        self._progress = trio.Event()
+
+    async def _wait_until(self, predicate: Any) -> None:
+        """Wait until ``predicate()`` holds, checking after every change (the caller
+        bounds the wait)."""
+        while not predicate():
+            await self._progress.wait()
 
     def on_peer_heartbeat(self, hb: ev.HaHeartbeat) -> None:
         machine = self.machine
@@ -297,11 +311,10 @@ class HaService:
                 ReplyCode.CONNECTION_FORCED, "switchover: the other node of the pair takes over"
             )
             target = storage.appended
-            with trio.move_on_after(request.timeout / 2) as sync_wait:
-                while self.synced_upto < target:
-                    self._wake_replicator()
-                    await trio.sleep(0.01)
-            if sync_wait.cancelled_caught or not self.replicating:
+            self._wake_replicator()
+            with trio.move_on_after(request.timeout / 2):
+                await self._wait_until(lambda: self.synced_upto >= target or not self.replicating)
+            if self.synced_upto < target or not self.replicating:
                 fail(f"the peer did not catch up (holds {self.synced_upto} of {target})")
                 return
             # Restart our side as a starting node: the peer hears PRIMARY/BACKUP from
@@ -318,12 +331,11 @@ class HaService:
                 failover_timeout=self.config.failover_timeout_ms / 1000,
             )
             self.node.state = self.machine.state.value
-            self._wake.set()
+            self._wake.set()  # the ticker announces us as starting at once
+            machine = self.machine
             with trio.move_on_after(request.timeout / 2):
-                while self.machine.state is not HaState.PASSIVE:
-                    self._send_link(ev.HaHeartbeat(**self.machine.heartbeat().to_map()))
-                    await trio.sleep(self.config.heartbeat_ms / 1000 / 2)
-            if self.machine.state is not HaState.PASSIVE:
+                await self._wait_until(lambda: machine.state is HaState.PASSIVE)
+            if machine.state is not HaState.PASSIVE:
                 fail("the peer did not take over in time")
                 return
             log.warning("ha_switchover_done", active=self.machine.peer_id)
@@ -460,7 +472,6 @@ class HaService:
         frames = [frame_record(r) for r in journal.state.snapshot()]
         storage.tee = self._tee
         storage.replica_required(True)
-        storage.replica_upto = 0
         first = True
         chunk: list[bytes] = []
         size = 0
@@ -522,6 +533,7 @@ class HaService:
         while unacked and unacked[0][0] <= upto:
             self._in_flight -= unacked.popleft()[1]
         self.synced_upto = max(self.synced_upto, upto)
+        self._signal_progress()
         storage = self.node.storage
         if storage is not None:
             storage.replica_progress(self.synced_upto)

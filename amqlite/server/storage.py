@@ -168,7 +168,7 @@ class NodeStorage:
         """HA: start (True) or stop (False) holding replies until the passive peer
         holds them too."""
         if required:
-            self.replica_upto = self.replica_upto or 0
+            self.replica_upto = 0  # a (re)joining peer holds nothing until it acks
         else:
             self.replica_upto = None
             self._release(self._committed)

@@ -101,6 +101,33 @@ async def serve_somewhere(servers: str, deadline: float = 20) -> str:
                 await trio.sleep(0.1)
 
 
+async def start_with_proxied_link(pair: Pair, *, failover_timeout_ms: int) -> tuple[Any, Any]:
+    """Start the pair with each node dialing its peer through a fault-injecting proxy
+    (clients reach both directly); returns (proxy to primary, proxy to backup)."""
+    from tests.faultproxy import FaultProxy
+
+    ports = pair.ports
+    to_primary = FaultProxy(("127.0.0.1", ports["primary"]))
+    to_backup = FaultProxy(("127.0.0.1", ports["backup"]))
+    assert pair.nursery is not None
+    await pair.nursery.start(to_primary.run)
+    await pair.nursery.start(to_backup.run)
+    timing = f"heartbeat_ms = 100\nfailover_timeout_ms = {failover_timeout_ms}\n"
+    for side, primary, backup in (
+        ("primary", f"127.0.0.1:{ports['primary']}", to_backup.address),
+        ("backup", to_primary.address, f"127.0.0.1:{ports['backup']}"),
+    ):
+        path = pair.tmp / f"{side}.toml"
+        path.write_text(
+            f'[cluster]\nprimary_peer = "{primary}"\nbackup_peer = "{backup}"\n{timing}'
+        )
+        pair.configs[side] = path
+    await pair.start("primary")
+    await pair.start("backup")
+    await pair.wait_states("active", "passive")
+    return to_primary, to_backup
+
+
 async def _drain(server: ServerProcess, path: Path) -> None:
     """Keep reading the server's log (into ``path``) so its pipe never fills."""
     stderr = server.proc.stderr
@@ -306,28 +333,8 @@ async def test_cutting_only_the_peer_link_never_makes_two_masters_in_one_epoch(
     the old one (Binary Star's known trade-off: what the old master accepts then is
     dropped when it is fenced). At no moment are two nodes active in one epoch, and
     once the link heals the old master is fenced."""
-    from tests.faultproxy import FaultProxy
-
     async with ha_pair(tmp_path) as pair:
-        ports = pair.ports
-        to_primary = FaultProxy(("127.0.0.1", ports["primary"]))
-        to_backup = FaultProxy(("127.0.0.1", ports["backup"]))
-        assert pair.nursery is not None
-        await pair.nursery.start(to_primary.run)
-        await pair.nursery.start(to_backup.run)
-        timing = "heartbeat_ms = 100\nfailover_timeout_ms = 600\n"
-        for side, primary, backup in (
-            ("primary", f"127.0.0.1:{ports['primary']}", to_backup.address),
-            ("backup", to_primary.address, f"127.0.0.1:{ports['backup']}"),
-        ):
-            path = tmp_path / f"{side}.toml"
-            path.write_text(
-                f'[cluster]\nprimary_peer = "{primary}"\nbackup_peer = "{backup}"\n{timing}'
-            )
-            pair.configs[side] = path
-        await pair.start("primary")
-        await pair.start("backup")
-        await pair.wait_states("active", "passive")
+        to_primary, to_backup = await start_with_proxied_link(pair, failover_timeout_ms=600)
         samples: list[tuple[Any, ...]] = []
 
         async def sample(stop: trio.Event) -> None:
@@ -357,3 +364,29 @@ async def test_cutting_only_the_peer_link_never_makes_two_masters_in_one_epoch(
         assert all(s[1] != s[3] for s in both_active), both_active
         final = await pair.status("primary")
         assert final is not None and final["ha"]["epoch"] >= 2
+
+
+async def test_a_persistent_confirm_waits_until_the_passive_node_holds_it(
+    tmp_path: Path,
+) -> None:
+    """While the passive node is attached, the master confirms a persistent message
+    only once the passive node has it: with the peer link held (shorter than the
+    failover timeout) no confirm comes; it comes once the link delivers again."""
+    async with ha_pair(tmp_path) as pair:
+        to_primary, to_backup = await start_with_proxied_link(pair, failover_timeout_ms=5000)
+        async with amqlite.connect(pair.address("primary"), reconnect=False) as conn:
+            await conn.declare_queue(QUEUE, durable=True)
+            await conn.publish("", QUEUE, "before", persistent=True, confirm=True)
+            to_primary.partition()
+            to_backup.partition()
+            await conn.publish("", QUEUE, "transient", confirm=True)  # not replicated: at once
+            pending = await conn.publish_nowait("", QUEUE, "held", persistent=True)
+            with trio.move_on_after(1.0):
+                await pending.wait()
+                pytest.fail("confirmed while the passive node could not have it")
+            to_primary.heal()
+            to_backup.heal()
+            with trio.fail_after(10):
+                await pending.wait()
+        backup = await pair.status("backup")
+        assert backup is not None and backup["state"] == "passive"  # no failover happened
