@@ -401,6 +401,7 @@ def _failover_row(
         "refused": counts.refused,
         "delivered": counts.delivered,
         "duplicates": counts.duplicates,
+        "unflagged_duplicates": counts.unflagged_duplicates,
         "redelivered": counts.redelivered,
         "publish_rate": options.rate,
         "heartbeat_ms": options.timing.heartbeat_ms,

@@ -67,6 +67,9 @@ class LoadCounts:
     deliveries: int
     redelivered: int
     lost: int
+    #: second (or later) deliveries of a message not flagged redelivered: the HA
+    #: guarantee says there are none
+    unflagged_duplicates: int = 0
 
     @property
     def duplicates(self) -> int:
@@ -92,6 +95,7 @@ class PairLoad:
         self.both = 0  # messages confirmed and delivered
         self.deliveries = 0
         self.redelivered = 0
+        self.unflagged_duplicates = 0
         self.refused = 0
         self.last_refusal = ""
         self.watched = 0  # confirms the watcher has settled (confirmed or refused)
@@ -139,6 +143,7 @@ class PairLoad:
             deliveries=self.deliveries,
             redelivered=self.redelivered,
             lost=self.confirmed_count - self.both,
+            unflagged_duplicates=self.unflagged_duplicates,
         )
 
     async def _wait_moving(self, done: Callable[[], bool], stall_s: float) -> None:
@@ -246,6 +251,8 @@ class PairLoad:
                 delivered[seq] = seen + 1
             if d.redelivered:
                 self.redelivered += 1
+            elif seen:
+                self.unflagged_duplicates += 1
             self._moving()
             watch = self.watch
             if (

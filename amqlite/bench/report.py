@@ -287,7 +287,8 @@ def ha_rows(results: Sequence[RunResult]) -> list[list[str]]:
                 [
                     kills,
                     f"confirmed and never delivered (of {e['confirmed']:,}; "
-                    f"{e['duplicates']:,} duplicates)",
+                    f"{e['duplicates']:,} duplicates, "
+                    f"{e.get('unflagged_duplicates', 0):,} not flagged redelivered)",
                     "",
                     "",
                     f"{e['lost']:,}",

@@ -137,6 +137,20 @@ class Broker:
     def all_vhosts(self) -> list[VirtualHost]:
         return list(self._vhosts.values())
 
+    def flag_redelivered(self) -> int:
+        """Flag every ready message redelivered; returns how many were not yet.
+
+        A passive HA node taking over from a master that died calls this: the
+        master may have handed out messages whose ``message.delivered`` record
+        never reached the passive node, so any message may have been seen before
+        (AMQP's redelivered means exactly "may have been delivered before")."""
+        return sum(
+            queue.flag_redelivered()
+            for host in self._vhosts.values()
+            for queue in host.queues.values()
+            if not queue.is_stream
+        )
+
     def status(self) -> dict[str, Any]:
         """A JSON-able snapshot: node id, and per vhost its exchanges (with
         bindings) and queues (with counts)."""

@@ -24,6 +24,9 @@ class PublishOutcome(enum.Enum):
     ROUTED = "routed"
     UNROUTABLE = "unroutable"
     REJECTED = "rejected"
+    #: the same publish (same ``Message.publish_key``) was routed already: a client
+    #: sent it again after a reconnect; nothing is routed twice
+    DUPLICATE = "duplicate"
 
 
 class QueueInfo(NamedTuple):
@@ -41,7 +44,9 @@ class Message:
     its encoding in ``wire`` (which the broker never reads). ``_deaths`` records
     ``(queue, reason)`` pairs of earlier dead-letterings, oldest first, so cycles
     are caught without touching user headers. ``pid`` is the id under which the
-    journal holds a persistent message (0 when it does not).
+    journal holds a persistent message (0 when it does not). ``publish_key`` names
+    one publish of one client (``""`` when the client gave none): the broker routes
+    a key it has seen recently only once (:class:`~amqlite.broker.dedup.PublishKeys`).
     """
 
     __slots__ = (
@@ -51,6 +56,7 @@ class Message:
         "headers",
         "pid",
         "properties",
+        "publish_key",
         "routing_key",
         "wire",
     )
@@ -70,6 +76,7 @@ class Message:
         self.properties: dict[str, Any] = properties if properties is not None else {}
         self.wire: bytes | None = None
         self.pid = 0  # the journal's message id; 0 = not journaled
+        self.publish_key = ""
         self._deaths: tuple[tuple[str, str], ...] = ()
 
     def __repr__(self) -> str:

@@ -281,6 +281,14 @@ class Queue:
             message, expires, _ = self.ready[i]
             self.ready[i] = (message, expires, True)
 
+    def flag_redelivered(self) -> int:
+        """Flag every ready message redelivered; how many were not yet."""
+        ready = self.ready
+        fresh = sum(1 for entry in ready if not entry[2])
+        if fresh:
+            self.ready = deque((message, expires, True) for message, expires, _ in ready)
+        return fresh
+
     def remove(self, pid: int) -> bool:
         """Drop the ready message ``pid`` (a journaled ack); False when not here."""
         i = self._find(pid)

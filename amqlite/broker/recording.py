@@ -134,6 +134,7 @@ class Recorder:
                 props=message.properties,
                 enqueued_at=now + self.wall_offset,
                 deaths=message._deaths,
+                publish_key=message.publish_key,
             )
         )
 

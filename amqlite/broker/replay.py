@@ -143,6 +143,9 @@ def _enqueue(broker: Broker, host: VirtualHost, r: MessageEnqueue) -> None:
     message = Message(r.exchange, r.routing_key, r.body, dict(r.headers), dict(r.props))
     message.pid = r.id
     message._deaths = r.deaths
+    if r.publish_key:
+        message.publish_key = r.publish_key
+        host.publish_keys.add(r.publish_key)
     at = r.enqueued_at - wall_offset
     expiration = message.properties.get("expiration")
     for name in r.queues:

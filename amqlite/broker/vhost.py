@@ -24,6 +24,7 @@ from amqlite.errors import (
 
 from .arguments import QueueSettings, parse_queue_arguments
 from .dead_letter import dead_letter_copy, is_cycle
+from .dedup import PublishKeys
 from .exchange import EXCHANGE_TYPES, DefaultExchange, Exchange, binding_id
 from .message import Message, PublishOutcome, QueueInfo
 from .queue import Queue
@@ -61,6 +62,7 @@ class VirtualHost:
         "_new_queue_name",
         "exchanges",
         "name",
+        "publish_keys",
         "queues",
         "recorder",
         "wall_offset",
@@ -79,6 +81,7 @@ class VirtualHost:
             self.exchanges[exchange] = EXCHANGE_TYPES[kind](exchange, durable=True)
         self._dead_letters: deque[tuple[Message, float]] = deque()
         self._dead_lettering = False
+        self.publish_keys = PublishKeys()
 
     # --- lookups ------------------------------------------------------------------
 
@@ -362,6 +365,21 @@ class VirtualHost:
     # --- messages -----------------------------------------------------------------
 
     def publish(self, message: Message, now: float) -> PublishOutcome:
+        """Route ``message``; a message whose ``publish_key`` was routed recently is
+        not routed again (DUPLICATE)."""
+        key = message.publish_key
+        if not key:
+            return self.route(message, now)
+        keys = self.publish_keys
+        if key in keys:
+            keys.duplicates += 1
+            return PublishOutcome.DUPLICATE
+        outcome = self.route(message, now)
+        if outcome is PublishOutcome.ROUTED:
+            keys.add(key)
+        return outcome
+
+    def route(self, message: Message, now: float) -> PublishOutcome:
         properties = message.properties
         expiration = properties.get("expiration") if properties else None
         if not message.exchange:  # the default exchange, inlined: the commonest case
@@ -439,6 +457,7 @@ class VirtualHost:
     def status(self) -> dict[str, Any]:
         return {
             "name": self.name,
+            "duplicate_publishes": self.publish_keys.duplicates,
             "exchanges": [
                 {
                     "name": ex.name,

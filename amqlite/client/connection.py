@@ -537,9 +537,10 @@ class Connection(Declarations, StreamRequests):
         mandatory and unroutable), PublishNacked, or the broker's error.
 
         While reconnecting this waits for the new link. A confirmed publish not
-        confirmed when a link breaks is sent again on the next one (at least once:
-        the broker may then hold it twice); one without ``confirm`` still in flight
-        when a link breaks may be lost.
+        confirmed when a link breaks is sent again on the next one, under the same
+        publish key, so the broker (or the HA peer that took over) routes it once
+        even if it held it already; one without ``confirm`` still in flight when a
+        link breaks may be lost.
         """
         if confirm:
             pending = await self.publish_nowait(

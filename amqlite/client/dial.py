@@ -44,6 +44,8 @@ class HelloParams:
     client_name: str = ""
     heartbeat: float = 0.0
     role: str = "client"
+    #: kept across reconnects so the broker recognises publishes sent again
+    instance: str = ""
 
 
 @dataclass(slots=True)
@@ -95,6 +97,7 @@ async def handshake(stream: trio.abc.Stream, params: HelloParams) -> tuple[Conne
         client=params.client_name,
         heartbeat=float(params.heartbeat),
         role=params.role,
+        instance=params.instance,
     )
     await stream.send_all(proto.send(hello))
     while True:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
@@ -54,7 +55,10 @@ async def connect(
     """
     addresses = parse_addresses(servers)
     policy = resolve_policy(reconnect, len(addresses))
-    params = HelloParams(vhost, login, password, client_name, heartbeat, role)
+    # A client that reconnects sends unconfirmed publishes again: the instance token
+    # (the same on every link) lets the broker route each of them only once.
+    instance = secrets.token_hex(8) if policy is not None else ""
+    params = HelloParams(vhost, login, password, client_name, heartbeat, role, instance)
     dialer = Dialer(tuple(addresses), params, connect_timeout)
     dialed = await dialer.dial()
     conn = Connection(

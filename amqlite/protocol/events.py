@@ -56,6 +56,7 @@ class Hello(Event):
     protocol: int = PROTOCOL_VERSION
     heartbeat: float = 0.0
     role: str = "client"
+    instance: str = ""
 
 
 @dataclass(frozen=True, slots=True)

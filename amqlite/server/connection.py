@@ -13,6 +13,7 @@ consumers) until the writer has drained below ``LOW_WATER``.
 from __future__ import annotations
 
 import contextlib
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -28,6 +29,7 @@ from .dispatch import RequestDispatcher
 
 if TYPE_CHECKING:
     from .node import BrokerNode
+    from .storage import NodeStorage
 
 RECEIVE_SIZE = 256 * 1024
 FRAMES_PER_TURN = 64  # frames handled before other connections get a turn
@@ -35,6 +37,7 @@ HIGH_WATER = 4 * 1024 * 1024
 LOW_WATER = 512 * 1024
 HANDSHAKE_TIMEOUT = 10.0
 CLOSE_TIMEOUT = 2.0
+MAX_INSTANCE = 64  # longest hello.instance (a client token, see amqlite.broker.dedup)
 
 log = structlog.get_logger("amqlite.server")
 
@@ -74,6 +77,9 @@ class ClientConnection:
         self.session: Session | None = None
         self.dispatcher: RequestDispatcher | None = None
         self._out = bytearray()
+        # HA: pushes waiting until the passive node holds their message (in order;
+        # message id 0 = a frame that only keeps its place behind them)
+        self._held_pushes: deque[tuple[int, bytes]] = deque()
         self._wake = trio.Event()
         self._closing = False  # no more requests are run; the writer exits once drained
         self._paused = False
@@ -106,6 +112,10 @@ class ClientConnection:
 
     def _release(self) -> None:
         self._released = True
+        if self._held_pushes:
+            self._held_pushes.clear()  # unacked in the session, which requeues them
+            if self.node.storage is not None:
+                self.node.storage.discard_waiter(self._push_replicated)
         if self.peer_mode and self.node.ha is not None:
             self.node.ha.inbound_links -= 1
         if self.session is not None:
@@ -219,6 +229,10 @@ class ClientConnection:
                             # an ok that promises durability: after the commit covers it
                             storage.hold(before + 1, self.send_reply, event, reply)
                             continue
+                        if dispatcher.duplicate:  # vouches for a first copy: wait for it
+                            dispatcher.duplicate = False
+                            storage.hold_for_all(self.send_reply, event, reply)
+                            continue
                     self._send(proto.send(reply))
             elif t is ev.EndOfStream or t is ev.CloseOk:
                 return False
@@ -282,6 +296,9 @@ class ClientConnection:
         elif hello.role == "ha-peer" and node.ha is None:
             text = "this node is not part of an HA pair"
             refusal = (ReplyCode.NOT_ALLOWED, text, text)
+        elif len(hello.instance) > MAX_INSTANCE:
+            text = f"hello.instance is longer than {MAX_INSTANCE} characters"
+            refusal = (ReplyCode.SYNTAX_ERROR, text, text)
         elif len(node.connections) > node.config.server.max_connections:
             refusal = (ReplyCode.NOT_ALLOWED, "too many connections", "max_connections reached")
         else:
@@ -333,7 +350,7 @@ class ClientConnection:
                 return False
             self.session = session
             self.dispatcher = RequestDispatcher(
-                session, user.name, hello.vhost, user.permissions, node.status
+                session, user.name, hello.vhost, user.permissions, node.status, hello.instance
             )
         ours, theirs = node.config.server.heartbeat, hello.heartbeat
         heartbeat = min(ours, theirs) if ours > 0 and theirs > 0 else max(ours, theirs)
@@ -374,6 +391,10 @@ class ClientConnection:
             return
         send_deliver = self.proto.send_deliver
         out = self._out
+        storage = self.node.storage
+        if storage is not None and storage.replica_upto is not None:
+            self._push_gated(session, storage)
+            return
         try:
             for d in session.take_deliveries():
                 out += send_deliver(d.ctag, d.dtag, d.redelivered, d.message, d.offset)
@@ -389,6 +410,54 @@ class ClientConnection:
             if len(out) > HIGH_WATER and not self._paused:
                 self._paused = True
                 session.set_writable(False)
+
+    def _push_gated(self, session: Session, storage: NodeStorage) -> None:
+        """``push`` while HA replicates: a journaled message goes out only once the
+        passive node holds it, and nothing overtakes a held push."""
+        send_deliver = self.proto.send_deliver
+        held = self._held_pushes
+        was_holding = bool(held)
+        try:
+            for d in session.take_deliveries():
+                frame = send_deliver(d.ctag, d.dtag, d.redelivered, d.message, d.offset)
+                pid = d.message.pid
+                if held or (pid and not storage.replicated(pid)):
+                    held.append((pid, frame))
+                else:
+                    self._out += frame
+            for tag, code, text in session.take_cancellations():
+                frame = self.proto.send(ev.Cancelled(tag, code, text))
+                if held:
+                    held.append((0, frame))
+                else:
+                    self._out += frame
+        except AmqliteError:
+            return  # closing: see push
+        if held and not was_holding:
+            storage.when_replicated(self._push_replicated)
+        self._flow()
+
+    def _push_replicated(self) -> None:
+        """The passive node holds more: send the held pushes it now holds."""
+        held = self._held_pushes
+        storage = self.node.storage
+        while held:
+            pid = held[0][0]
+            if pid and storage is not None and not storage.replicated(pid):
+                break
+            self._out += held.popleft()[1]
+        if not held and storage is not None:
+            storage.discard_waiter(self._push_replicated)
+        self._flow()
+
+    def _flow(self) -> None:
+        out = self._out
+        if out:
+            self._wake.set()
+            if len(out) > HIGH_WATER and not self._paused:
+                self._paused = True
+                if self.session is not None:
+                    self.session.set_writable(False)
 
     def send_reply(self, reply: ev.Event) -> None:
         """Send a reply the journal held until its records were committed."""

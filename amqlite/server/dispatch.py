@@ -33,8 +33,13 @@ class RequestDispatcher:
         vhost: str,
         permissions: Permissions,
         status: Callable[[], dict[str, Any]],
+        instance: str = "",
     ) -> None:
         self.session = session
+        # publish keys (amqlite.broker.dedup) for confirmed publishes: "instance:id"
+        self._key_prefix = f"{instance}:" if instance else ""
+        #: the last publish was one sent again (its ok vouches for the first copy)
+        self.duplicate = False
         self.user = user
         self.vhost = vhost
         self.permissions = permissions
@@ -90,10 +95,14 @@ class RequestDispatcher:
             allowed = self._write_ok[p.exchange] = self.permissions.allows("write", resource)
         if not allowed:
             self._check("write", "exchange", p.exchange)
-        outcome = self.session.publish(
-            Message(p.exchange, p.key, p.body, p.headers, p.props), mandatory=p.mandatory, now=now
-        )
+        message = Message(p.exchange, p.key, p.body, p.headers, p.props)
+        if p.confirm and self._key_prefix:
+            message.publish_key = f"{self._key_prefix}{p.id}"
+        outcome = self.session.publish(message, mandatory=p.mandatory, now=now)
         if outcome is PublishOutcome.ROUTED:
+            return ev.Ok(p.id) if p.confirm else None
+        if outcome is PublishOutcome.DUPLICATE:
+            self.duplicate = True
             return ev.Ok(p.id) if p.confirm else None
         if outcome is PublishOutcome.UNROUTABLE:
             if p.mandatory:

@@ -32,6 +32,7 @@ from amqlite.ha import (
     BecameActive,
     BecamePassive,
     CloseClients,
+    HaEvent,
     HaMachine,
     HaRole,
     HaState,
@@ -177,11 +178,16 @@ class HaService:
                 self._persist_epoch(action.epoch)
             elif isinstance(action, BecameActive):
                 self.node.state = HaState.ACTIVE.value
+                flagged = 0
+                if action.previous is HaState.PASSIVE and action.event is HaEvent.CLIENT_REQUEST:
+                    # a failover: the dead master's last deliveries may not be here
+                    flagged = self.node.broker.flag_redelivered()
                 log.warning(
                     "ha_became_active",
                     previous=action.previous.value,
                     trigger=action.event.value,
                     epoch=action.epoch,
+                    flagged_redelivered=flagged,
                 )
                 self._start_replication()
             elif isinstance(action, BecamePassive):

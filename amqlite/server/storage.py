@@ -32,7 +32,7 @@ from amqlite.protocol import events as ev
 from amqlite.store import Journal, RecoveryReport
 from amqlite.store.errors import StoreWriteError
 from amqlite.store.files import FileLayer
-from amqlite.store.records import Record
+from amqlite.store.records import MessageEnqueue, Record
 
 if TYPE_CHECKING:
     from amqlite.broker import Broker
@@ -74,6 +74,10 @@ class NodeStorage:
         #: being replicated to (held replies then wait for the local commit only).
         self.replica_upto: int | None = None
         self._after_commit: deque[tuple[int, Callable[[], None]]] = deque()
+        #: HA: message id -> position of its ``message.enqueue``, for the messages the
+        #: passive peer may not hold yet (pushes of them wait: see ``replicated``)
+        self._unreplicated: dict[int, int] = {}
+        self._replica_waiters: set[Callable[[], None]] = set()
 
     # --- opening -----------------------------------------------------------------------
 
@@ -152,6 +156,8 @@ class NodeStorage:
         position, frame = journal.append_framed(record)
         if self.tee is not None:
             self.tee(position, frame)
+            if self.replica_upto is not None and type(record) is MessageEnqueue:
+                self._unreplicated[record.id] = position
         self._dirty.set()
 
     def after_commit(self, callback: Callable[[], None]) -> None:
@@ -163,6 +169,36 @@ class NodeStorage:
         """HA: the passive peer holds everything up to ``upto``."""
         self.replica_upto = upto
         self._release(self._committed)
+        pending = self._unreplicated
+        if pending:
+            for mid, position in list(pending.items()):  # in append order
+                if position > upto:
+                    break
+                del pending[mid]
+            self._wake_replica_waiters()
+
+    def replicated(self, message_id: int) -> bool:
+        """Whether the passive peer holds message ``message_id`` (True when no peer is
+        replicated to). A node pushes a journaled message to a consumer only then: a
+        consumer must never see a message the node that takes over does not hold,
+        or it would see it twice, the second time not flagged redelivered."""
+        upto = self.replica_upto
+        if upto is None:
+            return True
+        position = self._unreplicated.get(message_id)
+        return position is None or position <= upto
+
+    def when_replicated(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever the passive peer acks more (until it is
+        removed with ``discard_waiter``) or replication stops."""
+        self._replica_waiters.add(callback)
+
+    def discard_waiter(self, callback: Callable[[], None]) -> None:
+        self._replica_waiters.discard(callback)
+
+    def _wake_replica_waiters(self) -> None:
+        for callback in list(self._replica_waiters):
+            callback()
 
     def replica_required(self, required: bool) -> None:
         """HA: start (True) or stop (False) holding replies until the passive peer
@@ -171,7 +207,9 @@ class NodeStorage:
             self.replica_upto = 0  # a (re)joining peer holds nothing until it acks
         else:
             self.replica_upto = None
+            self._unreplicated.clear()
             self._release(self._committed)
+            self._wake_replica_waiters()
 
     def hold(
         self, first: int, send: Callable[[ev.Event], None], request: ev.Event, reply: ev.Event
@@ -179,6 +217,20 @@ class NodeStorage:
         """Send ``reply`` once the records from position ``first`` to the last one
         appended are committed (or a 506 refusal if the disk dropped a message)."""
         self._held.append(_Held(self.appended, first, send, request, reply))
+
+    def hold_for_all(
+        self, send: Callable[[ev.Event], None], request: ev.Event, reply: ev.Event
+    ) -> None:
+        """Send ``reply`` once everything appended so far is committed (and held by
+        the passive peer): for an ok that vouches for an earlier request's records
+        (a publish sent again, whose first copy may not be on disk yet)."""
+        last = self.appended
+        replica = self.replica_upto
+        if self._committed >= last and (replica is None or replica >= last):
+            send(reply)
+            return
+        self._held.append(_Held(last, last, send, request, reply))
+        self._dirty.set()
 
     # --- the committer -------------------------------------------------------------------
 

@@ -101,6 +101,7 @@ _K_BODY = _text("body")
 _K_HEADERS = _text("headers")
 _K_PROPS = _text("props")
 _K_AT = _text("at")
+_K_PK = _text("pk")
 
 
 _CACHE_MAX = 4096
@@ -167,8 +168,10 @@ def _checked_map(d: Any, check: Callable[[Any], str | None]) -> bytes | None:
 
 def _encode_enqueue(r: MessageEnqueue) -> bytes | None:
     mid, body, headers, props, at = r.id, r.body, r.headers, r.props, r.enqueued_at
+    pk = r.publish_key
     if (
-        type(mid) is not int
+        type(pk) is not str
+        or type(mid) is not int
         or not 0 <= mid <= MAX_MESSAGE_ID
         or type(body) is not bytes
         or r.deaths
@@ -194,6 +197,9 @@ def _encode_enqueue(r: MessageEnqueue) -> bytes | None:
         pairs += 1
     if at != 0.0:
         parts += (_K_AT, b"\xfb" + _FLOAT.pack(at))
+        pairs += 1
+    if pk:
+        parts += (_K_PK, _text(pk))
         pairs += 1
     parts[0] = _MAP_HEADS[pairs + 3]  # plus t, id, body
     return b"".join(parts)
@@ -237,7 +243,7 @@ _SETTLE_SETTERS = {
     for cls in (MessageAck, MessageDelivered)
 }
 _ENQUEUE_KEYS = frozenset(
-    ("t", "id", "vhost", "queues", "exchange", "key", "body", "headers", "props", "at")
+    ("t", "id", "vhost", "queues", "exchange", "key", "body", "headers", "props", "at", "pk")
 )
 _ABSENT: Any = object()
 
@@ -246,9 +252,10 @@ def _decode_enqueue(m: dict[Any, Any]) -> MessageEnqueue | None:
     get = m.get
     mid, queues, exchange, body = get("id"), get("queues"), get("exchange"), get("body")
     vhost, key, at = get("vhost", "/"), get("key", ""), get("at", 0.0)
-    headers, props = get("headers", _ABSENT), get("props", _ABSENT)
+    headers, props, pk = get("headers", _ABSENT), get("props", _ABSENT), get("pk", "")
     if (
-        type(mid) is not int
+        type(pk) is not str
+        or type(mid) is not int
         or not 0 <= mid <= MAX_MESSAGE_ID
         or type(queues) is not list
         or not queues
@@ -274,9 +281,19 @@ def _decode_enqueue(m: dict[Any, Any]) -> MessageEnqueue | None:
     elif check_props(props) is not None:
         return None
     record: MessageEnqueue = _new(MessageEnqueue)
-    s_id, s_vhost, s_queues, s_exchange, s_key, s_body, s_headers, s_props, s_at, s_deaths = (
-        _ENQUEUE_SETTERS
-    )
+    (
+        s_id,
+        s_vhost,
+        s_queues,
+        s_exchange,
+        s_key,
+        s_body,
+        s_headers,
+        s_props,
+        s_at,
+        s_deaths,
+        s_pk,
+    ) = _ENQUEUE_SETTERS
     s_id(record, mid)
     s_vhost(record, vhost)
     s_queues(record, tuple(queues))
@@ -287,6 +304,7 @@ def _decode_enqueue(m: dict[Any, Any]) -> MessageEnqueue | None:
     s_props(record, props)
     s_at(record, float(at))
     s_deaths(record, ())
+    s_pk(record, pk)
     return record
 
 

@@ -19,7 +19,7 @@ Types and fields (``docs/storage.md`` has the full table):
 ``queue.purge``      vhost, name
 ``queue.bind``       vhost, queue, exchange, key, arguments
 ``queue.unbind``     vhost, queue, exchange, key, arguments
-``message.enqueue``  id, vhost, queues, exchange, key, body, headers, props, at, deaths
+``message.enqueue``  id, vhost, queues, exchange, key, body, headers, props, at, deaths, pk
 ``message.delivered`` id, queue
 ``message.ack``      id, queue
 ``stream.append``    vhost, queue, offset, exchange, key, body, headers, props, at
@@ -138,7 +138,9 @@ class MessageEnqueue:
     (:attr:`StoreState.last_message_id` says where to continue after a restart).
     ``enqueued_at`` is wall-clock Unix time in seconds, so TTLs can be recomputed
     after a restart; ``deaths`` keeps earlier dead-letterings, oldest first, as
-    ``(queue, reason)`` pairs.
+    ``(queue, reason)`` pairs; ``publish_key`` is the publisher's key for it (see
+    :mod:`amqlite.broker.dedup`), so a node that recovers or takes over still
+    recognises the message when its publisher sends it again.
     """
 
     TYPE: ClassVar[str] = "message.enqueue"
@@ -152,6 +154,7 @@ class MessageEnqueue:
     props: dict[str, Any] = dataclasses.field(default_factory=dict)
     enqueued_at: float = _wire("at", default=0.0)
     deaths: tuple[tuple[str, str], ...] = ()
+    publish_key: str = _wire("pk", default="")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

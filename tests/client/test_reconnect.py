@@ -210,6 +210,10 @@ async def test_reconnect_redeclares_resumes_and_resends(
             await done.wait()
         assert all(p.done and p.error is None for p in pending)
         assert back.resent == 4
+        # the same ids under the same instance token: a broker can tell them again
+        hellos = [a.sessions[-1].client_hello, b.sessions[-1].client_hello]
+        assert hellos[0] is not None and hellos[1] is not None
+        assert len(hellos[0].instance) == 16 and hellos[0].instance == hellos[1].instance
         assert _frames(b) == [
             ("exchange", "ev"),
             ("queue", "jobs", False),

@@ -210,10 +210,11 @@ async def test_kill_9_of_the_master_loses_no_confirmed_message(tmp_path: Path) -
         lost = confirmed - set(consumed)
         assert not lost, f"{len(lost)} confirmed messages lost"
         dupes = {n for n, c in consumed.items() if c > 1}
-        # a duplicate is a delivery whose ack the dead master never recorded
-        # (flagged redelivered), or a publish re-sent because its confirm was lost
-        # with the master (at most one window)
-        assert len(dupes - redelivered) <= 1000, dupes
+        # the only duplicates are deliveries the dead master may have handed out
+        # before the backup heard of it, flagged redelivered; a publish re-sent
+        # because its confirm died with the master is recognised by its publish key
+        assert not dupes - redelivered, sorted(dupes - redelivered)
+        assert all(c <= 2 for c in consumed.values())
 
 
 async def test_returning_primary_stays_passive_and_a_backup_restart_resets(

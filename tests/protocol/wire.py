@@ -144,6 +144,7 @@ FULL: dict[type[ev.Event], ev.Event] = {
         protocol=2,
         heartbeat=2.5,
         role="ha-peer",
+        instance="5f0c2a9e1b7d4c63",
     ),
     ev.Welcome: ev.Welcome(
         re=7,

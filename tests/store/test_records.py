@@ -59,6 +59,16 @@ FULL: list[Record] = [
         props={"persistent": True, "priority": 3, "message_id": "m-1", "expiration": 10},
         enqueued_at=1_700_000_000.25,
         deaths=(("a", "expired"), ("dlq", "rejected")),
+        publish_key="5f0c2a9e1b7d4c63:41",
+    ),
+    MessageEnqueue(  # no deaths: the hand-written encoder's path, with a publish key
+        id=9,
+        queues=("a",),
+        exchange="logs",
+        body=b"b",
+        props={"persistent": True},
+        enqueued_at=1_700_000_000.5,
+        publish_key="5f0c2a9e1b7d4c63:42",
     ),
     MessageDelivered(id=7, queue="a"),
     MessageAck(id=7, queue="a"),
@@ -155,6 +165,7 @@ BAD_MAPS: list[tuple[Any, str]] = [
     (_enqueue_map(deaths=[["q"]]), "'deaths' must be a list of [queue, reason] pairs"),
     (_enqueue_map(deaths=[["q", 1]]), "'deaths' must be a list of [queue, reason] text pairs"),
     (_enqueue_map(exchange=...), "message.enqueue: missing field 'exchange'"),
+    (_enqueue_map(pk=41), "'pk' must be text"),
     ({"t": "message.ack", "id": 1}, "message.ack: missing field 'queue'"),
 ]
 

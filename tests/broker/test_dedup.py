@@ -1,0 +1,106 @@
+"""Publish keys: a publish sent again (same key) is routed once, and the key
+survives the journal (docs/protocol.md, "Publishes sent again")."""
+
+from __future__ import annotations
+
+import pytest
+
+from amqlite.broker import Broker, Message, PublishOutcome
+from amqlite.broker.dedup import PublishKeys
+from amqlite.store import StoreState
+from amqlite.store.records import MessageEnqueue, Record
+
+from .support import drain
+
+
+def keyed(key: str, body: bytes = b"m", exchange: str = "", routing_key: str = "q") -> Message:
+    message = Message(exchange, routing_key, body, None, {"persistent": True})
+    message.publish_key = key
+    return message
+
+
+def duplicates(broker: Broker, vhost: str = "/") -> int:
+    host = broker.vhost(vhost)
+    assert host is not None
+    return host.publish_keys.duplicates
+
+
+def test_a_key_seen_before_is_not_routed_again() -> None:
+    broker = Broker()
+    s = broker.open_session()
+    s.declare_queue("q")
+    assert s.publish(keyed("c1:1", b"a"), now=0) is PublishOutcome.ROUTED
+    assert s.publish(keyed("c1:1", b"a"), now=0) is PublishOutcome.DUPLICATE
+    assert s.publish(keyed("c1:2", b"b"), now=0) is PublishOutcome.ROUTED
+    assert s.publish(Message("", "q", b"plain"), now=0) is PublishOutcome.ROUTED
+    assert s.publish(Message("", "q", b"plain"), now=0) is PublishOutcome.ROUTED  # no key
+    assert drain(s, "q") == [b"a", b"b", b"plain", b"plain"]
+    assert duplicates(broker) == 1
+    assert broker.status()["vhosts"][0]["duplicate_publishes"] == 1
+
+
+def test_the_key_is_remembered_after_the_message_is_consumed() -> None:
+    """A publish whose confirm was lost may be sent again after its message was
+    consumed and acked: it must not come back."""
+    broker = Broker()
+    s = broker.open_session()
+    s.declare_queue("q")
+    s.publish(keyed("c1:1"), now=0)
+    assert drain(s, "q") == [b"m"]
+    assert s.publish(keyed("c1:1"), now=0) is PublishOutcome.DUPLICATE
+    assert drain(s, "q") == []
+
+
+def test_an_unroutable_publish_is_not_remembered() -> None:
+    broker = Broker()
+    s = broker.open_session()
+    s.declare_exchange("ex", "direct")
+    assert s.publish(keyed("c1:1", exchange="ex", routing_key="k"), now=0) is (
+        PublishOutcome.UNROUTABLE
+    )
+    s.declare_queue("q")
+    s.bind("q", "ex", "k")
+    assert s.publish(keyed("c1:1", exchange="ex", routing_key="k"), now=0) is (
+        PublishOutcome.ROUTED
+    )
+    assert drain(s, "q") == [b"m"]
+
+
+def test_keys_are_per_vhost() -> None:
+    broker = Broker(vhosts=("/", "other"))
+    for vhost in ("/", "other"):
+        s = broker.open_session(vhost)
+        s.declare_queue("q")
+        assert s.publish(keyed("c1:1"), now=0) is PublishOutcome.ROUTED
+        assert drain(s, "q") == [b"m"]
+
+
+def test_the_window_forgets_the_oldest_key_first() -> None:
+    keys = PublishKeys(capacity=2)
+    for k in ("a", "b", "a", "c"):
+        keys.add(k)
+    assert "a" not in keys and "b" in keys and "c" in keys and len(keys) == 2
+    with pytest.raises(ValueError, match="at least 1"):
+        PublishKeys(capacity=0)
+
+
+def test_a_node_that_replays_the_journal_knows_the_keys() -> None:
+    """The key is recorded with a persistent message; a node rebuilt from the
+    records (a restart, or a passive HA node taking over) answers DUPLICATE."""
+    records: list[Record] = []
+    broker = Broker(record=records.append)
+    s = broker.open_session()
+    s.declare_queue("q", durable=True)
+    s.publish(keyed("c1:7", b"held"), now=0)
+    enqueues = [r for r in records if isinstance(r, MessageEnqueue)]
+    assert [r.publish_key for r in enqueues] == ["c1:7"]
+
+    state = StoreState()
+    for r in records:
+        state.apply(r)
+    follower = Broker()
+    follower.apply(state.snapshot(), now=0)
+    f = follower.open_session()
+    assert f.publish(keyed("c1:7", b"held"), now=0) is PublishOutcome.DUPLICATE
+    assert f.publish(keyed("c1:8", b"new"), now=0) is PublishOutcome.ROUTED
+    assert drain(f, "q") == [b"held", b"new"]

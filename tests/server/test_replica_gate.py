@@ -1,0 +1,101 @@
+"""While an HA node replicates, a journaled message is pushed to a consumer only once
+the passive peer holds it: otherwise a consumer could see a message that the node
+taking over does not hold, and see it again unflagged after a failover. A publish
+sent again is confirmed only once its first copy is stored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+import trio.testing
+
+import amqlite
+from amqlite.protocol import events as ev
+
+from .rawclient import RawClient
+from .test_storage import addr, running
+
+
+async def test_a_push_waits_for_the_passive_peer(tmp_path: Path) -> None:
+    async with running(tmp_path) as node:
+        storage = node.storage
+        assert storage is not None and storage.journal is not None
+        async with amqlite.connect(addr(node)) as pub, amqlite.connect(addr(node)) as sub:
+            await pub.declare_queue("q", durable=True)
+            consumer = await sub.consume("q")
+            storage.tee = lambda position, frame: None  # a peer that has not acked yet
+            storage.replica_required(True)
+            await pub.publish("", "q", "transient")  # not journaled: not held
+            await pub.publish("", "q", "held", persistent=True)
+            await pub.publish("", "q", "behind", persistent=False)  # keeps its place
+            with trio.fail_after(10):
+                while node.broker.status()["vhosts"][0]["queues"][0]["unacked"] < 3:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+            assert consumer.buffered == 1  # only "transient"
+            storage.replica_progress(storage.journal.appended)  # the peer holds it now
+            got = []
+            with trio.fail_after(10):
+                async for d in consumer:
+                    got.append(d.body)
+                    await d.ack()
+                    if len(got) == 3:
+                        break
+            assert got == [b"transient", b"held", b"behind"]
+            await pub.publish("", "q", "later", persistent=True)  # with no peer: at once
+            storage.replica_required(False)
+            with trio.fail_after(10):
+                d = await consumer.__anext__()
+            assert d.body == b"later"
+
+
+async def test_replication_stopping_releases_held_pushes(tmp_path: Path) -> None:
+    async with running(tmp_path) as node:
+        storage = node.storage
+        assert storage is not None
+        async with amqlite.connect(addr(node)) as conn:
+            await conn.declare_queue("q", durable=True)
+            consumer = await conn.consume("q")
+            storage.tee = lambda position, frame: None
+            storage.replica_required(True)
+            await conn.publish("", "q", "m", persistent=True)
+            await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+            assert consumer.buffered == 0
+            storage.tee = None
+            storage.replica_required(False)  # the peer went silent: serve without it
+            with trio.fail_after(10):
+                d = await consumer.__anext__()
+            assert d.body == b"m"
+
+
+async def test_a_publish_sent_again_is_confirmed_after_its_first_copy_is_stored(
+    tmp_path: Path,
+) -> None:
+    async with running(tmp_path) as node:
+        storage = node.storage
+        assert storage is not None and storage.journal is not None
+        first = await RawClient.connect(node.port)
+        await first.send(ev.Hello(first.next_id(), instance="c1"))
+        assert isinstance(await first.receive(), ev.Welcome)
+        await first.request(ev.QueueDeclare, queue="q", durable=True)
+        storage.tee = lambda position, frame: None  # the first copy is not replicated yet
+        storage.replica_required(True)
+        props = {"persistent": True}
+        await first.send(ev.Publish(9, "", "q", b"m", props=props, confirm=True))
+        await first.aclose()
+        again = await RawClient.connect(node.port)
+        await again.send(ev.Hello(again.next_id(), instance="c1"))
+        assert isinstance(await again.receive(), ev.Welcome)
+        await again.send(ev.Publish(9, "", "q", b"m", props=props, confirm=True))
+        await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+        host = node.broker.vhost("/")
+        assert host is not None and host.publish_keys.duplicates == 1
+        with trio.move_on_after(0.2) as no_reply:  # everything is idle: no ok may come
+            await again.receive()
+        assert no_reply.cancelled_caught, "the ok came before the first copy was stored"
+        storage.replica_progress(storage.journal.appended)
+        with trio.fail_after(10):
+            ok = await again.receive()
+        assert isinstance(ok, ev.Ok) and ok.re == 9
+        await again.aclose()
