@@ -153,6 +153,7 @@ class Recorder:
                     headers=message.headers,
                     props=message.properties,
                     enqueued_at=at,
+                    publish_key=message.publish_key,
                 )
             )
 

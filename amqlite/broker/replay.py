@@ -122,6 +122,9 @@ def apply_record(broker: Broker, record: Record, now: float) -> bool:
                     dict(record.headers),
                     dict(record.props),
                 )
+                if record.publish_key:
+                    message.publish_key = record.publish_key
+                    host.publish_keys.add(record.publish_key)
                 stream.restore_at(record.offset, message, record.enqueued_at)
             elif isinstance(record, StreamTruncate):
                 stream.truncate(record.before)

@@ -77,9 +77,10 @@ class ClientConnection:
         self.session: Session | None = None
         self.dispatcher: RequestDispatcher | None = None
         self._out = bytearray()
-        # HA: pushes waiting until the passive node holds their message (in order;
-        # message id 0 = a frame that only keeps its place behind them)
-        self._held_pushes: deque[tuple[int, bytes]] = deque()
+        # HA: pushes waiting until the passive node holds their message, in order:
+        # (message id, stream, offset, frame); a message id of 0 and no stream = a
+        # frame that only keeps its place behind them
+        self._held_pushes: deque[tuple[int, str, int, bytes]] = deque()
         self._wake = trio.Event()
         self._closing = False  # no more requests are run; the writer exits once drained
         self._paused = False
@@ -418,17 +419,22 @@ class ClientConnection:
         held = self._held_pushes
         was_holding = bool(held)
         try:
+            vhost = self.vhost
             for d in session.take_deliveries():
                 frame = send_deliver(d.ctag, d.dtag, d.redelivered, d.message, d.offset)
-                pid = d.message.pid
-                if held or (pid and not storage.replicated(pid)):
-                    held.append((pid, frame))
-                else:
-                    self._out += frame
+                pid, offset = d.message.pid, d.offset
+                if offset is not None:
+                    if held or not storage.stream_replicated(vhost, d.queue, offset):
+                        held.append((0, d.queue, offset, frame))
+                        continue
+                elif held or (pid and not storage.replicated(pid)):
+                    held.append((pid, "", 0, frame))
+                    continue
+                self._out += frame
             for tag, code, text in session.take_cancellations():
                 frame = self.proto.send(ev.Cancelled(tag, code, text))
                 if held:
-                    held.append((0, frame))
+                    held.append((0, "", 0, frame))
                 else:
                     self._out += frame
         except AmqliteError:
@@ -442,10 +448,13 @@ class ClientConnection:
         held = self._held_pushes
         storage = self.node.storage
         while held:
-            pid = held[0][0]
-            if pid and storage is not None and not storage.replicated(pid):
+            pid, stream, offset, _ = held[0]
+            if storage is not None and (
+                (pid and not storage.replicated(pid))
+                or (stream and not storage.stream_replicated(self.vhost, stream, offset))
+            ):
                 break
-            self._out += held.popleft()[1]
+            self._out += held.popleft()[3]
         if not held and storage is not None:
             storage.discard_waiter(self._push_replicated)
         self._flow()

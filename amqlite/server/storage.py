@@ -32,7 +32,7 @@ from amqlite.protocol import events as ev
 from amqlite.store import Journal, RecoveryReport
 from amqlite.store.errors import StoreWriteError
 from amqlite.store.files import FileLayer
-from amqlite.store.records import MessageEnqueue, Record
+from amqlite.store.records import MessageEnqueue, Record, StreamAppend
 
 if TYPE_CHECKING:
     from amqlite.broker import Broker
@@ -77,6 +77,8 @@ class NodeStorage:
         #: HA: message id -> position of its ``message.enqueue``, for the messages the
         #: passive peer may not hold yet (pushes of them wait: see ``replicated``)
         self._unreplicated: dict[int, int] = {}
+        #: the same for stream appends: (vhost, stream) -> (offset, position), in order
+        self._unreplicated_streams: dict[tuple[str, str], deque[tuple[int, int]]] = {}
         self._replica_waiters: set[Callable[[], None]] = set()
 
     # --- opening -----------------------------------------------------------------------
@@ -156,8 +158,15 @@ class NodeStorage:
         position, frame = journal.append_framed(record)
         if self.tee is not None:
             self.tee(position, frame)
-            if self.replica_upto is not None and type(record) is MessageEnqueue:
-                self._unreplicated[record.id] = position
+            if self.replica_upto is not None:
+                if isinstance(record, MessageEnqueue):
+                    self._unreplicated[record.id] = position
+                elif isinstance(record, StreamAppend):
+                    key = (record.vhost, record.queue)
+                    appends = self._unreplicated_streams.get(key)
+                    if appends is None:
+                        appends = self._unreplicated_streams[key] = deque()
+                    appends.append((record.offset, position))
         self._dirty.set()
 
     def after_commit(self, callback: Callable[[], None]) -> None:
@@ -170,11 +179,17 @@ class NodeStorage:
         self.replica_upto = upto
         self._release(self._committed)
         pending = self._unreplicated
-        if pending:
+        streams = self._unreplicated_streams
+        if pending or streams:
             for mid, position in list(pending.items()):  # in append order
                 if position > upto:
                     break
                 del pending[mid]
+            for key, appends in list(streams.items()):
+                while appends and appends[0][1] <= upto:
+                    appends.popleft()
+                if not appends:
+                    del streams[key]
             self._wake_replica_waiters()
 
     def replicated(self, message_id: int) -> bool:
@@ -187,6 +202,15 @@ class NodeStorage:
             return True
         position = self._unreplicated.get(message_id)
         return position is None or position <= upto
+
+    def stream_replicated(self, vhost: str, queue: str, offset: int) -> bool:
+        """``replicated`` for the message at ``offset`` of stream ``queue``: a stream
+        reader must never read an offset that the node taking over would give to
+        another message."""
+        if self.replica_upto is None:
+            return True
+        appends = self._unreplicated_streams.get((vhost, queue))
+        return not appends or offset < appends[0][0]
 
     def when_replicated(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` whenever the passive peer acks more (until it is
@@ -208,6 +232,7 @@ class NodeStorage:
         else:
             self.replica_upto = None
             self._unreplicated.clear()
+            self._unreplicated_streams.clear()
             self._release(self._committed)
             self._wake_replica_waiters()
 

@@ -22,7 +22,7 @@ Types and fields (``docs/storage.md`` has the full table):
 ``message.enqueue``  id, vhost, queues, exchange, key, body, headers, props, at, deaths, pk
 ``message.delivered`` id, queue
 ``message.ack``      id, queue
-``stream.append``    vhost, queue, offset, exchange, key, body, headers, props, at
+``stream.append``    vhost, queue, offset, exchange, key, body, headers, props, at, pk
 ``stream.truncate``  vhost, queue, before
 ``stream.track``     vhost, queue, name, offset
 ``snapshot.begin``   last_id
@@ -193,6 +193,7 @@ class StreamAppend:
     headers: dict[str, Any] = dataclasses.field(default_factory=dict)
     props: dict[str, Any] = dataclasses.field(default_factory=dict)
     enqueued_at: float = _wire("at", default=0.0)
+    publish_key: str = _wire("pk", default="")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -8,7 +8,7 @@ import pytest
 from amqlite.broker import Broker, Message, PublishOutcome
 from amqlite.broker.dedup import PublishKeys
 from amqlite.store import StoreState
-from amqlite.store.records import MessageEnqueue, Record
+from amqlite.store.records import MessageEnqueue, Record, StreamAppend
 
 from .support import drain
 
@@ -104,3 +104,22 @@ def test_a_node_that_replays_the_journal_knows_the_keys() -> None:
     assert f.publish(keyed("c1:7", b"held"), now=0) is PublishOutcome.DUPLICATE
     assert f.publish(keyed("c1:8", b"new"), now=0) is PublishOutcome.ROUTED
     assert drain(f, "q") == [b"held", b"new"]
+
+
+def test_a_stream_append_carries_its_key_through_the_journal() -> None:
+    records: list[Record] = []
+    broker = Broker(record=records.append)
+    s = broker.open_session()
+    s.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
+    assert s.publish(keyed("c1:1", routing_key="s"), now=0) is PublishOutcome.ROUTED
+    assert s.publish(keyed("c1:1", routing_key="s"), now=0) is PublishOutcome.DUPLICATE
+    appends = [r for r in records if isinstance(r, StreamAppend)]
+    assert [(r.offset, r.publish_key) for r in appends] == [(0, "c1:1")]
+    state = StoreState()
+    for r in records:
+        state.apply(r)
+    follower = Broker()
+    follower.apply(state.snapshot(), now=0)
+    f = follower.open_session()
+    assert f.publish(keyed("c1:1", routing_key="s"), now=0) is PublishOutcome.DUPLICATE
+    assert f.publish(keyed("c1:2", routing_key="s"), now=0) is PublishOutcome.ROUTED

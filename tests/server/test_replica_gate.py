@@ -99,3 +99,31 @@ async def test_a_publish_sent_again_is_confirmed_after_its_first_copy_is_stored(
             ok = await again.receive()
         assert isinstance(ok, ev.Ok) and ok.re == 9
         await again.aclose()
+
+
+async def test_a_stream_reader_waits_for_the_passive_peer(tmp_path: Path) -> None:
+    """A reader must not read an offset the node taking over would give to another
+    message (it would skip that message after a failover)."""
+    async with running(tmp_path) as node:
+        storage = node.storage
+        assert storage is not None and storage.journal is not None
+        async with amqlite.connect(addr(node)) as pub, amqlite.connect(addr(node)) as sub:
+            await pub.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
+            await pub.publish("", "s", "old", confirm=True)
+            reader = await sub.consume("s", offset="first", prefetch=10)
+            with trio.fail_after(10):
+                first = await reader.__anext__()
+            assert (first.body, first.offset) == (b"old", 0)
+            await first.ack()
+            storage.tee = lambda position, frame: None  # a peer that has not acked yet
+            storage.replica_required(True)
+            await pub.publish("", "s", "new")  # appended at offset 1, not replicated
+            with trio.fail_after(10):
+                while node.broker.status()["vhosts"][0]["queues"][0]["messages"] < 2:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+            assert reader.buffered == 0
+            storage.replica_progress(storage.journal.appended)
+            with trio.fail_after(10):
+                second = await reader.__anext__()
+            assert (second.body, second.offset) == (b"new", 1)

@@ -82,6 +82,7 @@ FULL: list[Record] = [
         headers={"h": 1},
         props={"message_id": "m-2"},
         enqueued_at=1_700_000_001.5,
+        publish_key="5f0c2a9e1b7d4c63:43",
     ),
     StreamTruncate(vhost="v", queue="events", before=10),
     StreamTrack(vhost="v", queue="events", name="spark-audit", offset=11),
