@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from amqlite.broker import Broker, Message, PublishOutcome
+from amqlite.broker import Broker, Message, PublishOutcome, Session
 from amqlite.broker.dedup import PublishKeys
 from amqlite.store import StoreState
 from amqlite.store.records import MessageEnqueue, Record, StreamAppend
@@ -23,6 +23,17 @@ def duplicates(broker: Broker, vhost: str = "/") -> int:
     host = broker.vhost(vhost)
     assert host is not None
     return host.publish_keys.duplicates
+
+
+def follower(records: list[Record]) -> Session:
+    """A session on a broker rebuilt from ``records`` (as after a restart, or on a
+    passive HA node)."""
+    state = StoreState()
+    for r in records:
+        state.apply(r)
+    broker = Broker()
+    broker.apply(state.snapshot(), now=0)
+    return broker.open_session()
 
 
 def test_a_key_seen_before_is_not_routed_again() -> None:
@@ -95,12 +106,7 @@ def test_a_node_that_replays_the_journal_knows_the_keys() -> None:
     enqueues = [r for r in records if isinstance(r, MessageEnqueue)]
     assert [r.publish_key for r in enqueues] == ["c1:7"]
 
-    state = StoreState()
-    for r in records:
-        state.apply(r)
-    follower = Broker()
-    follower.apply(state.snapshot(), now=0)
-    f = follower.open_session()
+    f = follower(records)
     assert f.publish(keyed("c1:7", b"held"), now=0) is PublishOutcome.DUPLICATE
     assert f.publish(keyed("c1:8", b"new"), now=0) is PublishOutcome.ROUTED
     assert drain(f, "q") == [b"held", b"new"]
@@ -115,11 +121,6 @@ def test_a_stream_append_carries_its_key_through_the_journal() -> None:
     assert s.publish(keyed("c1:1", routing_key="s"), now=0) is PublishOutcome.DUPLICATE
     appends = [r for r in records if isinstance(r, StreamAppend)]
     assert [(r.offset, r.publish_key) for r in appends] == [(0, "c1:1")]
-    state = StoreState()
-    for r in records:
-        state.apply(r)
-    follower = Broker()
-    follower.apply(state.snapshot(), now=0)
-    f = follower.open_session()
+    f = follower(records)
     assert f.publish(keyed("c1:1", routing_key="s"), now=0) is PublishOutcome.DUPLICATE
     assert f.publish(keyed("c1:2", routing_key="s"), now=0) is PublishOutcome.ROUTED
