@@ -1,5 +1,7 @@
 # Sourced by scripts/run and scripts/test: make ./.venv with amqlite and its dev
-# extras installed, reinstalling only when pyproject.toml changed.
+# and spark extras installed, reinstalling only when pyproject.toml changed.
+# The spark extra (PySpark, for amqlite/spark and the tests marked `spark`) needs a
+# Java 17+ runtime; AMQLITE_SKIP_SPARK=1 leaves both out and skips those tests.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
@@ -12,11 +14,29 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "setting up $VENV ..." >&2
   "$PY" -m venv "$VENV" || { echo "could not create a venv: install python3-venv (e.g. 'sudo apt-get install python3-venv')" >&2; exit 1; }
 fi
-STAMP="$VENV/.amqlite-installed"
+EXTRAS="dev,spark"
+if [ "${AMQLITE_SKIP_SPARK:-0}" = "1" ]; then
+  EXTRAS="dev"
+  echo "AMQLITE_SKIP_SPARK=1: not installing the spark extra; tests marked spark are skipped" >&2
+else
+  java_says="$(java -version 2>&1 || true)"
+  java_major=0
+  if [[ "$java_says" =~ version\ \"1\.([0-9]+) ]] || [[ "$java_says" =~ version\ \"([0-9]+) ]]; then
+    java_major="${BASH_REMATCH[1]}"
+  fi
+  if [ "$java_major" -lt 17 ]; then
+    echo "the Spark data source and its tests need a Java 17+ runtime (found:" \
+      "$([ "$java_major" = 0 ] && echo none || echo "Java $java_major"));" \
+      "install one with 'apt-get install -y openjdk-17-jre-headless'" \
+      "(or set AMQLITE_SKIP_SPARK=1 to skip the Spark tests)" >&2
+    exit 1
+  fi
+fi
+STAMP="$VENV/.amqlite-installed-$EXTRAS"
 if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
-  echo "installing amqlite and its dependencies into $VENV ..." >&2
+  echo "installing amqlite[$EXTRAS] and its dependencies into $VENV ..." >&2
   "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
-  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]" >&2
+  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[$EXTRAS]" >&2
   touch "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"
