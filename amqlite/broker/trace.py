@@ -12,8 +12,8 @@ at three points, each one line in :mod:`.session`:
 =============  ===========================================================
 
 Each record is a message appended to the stream queue ``amq.trace`` of the
-vhost it happened in (created on first use: durable, capped by
-``x-max-length-bytes``). Its headers hold the fields, all text or numbers:
+vhost it happened in (created on first use: durable, keeping the newest
+``x-max-length`` records, a million by default). Its headers hold the fields, all text or numbers:
 ``event``, ``message_id`` (the message's property, "" when it has none),
 ``exchange``, ``routing_key``, ``queue``, ``node``, ``time`` (Unix seconds) and
 ``redelivered`` / ``outcome`` where they apply; its routing key is the event and
@@ -37,17 +37,17 @@ if TYPE_CHECKING:
     from .vhost import VirtualHost
 
 TRACE_QUEUE = "amq.trace"
-DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+DEFAULT_MAX_RECORDS = 1_000_000  # records have empty bodies: capped by count
 
 
 class Tracer:
     """Appends trace records to ``amq.trace``; see the module docstring."""
 
-    __slots__ = ("_queues", "failures", "max_bytes", "node")
+    __slots__ = ("_queues", "failures", "max_records", "node")
 
-    def __init__(self, node: str, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, node: str, *, max_records: int = DEFAULT_MAX_RECORDS) -> None:
         self.node = node
-        self.max_bytes = max_bytes
+        self.max_records = max_records
         self._queues: dict[str, StreamQueue] = {}
         #: records that could not be appended (shown by the node's status)
         self.failures = 0
@@ -61,7 +61,7 @@ class Tracer:
         if not isinstance(existing, StreamQueue):
             arguments: dict[str, Any] = {
                 "x-queue-type": "stream",
-                "x-max-length-bytes": self.max_bytes,
+                "x-max-length": self.max_records,
             }
             existing = vhost.new_queue(
                 TRACE_QUEUE,
