@@ -206,6 +206,14 @@ def read_range(
     oldest). Raises SparkSourceError when nothing arrives for ``idle_timeout``
     seconds while offsets below ``end`` are still missing.
     """
+    for chunk in read_chunks(endpoint, queue, start, end, idle_timeout=idle_timeout):
+        yield from chunk
+
+
+def read_chunks(
+    endpoint: Endpoint, queue: str, start: int, end: int, *, idle_timeout: float = 30.0
+) -> Iterator[list[Row]]:
+    """:func:`read_range` in lists of up to ``CHUNK`` rows."""
     if start >= end:
         return
     chunks: queue_mod.Queue[Any] = queue_mod.Queue(maxsize=8)
@@ -273,7 +281,7 @@ def read_range(
                 raise _unreachable(endpoint, item) if _is_link_error(item) else item
             if isinstance(item, BaseException):
                 raise item
-            yield from item
+            yield item
     finally:
         if thread.is_alive() and token and cancel:
             with contextlib.suppress(trio.RunFinishedError):
