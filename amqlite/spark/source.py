@@ -46,12 +46,20 @@ from .bridge import (
     stream_bounds,
 )
 
-try:  # Spark >= 4.2: admission control through read limits
-    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+try:  # Spark >= 4.2: admission control (read limits) and Trigger.AvailableNow
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
 
     _READ_LIMITS = True
 except ImportError:  # pragma: no cover - Spark 4.0 / 4.1
     _READ_LIMITS = False
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        """Not in Spark < 4.2: there the mixin is inert."""
+
 
 NAME = "amqlite"
 _READ_SCHEMA = StructType(
@@ -239,14 +247,20 @@ class AmqliteBatchReader(DataSourceReader):
         return _read(self.opts, partition)
 
 
-class AmqliteStreamReader(DataSourceStreamReader):
-    """Micro-batches over a stream queue; at most ``maxMessagesPerBatch`` each."""
+class AmqliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Micro-batches over a stream queue; at most ``maxMessagesPerBatch`` each.
+    With ``trigger(availableNow=True)`` it reads what the stream holds when the
+    query starts (in as many micro-batches as the limit asks) and stops."""
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
         bounds = stream_bounds(opts.endpoint, opts.queue)  # fails fast on a bad queue
         self._initial = resolve_start(opts.starting, bounds)
         self._planned = self._initial  # Spark 4.0/4.1 call latestOffset() without a start
+        self._target: int | None = None  # Trigger.AvailableNow: read no further
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = stream_bounds(self.opts.endpoint, self.opts.queue).next
 
     def initialOffset(self) -> dict[str, int]:
         return {"offset": self._initial}
@@ -257,6 +271,8 @@ class AmqliteStreamReader(DataSourceStreamReader):
         begin = self._planned if start is None else int(start["offset"])
         bounds = stream_bounds(self.opts.endpoint, self.opts.queue)
         end = max(begin, bounds.next)
+        if self._target is not None:
+            end = max(begin, min(end, self._target))
         cap = self.opts.max_per_batch
         if _READ_LIMITS and isinstance(limit, ReadMaxRows):
             cap = int(limit.max_rows)

@@ -129,6 +129,26 @@ def test_streaming_read_in_micro_batches_and_restart_from_checkpoint(
     assert min(b for b, _ in again) > max(b for b, _ in batches)
 
 
+def test_available_now_reads_what_is_there_in_limited_batches_and_stops(
+    spark: Any, broker: ThreadedBroker, name: str, tmp_path: Path
+) -> None:
+    declare_stream(broker, name, 10)
+    batches: list[list[int]] = []
+    query = (
+        spark.readStream.format("amqlite")
+        .option("servers", broker.servers)
+        .option("queue", name)
+        .option("maxMessagesPerBatch", "4")
+        .load()
+        .writeStream.foreachBatch(lambda df, _: batches.append([r.offset for r in df.collect()]))
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(120) is True  # it stops by itself
+    assert [b for b in batches if b] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
 def bind_queue(broker: ThreadedBroker, queue: str, key: str) -> None:
     async def run(conn: amqlite.Connection) -> None:
         await conn.declare_queue(queue, durable=True)
