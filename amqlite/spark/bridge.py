@@ -225,19 +225,31 @@ def read_chunks(
         with trio.CancelScope() as scope:
             cancel.append(scope)
             async with endpoint._connect("amqlite-spark-read") as conn:
-                consumer = await conn.consume(
-                    queue, offset=start, prefetch=min(CHUNK * 2, end - start), no_ack=True
-                )
+                # acked consumer with credit: the broker pushes at most ``prefetch``
+                # ahead of what this task took, however slowly Spark pulls rows
+                prefetch = min(CHUNK * 2, end - start)
+                ack_every = max(1, prefetch // 4)
+                consumer = await conn.consume(queue, offset=start, prefetch=prefetch)
                 chunk: list[Row] = []
                 it = consumer.__aiter__()
+                taken = 0
                 while True:
                     with trio.move_on_after(idle_timeout) as waited:
-                        d = await it.__anext__()
+                        try:
+                            d = await it.__anext__()
+                        except StopAsyncIteration:
+                            raise SparkSourceError(
+                                f"amqlite: the broker ended the read of stream {queue!r} "
+                                f"before offset {end - 1}"
+                            ) from None
                     if waited.cancelled_caught:
                         raise SparkSourceError(
                             f"amqlite: stream {queue!r} sent nothing for {idle_timeout:g}s "
                             f"while offsets up to {end - 1} were expected"
                         )
+                    taken += 1
+                    if taken % ack_every == 0:
+                        await conn.ack(d.delivery_tag, multiple=True)
                     offset = d.offset
                     if offset is None or offset >= end:
                         break
