@@ -248,7 +248,9 @@ def print_report(report: AuditReport, file: Any = None) -> None:
             _ms(q.latency_p50_ms),
             _ms(q.latency_p99_ms),
         )
-    console = Console(file=file or sys.stdout)
+    out = file or sys.stdout
+    # rich takes 80 columns when not on a terminal: too few for the table
+    console = Console(file=out, width=None if out.isatty() else 140)
     console.print(table)
     for q in report.queues:
         if q.lost_ids:
@@ -388,7 +390,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         bounds = stream_bounds(endpoint, TRACE_QUEUE)
     except SparkSourceError as exc:
         hint = " (turn the trace on with `amqlite trace on`)" if "no queue" in str(exc) else ""
-        print(f"amqlite: error: {exc}{hint}", file=sys.stderr)
+        print(f"amqlite: error: {str(exc).removeprefix('amqlite: ')}{hint}", file=sys.stderr)
         return 1
     if bounds.next == bounds.first:
         print("amqlite: the trace (amq.trace) holds no records", file=sys.stderr)
@@ -413,7 +415,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         )
         if isinstance(exc, SparkSourceError):
             line = text
-        print(f"amqlite: error: {line.split('SparkSourceError: ')[-1]}", file=sys.stderr)
+        text = line.split("SparkSourceError: ")[-1].removeprefix("amqlite: ")
+        print(f"amqlite: error: {text}", file=sys.stderr)
         return 1
     print_report(report)
     if args.out:
