@@ -55,6 +55,8 @@ class ServerConfig:
     heartbeat: float = 5.0
     max_connections: int = 10_000
     vhosts: tuple[str, ...] = ("/",)
+    #: record publishes, deliveries and acks into stream ``amq.trace`` (docs/spark.md)
+    trace: bool = False
 
     def effective_node_id(self, bound_port: int | None = None) -> str:
         """``node_id``, or ``"<host>:<port>"`` when it is empty.
@@ -415,6 +417,7 @@ _SERVER_SPEC = _TableSpec(
         "heartbeat": _number(0),
         "max_connections": _integer(1),
         "vhosts": _unique_names("vhost"),
+        "trace": _boolean,
     },
 )
 

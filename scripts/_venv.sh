@@ -1,5 +1,8 @@
-# Sourced by scripts/run and scripts/test: make ./.venv with amqlite and its dev
-# extras installed, reinstalling only when pyproject.toml changed.
+# Sourced by the scripts: make ./.venv with amqlite and the extras in
+# AMQLITE_EXTRAS (default dev; scripts/test: dev,spark), reinstalling only when
+# pyproject.toml changed. The spark extra (PySpark, for amqlite/spark and the tests
+# marked `spark`) needs a Java 17+ runtime; AMQLITE_SKIP_SPARK=1 leaves it out and
+# skips those tests. scripts/run (a broker) needs neither.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
@@ -12,11 +15,37 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "setting up $VENV ..." >&2
   "$PY" -m venv "$VENV" || { echo "could not create a venv: install python3-venv (e.g. 'sudo apt-get install python3-venv')" >&2; exit 1; }
 fi
-STAMP="$VENV/.amqlite-installed"
-if [ ! -f "$STAMP" ] || [ "$ROOT/pyproject.toml" -nt "$STAMP" ]; then
-  echo "installing amqlite and its dependencies into $VENV ..." >&2
+# What to install: AMQLITE_EXTRAS, default "dev" (scripts/test asks for "dev,spark").
+EXTRAS="${AMQLITE_EXTRAS:-dev}"
+if [[ ",$EXTRAS," == *",spark,"* ]]; then
+  if [ "${AMQLITE_SKIP_SPARK:-0}" = "1" ]; then
+    EXTRAS="$(echo ",$EXTRAS," | sed 's/,spark,/,/; s/^,//; s/,$//')"
+    echo "AMQLITE_SKIP_SPARK=1: not installing the spark extra; tests marked spark are skipped" >&2
+  else
+    java_says="$(java -version 2>&1 || true)"
+    java_major=0
+    if [[ "$java_says" =~ version\ \"1\.([0-9]+) ]] || [[ "$java_says" =~ version\ \"([0-9]+) ]]; then
+      java_major="${BASH_REMATCH[1]}"
+    fi
+    if [ "$java_major" -lt 17 ]; then
+      echo "the Spark data source and its tests need a Java 17+ runtime (found:" \
+        "$([ "$java_major" = 0 ] && echo none || echo "Java $java_major"));" \
+        "install one with 'sudo apt-get install -y openjdk-17-jre-headless'" \
+        "(or set AMQLITE_SKIP_SPARK=1 to skip the Spark tests)" >&2
+      exit 1
+    fi
+  fi
+fi
+# one stamp per extra: a venv set up by scripts/test serves scripts/run as it is
+missing=""
+for extra in ${EXTRAS//,/ }; do
+  stamp="$VENV/.amqlite-installed-$extra"
+  if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then missing="$missing $extra"; fi
+done
+if [ -n "$missing" ]; then
+  echo "installing amqlite[$EXTRAS] and its dependencies into $VENV ..." >&2
   "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
-  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[dev]" >&2
-  touch "$STAMP"
+  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[$EXTRAS]" >&2
+  for extra in ${EXTRAS//,/ }; do touch "$VENV/.amqlite-installed-$extra"; done
 fi
 export PATH="$VENV/bin:$PATH"

@@ -649,3 +649,36 @@ def test_publish_ctrl_c_exits_130_and_says_what_was_sent(
         proc.kill()
     assert proc.returncode == 130, err
     assert err.startswith("published "), err
+
+
+def test_trace_on_records_into_amq_trace_and_off_stops(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    q = _name("traced")
+    run(capsys, "declare", "queue", q, "-s", server)
+    assert run(capsys, "trace", "on", "-s", server)[:2] == (0, "trace on (stream amq.trace)\n")
+    try:
+        run(capsys, "publish", "-s", server, "-k", q, "-P", "message_id=t1", "--confirm", "x")
+    finally:
+        assert run(capsys, "trace", "off", "-s", server)[:2] == (
+            0,
+            "trace off (stream amq.trace)\n",
+        )
+    run(capsys, "publish", "-s", server, "-k", q, "-P", "message_id=t2", "--confirm", "x")
+    code, out, _ = run(
+        capsys,
+        "consume",
+        "-s",
+        server,
+        "-q",
+        "amq.trace",
+        "--offset",
+        "first",
+        "--json",
+        "--timeout",
+        "0.5",
+    )
+    assert code == 0
+    records = [json.loads(line)["headers"] for line in out.splitlines()]
+    mine = [(r["event"], r["message_id"]) for r in records if r["queue"] == q]
+    assert mine == [("publish", "t1")]  # t2 came after trace off

@@ -16,6 +16,7 @@ from amqlite.store.records import Record
 from .recording import Recorder, Sink
 from .replay import apply_record
 from .session import Session
+from .trace import Tracer
 from .vhost import VirtualHost
 
 _MASK64 = (1 << 64) - 1
@@ -42,6 +43,7 @@ class Broker:
         "node_id",
         "now",
         "recorder",
+        "tracer",
     )
 
     def __init__(
@@ -57,6 +59,9 @@ class Broker:
         #: Journals durable changes into ``record`` (see :mod:`.recording`); None
         #: for a broker without a journal.
         self.recorder = Recorder(record) if record is not None else None
+        #: Records publishes, deliveries and acks into ``amq.trace`` when set
+        #: (:mod:`.trace`); None (the default) traces nothing.
+        self.tracer: Tracer | None = None
         self._ready: list[Session] = []
         self._generated = 0
         self._seed = zlib.crc32(node_id.encode()) << 32

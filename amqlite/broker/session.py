@@ -29,6 +29,7 @@ from amqlite.errors import (
 from .message import Delivery, Message, PublishOutcome, QueueInfo
 from .queue import Consumer, Entry, Queue
 from .stream import OFFSET_ARGUMENT, StreamQueue
+from .trace import set_trace
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -174,7 +175,10 @@ class Session:
         if self._closed:
             self._check_open()
         self._broker.now = now
-        return self._vhost.publish(message, now)
+        outcome = self._vhost.publish(message, now)
+        if self._broker.tracer is not None:  # trace hook (amq.trace)
+            self._broker.tracer.published(self._vhost, message, outcome, now)
+        return outcome
 
     # --- consuming ----------------------------------------------------------------
 
@@ -271,6 +275,8 @@ class Session:
         message, expires, redelivered = entry
         self._last_dtag = dtag = self._last_dtag + 1
         delivery = Delivery("", dtag, redelivered, message, q.name, q, None, expires)
+        if self._broker.tracer is not None:  # trace hook (amq.trace)
+            self._broker.tracer.delivered(q, message, redelivered, now)
         if not no_ack:
             self._unacked[dtag] = delivery
             q.unacked += 1
@@ -297,6 +303,8 @@ class Session:
             queue = delivery._origin
             if queue is not None and not queue.deleted:
                 queue.unacked -= 1
+                if self._broker.tracer is not None:  # trace hook (amq.trace)
+                    self._broker.tracer.acked(queue, delivery.message, self._now(now))
                 pid = delivery.message.pid
                 if pid and queue.recorder is not None:
                     queue.recorder.ack(pid, queue.name)
@@ -364,12 +372,19 @@ class Session:
                 queue.dead_letter_rejected(delivery.message, now)
             elif delivery.message.pid and queue.recorder is not None:
                 queue.recorder.ack(delivery.message.pid, queue.name)
+            if requeue is None and self._broker.tracer is not None:  # trace hook (amq.trace)
+                self._broker.tracer.acked(queue, delivery.message, now)
         for queue, entries in touched.items():
             if entries and not queue.deleted:
                 queue.requeue(entries)
         for queue in touched:
             if not queue.deleted:
                 queue.dispatch(now)
+
+    def set_trace(self, enabled: bool) -> bool:
+        """Turn the broker's trace into ``amq.trace`` on or off (see :mod:`.trace`)."""
+        self._check_open()
+        return set_trace(self._broker, enabled)
 
     # --- flow control and output ----------------------------------------------------
 
@@ -432,6 +447,8 @@ class Session:
                     self._noack_pids.append((queue, message.pid))
                 elif not redelivered:
                     recorder.delivered(message.pid, queue.name)
+        if self._broker.tracer is not None:  # trace hook (amq.trace)
+            self._broker.tracer.delivered(queue, message, redelivered, self._broker.now)
         self._pending.append(delivery)
         if not self._flagged:
             self._flagged = True

@@ -24,6 +24,7 @@ from .publish import cmd_publish
 from .status import cmd_status
 from .switchover import cmd_switchover
 from .topology import cmd_bind, cmd_declare_exchange, cmd_declare_queue
+from .trace import cmd_audit, cmd_trace
 
 COMMANDS = (
     "server",
@@ -33,6 +34,8 @@ COMMANDS = (
     "bind",
     "status",
     "switchover",
+    "trace",
+    "audit",
     "passwd",
     "bench",
 )
@@ -223,6 +226,37 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "--timeout", type=float, default=10.0, help="seconds to wait for the hand-over (10)"
     )
     p.set_defaults(func=cmd_switchover)
+
+    p = _sub(
+        subs,
+        "trace",
+        "record publishes, deliveries and acks into amq.trace",
+        "Switch the broker trace on or off: while on, the broker appends one record per "
+        "publish, delivery and ack to the stream queue amq.trace of the vhost (read by "
+        "amqlite audit). Off by default; server.trace = true in the config turns it on at "
+        "start.",
+        "examples:\n  amqlite trace on -s 127.0.0.1:5555\n  amqlite trace off\n",
+        conn,
+    )
+    p.add_argument("state", choices=("on", "off"), metavar="on|off")
+    p.set_defaults(func=cmd_trace)
+
+    p = _sub(
+        subs,
+        "audit",
+        "report lost, duplicated and late messages from amq.trace (Spark)",
+        "Read the broker trace (amq.trace) with Spark and report, per exchange and "
+        "queue: published, delivered, acked, lost, duplicated, latency p50/p99 and "
+        "throughput over time. Needs the spark extra (pip install 'amqlite[spark]').",
+        "examples:\n  amqlite audit -s 127.0.0.1:5555 --out audit-out\n"
+        "  amqlite audit --master spark://head:7077 --since 1h\n",
+        conn,
+    )
+    if command == "audit":
+        from amqlite.spark.audit import add_audit_arguments
+
+        add_audit_arguments(p)
+    p.set_defaults(func=cmd_audit)
 
     p = _sub(
         subs,

@@ -118,6 +118,12 @@ class Declarations:
         reply = await self._call(ev.HaSwitchover(self._new_id(), within))
         return dict(reply.info) if isinstance(reply, ev.Ok) else {}
 
+    async def trace(self, enabled: bool) -> bool:
+        """Turn the broker's trace (one record per publish, delivery and ack in the
+        stream queue ``amq.trace``) on or off; returns whether it is now on."""
+        reply = await self._call(ev.Trace(self._new_id(), enabled))
+        return bool(reply.info.get("enabled")) if isinstance(reply, ev.Ok) else enabled
+
 
 def _info_int(reply: ev.Event, key: str) -> int:
     if isinstance(reply, ev.Ok):

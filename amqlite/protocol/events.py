@@ -336,6 +336,16 @@ class Status(Event):
     id: int
 
 
+@dataclass(frozen=True, slots=True)
+class Trace(Event):
+    """Turn the broker's trace into the stream queue ``amq.trace`` on or off."""
+
+    METHOD: ClassVar[str] = "trace"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    enabled: bool
+
+
 # --- replies and pushes (server -> client) ------------------------------------------
 
 
@@ -473,6 +483,7 @@ REQUESTS: tuple[type[Event], ...] = (
     Status,
     OffsetStore,
     OffsetQuery,
+    Trace,
     HaHeartbeat,
     HaSync,
     HaSwitchover,

@@ -13,6 +13,7 @@ import structlog
 
 from amqlite.auth import Permissions
 from amqlite.broker import Message, PublishOutcome, Session
+from amqlite.broker.trace import TRACE_QUEUE
 from amqlite.errors import AccessRefused, AmqliteError, ReplyCode
 from amqlite.protocol import events as ev
 
@@ -63,6 +64,7 @@ class RequestDispatcher:
             ev.Status: self._status_request,
             ev.OffsetStore: self._offset_store,
             ev.OffsetQuery: self._offset_query,
+            ev.Trace: self._trace,
         }
 
     def handle(self, event: ev.Event, now: float) -> Reply:
@@ -248,6 +250,12 @@ class RequestDispatcher:
     def _offset_query(self, o: ev.OffsetQuery, now: float) -> Reply:
         self._check("read", "queue", o.queue)
         return ev.Ok(o.id, {"offset": self.session.query_offset(o.queue, o.name)})
+
+    def _trace(self, t: ev.Trace, now: float) -> Reply:
+        self._check("configure", "queue", TRACE_QUEUE)
+        enabled = self.session.set_trace(bool(t.enabled))
+        log.info("trace_switched", enabled=enabled, user=self.user)
+        return ev.Ok(t.id, {"enabled": enabled})
 
     def _status_request(self, s: ev.Status, now: float) -> Reply:
         return ev.Ok(s.id, self._status())

@@ -11,6 +11,7 @@ import trio
 import amqlite
 from amqlite.auth import Authenticator
 from amqlite.broker import Broker
+from amqlite.broker.trace import set_trace
 from amqlite.config import Config
 from amqlite.errors import ReplyCode
 from amqlite.store.files import FileLayer
@@ -51,11 +52,14 @@ class BrokerNode:
 
     def _new_broker(self) -> Broker:
         storage = self.storage
-        return Broker(
+        broker = Broker(
             vhosts=self.config.server.vhosts,
             node_id=self.node_id,
             record=storage.record if storage is not None else None,
         )
+        if self.config.server.trace:
+            set_trace(broker, True)
+        return broker
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen and serve until :meth:`stop` (graceful) or cancellation (abrupt).

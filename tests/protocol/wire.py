@@ -231,6 +231,7 @@ FULL: dict[type[ev.Event], ev.Event] = {
     ev.Status: ev.Status(id=22),
     ev.OffsetStore: ev.OffsetStore(id=23, queue="events", name="audit", offset=2**40),
     ev.OffsetQuery: ev.OffsetQuery(id=24, queue="events", name="audit"),
+    ev.Trace: ev.Trace(id=25, enabled=True),
     ev.HaHeartbeat: ev.HaHeartbeat(
         node="primary", role="primary", state="active", epoch=3, vhost="/"
     ),

@@ -1,0 +1,72 @@
+"""amqlite on Apache Spark: the ``amqlite`` data source and the delivery audit.
+
+::
+
+    from amqlite.spark import register, session
+    spark = session("local[*]")          # checks Java and the workers' Python first
+    register(spark)
+    df = spark.read.format("amqlite").option("servers", "127.0.0.1:5555") \\
+        .option("queue", "events").load()
+
+Needs the ``spark`` extra (``pip install 'amqlite[spark]'``) and a Java 17+ runtime.
+Nothing here imports pyspark until it is called, so ``import amqlite`` works
+without the extra. See ``docs/spark.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .bridge import SparkSourceError
+from .environment import SparkEnvironmentError, check_environment, check_java, check_python_workers
+
+__all__ = [
+    "SparkEnvironmentError",
+    "SparkSourceError",
+    "check_environment",
+    "check_java",
+    "check_python_workers",
+    "register",
+    "session",
+]
+
+
+def _pyspark_missing() -> SparkEnvironmentError:
+    return SparkEnvironmentError(
+        "pyspark is not installed: install the spark extra, `pip install 'amqlite[spark]'`"
+    )
+
+
+def register(spark: Any) -> None:
+    """Make ``format("amqlite")`` available on the SparkSession ``spark``."""
+    try:
+        from .source import AmqliteDataSource
+    except ImportError as exc:
+        if exc.name and exc.name.split(".")[0] in ("pyspark", "pyarrow", "pandas", "py4j"):
+            raise _pyspark_missing() from exc
+        raise
+    spark.dataSource.register(AmqliteDataSource)
+
+
+def session(
+    master: str = "local[*]", app_name: str = "amqlite", config: dict[str, str] | None = None
+) -> Any:
+    """A SparkSession with the environment checked, the workers on this interpreter
+    and the ``amqlite`` source registered."""
+    python = check_environment()
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise _pyspark_missing() from exc
+    builder = SparkSession.builder.master(master).appName(app_name)
+    settings = {
+        "spark.pyspark.python": python,
+        "spark.sql.shuffle.partitions": "4",
+        "spark.ui.enabled": "false",
+        **(config or {}),
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    register(spark)
+    return spark

@@ -1,0 +1,381 @@
+"""Synchronous calls into the trio client, for Spark's Python workers.
+
+Spark calls a data source's ``read`` and ``write`` from plain threads that expect
+iterators and return values, so each call here runs the client under its own
+``trio.run``: :func:`stream_bounds` and :func:`publish_rows` in the caller's thread,
+:func:`read_range` in a helper thread that hands chunks of rows over a bounded
+queue, so the caller can iterate while the consumer keeps reading.
+
+This module does not import pyspark: it is what the data source (and the audit
+job) do on the broker side, and it is tested without a JVM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import queue as queue_mod
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from amqlite.client import connect
+from amqlite.errors import AmqliteError, NotFound, PreconditionFailed
+
+Row = tuple[Any, ...]
+
+CHUNK = 2000  # rows handed from the reading thread to Spark at a time
+
+
+class SparkSourceError(ValueError):
+    """A data source option or target the source cannot work with (bad option, a
+    missing queue, a queue that is not a stream, unreachable servers)."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where and as whom to connect: the ``servers`` list and credentials."""
+
+    servers: str
+    vhost: str = "/"
+    login: str = "guest"
+    password: str = "guest"
+    connect_timeout: float = 5.0
+
+    def _connect(self, name: str) -> Any:
+        return connect(
+            self.servers,
+            vhost=self.vhost,
+            login=self.login,
+            password=self.password,
+            client_name=name,
+            connect_timeout=self.connect_timeout,
+        )
+
+
+@dataclass(frozen=True)
+class StreamBounds:
+    """A stream queue's kept offsets: ``first`` (oldest kept) to ``next`` (exclusive)."""
+
+    first: int
+    next: int
+
+
+def _unreachable(endpoint: Endpoint, exc: AmqliteError) -> SparkSourceError:
+    return SparkSourceError(f"amqlite: cannot connect to servers {endpoint.servers!r}: {exc}")
+
+
+def stream_bounds(endpoint: Endpoint, queue: str) -> StreamBounds:
+    """The offsets kept by stream ``queue``; raises SparkSourceError when it is
+    missing, not a stream, or the servers cannot be reached."""
+
+    async def run() -> dict[str, Any]:
+        async with endpoint._connect("amqlite-spark-plan") as conn:
+            status: dict[str, Any] = await conn.status()
+            return status
+
+    try:
+        status = trio.run(run)
+    except AmqliteError as exc:
+        raise _unreachable(endpoint, exc) from None
+    for host in status.get("vhosts", []):
+        if host.get("name") != endpoint.vhost:
+            continue
+        for q in host.get("queues", []):
+            if q.get("name") != queue:
+                continue
+            if q.get("type") != "stream":
+                raise SparkSourceError(
+                    f"amqlite: queue {queue!r} in vhost {endpoint.vhost!r} is a "
+                    f"{q.get('type')} queue, not a stream: declare it with "
+                    f'arguments {{"x-queue-type": "stream"}} to read it from Spark'
+                )
+            return StreamBounds(int(q["first_offset"]), int(q["next_offset"]))
+    raise SparkSourceError(
+        f"amqlite: no queue {queue!r} in vhost {endpoint.vhost!r} on {endpoint.servers}"
+    )
+
+
+def resolve_start(spec: str, bounds: StreamBounds) -> int:
+    """``startingOffset``: ``first``, ``last`` (the newest message), ``next`` /
+    ``latest`` (only what comes after now), or a number (clamped into what is kept)."""
+    text = spec.strip().lower()
+    if text in ("first", "earliest"):
+        return bounds.first
+    if text == "last":
+        return max(bounds.first, bounds.next - 1)
+    if text in ("next", "latest"):
+        return bounds.next
+    number = _parse_offset("startingOffset", spec)
+    return max(bounds.first, min(number, bounds.next))
+
+
+def resolve_end(spec: str | None, bounds: StreamBounds) -> int:
+    """``endingOffset`` (batch reads, exclusive): ``latest`` / ``next`` (what the
+    stream holds now, the default) or a number (clamped to that)."""
+    if spec is None or spec.strip().lower() in ("latest", "next", "last"):
+        return bounds.next
+    return min(_parse_offset("endingOffset", spec), bounds.next)
+
+
+def _parse_offset(name: str, spec: str) -> int:
+    try:
+        number = int(spec)
+    except ValueError:
+        raise SparkSourceError(
+            f"amqlite: option {name} must be 'first', 'last', 'next' or an offset, got {spec!r}"
+        ) from None
+    if number < 0:
+        raise SparkSourceError(f"amqlite: option {name} must not be negative, got {number}")
+    return number
+
+
+def split_range(start: int, end: int, parts: int, min_size: int) -> list[tuple[int, int]]:
+    """Split offsets ``[start, end)`` into at most ``parts`` contiguous ranges of at
+    least ``min_size`` offsets each (one range when the whole is smaller)."""
+    total = end - start
+    if total <= 0:
+        return []
+    n = max(1, min(parts, total // max(1, min_size)))
+    step, extra = divmod(total, n)
+    ranges = []
+    at = start
+    for i in range(n):
+        size = step + (1 if i < extra else 0)
+        ranges.append((at, at + size))
+        at += size
+    return ranges
+
+
+def _when(value: Any) -> datetime.datetime | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.datetime.fromtimestamp(value, tz=datetime.UTC)
+    if isinstance(value, str):
+        try:
+            when = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        return when if when.tzinfo else when.replace(tzinfo=datetime.UTC)
+    return None
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def delivery_row(
+    offset: int,
+    exchange: str,
+    routing_key: str,
+    headers: Mapping[str, Any],
+    body: bytes,
+    props: Mapping[str, Any],
+) -> Row:
+    """One row in the source's column order (see ``READ_COLUMNS``)."""
+    return (
+        offset,
+        exchange,
+        routing_key,
+        {str(k): _text(v) for k, v in headers.items()},
+        body,
+        _when(props.get("timestamp")),
+        _text(props.get("message_id")),
+        _text(props.get("correlation_id")),
+        _text(props.get("content_type")),
+    )
+
+
+READ_COLUMNS = (
+    "offset long, exchange string, routing_key string, headers map<string,string>, "
+    "body binary, timestamp timestamp, message_id string, correlation_id string, "
+    "content_type string"
+)
+
+_DONE = object()
+
+
+def read_range(
+    endpoint: Endpoint, queue: str, start: int, end: int, *, idle_timeout: float = 30.0
+) -> Iterator[Row]:
+    """Yield the rows of offsets ``[start, end)`` of stream ``queue``, in order.
+
+    Offsets retention dropped meanwhile are skipped (the stream starts at its
+    oldest). Raises SparkSourceError when nothing arrives for ``idle_timeout``
+    seconds while offsets below ``end`` are still missing.
+    """
+    for chunk in read_chunks(endpoint, queue, start, end, idle_timeout=idle_timeout):
+        yield from chunk
+
+
+def read_chunks(
+    endpoint: Endpoint, queue: str, start: int, end: int, *, idle_timeout: float = 30.0
+) -> Iterator[list[Row]]:
+    """:func:`read_range` in lists of up to ``CHUNK`` rows."""
+    if start >= end:
+        return
+    chunks: queue_mod.Queue[Any] = queue_mod.Queue(maxsize=8)
+    token: list[trio.lowlevel.TrioToken] = []
+    cancel: list[trio.CancelScope] = []
+
+    async def consume() -> None:
+        token.append(trio.lowlevel.current_trio_token())
+        with trio.CancelScope() as scope:
+            cancel.append(scope)
+            async with endpoint._connect("amqlite-spark-read") as conn:
+                # acked consumer with credit: the broker pushes at most ``prefetch``
+                # ahead of what this task took, however slowly Spark pulls rows
+                prefetch = min(CHUNK * 2, end - start)
+                ack_every = max(1, prefetch // 4)
+                consumer = await conn.consume(queue, offset=start, prefetch=prefetch)
+                chunk: list[Row] = []
+                it = consumer.__aiter__()
+                taken = 0
+                while True:
+                    with trio.move_on_after(idle_timeout) as waited:
+                        try:
+                            d = await it.__anext__()
+                        except StopAsyncIteration:
+                            raise SparkSourceError(
+                                f"amqlite: the broker ended the read of stream {queue!r} "
+                                f"before offset {end - 1}"
+                            ) from None
+                    if waited.cancelled_caught:
+                        raise SparkSourceError(
+                            f"amqlite: stream {queue!r} sent nothing for {idle_timeout:g}s "
+                            f"while offsets up to {end - 1} were expected"
+                        )
+                    taken += 1
+                    if taken % ack_every == 0:
+                        await conn.ack(d.delivery_tag, multiple=True)
+                    offset = d.offset
+                    if offset is None or offset >= end:
+                        break
+                    m = d._m
+                    chunk.append(
+                        delivery_row(
+                            offset,
+                            m["exchange"],
+                            m["key"],
+                            m.get("headers") or {},
+                            m["body"],
+                            m.get("props") or {},
+                        )
+                    )
+                    if offset == end - 1:
+                        break
+                    if len(chunk) >= CHUNK:
+                        await trio.to_thread.run_sync(chunks.put, chunk, abandon_on_cancel=True)
+                        chunk = []
+                if chunk:
+                    await trio.to_thread.run_sync(chunks.put, chunk, abandon_on_cancel=True)
+
+    def run() -> None:
+        try:
+            trio.run(consume)
+        except BaseException as exc:  # handed to the reading side
+            chunks.put(exc)
+        else:
+            chunks.put(_DONE)
+
+    thread = threading.Thread(target=run, name=f"amqlite-read-{queue}", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = chunks.get()
+            if item is _DONE:
+                return
+            if isinstance(item, SparkSourceError):
+                raise item
+            if isinstance(item, AmqliteError):
+                raise _unreachable(endpoint, item) if _is_link_error(item) else item
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        if thread.is_alive() and token and cancel:
+            with contextlib.suppress(trio.RunFinishedError):
+                trio.from_thread.run_sync(cancel[0].cancel, trio_token=token[0])
+            while thread.is_alive():  # drain so a blocked put can finish
+                with contextlib.suppress(queue_mod.Empty):
+                    chunks.get(timeout=0.1)
+
+
+def _is_link_error(exc: AmqliteError) -> bool:
+    from amqlite.errors import ConnectionClosed, ConnectionRefused
+
+    return isinstance(exc, ConnectionClosed | ConnectionRefused)
+
+
+@dataclass(frozen=True)
+class PublishSummary:
+    published: int
+
+
+def publish_rows(
+    endpoint: Endpoint,
+    exchange: str,
+    rows: Iterable[Mapping[str, Any]],
+    *,
+    mandatory: bool = True,
+    persistent: bool = False,
+    batch: int = 1000,
+) -> PublishSummary:
+    """Publish each row (``routing_key``, ``body`` bytes or text, optional
+    ``headers`` and ``message_id``) to ``exchange`` with confirms; returns once
+    every one is confirmed, or raises the first failure (a nack, an unroutable
+    message when ``mandatory``, a lost connection that could not be restored)."""
+    it = iter(rows)
+
+    def take() -> list[Mapping[str, Any]]:
+        out = []
+        for row in it:
+            out.append(row)
+            if len(out) >= batch:
+                break
+        return out
+
+    async def run() -> int:
+        count = 0
+        async with endpoint._connect("amqlite-spark-write") as conn:
+            pendings = []
+            while True:
+                rows_now = await trio.to_thread.run_sync(take)
+                if not rows_now:
+                    break
+                for row in rows_now:
+                    body = row.get("body")
+                    if body is None:
+                        body = b""
+                    elif isinstance(body, bytearray | memoryview):
+                        body = bytes(body)
+                    headers = row.get("headers")
+                    message_id = row.get("message_id")
+                    pendings.append(
+                        await conn.publish_nowait(
+                            exchange,
+                            str(row.get("routing_key") or ""),
+                            body,
+                            headers=dict(headers) if headers else None,
+                            properties={"message_id": str(message_id)} if message_id else None,
+                            mandatory=mandatory,
+                            persistent=persistent,
+                        )
+                    )
+                    count += 1
+                for pending in pendings:
+                    await pending.wait()
+                pendings.clear()
+            await conn.wait_for_confirms()
+        return count
+
+    try:
+        return PublishSummary(trio.run(run))
+    except (NotFound, PreconditionFailed) as exc:
+        raise SparkSourceError(f"amqlite: cannot publish to exchange {exchange!r}: {exc}") from exc
+    except AmqliteError as exc:
+        if _is_link_error(exc):
+            raise _unreachable(endpoint, exc) from exc
+        raise
