@@ -6,8 +6,10 @@ None when the request gets no reply). It does no I/O, so the connection shell
 can run a whole batch of requests without a checkpoint.
 """
 
-from collections.abc import Callable
-from typing import Any
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -17,6 +19,9 @@ from amqlite.errors import AccessRefused, AmqliteError, ReplyCode
 from amqlite.protocol import events as ev
 
 DEFAULT_EXCHANGE_RESOURCE = "amq.default"
+
+if TYPE_CHECKING:
+    from .peering import PublishHook
 
 Reply = ev.Event | None
 
@@ -33,12 +38,14 @@ class RequestDispatcher:
         vhost: str,
         permissions: Permissions,
         status: Callable[[], dict[str, Any]],
+        peered: Mapping[str, PublishHook] | None = None,
     ) -> None:
         self.session = session
         self.user = user
         self.vhost = vhost
         self.permissions = permissions
         self._status = status
+        self._peered: Mapping[str, PublishHook] = peered if peered is not None else {}
         self._write_ok: dict[str, bool] = {}  # publish permission, per exchange
         self._handlers: dict[type[ev.Event], Callable[[Any, float], Reply]] = {
             ev.Publish: self._publish,
@@ -90,9 +97,19 @@ class RequestDispatcher:
             allowed = self._write_ok[p.exchange] = self.permissions.allows("write", resource)
         if not allowed:
             self._check("write", "exchange", p.exchange)
-        outcome = self.session.publish(
-            Message(p.exchange, p.key, p.body, p.headers, p.props), mandatory=p.mandatory, now=now
-        )
+        message = Message(p.exchange, p.key, p.body, p.headers, p.props)
+        hook = self._peered.get(p.exchange) if self._peered else None
+        if hook is not None:
+            envelope = hook.envelope(message)
+            if p.confirm and not hook.has_room(envelope):
+                return ev.Nacked(
+                    p.id,
+                    ReplyCode.RESOURCE_ERROR,
+                    f"a peering link of exchange {p.exchange!r} is full (overflow = block)",
+                )
+        outcome = self.session.publish(message, mandatory=p.mandatory, now=now)
+        if hook is not None:
+            hook.published(envelope, outcome, now)
         if outcome is PublishOutcome.ROUTED:
             return ev.Ok(p.id) if p.confirm else None
         if outcome is PublishOutcome.UNROUTABLE:

@@ -1,0 +1,250 @@
+"""The peering shell (amqlite/server/peering.py) between two in-process brokers on
+127.0.0.1, port 0: each mode's positive and negative case, interest, binding
+mirroring, the acceptor's refusals, and the figures under ``links``."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+
+import amqlite
+from amqlite.client import Connection
+from amqlite.config import PeeringConfig, load_config
+from amqlite.peering import OverflowPolicy, PeeringMode, parse_addresses
+from amqlite.server import BrokerNode
+
+DEADLINE = 10.0
+
+
+def _config(**links: Any) -> Any:
+    return load_config(
+        overrides={"server.host": "127.0.0.1", "server.port": 0, "storage.persist": False}
+    )
+
+
+def _link(port: int, mode: str, name: str = "x", **extra: Any) -> PeeringConfig:
+    return PeeringConfig(
+        name=name,
+        host=parse_addresses(f"127.0.0.1:{port}"),
+        mode=PeeringMode[mode.upper()],
+        login="guest",
+        password="guest",
+        **extra,
+    )
+
+
+async def _start(nursery: trio.Nursery, *links: PeeringConfig) -> BrokerNode:
+    node = BrokerNode(dataclasses.replace(_config(), cluster_mta=links))
+    await nursery.start(node.run)
+    return node
+
+
+def _addr(node: BrokerNode) -> str:
+    return f"127.0.0.1:{node.port}"
+
+
+async def wait_for(predicate: Callable[[], bool | Awaitable[bool]], what: str) -> None:
+    """Wait for ``predicate`` (checked after each scheduling round), within DEADLINE."""
+    with trio.fail_after(DEADLINE):
+        while True:
+            result = predicate()
+            if not isinstance(result, bool):
+                result = await result
+            if result:
+                return
+            await trio.sleep(0.01)
+    raise AssertionError(what)  # pragma: no cover
+
+
+def _links(node: BrokerNode) -> list[dict[str, Any]]:
+    assert node.peering is not None
+    return node.peering.status()
+
+
+def _link_up(node: BrokerNode) -> bool:
+    links = _links(node)
+    return bool(links) and all(item["state"] == "up" for item in links)
+
+
+def _remote_interest(node: BrokerNode, size: int) -> Callable[[], bool]:
+    return lambda: bool(_links(node)) and _links(node)[0]["interest_size"] == size
+
+
+@pytest.fixture
+async def pair(nursery: trio.Nursery) -> AsyncIterator[Callable[[str], Awaitable[Any]]]:
+    """``await pair(mode)`` -> (a, b): a dials b's exchange ``x`` (topic) in ``mode``."""
+
+    async def make(mode: str, **extra: Any) -> tuple[BrokerNode, BrokerNode]:
+        b = await _start(nursery)
+        async with amqlite.connect(_addr(b)) as conn:
+            await conn.declare_exchange("x", "topic", durable=True)
+        a = await _start(nursery, _link(b.port, mode, **extra))
+        await wait_for(lambda: _link_up(a) and _link_up(b), "the link came up")
+        return a, b
+
+    yield make
+
+
+async def _queue(conn: Connection, key: str) -> tuple[str, Any]:
+    q = (await conn.declare_queue("", exclusive=True)).name
+    await conn.bind(q, "x", key)
+    return q, await conn.consume(q, no_ack=True)
+
+
+async def _take(consumer: Any, n: int) -> list[bytes]:
+    got: list[bytes] = []
+    with trio.fail_after(DEADLINE):
+        async for d in consumer:
+            got.append(d.body)
+            if len(got) == n:
+                return got
+    return got  # pragma: no cover
+
+
+async def test_publish_mode_sends_what_the_remote_wants(pair: Any) -> None:
+    a, b = await pair("publish")
+    async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
+        _, remote = await _queue(cb, "orders.*")
+        await wait_for(_remote_interest(a, 1), "a heard b's interest")
+        for i in range(50):
+            await ca.publish("x", "orders.new", b"m%d" % i)
+            await ca.publish("x", "stock.low", b"unwanted")  # nobody bound on b
+        assert await _take(remote, 50) == [b"m%d" % i for i in range(50)]
+        await wait_for(lambda: _links(a)[0]["lag_messages"] == 0, "everything acknowledged")
+        link = _links(a)[0]
+        assert (link["mode"], link["role"], link["state"]) == ("publish", "dialer", "up")
+        assert link["forwarded"] == 50
+        assert link["skipped"] == {"no-interest": 50}
+        assert link["remote_node"] == b.node_id
+        assert link["remote_address"] == _addr(b)
+        accepted = _links(b)[0]
+        assert accepted["role"] == "acceptor"
+        assert accepted["received"] == 50
+        assert accepted["interest_size"] == 1
+
+
+async def test_publish_mode_never_sends_remote_messages_back(pair: Any) -> None:
+    a, b = await pair("publish")
+    async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
+        _, local = await _queue(ca, "#")
+        _, remote = await _queue(cb, "#")
+        await wait_for(_remote_interest(a, 1), "a heard b's interest")
+        await cb.publish("x", "k", b"from-b")  # publish mode: b -> a is not a direction
+        await ca.publish("x", "k", b"from-a")
+        assert await _take(remote, 2) == [b"from-b", b"from-a"]
+        assert await _take(local, 1) == [b"from-a"]
+        with trio.move_on_after(0.3):
+            extra = await _take(local, 1)
+            raise AssertionError(f"a received {extra} from b in publish mode")
+
+
+async def test_subscribe_mode_mirrors_bindings_and_pulls_matching_messages(pair: Any) -> None:
+    a, b = await pair("subscribe")
+    async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
+        q1, local = await _queue(ca, "news.#")
+        q2 = (await ca.declare_queue("", exclusive=True)).name
+        await ca.bind(q2, "x", "news.#")  # same key: one remote entry, counted twice
+        await wait_for(_remote_interest(b, 1), "b holds a's one distinct binding")
+        for i in range(20):
+            await cb.publish("x", "news.sport", b"n%d" % i)
+            await cb.publish("x", "weather.today", b"no")
+        assert await _take(local, 20) == [b"n%d" % i for i in range(20)]
+        assert _links(b)[0]["skipped"] == {"no-interest": 20}
+        await ca.unbind(q1, "x", "news.#")
+        assert _links(b)[0]["interest_size"] == 1  # q2 still binds it
+        await ca.delete_queue(q2)
+        await wait_for(_remote_interest(b, 0), "the last local binding removed the remote one")
+        await cb.publish("x", "news.sport", b"late")
+        await wait_for(lambda: _links(b)[0]["skipped"]["no-interest"] == 21, "b skipped it")
+
+
+async def test_forward_mode_delivers_locally_or_remotely_never_both(pair: Any) -> None:
+    a, b = await pair("forward")
+    async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
+        _, local = await _queue(ca, "svc.local")
+        _, remote = await _queue(cb, "svc.*")
+        await wait_for(_remote_interest(a, 1), "a heard b's interest")
+        await ca.publish("x", "svc.local", b"here")
+        await ca.publish("x", "svc.remote", b"there")
+        assert await _take(local, 1) == [b"here"]
+        assert await _take(remote, 1) == [b"there"]
+        await wait_for(lambda: _links(a)[0]["lag_messages"] == 0, "acknowledged")
+        assert _links(a)[0]["forwarded"] == 1
+        assert _links(a)[0]["skipped"] == {"delivered-locally": 1}
+
+
+async def test_interest_costs_one_copy_per_broker(pair: Any) -> None:
+    a, b = await pair("publish")
+    async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
+        consumers = [await _queue(cb, "k") for _ in range(10)]
+        await wait_for(_remote_interest(a, 1), "ten identical bindings are one entry")
+        await ca.publish("x", "k", b"once")
+        for _, consumer in consumers:
+            assert await _take(consumer, 1) == [b"once"]
+        assert _links(a)[0]["forwarded"] == 1
+        assert _links(b)[0]["received"] == 1
+
+
+async def test_a_wrong_password_keeps_the_link_in_backoff(nursery: trio.Nursery) -> None:
+    b = await _start(nursery)
+    link = dataclasses.replace(_link(b.port, "publish"), password="wrong")
+    a = await _start(nursery, link)
+    await wait_for(lambda: _links(a)[0]["reconnects"] >= 2, "it retried")
+    item = _links(a)[0]
+    assert item["state"] in ("backoff", "connecting")
+    assert "403" in item["last_error"]
+    assert _links(b) == []
+
+
+async def test_a_missing_remote_exchange_is_refused(nursery: trio.Nursery) -> None:
+    b = await _start(nursery)  # no exchange "x" there
+    a = await _start(nursery, _link(b.port, "publish"))
+    await wait_for(lambda: _links(a)[0]["reconnects"] >= 1, "it was refused")
+    assert "no exchange 'x'" in _links(a)[0]["last_error"]
+
+
+async def test_block_policy_nacks_a_confirmed_publish_when_the_link_is_full(
+    nursery: trio.Nursery,
+) -> None:
+    b = await _start(nursery)
+    async with amqlite.connect(_addr(b)) as cb:
+        await cb.declare_exchange("x", "topic", durable=True)
+        await cb.declare_queue("wants-k")
+        await cb.bind("wants-k", "x", "k")
+    link = _link(b.port, "publish", buffer_bytes=4096, overflow=OverflowPolicy.BLOCK)
+    a = await _start(nursery, link)
+    await wait_for(_remote_interest(a, 1), "up, and a knows what b wants")
+    b.stop()  # the link goes down: what a publishes waits in its log
+    await wait_for(lambda: _links(a)[0]["state"] != "up", "down")
+    async with amqlite.connect(_addr(a)) as ca:
+        with pytest.raises(amqlite.errors.PublishNacked):
+            for _ in range(100):
+                await ca.publish("x", "k", b"x" * 500, confirm=True)
+    assert _links(a)[0]["buffered_bytes"] <= 4096
+
+
+async def test_status_lists_links(pair: Any) -> None:
+    a, _ = await pair("subscribe")
+    async with amqlite.connect(_addr(a)) as ca:
+        status = await ca.status()
+    (item,) = status["links"]
+    for key in (
+        "exchange",
+        "mode",
+        "state",
+        "remote_address",
+        "remote_node",
+        "lag_seconds",
+        "in_flight",
+        "buffered_bytes",
+        "forwarded",
+        "duplicates_dropped",
+        "loops_dropped",
+        "interest_size",
+    ):
+        assert key in item, key
+    assert (item["exchange"], item["mode"]) == ("x", "subscribe")
