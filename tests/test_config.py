@@ -487,3 +487,14 @@ def test_cluster_mta_entries_are_parsed_with_their_defaults(tmp_path: Path) -> N
 
 def test_no_cluster_mta_means_no_links() -> None:
     assert load_config().cluster_mta == ()
+
+
+@pytest.mark.parametrize(("site", "other"), [("site-a", 7002), ("site-b", 7001)])
+def test_shipped_site_configs_peer_with_each_other(site: str, other: int) -> None:
+    config = load_config(SHIPPED_CONFIG.parent / f"{site}.toml")
+    assert config.server.node_id == site
+    assert config.cluster_mta
+    for link in config.cluster_mta:
+        assert link.host == (Address("127.0.0.1", other),)
+    first = config.cluster_mta[0]
+    assert (first.name, first.mode) == ("events", PeeringMode.PUBLISH)
