@@ -148,10 +148,20 @@ class StreamChecker:
 
 
 async def _consume_into(
-    address: str, key: str, checker: StreamChecker, done: trio.Event, total: int
+    address: str,
+    key: str,
+    checker: StreamChecker,
+    done: trio.Event,
+    total: int,
+    durable: str = "",
 ) -> None:
+    """Consume ``total`` messages from a queue bound with ``key`` (an exclusive one,
+    or the durable queue ``durable``) into ``checker``."""
     async with amqlite.connect(address) as conn:
-        q = (await conn.declare_queue("", exclusive=True)).name
+        if durable:
+            q = (await conn.declare_queue(durable, durable=True)).name
+        else:
+            q = (await conn.declare_queue("", exclusive=True)).name
         await conn.bind(q, EXCHANGE, key)
         consumer = await conn.consume(q, no_ack=True, prefetch=1000)
         done.set()  # bound: the interest is on its way
@@ -161,11 +171,15 @@ async def _consume_into(
                 return
 
 
-async def _publish(address: str, producer: str, n: int, key: str = "k.a", size: int = 16) -> None:
+async def _publish(
+    address: str, producer: str, n: int, key: str = "k.a", size: int = 16, persistent: bool = False
+) -> None:
     body = b"x" * size
     async with amqlite.connect(address) as conn:
         for seq in range(n):
-            await conn.publish(EXCHANGE, key, body, headers={"p": producer, "s": seq})
+            await conn.publish(
+                EXCHANGE, key, body, headers={"p": producer, "s": seq}, persistent=persistent
+            )
         await conn.publish(EXCHANGE, "sync", b"", confirm=True)
 
 
@@ -246,20 +260,25 @@ async def _cut_stream(tmp_path: Path, total: int, producers: int, cut_probabilit
         with trio.fail_after(60 + total / 500):
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(
-                    _consume_into, b.address, "k.*", checker, bound, per_producer * producers
+                    _consume_into, b.address, "k.*", checker, bound, per_producer * producers, "q"
                 )
                 await bound.wait()
                 await group.wait("a", lambda ls: _dialer(ls)["interest_size"] == 1)
                 proxy.chaos(random.Random(5), cut_probability=cut_probability)
                 async with trio.open_nursery() as publishers:
                     for producer in expected:
-                        publishers.start_soon(_publish, a.address, producer, per_producer)
+                        # persistent into a durable queue: the receiver acknowledges only
+                        # after its journal commit
+                        publishers.start_soon(
+                            _publish, a.address, producer, per_producer, "k.a", 16, True
+                        )
         proxy.calm()
         report = checker.report(expected)
         assert report == {"lost": 0, "duplicated": 0, "reordered": 0}, report
         assert proxy.stats.cuts >= 5, proxy.stats
         links = await group.links("a")
         assert _dialer(links)["reconnects"] >= 5
+        assert _dialer(links)["resent"] > 0
         b_links = await group.links("b")
         assert _acceptor(b_links)["received"] == total
 
