@@ -102,9 +102,9 @@ class BrokerNode:
                 with trio.CancelScope(shield=True):
                     for listener in listeners:
                         await listener.aclose()
-                await self._close_connections()
                 if self.peering is not None:
-                    await self.peering.close()
+                    self.peering.close()
+                await self._close_connections()
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):

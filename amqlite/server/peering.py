@@ -17,8 +17,13 @@ core returns, in order (docs/peering.md, "Shell integration"):
   message is persistent).
 
 Persisted: the peering epoch (``PEERING_EPOCH`` in the data dir, bumped before use
-at every start) and the receive-side marks (``PEERING_SNAPSHOT``, rewritten after
-commits, at most every ``SNAPSHOT_INTERVAL``). The sending logs live in memory.
+at every start) and the receive-side marks: after a batch of deliveries that wrote
+to the journal, a ``peering.marks`` record follows them, in which every message
+taken from a link so far counts as received; so whatever the journal holds after a
+crash, it holds the marks that cover it, and the restarted node drops what the
+sender sends again. Acknowledgements (and a new connection's ``resume``) only
+cover deliveries confirmed after the journal commit that holds them. The sending
+logs live in memory.
 """
 
 from __future__ import annotations
@@ -32,7 +37,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import cbor2
 import structlog
 import trio
 
@@ -61,6 +65,7 @@ from amqlite.peering import (
 from amqlite.peering.wire import Refused
 from amqlite.protocol import NEED_DATA, Connection, Role
 from amqlite.protocol import events as ev
+from amqlite.store import PeeringMarks
 
 if TYPE_CHECKING:
     from .connection import ClientConnection
@@ -69,8 +74,6 @@ if TYPE_CHECKING:
 log = structlog.get_logger("amqlite.peering")
 
 EPOCH_FILE = "PEERING_EPOCH"
-SNAPSHOT_FILE = "PEERING_SNAPSHOT"
-SNAPSHOT_INTERVAL = 1.0
 RECEIVE_SIZE = 256 * 1024
 _LINK_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, AmqliteError)
 
@@ -160,10 +163,9 @@ class PeeringService:
         self._sessions: dict[str, Session] = {}
         self._nursery: trio.Nursery | None = None
         self._wake = trio.Event()
-        self._snapshot_dirty = False
-        self._snapshot_written_at = 0.0
         self._closing = False
-        self._snapshots: dict[str, Any] = {}
+        self._depth = 0  # nested apply() calls
+        self._marks_due: dict[tuple[str, str], PeeredExchange] = {}
 
     # --- start ---------------------------------------------------------------------------
 
@@ -187,20 +189,6 @@ class PeeringService:
         _write_durably(path, f"{epoch}\n".encode("ascii"))
         return epoch
 
-    def _load_snapshots(self) -> dict[str, Any]:
-        path = self._data_path(SNAPSHOT_FILE)
-        if path is None:
-            return {}
-        try:
-            with open(path, "rb") as f:
-                data = cbor2.loads(f.read())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError, cbor2.CBORDecodeError) as exc:
-            log.error("peering_snapshot_unreadable", path=path, error=str(exc))
-            return {}
-        return data if isinstance(data, dict) else {}
-
     def peering_node_id(self) -> str:
         """An HA pair is one broker to its peers: both members use the pair's
         addresses as their peering id."""
@@ -212,7 +200,6 @@ class PeeringService:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.epoch = self._next_epoch()
         self.node_id = self.peering_node_id()
-        self._snapshots = self._load_snapshots()
         now = trio.current_time()
         counts: dict[tuple[str, str], int] = {}
         for cfg in self.links_config:
@@ -283,12 +270,14 @@ class PeeringService:
             acceptor=LinkSettings(name="acceptor", overflow=OverflowPolicy.DROP_OLDEST),
             spill_store=self._spill_store,
         )
-        snapshot = self._snapshots.get(f"{vhost_name}\x00{exchange_name}")
-        if snapshot is not None:
+        storage = self.node.storage
+        journal = storage.journal if storage is not None else None
+        saved = journal.state.peering.get((vhost_name, exchange_name)) if journal else None
+        if saved is not None:
             try:
-                px.restore(snapshot)
+                px.restore(saved.marks)
             except ValueError as exc:
-                log.error("peering_snapshot_ignored", exchange=exchange_name, error=str(exc))
+                log.error("peering_marks_ignored", exchange=exchange_name, error=str(exc))
         now = trio.current_time()
         for binding in exchange.bindings.values():
             px.bind(binding.queue.name, binding.key, binding.arguments, now=now)
@@ -311,6 +300,33 @@ class PeeringService:
         """Apply the core's actions in order (docs/peering.md, "Applying actions")."""
         if not actions:
             return
+        self._depth += 1
+        try:
+            self._apply(actions)
+        finally:
+            self._depth -= 1
+        if not self._depth and self._marks_due:
+            self._record_marks()
+        self._wake.set()
+
+    def _record_marks(self) -> None:
+        """Journal the marks after the deliveries just journaled (see the module
+        docstring): every message taken from a link counts as received."""
+        storage = self.node.storage
+        due, self._marks_due = self._marks_due, {}
+        if storage is None:
+            return
+        for px in due.values():
+            ctx = px.ctx
+            snapshot = px.snapshot()
+            rows = []
+            for node, link, epoch, settled in snapshot["marks"]:
+                mark = ctx.marks.mark(node, link, epoch)
+                rows.append([node, link, epoch, max(settled, mark.accepted if mark else 0)])
+            snapshot["marks"] = rows
+            storage.record(PeeringMarks(vhost=ctx.vhost, exchange=ctx.exchange, marks=snapshot))
+
+    def _apply(self, actions: list[Action]) -> None:
         for action in actions:
             if isinstance(action, Send):
                 conn = self._conns.get(action.link)
@@ -340,7 +356,6 @@ class PeeringService:
                     new=action.new.value,
                     reason=action.reason,
                 )
-        self._wake.set()
 
     def _link(self, link_id: str) -> PeerLink | None:
         px = self._owner.get(link_id)
@@ -384,18 +399,18 @@ class PeeringService:
         node.pump()
         tag = action.tag
         wrote = storage is not None and storage.appended != before
+        if wrote:
+            self._marks_due[(px.ctx.vhost, px.ctx.exchange)] = px
         if storage is not None and (wrote or self._commits_pending.get(action.link)):
             self._commits_pending[action.link] = self._commits_pending.get(action.link, 0) + 1
 
             def committed() -> None:
                 self._commits_pending[action.link] -= 1
                 self.apply(link.confirm(tag, trio.current_time()))
-                self._snapshot_dirty = True
 
             storage.after_commit(committed)
         else:
             self.apply(link.confirm(tag, now))
-            self._snapshot_dirty = True
         routed = outcome is not PublishOutcome.UNROUTABLE
         self.apply(px.published(env, routed_locally=routed, now=now))
 
@@ -551,8 +566,6 @@ class PeeringService:
     async def _timer(self) -> None:
         while True:
             deadline = min((px.next_deadline() for px in self.exchanges.values()), default=1e18)
-            if self._snapshot_dirty:
-                deadline = min(deadline, self._snapshot_written_at + SNAPSHOT_INTERVAL)
             with trio.move_on_at(deadline):
                 await self._wake.wait()
             self._wake = trio.Event()
@@ -560,26 +573,10 @@ class PeeringService:
             for px in list(self.exchanges.values()):
                 self.apply(px.tick(now))
             self._wake = trio.Event()
-            if self._snapshot_dirty and now >= self._snapshot_written_at + SNAPSHOT_INTERVAL:
-                await self._write_snapshot()
 
-    async def _write_snapshot(self) -> None:
-        path = self._data_path(SNAPSHOT_FILE)
-        self._snapshot_dirty = False
-        self._snapshot_written_at = trio.current_time()
-        if path is None:
-            return
-        data = cbor2.dumps({f"{v}\x00{x}": px.snapshot() for (v, x), px in self.exchanges.items()})
-        try:
-            await trio.to_thread.run_sync(_write_durably, path, data)
-        except OSError as exc:
-            log.error("peering_snapshot_failed", path=path, error=str(exc))
-
-    async def close(self) -> None:
-        """Write the last snapshot (graceful shutdown)."""
+    def close(self) -> None:
+        """Shutting down: connection losses are no longer reported to the core."""
         self._closing = True
-        with trio.CancelScope(shield=True), trio.move_on_after(2.0):
-            await self._write_snapshot()
 
     def status(self) -> list[dict[str, Any]]:
         """Every link end, for ``status`` under ``links``."""

@@ -133,9 +133,23 @@ class StreamChecker:
         self.last: dict[str, int] = {}
         self.reordered = 0
         self.total = 0
+        self._waiting: list[tuple[int, trio.Event]] = []
+
+    def reached(self, total: int) -> trio.Event:
+        """An event set once ``total`` messages were recorded."""
+        event = trio.Event()
+        if self.total >= total:
+            event.set()
+        else:
+            self._waiting.append((total, event))
+        return event
 
     def record(self, producer: str, seq: int) -> None:
         self.total += 1
+        if self._waiting:
+            for total, event in self._waiting:
+                if self.total >= total:
+                    event.set()
         if self.seen[producer][seq] == 0 and seq < self.last.get(producer, -1):
             self.reordered += 1
         self.seen[producer][seq] += 1
@@ -244,7 +258,19 @@ async def test_each_mode_between_two_brokers(tmp_path: Path, mode: str) -> None:
 # --- link cuts under a stream ------------------------------------------------------
 
 
-async def _cut_stream(tmp_path: Path, total: int, producers: int, cut_probability: float) -> None:
+async def _cut_at(proxy: FaultProxy, checker: StreamChecker, thresholds: list[int]) -> None:
+    """Cut the link each time the receiving consumer passes a threshold."""
+    accepted = 0  # connections accepted when the last cut was made
+    for threshold in thresholds:
+        await checker.reached(threshold).wait()
+        while True:  # cut the link's current connection (a new one since the last cut)
+            stats = await proxy.wait_for(lambda st, seen=accepted: st.accepted > seen)
+            accepted = stats.accepted
+            if proxy.cut():
+                break
+
+
+async def _cut_stream(tmp_path: Path, total: int, producers: int, cuts: int) -> None:
     async with sites(tmp_path) as group:
         a, b = group.add("a"), group.add("b")
         proxy = FaultProxy(("127.0.0.1", b.port))
@@ -264,7 +290,9 @@ async def _cut_stream(tmp_path: Path, total: int, producers: int, cut_probabilit
                 )
                 await bound.wait()
                 await group.wait("a", lambda ls: _dialer(ls)["interest_size"] == 1)
-                proxy.chaos(random.Random(5), cut_probability=cut_probability)
+                rng = random.Random(5)
+                thresholds = sorted(rng.sample(range(total // 20, total - total // 20), cuts))
+                nursery.start_soon(_cut_at, proxy, checker, thresholds)
                 async with trio.open_nursery() as publishers:
                     for producer in expected:
                         # persistent into a durable queue: the receiver acknowledges only
@@ -272,24 +300,23 @@ async def _cut_stream(tmp_path: Path, total: int, producers: int, cut_probabilit
                         publishers.start_soon(
                             _publish, a.address, producer, per_producer, "k.a", 16, True
                         )
-        proxy.calm()
         report = checker.report(expected)
         assert report == {"lost": 0, "duplicated": 0, "reordered": 0}, report
-        assert proxy.stats.cuts >= 5, proxy.stats
+        assert proxy.stats.cuts == cuts, proxy.stats
         links = await group.links("a")
-        assert _dialer(links)["reconnects"] >= 5
+        assert _dialer(links)["reconnects"] >= cuts
         assert _dialer(links)["resent"] > 0
         b_links = await group.links("b")
         assert _acceptor(b_links)["received"] == total
 
 
 async def test_random_link_cuts_lose_duplicate_and_reorder_nothing(tmp_path: Path) -> None:
-    await _cut_stream(tmp_path, total=6000, producers=3, cut_probability=0.02)
+    await _cut_stream(tmp_path, total=6000, producers=3, cuts=10)
 
 
 @pytest.mark.soak
 async def test_random_link_cuts_over_100k_messages(tmp_path: Path) -> None:
-    await _cut_stream(tmp_path, total=100_000, producers=4, cut_probability=0.005)
+    await _cut_stream(tmp_path, total=100_000, producers=4, cuts=60)
 
 
 # --- subscribe: an outage --------------------------------------------------------
@@ -420,3 +447,52 @@ async def test_messages_nobody_remote_bound_put_no_bytes_on_the_link(tmp_path: P
                     assert d.body == body
                     break
             assert proxy.stats.bytes_to_target - before > len(body)
+
+
+# --- the receiver killed with kill -9 ------------------------------------------------
+
+
+async def test_receiver_killed_mid_stream_gets_every_message_once(tmp_path: Path) -> None:
+    """Persistent messages into a durable queue on B; B is killed with kill -9 mid-
+    stream and restarted: its journal has the peering marks of what it holds, so what
+    A sends again is dropped, and what B had not made safe comes again."""
+    async with sites(tmp_path) as group:
+        a, b = group.add("a"), group.add("b")
+        a.links.append((b.address, "publish"))
+        await group.start("b")
+        async with amqlite.connect(b.address) as cb:
+            await cb.declare_queue("q", durable=True)
+            await cb.bind("q", EXCHANGE, "k.*")
+        await group.start("a")
+        await group.wait_up("a", "b")
+        await group.wait("a", lambda ls: _dialer(ls)["interest_size"] == 1)
+        n = 4000
+        with trio.fail_after(90):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_publish, a.address, "p", n, "k.a", 16, True)
+                await group.wait("a", lambda ls: _dialer(ls)["acked"] >= n // 4)
+                assert b.proc is not None
+                b.proc.proc.kill()
+                await b.proc.proc.wait()
+            await group.start("b")
+            links = await group.wait(
+                "a",
+                lambda ls: _dialer(ls)["accepted"] == n and _dialer(ls)["lag_messages"] == 0,
+                60,
+            )
+        assert _dialer(links)["reconnects"] >= 1
+        checker = StreamChecker()
+        async with amqlite.connect(b.address) as cb:
+            status = await cb.status()
+            (held,) = [
+                q["messages"] for v in status["vhosts"] for q in v["queues"] if q["name"] == "q"
+            ]
+            consumer = await cb.consume("q", no_ack=True, prefetch=1000)
+            with trio.fail_after(30):
+                async for d in consumer:
+                    checker.record(str(d.headers["p"]), int(d.headers["s"]))
+                    if checker.total == held:
+                        break
+        assert held == n, f"the queue holds {held} messages for {n} published"
+        report = checker.report({"p": n})
+        assert report == {"lost": 0, "duplicated": 0, "reordered": 0}, report
