@@ -404,11 +404,15 @@ class PeeringService:
         if storage is not None and (wrote or self._commits_pending.get(action.link)):
             self._commits_pending[action.link] = self._commits_pending.get(action.link, 0) + 1
 
-            def committed() -> None:
+            def committed(reply: ev.Event) -> None:
                 self._commits_pending[action.link] -= 1
+                if not isinstance(reply, ev.Ok):  # the disk dropped it: logged by storage
+                    log.error("peering_delivery_not_stored", link=action.link, tag=tag)
                 self.apply(link.confirm(tag, trio.current_time()))
 
-            storage.after_commit(committed)
+            # like a client's confirm: after the commit, and on an HA pair after the
+            # passive node holds it too
+            storage.hold(before + 1, committed, ev.Status(0), ev.Ok(0))
         else:
             self.apply(link.confirm(tag, now))
         routed = outcome is not PublishOutcome.UNROUTABLE

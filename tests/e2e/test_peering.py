@@ -22,7 +22,7 @@ import amqlite
 from tests.faultproxy import FaultProxy
 
 from .procs import ServerProcess, start_server
-from .test_ha_pair import _drain, free_port
+from .test_ha_pair import _drain, free_port, ha_pair
 
 pytestmark = pytest.mark.e2e
 
@@ -496,3 +496,56 @@ async def test_receiver_killed_mid_stream_gets_every_message_once(tmp_path: Path
         assert held == n, f"the queue holds {held} messages for {n} published"
         report = checker.report({"p": n})
         assert report == {"lost": 0, "duplicated": 0, "reordered": 0}, report
+
+
+# --- the remote is an HA pair ----------------------------------------------------------
+
+
+async def test_remote_ha_master_killed_mid_stream_loses_and_duplicates_nothing(
+    tmp_path: Path,
+) -> None:
+    """A publishes persistent messages to an HA pair (host = primary,backup); the
+    pair's master is killed with kill -9 mid-stream. The link follows the pair to
+    its backup, which holds what the master confirmed and the marks that cover it."""
+    (tmp_path / "pair").mkdir()
+    (tmp_path / "sites").mkdir()
+    async with ha_pair(tmp_path / "pair") as pair, sites(tmp_path / "sites") as group:
+        await pair.start("primary")
+        await pair.start("backup")
+        await pair.wait_states("active", "passive")
+        async with amqlite.connect(pair.servers) as conn:
+            await conn.declare_exchange(EXCHANGE, "topic", durable=True)
+            await conn.declare_queue("q", durable=True)
+            await conn.bind("q", EXCHANGE, "k.*")
+        a = group.add("a")
+        a.links.append((pair.servers, "publish"))
+        await group.start("a")
+        await group.wait_up("a")
+        await group.wait("a", lambda ls: _dialer(ls)["interest_size"] == 1)
+        n = 3000
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_publish, a.address, "p", n, "k.a", 16, True)
+                await group.wait("a", lambda ls: _dialer(ls)["acked"] >= n // 4)
+                await pair.kill("primary")
+            links = await group.wait(
+                "a",
+                lambda ls: _dialer(ls)["accepted"] == n and _dialer(ls)["lag_messages"] == 0,
+                90,
+            )
+        assert _dialer(links)["remote_address"] == pair.address("backup")
+        assert await pair.state("backup") == "active"
+        checker = StreamChecker()
+        async with amqlite.connect(pair.address("backup")) as conn:
+            status = await conn.status()
+            (held,) = [
+                q["messages"] for v in status["vhosts"] for q in v["queues"] if q["name"] == "q"
+            ]
+            consumer = await conn.consume("q", no_ack=True, prefetch=1000)
+            with trio.fail_after(30):
+                async for d in consumer:
+                    checker.record(str(d.headers["p"]), int(d.headers["s"]))
+                    if checker.total == held:
+                        break
+        report = checker.report({"p": n})
+        assert report == {"lost": 0, "duplicated": 0, "reordered": 0}, (report, held)
