@@ -67,6 +67,8 @@ from amqlite.protocol import NEED_DATA, Connection, Role
 from amqlite.protocol import events as ev
 from amqlite.store import PeeringMarks
 
+from .spill import FileSpill
+
 if TYPE_CHECKING:
     from .connection import ClientConnection
     from .node import BrokerNode
@@ -74,6 +76,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("amqlite.peering")
 
 EPOCH_FILE = "PEERING_EPOCH"
+SPILL_DIR = "peering-spill"
 RECEIVE_SIZE = 256 * 1024
 _LINK_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, AmqliteError)
 
@@ -138,7 +141,13 @@ class PublishHook:
         )
 
     def has_room(self, envelope: Envelope) -> bool:
-        return self.px.has_room(envelope)
+        """False when a ``block`` link is too full to take it (the publisher is
+        pushed back); the other policies always make room."""
+        return all(
+            link.has_room(envelope)
+            for link in self.px.links.values()
+            if link.settings.overflow is OverflowPolicy.BLOCK
+        )
 
     def published(self, envelope: Envelope, outcome: PublishOutcome, now: float) -> None:
         routed = outcome is not PublishOutcome.UNROUTABLE
@@ -286,9 +295,13 @@ class PeeringService:
         self.hooks.setdefault(vhost_name, {})[exchange_name] = PublishHook(self, px)
         return px
 
-    @staticmethod
-    def _spill_store(link_id: str) -> SpillStore:
-        return MemorySpill()  # kept in memory for now (see docs/peering.md)
+    def _spill_store(self, link_id: str) -> SpillStore:
+        """On disk (``peering-spill/`` in the data dir), or in memory without one."""
+        storage = self.node.storage
+        if storage is None:
+            return MemorySpill()
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in link_id)
+        return FileSpill(os.path.join(storage.directory, SPILL_DIR, f"{name}.spill"))
 
     def hook_for(self, vhost: str) -> dict[str, PublishHook]:
         """The dispatcher's view: exchange name -> hook, for one vhost (a live dict)."""

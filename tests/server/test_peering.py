@@ -248,3 +248,67 @@ async def test_status_lists_links(pair: Any) -> None:
     ):
         assert key in item, key
     assert (item["exchange"], item["mode"]) == ("x", "subscribe")
+
+
+async def _start_persistent(nursery: trio.Nursery, port: int = 0, *links: PeeringConfig) -> Any:
+    config = load_config(overrides={"server.host": "127.0.0.1", "server.port": port})
+    node = BrokerNode(dataclasses.replace(config, cluster_mta=links))
+    await nursery.start(node.run)
+    return node
+
+
+@pytest.mark.parametrize("policy", ["drop-oldest", "spill", "block"])
+async def test_overflow_policies_while_the_remote_is_away(
+    nursery: trio.Nursery, policy: str
+) -> None:
+    """With b down, a's link holds at most ``buffer_bytes``; when b returns (a new
+    process on the same port and data dir), spill and block deliver everything in
+    order, drop-oldest the newest messages in order."""
+    b = await _start_persistent(nursery)
+    port = b.port
+    async with amqlite.connect(_addr(b)) as cb:
+        await cb.declare_exchange("x", "topic", durable=True)
+        await cb.declare_queue("q", durable=True)
+        await cb.bind("q", "x", "k")
+    cap = 8192
+    overflow = OverflowPolicy(policy)
+    a = await _start_persistent(
+        nursery, 0, _link(port, "publish", buffer_bytes=cap, overflow=overflow)
+    )
+    await wait_for(_remote_interest(a, 1), "a knows what b wants")
+    b.stop()
+    await b.stopped.wait()
+    await wait_for(lambda: _links(a)[0]["state"] != "up", "the link is down")
+    n = 100
+    async with amqlite.connect(_addr(a)) as ca:
+        for i in range(n):
+            await ca.publish("x", "k", b"%03d" % i + b"." * 500)
+        await ca.publish("x", "k", b"end" + b"." * 500, confirm=policy != "block")
+    n += 1
+    link = _links(a)[0]
+    assert link["buffered_bytes"] <= cap
+    assert link["accepted"] + link["held"] == n
+    if policy == "drop-oldest":
+        assert link["overflow_dropped"] > 0
+    elif policy == "spill":
+        assert link["spilled"] > 0 and link["spilled_bytes"] > 0
+    else:
+        assert link["overflow_blocked"] > 0 and link["held"] > 0
+    b2 = await _start_persistent(nursery, port)
+    await wait_for(lambda: _links(a)[0]["lag_messages"] == 0, "a's link caught up")
+    await wait_for(lambda: _links(a)[0]["held"] == 0, "a's held messages went out")
+    await wait_for(lambda: _links(a)[0]["lag_messages"] == 0, "and were acknowledged")
+    async with amqlite.connect(_addr(b2)) as cb:
+        got = []
+        consumer = await cb.consume("q", no_ack=True)
+        with trio.fail_after(DEADLINE):
+            async for d in consumer:
+                got.append(d.body[:3])
+                if got[-1] == b"end":
+                    break
+    expected = [b"%03d" % i for i in range(n - 1)] + [b"end"]
+    if policy == "drop-oldest":
+        dropped = _links(a)[0]["overflow_dropped"]
+        assert got == expected[dropped:]
+    else:
+        assert got == expected
