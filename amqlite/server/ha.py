@@ -214,6 +214,8 @@ class HaService:
                 )
         if machine.state is HaState.ACTIVE:
             self._start_replication()
+        if self.node.peering is not None:
+            self.node.peering.ha_state_changed()
         self._wake.set()
         self._signal_progress()
 

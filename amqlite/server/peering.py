@@ -174,6 +174,7 @@ class PeeringService:
         self._wake = trio.Event()
         self._closing = False
         self._depth = 0  # nested apply() calls
+        self.active = False  # peering runs (standalone, or the HA pair's active node)
         self._marks_due: dict[tuple[str, str], PeeredExchange] = {}
 
     # --- start ---------------------------------------------------------------------------
@@ -183,7 +184,15 @@ class PeeringService:
         return os.path.join(storage.directory, name) if storage is not None else None
 
     def _next_epoch(self) -> int:
-        """Persisted, +1 at every start (a node without a data dir uses the clock)."""
+        """Grows at every activation: a persisted counter, +1 each time (a node
+        without a data dir uses the clock). On an HA pair the active term's HA
+        epoch (pair-wide, higher at every promotion) goes in the high bits, so the
+        node that takes over continues above its peer's sending log."""
+        ha = self.node.ha
+        term = ha.machine.epoch if ha is not None and ha.machine is not None else 0
+        return (term << 32) + self._next_counter()
+
+    def _next_counter(self) -> int:
         path = self._data_path(EPOCH_FILE)
         if path is None:
             return int(time.time() * 1000)
@@ -207,6 +216,30 @@ class PeeringService:
         return self.node.node_id
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Peer while this node serves (standalone, or the active node of its HA
+        pair): :meth:`ha_state_changed` starts and stops the links."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self.ha_state_changed()
+            nursery.start_soon(self._timer)
+            task_status.started()
+
+    def _serving(self) -> bool:
+        return self.node.ha is None or self.node.state == "active"
+
+    def ha_state_changed(self) -> None:
+        """Called by the HA service after every change of this node's state."""
+        if self._nursery is None:
+            return  # not running yet: run() looks once it is
+        if self._serving() and not self.active:
+            self._activate()
+        elif not self._serving() and self.active:
+            self._deactivate()
+
+    def _activate(self) -> None:
+        """Start peering: a new sending-log epoch, the configured links (their
+        exchanges declared if missing), the receive marks from the journal."""
+        self.active = True
         self.epoch = self._next_epoch()
         self.node_id = self.peering_node_id()
         now = trio.current_time()
@@ -232,13 +265,35 @@ class PeeringService:
             self._configs[link.id] = cfg
             self._owner[link.id] = px
             starts.append(link)
-        log.info("peering_starting", node=self.node_id, epoch=self.epoch, links=len(starts))
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            for link in starts:
-                self.apply(link.start(now))
-            nursery.start_soon(self._timer)
-            task_status.started()
+        log.info("peering_started", node=self.node_id, epoch=self.epoch, links=len(starts))
+        for link in starts:
+            self.apply(link.start(now))
+
+    def _deactivate(self) -> None:
+        """Stop peering (this HA node became passive): close every link end and
+        forget the peering state; the next activation rebuilds it from the journal."""
+        now = trio.current_time()
+        for px in list(self.exchanges.values()):
+            for link_id in list(px.links):
+                self.apply(px.remove_link(link_id, now))
+            vhost = self.node.broker.vhost(px.ctx.vhost)
+            exchange = vhost.exchanges.get(px.ctx.exchange) if vhost is not None else None
+            if exchange is not None and isinstance(exchange.watcher, _Watcher):
+                exchange.watcher = None
+        for conn in list(self._conns.values()):
+            conn.close("peering stopped: this node is not active")
+        self._conns.clear()
+        for hooks in self.hooks.values():
+            hooks.clear()  # the dispatchers hold these dicts
+        self.exchanges.clear()
+        self._configs.clear()
+        self._owner.clear()
+        self._held.clear()
+        self._commits_pending.clear()
+        self._sessions.clear()
+        self._marks_due.clear()
+        self.active = False
+        log.info("peering_stopped", node=self.node_id)
 
     def _session(self, vhost: str) -> Session:
         session = self._sessions.get(vhost)
@@ -418,7 +473,8 @@ class PeeringService:
             self._commits_pending[action.link] = self._commits_pending.get(action.link, 0) + 1
 
             def committed(reply: ev.Event) -> None:
-                self._commits_pending[action.link] -= 1
+                pending = self._commits_pending
+                pending[action.link] = pending.get(action.link, 1) - 1
                 if not isinstance(reply, ev.Ok):  # the disk dropped it: logged by storage
                     log.error("peering_delivery_not_stored", link=action.link, tag=tag)
                 self.apply(link.confirm(tag, trio.current_time()))
@@ -525,6 +581,9 @@ class PeeringService:
     def on_frame(self, conn: ClientConnection, msg: dict[str, Any]) -> None:
         """A ``peer`` frame on a server connection opened with role ``peer-link``."""
         now = trio.current_time()
+        if not self.active:
+            conn.close_from_server(ReplyCode.NOT_ACTIVE, f"node {self.node.node_id} is not active")
+            return
         link_id = conn.peer_link_id
         if link_id is not None:
             link = self._link(link_id)

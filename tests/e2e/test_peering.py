@@ -22,7 +22,7 @@ import amqlite
 from tests.faultproxy import FaultProxy
 
 from .procs import ServerProcess, start_server
-from .test_ha_pair import _drain, free_port, ha_pair
+from .test_ha_pair import _drain, free_port, ha_pair, serve_somewhere
 
 pytestmark = pytest.mark.e2e
 
@@ -549,3 +549,65 @@ async def test_remote_ha_master_killed_mid_stream_loses_and_duplicates_nothing(
                         break
         report = checker.report({"p": n})
         assert report == {"lost": 0, "duplicated": 0, "reordered": 0}, (report, held)
+
+
+async def test_a_dialing_ha_pair_peers_from_its_active_node_only(tmp_path: Path) -> None:
+    """Site A is an HA pair with a [[cluster_mta]] link to B: only the active node
+    dials; after its master is killed, the new master dials with a higher epoch and
+    what is published on it reaches B (B's marks for the old log drop nothing)."""
+    (tmp_path / "pair").mkdir()
+    (tmp_path / "sites").mkdir()
+    async with ha_pair(tmp_path / "pair") as pair, sites(tmp_path / "sites") as group:
+        b = group.add("b")
+        await group.start("b")
+        async with amqlite.connect(b.address) as cb:
+            await cb.declare_queue("q", durable=True)
+            await cb.bind("q", EXCHANGE, "k.*")
+        pair.config.write_text(
+            pair.config.read_text()
+            + f'\n[[cluster_mta]]\nname = "{EXCHANGE}"\nhost = "{b.address}"\nmode = "publish"\n'
+            'login = "guest"\npassword = "guest"\n'
+        )
+        await pair.start("primary")
+        await pair.start("backup")
+        await pair.wait_states("active", "passive")
+
+        async def links(side: str) -> list[dict[str, Any]]:
+            status = await pair.status(side)
+            assert status is not None
+            found: list[dict[str, Any]] = status["links"]
+            return found
+
+        async def wait_links(side: str, predicate: Callable[[Any], bool]) -> list[Any]:
+            with trio.fail_after(30):
+                while not predicate(found := await links(side)):  # noqa: ASYNC110 (another process)
+                    await trio.sleep(0.05)
+                return found
+
+        await wait_links("primary", lambda ls: ls and _dialer(ls)["interest_size"] == 1)
+        assert await links("backup") == []  # a passive node does not peer
+        n = 300
+        await _publish(pair.servers, "before", n, "k.a", 16, True)
+        await wait_links("primary", lambda ls: _dialer(ls)["lag_messages"] == 0)
+        await pair.kill("primary")
+        assert await serve_somewhere(pair.servers) == pair.address("backup")  # takes over
+        await _publish(pair.servers, "after", n, "k.a", 16, True)
+        assert await pair.state("backup") == "active"
+        await wait_links(
+            "backup",
+            lambda ls: ls and _dialer(ls)["accepted"] == n and _dialer(ls)["lag_messages"] == 0,
+        )
+        checker = StreamChecker()
+        async with amqlite.connect(b.address) as cb:
+            consumer = await cb.consume("q", no_ack=True, prefetch=1000)
+            with trio.fail_after(30):
+                async for d in consumer:
+                    checker.record(str(d.headers["p"]), int(d.headers["s"]))
+                    if checker.total == 2 * n:
+                        break
+        report = checker.report({"before": n, "after": n})
+        assert report == {"lost": 0, "duplicated": 0, "reordered": 0}, report
+        b_links = await group.links("b")
+        acceptors = [x for x in b_links if x["role"] == "acceptor"]
+        assert len(acceptors) == 1  # one broker to its peers: the pair's peering id
+        assert acceptors[0]["remote_node"] == pair.servers
