@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 import amqlite
 from amqlite.client import Connection
@@ -47,8 +48,10 @@ def _addr(node: BrokerNode) -> str:
     return f"127.0.0.1:{node.port}"
 
 
-async def wait_for(predicate: Callable[[], bool | Awaitable[bool]], what: str) -> None:
-    """Wait for ``predicate`` (checked after each scheduling round), within DEADLINE."""
+async def wait_for(
+    predicate: Callable[[], bool | Awaitable[bool]], what: str, every: float = 0.01
+) -> None:
+    """Wait for ``predicate`` (checked every ``every`` seconds), within DEADLINE."""
     with trio.fail_after(DEADLINE):
         while True:
             result = predicate()
@@ -56,7 +59,7 @@ async def wait_for(predicate: Callable[[], bool | Awaitable[bool]], what: str) -
                 result = await result
             if result:
                 return
-            await trio.sleep(0.01)
+            await trio.sleep(every)
     raise AssertionError(what)  # pragma: no cover
 
 
@@ -312,3 +315,37 @@ async def test_overflow_policies_while_the_remote_is_away(
         assert got == expected[dropped:]
     else:
         assert got == expected
+
+
+@pytest.fixture
+def jump_clock() -> trio.testing.MockClock:
+    """Virtual time that jumps ahead once every task has waited 20 ms of real time
+    (the real sockets of the brokers and the proxy get to move first)."""
+    return trio.testing.MockClock(autojump_threshold=0.02)
+
+
+async def test_a_silent_remote_is_dropped_after_three_heartbeats_and_rejoined(
+    nursery: trio.Nursery, jump_clock: trio.testing.MockClock
+) -> None:
+    from tests.faultproxy import FaultProxy
+
+    b = await _start(nursery)
+    async with amqlite.connect(_addr(b)) as cb:
+        await cb.declare_exchange("x", "topic", durable=True)
+    proxy = FaultProxy(("127.0.0.1", b.port))
+    await nursery.start(proxy.run)
+    link = dataclasses.replace(_link(b.port, "publish"), host=parse_addresses(proxy.address))
+    a = await _start(nursery, link)
+    await wait_for(lambda: _link_up(a) and _link_up(b), "up")
+    proxy.partition()  # nothing passes either way, nothing is reset
+    silent_at = trio.current_time()
+    await wait_for(lambda: _links(a)[0]["state"] != "up", "a gave up on b", 0.1)
+    took = trio.current_time() - silent_at
+    assert 2.0 <= took <= 4.5, took  # 3 heartbeats of 1 s after the last one heard
+    assert "remote silent" in _links(a)[0]["last_error"]
+    await wait_for(lambda: _links(b)[0]["state"] == "waiting", "b gave up on a too", 0.1)
+    proxy.heal(drop=True)
+    healed_at = trio.current_time()
+    await wait_for(lambda: _link_up(a) and _link_up(b), "up again", 0.1)
+    assert trio.current_time() - healed_at <= 5.5  # the backoff is capped at 5 s
+    assert _links(a)[0]["reconnects"] >= 1
