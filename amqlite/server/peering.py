@@ -75,6 +75,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("amqlite.peering")
 
+INF = float("inf")
 EPOCH_FILE = "PEERING_EPOCH"
 SPILL_DIR = "peering-spill"
 RECEIVE_SIZE = 256 * 1024
@@ -174,6 +175,8 @@ class PeeringService:
         self._wake = trio.Event()
         self._closing = False
         self._depth = 0  # nested apply() calls
+        self._delivered = False  # deliveries since the last pump
+        self._timer_at = INF  # when the timer task wakes next
         self.active = False  # peering runs (standalone, or the HA pair's active node)
         self._marks_due: dict[tuple[str, str], PeeredExchange] = {}
 
@@ -365,17 +368,27 @@ class PeeringService:
     # --- applying actions ----------------------------------------------------------------
 
     def apply(self, actions: list[Action]) -> None:
-        """Apply the core's actions in order (docs/peering.md, "Applying actions")."""
-        if not actions:
+        """Apply the core's actions in order (docs/peering.md, "Applying actions").
+        Every call into the core goes through here, even when it returned nothing:
+        it may have moved a deadline (a delayed ack), which wakes the timer."""
+        if actions:
+            self._depth += 1
+            try:
+                self._apply(actions)
+            finally:
+                self._depth -= 1
+        if self._depth:
             return
-        self._depth += 1
-        try:
-            self._apply(actions)
-        finally:
-            self._depth -= 1
-        if not self._depth and self._marks_due:
+        if self._marks_due:
             self._record_marks()
-        self._wake.set()
+        if self._delivered:
+            self._delivered = False
+            self.node.pump()
+        if self._next_deadline() < self._timer_at:
+            self._wake.set()
+
+    def _next_deadline(self) -> float:
+        return min((px.next_deadline() for px in self.exchanges.values()), default=INF)
 
     def _record_marks(self) -> None:
         """Journal the marks after the deliveries just journaled (see the module
@@ -464,7 +477,7 @@ class PeeringService:
         except AmqliteError as exc:  # the exchange went away: nothing routes it
             log.warning("peering_deliver_failed", link=action.link, error=exc.text)
             outcome = PublishOutcome.UNROUTABLE
-        node.pump()
+        self._delivered = True
         tag = action.tag
         wrote = storage is not None and storage.appended != before
         if wrote:
@@ -641,14 +654,14 @@ class PeeringService:
 
     async def _timer(self) -> None:
         while True:
-            deadline = min((px.next_deadline() for px in self.exchanges.values()), default=1e18)
-            with trio.move_on_at(deadline):
+            self._timer_at = self._next_deadline()
+            with trio.move_on_at(min(self._timer_at, trio.current_time() + 3600)):
                 await self._wake.wait()
             self._wake = trio.Event()
+            self._timer_at = -INF  # ticking: no wake-ups needed meanwhile
             now = trio.current_time()
             for px in list(self.exchanges.values()):
                 self.apply(px.tick(now))
-            self._wake = trio.Event()
 
     def close(self) -> None:
         """Shutting down: connection losses are no longer reported to the core."""
