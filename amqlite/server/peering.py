@@ -76,6 +76,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("amqlite.peering")
 
 INF = float("inf")
+BATCH_BYTES = 256 * 1024  # peering maps sent in one ``peer`` frame, at most about
+BATCH = "peer.batch"
 EPOCH_FILE = "PEERING_EPOCH"
 SPILL_DIR = "peering-spill"
 RECEIVE_SIZE = 256 * 1024
@@ -176,6 +178,8 @@ class PeeringService:
         self._closing = False
         self._depth = 0  # nested apply() calls
         self._delivered = False  # deliveries since the last pump
+        self._outbox: dict[_DialedConnection | ClientConnection, list[dict[str, Any]]] = {}
+        self._flush_due = trio.Event()
         self._timer_at = INF  # when the timer task wakes next
         self.active = False  # peering runs (standalone, or the HA pair's active node)
         self._marks_due: dict[tuple[str, str], PeeredExchange] = {}
@@ -225,6 +229,7 @@ class PeeringService:
             self._nursery = nursery
             self.ha_state_changed()
             nursery.start_soon(self._timer)
+            nursery.start_soon(self._flusher)
             task_status.started()
 
     def _serving(self) -> bool:
@@ -379,6 +384,8 @@ class PeeringService:
                 self._depth -= 1
         if self._depth:
             return
+        if self._outbox:
+            self._flush_due.set()  # the flusher runs once this task yields
         if self._marks_due:
             self._record_marks()
         if self._delivered:
@@ -386,6 +393,48 @@ class PeeringService:
             self.node.pump()
         if self._next_deadline() < self._timer_at:
             self._wake.set()
+
+    async def _flusher(self) -> None:
+        """Sends what the core asked for once the task that asked yields, so what a
+        whole turn of a connection's requests produced travels together."""
+        while True:
+            await self._flush_due.wait()
+            self._flush_due = trio.Event()
+            self._flush()
+
+    def _flush(self) -> None:
+        """Consecutive maps of one connection go in one ``peer`` frame
+        (``peer.batch``) of at most about BATCH_BYTES."""
+        outbox, self._outbox = self._outbox, {}
+        for conn, maps in outbox.items():
+            batch: list[dict[str, Any]] = []
+            size = 0
+            for m in maps:
+                body = m.get("body")
+                size += 256 + (len(body) if isinstance(body, bytes) else 0)
+                batch.append(m)
+                if size >= BATCH_BYTES:
+                    conn.send_map(_batched(batch))
+                    batch, size = [], 0
+            if batch:
+                conn.send_map(_batched(batch))
+
+    def _receive(self, link: PeerLink, msg: dict[str, Any], now: float) -> None:
+        """One ``peer`` frame for ``link``: a peering map, or a batch of them."""
+        if msg.get("type") != BATCH:
+            self.apply(link.receive(msg, now))
+            return
+        items = msg.get("msgs")
+        if not isinstance(items, list):
+            self.apply(link.receive({"type": BATCH}, now))  # malformed: the core says so
+            return
+        self._depth += 1
+        try:
+            for item in items:
+                self.apply(link.receive(item, now))
+        finally:
+            self._depth -= 1
+        self.apply([])
 
     def _next_deadline(self) -> float:
         return min((px.next_deadline() for px in self.exchanges.values()), default=INF)
@@ -412,7 +461,7 @@ class PeeringService:
             if isinstance(action, Send):
                 conn = self._conns.get(action.link)
                 if conn is not None:
-                    conn.send_map(action.message.to_map())
+                    self._outbox.setdefault(conn, []).append(action.message.to_map())
             elif isinstance(action, Deliver):
                 self._deliver(action)
             elif isinstance(action, Connect):
@@ -580,7 +629,7 @@ class PeeringService:
                 if event is NEED_DATA:
                     break
                 if isinstance(event, ev.PeerMessage):
-                    self.apply(link.receive(event.msg, now))
+                    self._receive(link, event.msg, now)
                 elif isinstance(event, ev.Close):
                     return f"the remote closed the connection: {event.code} {event.text}"
                 elif isinstance(event, ev.EndOfStream):
@@ -601,7 +650,7 @@ class PeeringService:
         if link_id is not None:
             link = self._link(link_id)
             if link is not None and self._conns.get(link_id) is conn:
-                self.apply(link.receive(msg, now))
+                self._receive(link, msg, now)
             return
         vhost, exchange = msg.get("vhost"), msg.get("exchange")
         px = (
@@ -677,6 +726,10 @@ class PeeringService:
                 item["held"] = len(held.envelopes) if held is not None else 0
                 out.append(item)
         return out
+
+
+def _batched(maps: list[dict[str, Any]]) -> dict[str, Any]:
+    return maps[0] if len(maps) == 1 else {"type": BATCH, "msgs": maps}
 
 
 async def _receive(stream: trio.SocketStream, proto: Connection) -> ev.Event:
