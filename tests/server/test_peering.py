@@ -349,3 +349,36 @@ async def test_a_silent_remote_is_dropped_after_three_heartbeats_and_rejoined(
     await wait_for(lambda: _link_up(a) and _link_up(b), "up again", 0.1)
     assert trio.current_time() - healed_at <= 5.5  # the backoff is capped at 5 s
     assert _links(a)[0]["reconnects"] >= 1
+
+
+async def test_a_peer_link_connection_carries_peering_frames_only(node: BrokerNode) -> None:
+    from amqlite.protocol import events as ev
+
+    from .rawclient import RawClient
+
+    client = await RawClient.connect(node.port)
+    await client.send(ev.Hello(client.next_id(), role="peer-link"))
+    assert isinstance(await client.receive(), ev.Welcome)
+    reply = await client.request(ev.QueueDeclare, queue="q")
+    assert isinstance(reply, ev.Error) and reply.code == 530
+    assert "peering link" in reply.text
+    # the first peering map must be a hello for an exchange that exists here
+    await client.send(ev.PeerMessage({"type": "peer.heartbeat"}))
+    refused = await client.receive_until(ev.PeerMessage)
+    assert isinstance(refused, ev.PeerMessage)
+    assert refused.msg["type"] == "peer.refused" and refused.msg["code"] == 404
+    assert isinstance(await client.receive_until(ev.Close), ev.Close)
+    await client.aclose()
+
+
+async def test_an_unknown_hello_role_is_refused(node: BrokerNode) -> None:
+    from amqlite.protocol import events as ev
+
+    from .rawclient import RawClient
+
+    client = await RawClient.connect(node.port)
+    await client.send(ev.Hello(client.next_id(), role="peer"))
+    refused = await client.receive()
+    assert isinstance(refused, ev.Refused)
+    assert "peer-link" in refused.text
+    await client.aclose()
