@@ -382,3 +382,28 @@ async def test_an_unknown_hello_role_is_refused(node: BrokerNode) -> None:
     assert isinstance(refused, ev.Refused)
     assert "peer-link" in refused.text
     await client.aclose()
+
+
+async def test_the_link_logs_in_like_a_client_and_needs_rights_on_the_exchange(
+    nursery: trio.Nursery,
+) -> None:
+    from amqlite.auth import hash_password
+    from amqlite.config import UserConfig, VhostPermissions
+
+    def user(name: str, write: str) -> UserConfig:
+        grant = VhostPermissions(vhost="/", configure=".*", write=write, read=".*")
+        secret = hash_password("pw", salt=b"0123456789abcdef", n=2**4)
+        return UserConfig(name=name, password_hash=secret, permissions=(grant,))
+
+    config = dataclasses.replace(_config(), users=(user("admin", ".*"), user("reader", "^$")))
+    b = BrokerNode(config)
+    await nursery.start(b.run)
+    async with amqlite.connect(_addr(b), login="admin", password="pw") as cb:
+        await cb.declare_exchange("x", "topic", durable=True)
+    refused = dataclasses.replace(_link(b.port, "publish"), login="reader", password="pw")
+    a = await _start(nursery, refused)
+    await wait_for(lambda: _links(a)[0]["reconnects"] >= 1, "refused")
+    assert "may not read and write exchange 'x'" in _links(a)[0]["last_error"]
+    allowed = dataclasses.replace(_link(b.port, "publish"), login="admin", password="pw")
+    a2 = await _start(nursery, allowed)
+    await wait_for(lambda: _link_up(a2), "the admin's link is up")
