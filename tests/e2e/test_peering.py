@@ -21,7 +21,7 @@ import trio
 import amqlite
 from tests.faultproxy import FaultProxy
 
-from .procs import ServerProcess, start_server
+from .procs import ServerProcess, run_cli, start_server
 from .test_ha_pair import _drain, free_port, ha_pair, serve_somewhere
 
 pytestmark = pytest.mark.e2e
@@ -618,3 +618,30 @@ async def test_a_dialing_ha_pair_peers_from_its_active_node_only(tmp_path: Path)
         acceptors = [x for x in b_links if x["role"] == "acceptor"]
         assert len(acceptors) == 1  # one broker to its peers: the pair's peering id
         assert acceptors[0]["remote_node"] == pair.servers
+
+
+# --- configuration ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "key", "reason"),
+    [
+        ('name = "x"\nhost = "127.0.0.1:1"\nmode = 4', "cluster_mta[0].mode", "got 4"),
+        ('name = "x"\nhost = "nohost"\nmode = 1', "cluster_mta[0].host", "host:port"),
+        (
+            'name = "x"\nhost = "127.0.0.1:1"\nmode = 2\noverflow = "x"',
+            "cluster_mta[0].overflow",
+            "'spill'",
+        ),
+        ('host = "127.0.0.1:1"\nmode = 2', "cluster_mta[0].name", "is required"),
+    ],
+)
+def test_a_bad_cluster_mta_entry_stops_the_server_with_status_2(
+    tmp_path: Path, entry: str, key: str, reason: str
+) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text(f"[[cluster_mta]]\n{entry}\n")
+    done = run_cli("server", "--config", str(config), "--port", "0", timeout=30)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"config error: {key}: "), done.stderr
+    assert reason in done.stderr
