@@ -42,7 +42,7 @@ import trio
 
 from amqlite.broker import Message, PublishOutcome, Session
 from amqlite.config import PeeringConfig
-from amqlite.errors import AmqliteError, ReplyCode
+from amqlite.errors import AmqliteError, BrokerError, ReplyCode
 from amqlite.peering import (
     Action,
     Address,
@@ -65,6 +65,7 @@ from amqlite.peering import (
 from amqlite.peering.wire import Refused
 from amqlite.protocol import NEED_DATA, Connection, Role
 from amqlite.protocol import events as ev
+from amqlite.protocol.codec import check_headers, check_props
 from amqlite.store import PeeringMarks
 
 from .spill import FileSpill
@@ -521,7 +522,10 @@ class PeeringService:
             px.ctx.exchange, env.routing_key, env.body, dict(env.headers), dict(env.properties)
         )
         now = trio.current_time()
+        bad = check_headers(message.headers) or check_props(message.properties)
         try:
+            if bad is not None:  # only a broken peer sends these: never store them
+                raise BrokerError(f"malformed headers or properties: {bad}")
             outcome = self._session(px.ctx.vhost).publish(message, now=now)
         except AmqliteError as exc:  # the exchange went away: nothing routes it
             log.warning("peering_deliver_failed", link=action.link, error=exc.text)
@@ -582,6 +586,9 @@ class PeeringService:
             reason = str(group.exceptions[0])
         except* _LINK_ERRORS as group:
             reason = f"{address}: {type(group.exceptions[0]).__name__}: {group.exceptions[0]}"
+        except* Exception as group:  # a bug costs this connection, never the node
+            log.error("peering_link_crashed", link=link_id, exc_info=group)
+            reason = f"internal error: {group.exceptions[0]!r}"
         finally:
             if self._conns.get(link_id) is conn:
                 del self._conns[link_id]

@@ -407,3 +407,48 @@ async def test_the_link_logs_in_like_a_client_and_needs_rights_on_the_exchange(
     allowed = dataclasses.replace(_link(b.port, "publish"), login="admin", password="pw")
     a2 = await _start(nursery, allowed)
     await wait_for(lambda: _link_up(a2), "the admin's link is up")
+
+
+async def test_a_forward_with_malformed_properties_is_dropped_not_stored(node: BrokerNode) -> None:
+    """A raw dialer: hello, then two forwards, the first with a property the protocol
+    forbids. Only the second is published; both are acknowledged, so the link
+    moves on, and the node keeps serving."""
+    from amqlite.protocol import events as ev
+
+    from .rawclient import RawClient
+
+    async with amqlite.connect(_addr(node)) as conn:
+        await conn.declare_exchange("x", "topic", durable=True)
+        q, consumer = await _queue(conn, "#")
+        raw = await RawClient.connect(node.port)
+        await raw.send(ev.Hello(raw.next_id(), role="peer-link"))
+        assert isinstance(await raw.receive(), ev.Welcome)
+        hello = {
+            "type": "peer.hello", "version": 1, "node": "fake", "link": "l", "vhost": "/",
+            "exchange": "x", "exchange_type": "topic", "mode": 2, "epoch": 1,
+            "resume": None, "heartbeat": 0.0,
+        }  # fmt: skip
+
+        def forward(seq: int, props: dict[str, Any]) -> dict[str, Any]:
+            return {
+                "type": "peer.forward", "seq": seq, "id": ["fake", 1, seq], "path": ["fake"],
+                "hops": 1, "exchange": "x", "routing_key": "k", "headers": {},
+                "properties": props, "body": b"m%d" % seq,
+            }  # fmt: skip
+
+        await raw.send(ev.PeerMessage(hello))
+        await raw.send(ev.PeerMessage(forward(1, {"persistent": "yes"})))
+        await raw.send(ev.PeerMessage(forward(2, {"priority": 1})))
+        assert await _take(consumer, 1) == [b"m2"]
+        with trio.fail_after(DEADLINE):
+            while True:
+                event = await raw.receive()
+                assert isinstance(event, ev.PeerMessage), event
+                maps = event.msg["msgs"] if event.msg["type"] == "peer.batch" else [event.msg]
+                if any(m["type"] == "peer.ack" and m["seq"] == 2 for m in maps):
+                    break
+        assert _links(node)[0]["received"] == 2
+        await raw.aclose()
+        status = await conn.status()
+        (queue,) = [x for v in status["vhosts"] for x in v["queues"] if x["name"] == q]
+        assert queue["consumers"] == 1
