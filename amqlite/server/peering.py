@@ -376,7 +376,7 @@ class PeeringService:
     def apply(self, actions: list[Action]) -> None:
         """Apply the core's actions in order (docs/peering.md, "Applying actions").
         Every call into the core goes through here, even when it returned nothing:
-        it may have moved a deadline (a delayed ack), which wakes the timer."""
+        it may have moved a deadline (a delayed ack), which the flusher checks."""
         if actions:
             self._depth += 1
             try:
@@ -385,23 +385,24 @@ class PeeringService:
                 self._depth -= 1
         if self._depth:
             return
-        if self._outbox:
-            self._flush_due.set()  # the flusher runs once this task yields
         if self._marks_due:
             self._record_marks()
         if self._delivered:
             self._delivered = False
             self.node.pump()
-        if self._next_deadline() < self._timer_at:
-            self._wake.set()
+        self._flush_due.set()  # the flusher runs once this task yields
 
     async def _flusher(self) -> None:
-        """Sends what the core asked for once the task that asked yields, so what a
-        whole turn of a connection's requests produced travels together."""
+        """Once the task that called into the core yields: sends what the core asked
+        for (so what a whole turn of a connection's requests produced travels
+        together), and wakes the timer if a deadline moved earlier."""
         while True:
             await self._flush_due.wait()
             self._flush_due = trio.Event()
-            self._flush()
+            if self._outbox:
+                self._flush()
+            if self._next_deadline() < self._timer_at:
+                self._wake.set()
 
     def _flush(self) -> None:
         """Consecutive maps of one connection go in one ``peer`` frame
@@ -550,8 +551,9 @@ class PeeringService:
             storage.hold(before + 1, committed, ev.Status(0), ev.Ok(0))
         else:
             self.apply(link.confirm(tag, now))
-        routed = outcome is not PublishOutcome.UNROUTABLE
-        self.apply(px.published(env, routed_locally=routed, now=now))
+        if len(px.links) > 1:  # it travels on to the other links (rings, meshes)
+            routed = outcome is not PublishOutcome.UNROUTABLE
+            self.apply(px.published(env, routed_locally=routed, now=now))
 
     # --- the dialer's connections ----------------------------------------------------
 
