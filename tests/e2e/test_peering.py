@@ -598,6 +598,9 @@ async def test_a_dialing_ha_pair_peers_from_its_active_node_only(tmp_path: Path)
         await wait_links("primary", lambda ls: _dialer(ls)["lag_messages"] == 0)
         await pair.kill("primary")
         assert await serve_somewhere(pair.servers) == pair.address("backup")  # takes over
+        # its link knows B's bindings before "after" (else its closing "sync" message,
+        # which B does not want, would be sent too, and counted)
+        await wait_links("backup", lambda ls: ls and _dialer(ls)["interest_size"] == 1)
         await _publish(pair.servers, "after", n, "k.a", 16, True)
         assert await pair.state("backup") == "active"
         await wait_links(
