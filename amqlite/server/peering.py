@@ -53,6 +53,7 @@ from amqlite.peering import (
     Disconnect,
     Envelope,
     LinkSettings,
+    LinkState,
     MemorySpill,
     OverflowPolicy,
     PeeredExchange,
@@ -79,6 +80,7 @@ log = structlog.get_logger("amqlite.peering")
 INF = float("inf")
 BATCH_BYTES = 256 * 1024  # peering maps sent in one ``peer`` frame, at most about
 BATCH = "peer.batch"
+ACCEPTOR_RETENTION = 24 * 3600.0  # an acceptor end waiting this long is removed
 EPOCH_FILE = "PEERING_EPOCH"
 SPILL_DIR = "peering-spill"
 RECEIVE_SIZE = 256 * 1024
@@ -161,8 +163,16 @@ class PublishHook:
 class PeeringService:
     """Every peered exchange of one node and their links; see the module docstring."""
 
-    def __init__(self, node: BrokerNode, links: tuple[PeeringConfig, ...]) -> None:
+    def __init__(
+        self,
+        node: BrokerNode,
+        links: tuple[PeeringConfig, ...],
+        *,
+        acceptor_retention: float = ACCEPTOR_RETENTION,
+    ) -> None:
         self.node = node
+        self.acceptor_retention = acceptor_retention
+        self._waiting_since: dict[str, float] = {}  # acceptor ends whose dialer is away
         self.links_config = links
         self.exchanges: dict[tuple[str, str], PeeredExchange] = {}
         self.hooks: dict[str, dict[str, PublishHook]] = {}  # vhost -> exchange -> hook
@@ -301,6 +311,7 @@ class PeeringService:
         self._commits_pending.clear()
         self._sessions.clear()
         self._marks_due.clear()
+        self._waiting_since.clear()
         self.active = False
         log.info("peering_stopped", node=self.node_id)
 
@@ -439,7 +450,25 @@ class PeeringService:
         self.apply([])
 
     def _next_deadline(self) -> float:
-        return min((px.next_deadline() for px in self.exchanges.values()), default=INF)
+        due = min((px.next_deadline() for px in self.exchanges.values()), default=INF)
+        if self._waiting_since:
+            due = min(due, min(self._waiting_since.values()) + self.acceptor_retention)
+        return due
+
+    def _retire_acceptors(self, now: float) -> None:
+        """Remove acceptor ends whose dialer has been away past the retention time
+        (with what they held for it)."""
+        for link_id, since in list(self._waiting_since.items()):
+            if now < since + self.acceptor_retention:
+                continue
+            del self._waiting_since[link_id]  # always: a past deadline would spin the timer
+            px = self._owner.get(link_id)
+            if px is None:
+                continue
+            log.warning("peering_acceptor_retired", link=link_id, waited=round(now - since, 3))
+            self.apply(px.remove_link(link_id, now))
+            self._owner.pop(link_id, None)
+            self._held.pop(link_id, None)
 
     def _record_marks(self) -> None:
         """Journal the marks after the deliveries just journaled (see the module
@@ -481,6 +510,10 @@ class PeeringService:
             elif isinstance(action, BufferAvailable):
                 self._resume_held(action.link)
             elif isinstance(action, StateChanged):
+                if action.new is LinkState.WAITING:
+                    self._waiting_since[action.link] = trio.current_time()
+                else:
+                    self._waiting_since.pop(action.link, None)
                 log.info(
                     "peering_link_state",
                     link=action.link,
@@ -720,6 +753,8 @@ class PeeringService:
             now = trio.current_time()
             for px in list(self.exchanges.values()):
                 self.apply(px.tick(now))
+            if self._waiting_since:
+                self._retire_acceptors(now)
 
     def close(self) -> None:
         """Shutting down: connection losses are no longer reported to the core."""

@@ -452,3 +452,28 @@ async def test_a_forward_with_malformed_properties_is_dropped_not_stored(node: B
         status = await conn.status()
         (queue,) = [x for v in status["vhosts"] for x in v["queues"] if x["name"] == q]
         assert queue["consumers"] == 1
+
+
+async def test_an_acceptor_end_whose_dialer_stays_away_is_retired(
+    nursery: trio.Nursery, jump_clock: trio.testing.MockClock
+) -> None:
+    from tests.faultproxy import FaultProxy
+
+    b = await _start(nursery)
+    assert b.peering is not None
+    b.peering.acceptor_retention = 5.0
+    async with amqlite.connect(_addr(b)) as cb:
+        await cb.declare_exchange("x", "topic", durable=True)
+    proxy = FaultProxy(("127.0.0.1", b.port))
+    await nursery.start(proxy.run)
+    link = dataclasses.replace(_link(b.port, "publish"), host=parse_addresses(proxy.address))
+    a = await _start(nursery, link)
+    await wait_for(lambda: _link_up(a) and _link_up(b), "up")
+    proxy.partition(refuse_new=True)
+    proxy.cut()
+    await wait_for(lambda: _links(b)[0]["state"] == "waiting", "b waits for a", 0.1)
+    waiting_at = trio.current_time()
+    await wait_for(lambda: not _links(b), "b retired it", 1.0)
+    assert trio.current_time() - waiting_at >= 5.0
+    proxy.heal()
+    await wait_for(lambda: _link_up(a) and _link_up(b), "a new acceptor end", 0.1)
