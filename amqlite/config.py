@@ -9,9 +9,9 @@ key as a dotted path (``server.port``, ``users[0].permissions."/".write``).
 Validation is table-driven: each TOML table has a :class:`_TableSpec` mapping
 its keys to converters (type and range checks). Checks across tables (user
 names unique, permission vhosts exist) live in :func:`_check_references`.
-Tables other than ``[server]``, ``[storage]``, ``[cluster]``, ``[log]`` and
-``[[users]]`` are refused as unknown keys until the features that need them
-(``[[cluster_mta]]``) add a spec here.
+Tables other than ``[server]``, ``[storage]``, ``[cluster]``, ``[log]``,
+``[[users]]`` and ``[[cluster_mta]]`` (exchange peering, docs/peering.md) are
+refused as unknown keys.
 """
 
 from __future__ import annotations
@@ -30,11 +30,20 @@ import tomli
 from amqlite.auth import parse_password_hash
 from amqlite.errors import ConfigError
 from amqlite.log import LOG_FORMATS, LOG_LEVELS
+from amqlite.peering import (
+    Address,
+    OverflowPolicy,
+    PeeringMode,
+    parse_addresses,
+    parse_mode,
+    parse_overflow,
+)
 
 __all__ = [
     "ClusterConfig",
     "Config",
     "LogConfig",
+    "PeeringConfig",
     "ServerConfig",
     "StorageConfig",
     "UserConfig",
@@ -162,6 +171,36 @@ class UserConfig:
         return next((grant for grant in self.permissions if grant.vhost == vhost), None)
 
 
+PEERING_EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
+
+
+@dataclass(frozen=True, slots=True)
+class PeeringConfig:
+    """``[[cluster_mta]]``: one peering link from the local exchange ``name`` to the
+    exchange of the same name on a remote broker or HA pair (docs/peering.md).
+
+    ``host`` is the remote's address list, tried in order. ``type`` is used only
+    when the exchange does not exist at start-up (the node declares it durable).
+    """
+
+    name: str
+    host: tuple[Address, ...]
+    mode: PeeringMode
+    vhost: str = "/"
+    login: str = "peering"
+    password: str = field(default="", repr=False)
+    max_hops: int = 8
+    buffer_bytes: int = 16 * 1024 * 1024
+    overflow: OverflowPolicy = OverflowPolicy.BLOCK
+    heartbeat: float = 1.0
+    type: str = "topic"
+
+    @property
+    def hosts(self) -> str:
+        """The address list as written (``primary:port,backup:port``)."""
+        return ",".join(str(address) for address in self.host)
+
+
 @dataclass(frozen=True, slots=True)
 class Config:
     """A whole, validated configuration. ``dataclasses.replace`` derives variants."""
@@ -171,6 +210,7 @@ class Config:
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     log: LogConfig = field(default_factory=LogConfig)
     users: tuple[UserConfig, ...] = ()
+    cluster_mta: tuple[PeeringConfig, ...] = ()
 
     @classmethod
     def default(cls) -> Config:
@@ -470,6 +510,38 @@ _USER_SPEC = _TableSpec(
     required=frozenset({"name", "password_hash"}),
 )
 
+
+def _peering_hosts(key: str, value: Any) -> tuple[Address, ...]:
+    text: str = _string()(key, value)
+    return parse_addresses(text, key)
+
+
+def _peering_mode(key: str, value: Any) -> PeeringMode:
+    return parse_mode(value, key)
+
+
+def _peering_overflow(key: str, value: Any) -> OverflowPolicy:
+    return parse_overflow(value, key)
+
+
+_PEERING_SPEC = _TableSpec(
+    PeeringConfig,
+    {
+        "name": _string(),
+        "vhost": _string(),
+        "host": _peering_hosts,
+        "login": _string(),
+        "password": _string(allow_empty=True),
+        "mode": _peering_mode,
+        "max_hops": _integer(1, 255),
+        "buffer_bytes": _integer(1024),
+        "overflow": _peering_overflow,
+        "heartbeat": _number(0),
+        "type": _choice(PEERING_EXCHANGE_TYPES),
+    },
+    required=frozenset({"name", "host", "mode"}),
+)
+
 _CONFIG_SPEC = _TableSpec(
     Config,
     {
@@ -478,6 +550,7 @@ _CONFIG_SPEC = _TableSpec(
         "cluster": _table(_CLUSTER_SPEC),
         "log": _table(_LOG_SPEC),
         "users": _array_of_tables(_USER_SPEC),
+        "cluster_mta": _array_of_tables(_PEERING_SPEC),
     },
 )
 
@@ -503,6 +576,22 @@ def _check_references(config: Config) -> None:
         )
     if cluster.enabled and cluster.primary_peer == cluster.backup_peer:
         raise ConfigError("cluster.backup_peer", "must differ from cluster.primary_peer")
+    links: set[tuple[str, str, str]] = set()
+    for index, link in enumerate(config.cluster_mta):
+        link_key = f"cluster_mta[{index}]"
+        if link.vhost not in config.server.vhosts:
+            raise ConfigError(
+                f"{link_key}.vhost",
+                f"unknown vhost {link.vhost!r} (server.vhosts is {list(config.server.vhosts)})",
+            )
+        ident = (link.vhost, link.name, link.hosts)
+        if ident in links:
+            raise ConfigError(
+                f"{link_key}.host",
+                f"duplicate link: exchange {link.name!r} in vhost {link.vhost!r} "
+                f"is already peered with {link.hosts}",
+            )
+        links.add(ident)
     seen: set[str] = set()
     for index, user in enumerate(config.users):
         user_key = f"users[{index}]"

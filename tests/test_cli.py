@@ -682,3 +682,40 @@ def test_trace_on_records_into_amq_trace_and_off_stops(
     records = [json.loads(line)["headers"] for line in out.splitlines()]
     mine = [(r["event"], r["message_id"]) for r in records if r["queue"] == q]
     assert mine == [("publish", "t1")]  # t2 came after trace off
+
+
+def test_status_tables_show_peering_links() -> None:
+    import io
+
+    from amqlite.cli.status import print_status
+
+    link = {
+        "link": "orders",
+        "role": "dialer",
+        "vhost": "/",
+        "exchange": "orders",
+        "mode": "publish",
+        "state": "backoff",
+        "remote_address": "127.0.0.1:6001",
+        "remote_node": "site-b",
+        "last_error": "127.0.0.1:6001: OSError: connection refused",
+        "lag_seconds": 1.5,
+        "lag_messages": 12,
+        "in_flight": 3,
+        "buffered_bytes": 4096,
+        "forwarded": 77,
+        "received": 0,
+        "duplicates_dropped": 2,
+        "loops_dropped": 1,
+        "interest_size": 4,
+    }
+    out = io.StringIO()
+    print_status({"node_id": "site-a", "vhosts": [], "links": [link]}, file=out)
+    text = out.getvalue()
+    assert "peering links" in text
+    for shown in ("/:orders", "publish", "backoff", "127.0.0.1:6001", "site-b", "4096", "77"):
+        assert shown in text, shown
+    assert "last error: 127.0.0.1:6001: OSError: connection refused" in text
+    out = io.StringIO()
+    print_status({"node_id": "alone", "vhosts": [], "links": []}, file=out)
+    assert "peering links" not in out.getvalue()

@@ -14,6 +14,7 @@ from amqlite.auth import hash_password, verify_password
 from amqlite.config import (
     Config,
     LogConfig,
+    PeeringConfig,
     ServerConfig,
     StorageConfig,
     UserConfig,
@@ -21,6 +22,7 @@ from amqlite.config import (
     load_config,
 )
 from amqlite.errors import ConfigError
+from amqlite.peering import Address, OverflowPolicy, PeeringMode
 
 SHIPPED_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "amq_server.toml"
 FAST_HASH = hash_password("secret", salt=b"0123456789abcdef", n=2**4)
@@ -202,6 +204,8 @@ def test_error_message_names_key_and_reason() -> None:
     assert str(caught.value) == "config error: server.port: must be between 0 and 65535, got 70000"
 
 
+PEER = "[[cluster_mta]]\nname = 'x'\nhost = '127.0.0.1:6001'\n"
+
 BAD_FILES: list[tuple[str, str, str]] = [
     # (file text, key, reason fragment)
     ("[server]\nprot = 5555", "server.prot", "unknown key (did you mean 'port'?)"),
@@ -223,7 +227,32 @@ BAD_FILES: list[tuple[str, str, str]] = [
         "cluster.backup_peer",
         "must differ",
     ),
-    ("[[cluster_mta]]\nname = 'a'", "cluster_mta", "unknown key"),
+    ("[[cluster_mta]]\nhost = 'h:1'\nmode = 1", "cluster_mta[0].name", "is required"),
+    ("[[cluster_mta]]\nname = 'x'\nmode = 1", "cluster_mta[0].host", "is required"),
+    ("[[cluster_mta]]\nname = 'x'\nhost = 'h:1'", "cluster_mta[0].mode", "is required"),
+    (PEER + "mode = 4", "cluster_mta[0].mode", "expected 1 or 'subscribe'"),
+    (PEER + "mode = 'mirror'", "cluster_mta[0].mode", "got 'mirror'"),
+    (PEER + "mode = true", "cluster_mta[0].mode", "expected 1"),
+    (PEER + "mode = 2\noverflow = 'discard'", "cluster_mta[0].overflow", "'drop-oldest'"),
+    (PEER + "mode = 2\nmax_hops = 0", "cluster_mta[0].max_hops", "between 1 and 255"),
+    (PEER + "mode = 2\nbuffer_bytes = 10", "cluster_mta[0].buffer_bytes", "at least 1024"),
+    (PEER + "mode = 2\nvhost = 'prod'", "cluster_mta[0].vhost", "unknown vhost 'prod'"),
+    (PEER + "mode = 2\ntype = 'stream'", "cluster_mta[0].type", "must be one of"),
+    (PEER + "mode = 2\nmodes = 2", "cluster_mta[0].modes", "did you mean 'mode'"),
+    (PEER + "mode = 2\nlogin = ''", "cluster_mta[0].login", "must not be empty"),
+    (
+        "[[cluster_mta]]\nname = 'x'\nmode = 2\nhost = 'localhost'",
+        "cluster_mta[0].host",
+        "expected 'host:port'",
+    ),
+    (
+        "[[cluster_mta]]\nname = 'x'\nmode = 2\nhost = 'a:1,b:99999'",
+        "cluster_mta[0].host",
+        "port must be 1-65535",
+    ),
+    ("[[cluster_mta]]\nname = 'x'\nmode = 2\nhost = ','", "cluster_mta[0].host", "at least one"),
+    (PEER + "mode = 2\n" + PEER + "mode = 1", "cluster_mta[1].host", "duplicate link"),
+    ("[cluster_mta]\nname = 'x'", "cluster_mta", "must be an array of tables"),
     ("[storage]\nfsync = true", "storage.fsync", "must be a string"),
     ("[storage]\nfsync = 'sometimes'", "storage.fsync", "must be one of"),
     ("[storage]\npersist = 1", "storage.persist", "must be true or false"),
@@ -403,3 +432,69 @@ def test_vhost_names_needing_quotes_are_quoted_in_keys(
         load_config(path)
     assert caught.value.key == key
     assert "unknown vhost" in caught.value.reason
+
+
+def test_cluster_mta_entries_are_parsed_with_their_defaults(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        """
+        [[cluster_mta]]
+        name = "orders"
+        host = "10.0.0.1:5555,10.0.0.2:6666"
+        password = "s3cret"
+        mode = 1
+
+        [[cluster_mta]]
+        name = "orders"
+        host = "10.0.0.3:5555"
+        mode = "Publish"
+        login = "site-a"
+        max_hops = 3
+        buffer_bytes = 65536
+        overflow = "drop_oldest"
+        heartbeat = 0.5
+        type = "direct"
+
+        [[cluster_mta]]
+        name = "amq.topic"
+        host = "[::1]:7000"
+        mode = "3"
+        overflow = "spill"
+        """,
+    )
+    first, second, third = load_config(path).cluster_mta
+    assert first == PeeringConfig(
+        name="orders",
+        host=(Address("10.0.0.1", 5555), Address("10.0.0.2", 6666)),
+        mode=PeeringMode.SUBSCRIBE,
+        password="s3cret",
+    )
+    assert (first.vhost, first.login, first.max_hops) == ("/", "peering", 8)
+    assert (first.buffer_bytes, first.overflow) == (16 * 1024 * 1024, OverflowPolicy.BLOCK)
+    assert first.hosts == "10.0.0.1:5555,10.0.0.2:6666"
+    assert "s3cret" not in repr(first)
+    assert second.mode is PeeringMode.PUBLISH
+    assert (second.login, second.max_hops, second.buffer_bytes) == ("site-a", 3, 65536)
+    assert (second.overflow, second.heartbeat, second.type) == (
+        OverflowPolicy.DROP_OLDEST,
+        0.5,
+        "direct",
+    )
+    assert third.mode is PeeringMode.FORWARD
+    assert third.overflow is OverflowPolicy.SPILL
+    assert third.host == (Address("::1", 7000),)
+
+
+def test_no_cluster_mta_means_no_links() -> None:
+    assert load_config().cluster_mta == ()
+
+
+@pytest.mark.parametrize(("site", "other"), [("site-a", 7002), ("site-b", 7001)])
+def test_shipped_site_configs_peer_with_each_other(site: str, other: int) -> None:
+    config = load_config(SHIPPED_CONFIG.parent / f"{site}.toml")
+    assert config.server.node_id == site
+    assert config.cluster_mta
+    for link in config.cluster_mta:
+        assert link.host == (Address("127.0.0.1", other),)
+    first = config.cluster_mta[0]
+    assert (first.name, first.mode) == ("events", PeeringMode.PUBLISH)

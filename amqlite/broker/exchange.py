@@ -12,7 +12,7 @@ A binding is identified by (queue, key, arguments); binding twice is a no-op.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from .headers import HeadersRule
 from .message import Message
@@ -42,12 +42,22 @@ def binding_id(queue: Queue, key: str, arguments: Mapping[str, Any]) -> tuple[An
 _NO_QUEUES: tuple[Queue, ...] = ()
 
 
+class BindingWatcher(Protocol):
+    """Told of every binding added to or removed from one exchange, whatever the
+    cause (a request, a deleted queue, a deleted exchange): exchange peering
+    mirrors bindings through it. It must not raise."""
+
+    def bound(self, queue: str, key: str, arguments: Mapping[str, Any]) -> None: ...
+
+    def unbound(self, queue: str, key: str, arguments: Mapping[str, Any]) -> None: ...
+
+
 class Exchange:
     """Common state and binding bookkeeping; subclasses index and route."""
 
     kind: ClassVar[str] = ""
 
-    __slots__ = ("arguments", "auto_delete", "bindings", "durable", "internal", "name")
+    __slots__ = ("arguments", "auto_delete", "bindings", "durable", "internal", "name", "watcher")
 
     def __init__(
         self,
@@ -64,6 +74,7 @@ class Exchange:
         self.internal = internal
         self.arguments: dict[str, Any] = arguments if arguments is not None else {}
         self.bindings: dict[tuple[Any, ...], Binding] = {}
+        self.watcher: BindingWatcher | None = None
 
     def bind(self, queue: Queue, key: str, arguments: dict[str, Any]) -> tuple[Any, ...] | None:
         """Add a binding; its identity when new, None when it already existed."""
@@ -73,6 +84,8 @@ class Exchange:
         binding = Binding(queue, key, dict(arguments))
         self._index(binding)
         self.bindings[ident] = binding
+        if self.watcher is not None:
+            self.watcher.bound(queue.name, key, binding.arguments)
         return ident
 
     def unbind(self, ident: tuple[Any, ...]) -> bool:
@@ -80,6 +93,8 @@ class Exchange:
         if binding is None:
             return False
         self._unindex(binding)
+        if self.watcher is not None:
+            self.watcher.unbound(binding.queue.name, binding.key, binding.arguments)
         return True
 
     def check_binding(self, key: str, arguments: Mapping[str, Any]) -> None:

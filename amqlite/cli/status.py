@@ -104,6 +104,43 @@ def print_status(status: dict[str, Any], file: Any = None) -> None:
                 _duration(c.get("since_s")),
             )
         console.print(table)
+    print_links(status, console)
+
+
+def _cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return str(value)
+
+
+def print_links(status: dict[str, Any], console: Any) -> None:
+    """The peering links (``links``), two lines each (they hold too many figures
+    for one table row)."""
+    links = status.get("links") or []
+    if not links:
+        return
+    console.print("[bold]peering links[/bold]")
+    for link in links:
+        get = link.get
+        console.print(
+            f"  {get('vhost', '/')}:{get('exchange', '')}  {get('mode')} {get('role')}  "
+            f"[bold]{get('state')}[/bold]  remote {_cell(get('remote_address'))} "
+            f"node {_cell(get('remote_node'))}  link {get('link')}",
+            markup=True,
+        )
+        console.print(
+            f"    lag {_cell(get('lag_messages'))} msgs {_cell(get('lag_seconds'))} s  "
+            f"in flight {_cell(get('in_flight'))}  buffered {_cell(get('buffered_bytes'))} B  "
+            f"forwarded {_cell(get('forwarded'))}  received {_cell(get('received'))}  "
+            f"duplicates dropped {_cell(get('duplicates_dropped'))}  "
+            f"loops dropped {_cell(get('loops_dropped'))}  "
+            f"interest {_cell(get('interest_size'))}",
+            markup=False,
+        )
+        if get("last_error"):
+            console.print(f"    last error: {get('last_error')}", markup=False)
 
 
 def print_ha(status: dict[str, Any], file: Any = None) -> None:

@@ -233,6 +233,17 @@ class HaSynced(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class PeerMessage(Event):
+    """One exchange-peering message (``peer.hello``, ``peer.forward``, ...) as a plain
+    map, both ways on a connection opened with ``hello`` {role: "peer-link"}; see
+    docs/peering.md for the maps."""
+
+    METHOD: ClassVar[str] = "peer"
+    SENDER: ClassVar[Sender] = Sender.BOTH
+    msg: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class QueueBind(Event):
     METHOD: ClassVar[str] = "queue.bind"
     SENDER: ClassVar[Sender] = Sender.CLIENT
@@ -487,6 +498,7 @@ REQUESTS: tuple[type[Event], ...] = (
     HaHeartbeat,
     HaSync,
     HaSwitchover,
+    PeerMessage,
 )
 REPLIES: tuple[type[Event], ...] = (
     Welcome,

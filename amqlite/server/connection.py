@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
-from amqlite.auth import AuthenticatedUser
+from amqlite.auth import AuthenticatedUser, Permissions
 from amqlite.broker import Session
 from amqlite.errors import AmqliteError, RemoteProtocolError, ReplyCode
 from amqlite.protocol import NEED_DATA, PROTOCOL_VERSION, Connection, PeerClock, Role
@@ -89,6 +89,9 @@ class ClientConnection:
         self._released = False
         self.peer_mode = False  # the HA pair's peer link (hello role "ha-peer")
         self.monitor = False  # may only ask for status (hello role "monitor")
+        self.peer_link = False  # an exchange peering link (hello role "peer-link")
+        self.peer_link_id: str | None = None  # the link end it carries, once attached
+        self.permissions: Permissions | None = None
 
     # --- the tasks -----------------------------------------------------------------
 
@@ -119,6 +122,8 @@ class ClientConnection:
                 self.node.storage.discard_waiter(self._push_replicated)
         if self.peer_mode and self.node.ha is not None:
             self.node.ha.inbound_links -= 1
+        if self.peer_link and self.node.peering is not None:
+            self.node.peering.on_closed(self)
         if self.session is not None:
             self.session.close(trio.current_time())
             self.session = None
@@ -212,7 +217,8 @@ class ClientConnection:
                 now = trio.current_time()
             t = type(event)
             dispatcher = self.dispatcher
-            if (self.peer_mode or self.monitor) and not self._closing and t in _REQUESTS:
+            special = self.peer_mode or self.monitor or self.peer_link
+            if special and not self._closing and t in _REQUESTS:
                 self._special(event)
                 continue
             if dispatcher is not None and not self._closing and t in _REQUESTS:
@@ -260,6 +266,10 @@ class ClientConnection:
             if isinstance(event, ev.HaSync):
                 ha.on_sync(event, self)
                 return
+        peering = self.node.peering
+        if self.peer_link and isinstance(event, ev.PeerMessage) and peering is not None:
+            peering.on_frame(self, event.msg)
+            return
         if self.monitor and isinstance(event, ev.Status):
             self._send(self.proto.send(ev.Ok(event.id, self.node.status())))
             return
@@ -267,7 +277,13 @@ class ClientConnection:
             ha.start_switchover(event, self.send_reply)
             return
         rid = getattr(event, "id", None)
-        what = "the HA peer link" if self.peer_mode else "a monitor connection"
+        what = (
+            "the HA peer link"
+            if self.peer_mode
+            else "a peering link"
+            if self.peer_link
+            else "a monitor connection"
+        )
         text = f"{event.METHOD!r} is not allowed on {what}"
         self._send(self.proto.send(ev.Error(rid, ReplyCode.NOT_ALLOWED, text)))
 
@@ -291,8 +307,8 @@ class ClientConnection:
         if hello.protocol != PROTOCOL_VERSION:
             text = f"protocol version {hello.protocol} is not supported (use {PROTOCOL_VERSION})"
             refusal = (ReplyCode.NOT_IMPLEMENTED, text, text)
-        elif hello.role not in ("client", "monitor", "ha-peer"):
-            text = f"unknown role {hello.role!r} (client, monitor or ha-peer)"
+        elif hello.role not in ("client", "monitor", "ha-peer", "peer-link"):
+            text = f"unknown role {hello.role!r} (client, monitor, ha-peer or peer-link)"
             refusal = (ReplyCode.COMMAND_INVALID, text, text)
         elif hello.role == "ha-peer" and node.ha is None:
             text = "this node is not part of an HA pair"
@@ -310,7 +326,7 @@ class ClientConnection:
             else:  # scrypt takes ~50 ms on purpose: keep it off the event loop
                 result = await trio.to_thread.run_sync(auth.authenticate, *args)
             if isinstance(result, AuthenticatedUser):
-                if hello.role == "client" and node.ha is not None:
+                if hello.role in ("client", "peer-link") and node.ha is not None:
                     deadline = trio.current_time() + 2 * node.ha.config.failover_timeout_ms / 1000
                     admitted, why = await node.ha.admit(deadline)
                     if not admitted:
@@ -343,6 +359,9 @@ class ClientConnection:
                 node.ha.inbound_links += 1
         elif hello.role == "monitor":
             self.monitor = True
+        elif hello.role == "peer-link":
+            self.peer_link = True
+            self.permissions = user.permissions
         else:
             try:
                 session = node.broker.open_session(hello.vhost, owner=self)
@@ -350,8 +369,15 @@ class ClientConnection:
                 self._send(self.proto.send(ev.Refused(hello.id, exc.code, exc.text)))
                 return False
             self.session = session
+            peered = node.peering.hook_for(hello.vhost) if node.peering is not None else None
             self.dispatcher = RequestDispatcher(
-                session, user.name, hello.vhost, user.permissions, node.status, hello.instance
+                session,
+                user.name,
+                hello.vhost,
+                user.permissions,
+                node.status,
+                instance=hello.instance,
+                peered=peered,
             )
         ours, theirs = node.config.server.heartbeat, hello.heartbeat
         heartbeat = min(ours, theirs) if ours > 0 and theirs > 0 else max(ours, theirs)
@@ -483,6 +509,24 @@ class ClientConnection:
         with contextlib.suppress(AmqliteError):  # not open yet: just drop the connection
             self._send(self.proto.send(ev.Close(code, text)))
         self._wake.set()
+
+    def send_map(self, msg: dict[str, Any]) -> None:
+        """Peering: send one ``peer`` frame."""
+        if self._closing:
+            return
+        with contextlib.suppress(AmqliteError):
+            self._send(self.proto.send(ev.PeerMessage(msg)))
+
+    def may_peer(self, exchange: str) -> bool:
+        """Peering: may this link's user publish to and read from ``exchange``?"""
+        perms = self.permissions
+        return perms is not None and all(
+            perms.allows(kind, exchange or "amq.default") for kind in ("write", "read")
+        )
+
+    def close(self, reason: str) -> None:
+        """Peering: the link moved on (or a newer connection replaced this one)."""
+        self.close_from_server(ReplyCode.CONNECTION_FORCED, reason)
 
     def info(self) -> dict[str, Any]:
         return {

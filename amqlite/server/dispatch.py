@@ -6,8 +6,10 @@ None when the request gets no reply). It does no I/O, so the connection shell
 can run a whole batch of requests without a checkpoint.
 """
 
-from collections.abc import Callable
-from typing import Any
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -18,6 +20,9 @@ from amqlite.errors import AccessRefused, AmqliteError, ReplyCode
 from amqlite.protocol import events as ev
 
 DEFAULT_EXCHANGE_RESOURCE = "amq.default"
+
+if TYPE_CHECKING:
+    from .peering import PublishHook
 
 Reply = ev.Event | None
 
@@ -35,6 +40,7 @@ class RequestDispatcher:
         permissions: Permissions,
         status: Callable[[], dict[str, Any]],
         instance: str = "",
+        peered: Mapping[str, PublishHook] | None = None,
     ) -> None:
         self.session = session
         # publish keys (amqlite.broker.dedup) for confirmed publishes: "instance:id"
@@ -45,6 +51,7 @@ class RequestDispatcher:
         self.vhost = vhost
         self.permissions = permissions
         self._status = status
+        self._peered: Mapping[str, PublishHook] = peered if peered is not None else {}
         self._write_ok: dict[str, bool] = {}  # publish permission, per exchange
         self._handlers: dict[type[ev.Event], Callable[[Any, float], Reply]] = {
             ev.Publish: self._publish,
@@ -100,7 +107,18 @@ class RequestDispatcher:
         message = Message(p.exchange, p.key, p.body, p.headers, p.props)
         if p.confirm and self._key_prefix:
             message.publish_key = f"{self._key_prefix}{p.id}"
+        hook = self._peered.get(p.exchange) if self._peered else None
+        if hook is not None:
+            envelope = hook.envelope(message)
+            if p.confirm and not hook.has_room(envelope):
+                return ev.Nacked(
+                    p.id,
+                    ReplyCode.RESOURCE_ERROR,
+                    f"a peering link of exchange {p.exchange!r} is full (overflow = block)",
+                )
         outcome = self.session.publish(message, mandatory=p.mandatory, now=now)
+        if hook is not None and outcome is not PublishOutcome.DUPLICATE:
+            hook.published(envelope, outcome, now)  # a publish sent again went on before
         if outcome is PublishOutcome.ROUTED:
             return ev.Ok(p.id) if p.confirm else None
         if outcome is PublishOutcome.DUPLICATE:

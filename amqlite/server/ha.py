@@ -166,9 +166,12 @@ class HaService:
             self._wake = trio.Event()
             machine = self.machine  # a switchover may have replaced it meanwhile
             assert machine is not None
-            self.apply(machine.tick(trio.current_time()))
+            # the loop takes the new deadline itself: waking it again would spin
+            self.apply(machine.tick(trio.current_time()), wake_ticker=False)
 
-    def apply(self, actions: Any) -> None:
+    def apply(self, actions: Any, *, wake_ticker: bool = True) -> None:
+        """Carry out the machine's actions; ``wake_ticker`` makes the ticker take the
+        machine's next deadline (an event may have moved it)."""
         machine = self.machine
         assert machine is not None
         for action in actions:
@@ -220,7 +223,10 @@ class HaService:
                 )
         if machine.state is HaState.ACTIVE:
             self._start_replication()
-        self._wake.set()
+        if self.node.peering is not None:
+            self.node.peering.ha_state_changed()
+        if wake_ticker:
+            self._wake.set()
         self._signal_progress()
 
     def _signal_progress(self) -> None:

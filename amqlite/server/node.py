@@ -18,6 +18,7 @@ from amqlite.store.files import FileLayer
 
 from .connection import ClientConnection
 from .ha import HaService
+from .peering import PeeringService
 from .storage import NodeStorage
 
 TICK_INTERVAL = 0.1  # seconds between TTL sweeps
@@ -44,6 +45,7 @@ class BrokerNode:
         )
         self.broker: Broker = self._new_broker()
         self.ha = HaService(self, config.cluster) if config.cluster.enabled else None
+        self.peering: PeeringService | None = PeeringService(self, config.cluster_mta)
         self._started_at = 0.0
         self._started_wall = time.time()
         self._stop = trio.Event()
@@ -82,6 +84,8 @@ class BrokerNode:
                     await nursery.start(storage.run)
                 if self.ha is not None:
                     await nursery.start(self.ha.run)
+                if self.peering is not None:
+                    await nursery.start(self.peering.run)
                 nursery.start_soon(self._ticker)
                 async with trio.open_nursery() as accept_nursery:
                     for listener in listeners:
@@ -102,6 +106,8 @@ class BrokerNode:
                 with trio.CancelScope(shield=True):
                     for listener in listeners:
                         await listener.aclose()
+                if self.peering is not None:
+                    self.peering.close()
                 await self._close_connections()
                 nursery.cancel_scope.cancel()
         finally:
@@ -192,6 +198,7 @@ class BrokerNode:
         )
         if self.ha is not None:
             status["ha"] = self.ha.status()
+        status["links"] = self.peering.status() if self.peering is not None else []
         storage = self.storage
         if storage is not None:
             status["storage"] = storage.status()

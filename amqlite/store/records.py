@@ -25,6 +25,7 @@ Types and fields (``docs/storage.md`` has the full table):
 ``stream.append``    vhost, queue, offset, exchange, key, body, headers, props, at, pk
 ``stream.truncate``  vhost, queue, before
 ``stream.track``     vhost, queue, name, offset
+``peering.marks``    vhost, exchange, marks
 ``snapshot.begin``   last_id
 ``snapshot.end``     (none)
 ================== ==============================================================
@@ -219,6 +220,19 @@ class StreamTrack:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PeeringMarks:
+    """Exchange peering: how far this node got in each sending log of its links to
+    ``exchange`` (``PeeredExchange.snapshot()``, docs/peering.md). Written before an
+    acknowledgement leaves, so a restarted node drops what it already holds; the
+    latest record per exchange wins."""
+
+    TYPE: ClassVar[str] = "peering.marks"
+    vhost: str = "/"
+    exchange: str
+    marks: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SnapshotBegin:
     """Everything before this record is superseded: the records up to the matching
     :class:`SnapshotEnd` rebuild the whole durable state. Written by compaction
@@ -249,6 +263,7 @@ Record: TypeAlias = (
     | StreamAppend
     | StreamTruncate
     | StreamTrack
+    | PeeringMarks
     | SnapshotBegin
     | SnapshotEnd
 )
@@ -267,6 +282,7 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     StreamAppend,
     StreamTruncate,
     StreamTrack,
+    PeeringMarks,
     SnapshotBegin,
     SnapshotEnd,
 )

@@ -39,6 +39,7 @@ from .records import (
     MessageAck,
     MessageDelivered,
     MessageEnqueue,
+    PeeringMarks,
     QueueBind,
     QueueDeclare,
     QueueDelete,
@@ -125,6 +126,8 @@ class StoreState:
         self._messages: dict[int, _Live] = {}
         self._queue_messages: dict[_Key, dict[int, None]] = {}
         self._streams: dict[_Key, StoredStream] = {}
+        #: Exchange peering's receive marks, the latest per (vhost, exchange).
+        self.peering: dict[_Key, PeeringMarks] = {}
         #: Highest message id seen: a restarted node continues above it.
         self.last_message_id = 0
         #: True between ``snapshot.begin`` and ``snapshot.end``.
@@ -252,6 +255,9 @@ class StoreState:
         if stream is not None:
             stream.tracked[r.name] = r.offset
 
+    def _peering_marks(self, r: PeeringMarks) -> None:
+        self.peering[(r.vhost, r.exchange)] = r
+
     def _snapshot_begin(self, r: SnapshotBegin) -> None:
         self._reset()
         self.last_message_id = r.last_message_id
@@ -301,6 +307,7 @@ class StoreState:
                 StreamTrack(vhost=vhost, queue=queue, name=name, offset=offset)
                 for name, offset in stream.tracked.items()
             )
+        out.extend(self.peering.values())
         if not self.snapshot_open:  # mid-way through a snapshot stays mid-way
             out.append(SnapshotEnd())
         return out
@@ -403,6 +410,7 @@ _HANDLERS: dict[type[Record], Any] = {
     StreamAppend: StoreState._stream_append,
     StreamTruncate: StoreState._stream_truncate,
     StreamTrack: StoreState._stream_track,
+    PeeringMarks: StoreState._peering_marks,
     SnapshotBegin: StoreState._snapshot_begin,
     SnapshotEnd: StoreState._snapshot_end,
 }

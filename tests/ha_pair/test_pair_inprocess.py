@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -82,3 +83,31 @@ async def test_pair_elects_replicates_and_fails_over(tmp_path: Path) -> None:
                 bodies.append(d.body)
             assert bodies == [f"m{i}".encode() for i in range(1, 20)]
         backup.stop()
+
+
+async def test_an_idle_node_ticks_at_its_heartbeat_not_in_a_busy_loop(tmp_path: Path) -> None:
+    """The HA ticker sleeps until the machine's next deadline (a node whose peer is
+    gone once spun at 100% CPU, the ticker waking itself after every tick)."""
+    async with trio.open_nursery() as nursery:
+        node = BrokerNode(pair_config(tmp_path, "primary"))  # type: ignore[arg-type]
+        assert node.ha is not None
+        with socket.socket() as s:  # a loopback port nobody listens on: the peer is gone
+            s.bind(("127.0.0.1", 0))
+            gone = f"127.0.0.1:{s.getsockname()[1]}"
+        node.ha.config = dataclasses.replace(node.ha.config, backup_peer=gone)
+        await nursery.start(node.run)
+        ha = node.ha
+        assert ha is not None and ha.machine is not None
+        machine = ha.machine
+        ticks = 0
+        real_tick = machine.tick
+
+        def counting_tick(now: float) -> list[object]:
+            nonlocal ticks
+            ticks += 1
+            return real_tick(now)
+
+        machine.tick = counting_tick  # type: ignore[method-assign]
+        await trio.sleep(0.5)  # the window measured: 10 heartbeats of 50 ms
+        node.stop()
+    assert 2 <= ticks <= 40, ticks

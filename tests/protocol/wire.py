@@ -237,6 +237,9 @@ FULL: dict[type[ev.Event], ev.Event] = {
     ),
     ev.HaSync: ev.HaSync(upto=2**33, data=b"\x00\x01framed", reset=True, epoch=3),
     ev.HaSynced: ev.HaSynced(upto=2**33),
+    ev.PeerMessage: ev.PeerMessage(
+        {"type": "peer.forward", "seq": 7, "body": b"\x00b", "headers": {"k": 1}, "path": ["a"]}
+    ),
     ev.HaSwitchover: ev.HaSwitchover(id=25, timeout=2.5),
     ev.Ok: ev.Ok(re=22, info={"queue": "q1", "messages": 3, "consumers": 1}),
     ev.Error: ev.Error(re=21, code=404, text="no queue 'q1'"),

@@ -16,6 +16,7 @@ from amqlite.store import (
     MessageAck,
     MessageDelivered,
     MessageEnqueue,
+    PeeringMarks,
     QueueBind,
     QueueDeclare,
     QueueDelete,
@@ -86,6 +87,11 @@ FULL: list[Record] = [
     ),
     StreamTruncate(vhost="v", queue="events", before=10),
     StreamTrack(vhost="v", queue="events", name="spark-audit", offset=11),
+    PeeringMarks(
+        vhost="v",
+        exchange="events",
+        marks={"version": 1, "marks": [["b", "x", 3, 7]], "seen": [["b", 3, 5, [7]]]},
+    ),
     SnapshotBegin(last_message_id=42),
     SnapshotEnd(),
 ]
@@ -104,6 +110,7 @@ MINIMAL: list[Record] = [
     StreamAppend(queue="s", offset=0, exchange="", body=b""),
     StreamTruncate(queue="s", before=0),
     StreamTrack(queue="s", name="c", offset=0),
+    PeeringMarks(exchange="x"),
     SnapshotBegin(),
     SnapshotEnd(),
 ]

@@ -1,0 +1,799 @@
+"""Exchange peering's trio shell: drives the sans-IO core of :mod:`amqlite.peering`.
+
+One :class:`PeeringService` per node. It owns one
+:class:`~amqlite.peering.PeeredExchange` per peered (vhost, exchange): those named
+by ``[[cluster_mta]]`` entries (whose links it dials) and those a remote dialer
+attached to (created on the first ``peer.hello``). It applies every action the
+core returns, in order (docs/peering.md, "Shell integration"):
+
+- one nursery-owned task per dialed link connection (connect, ``hello`` with role
+  ``peer-link``, then ``peer`` frames both ways) and one timer task that sleeps
+  until the core's next deadline;
+- accepted links ride on ordinary server connections (:class:`ClientConnection`
+  with role ``peer-link``), which hand their ``peer`` frames to :meth:`on_frame`;
+- bindings reach the core through a watcher on the exchange, publishes through the
+  dispatcher's hook (:meth:`hook_for`), deliveries from links are published into
+  the local exchange and confirmed once safe (after the journal commit when the
+  message is persistent).
+
+Persisted: the peering epoch (``PEERING_EPOCH`` in the data dir, bumped before use
+at every start) and the receive-side marks: after a batch of deliveries that wrote
+to the journal, a ``peering.marks`` record follows them, in which every message
+taken from a link so far counts as received; so whatever the journal holds after a
+crash, it holds the marks that cover it, and the restarted node drops what the
+sender sends again. Acknowledgements (and a new connection's ``resume``) only
+cover deliveries confirmed after the journal commit that holds them. The sending
+logs live in memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import structlog
+import trio
+
+from amqlite.broker import Message, PublishOutcome, Session
+from amqlite.config import PeeringConfig
+from amqlite.errors import AmqliteError, BrokerError, ReplyCode
+from amqlite.peering import (
+    Action,
+    Address,
+    Blocked,
+    BufferAvailable,
+    Connect,
+    Deliver,
+    Disconnect,
+    Envelope,
+    LinkSettings,
+    LinkState,
+    MemorySpill,
+    OverflowPolicy,
+    PeeredExchange,
+    PeeringProtocolError,
+    PeerLink,
+    Send,
+    SpillStore,
+    StateChanged,
+)
+from amqlite.peering.wire import Refused
+from amqlite.protocol import NEED_DATA, Connection, Role
+from amqlite.protocol import events as ev
+from amqlite.protocol.codec import check_headers, check_props
+from amqlite.store import PeeringMarks
+
+from .spill import FileSpill
+
+if TYPE_CHECKING:
+    from .connection import ClientConnection
+    from .node import BrokerNode
+
+log = structlog.get_logger("amqlite.peering")
+
+INF = float("inf")
+BATCH_BYTES = 256 * 1024  # peering maps sent in one ``peer`` frame, at most about
+BATCH = "peer.batch"
+ACCEPTOR_RETENTION = 24 * 3600.0  # an acceptor end waiting this long is removed
+EPOCH_FILE = "PEERING_EPOCH"
+SPILL_DIR = "peering-spill"
+RECEIVE_SIZE = 256 * 1024
+_LINK_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, AmqliteError)
+
+
+class _LinkFailed(Exception):
+    """The dialed connection could not be opened or ended; ``args[0]`` says why."""
+
+
+class _DialedConnection:
+    """The dialer's side of one link connection: a protocol connection and its
+    outgoing buffer (written by the link task's writer)."""
+
+    def __init__(self, proto: Connection) -> None:
+        self.proto = proto
+        self.out = bytearray()
+        self.wake = trio.Event()
+        self.cancel_scope = trio.CancelScope()
+
+    def send_map(self, msg: Mapping[str, Any]) -> None:
+        with contextlib.suppress(AmqliteError):
+            self.out += self.proto.send(ev.PeerMessage(dict(msg)))
+            self.wake.set()
+
+    def close(self, reason: str) -> None:
+        self.cancel_scope.cancel()
+
+
+@dataclass
+class _Held:
+    """``block`` policy: messages a full link refused, re-offered in order."""
+
+    envelopes: deque[tuple[Envelope, bool]] = field(default_factory=deque)
+    waiting: bool = False
+
+
+class _Watcher:
+    """The exchange's binding watcher: bindings -> ``px.bind``/``px.unbind``."""
+
+    def __init__(self, service: PeeringService, px: PeeredExchange) -> None:
+        self.service = service
+        self.px = px
+
+    def bound(self, queue: str, key: str, arguments: Mapping[str, Any]) -> None:
+        self.service.apply(self.px.bind(queue, key, arguments, now=trio.current_time()))
+
+    def unbound(self, queue: str, key: str, arguments: Mapping[str, Any]) -> None:
+        self.service.apply(self.px.unbind(queue, key, arguments, now=trio.current_time()))
+
+
+class PublishHook:
+    """What the dispatcher calls for a publish on a peered exchange."""
+
+    __slots__ = ("px", "service")
+
+    def __init__(self, service: PeeringService, px: PeeredExchange) -> None:
+        self.service = service
+        self.px = px
+
+    def envelope(self, message: Message) -> Envelope:
+        return self.px.envelope(
+            message.routing_key, message.body, message.headers, message.properties
+        )
+
+    def has_room(self, envelope: Envelope) -> bool:
+        """False when a ``block`` link is too full to take it (the publisher is
+        pushed back); the other policies always make room."""
+        return all(
+            link.has_room(envelope)
+            for link in self.px.links.values()
+            if link.settings.overflow is OverflowPolicy.BLOCK
+        )
+
+    def published(self, envelope: Envelope, outcome: PublishOutcome, now: float) -> None:
+        routed = outcome is not PublishOutcome.UNROUTABLE
+        self.service.apply(self.px.published(envelope, routed_locally=routed, now=now))
+
+
+class PeeringService:
+    """Every peered exchange of one node and their links; see the module docstring."""
+
+    def __init__(
+        self,
+        node: BrokerNode,
+        links: tuple[PeeringConfig, ...],
+        *,
+        acceptor_retention: float = ACCEPTOR_RETENTION,
+    ) -> None:
+        self.node = node
+        self.acceptor_retention = acceptor_retention
+        self._waiting_since: dict[str, float] = {}  # acceptor ends whose dialer is away
+        self.links_config = links
+        self.exchanges: dict[tuple[str, str], PeeredExchange] = {}
+        self.hooks: dict[str, dict[str, PublishHook]] = {}  # vhost -> exchange -> hook
+        self.epoch = 0
+        self.node_id = ""
+        self._configs: dict[str, PeeringConfig] = {}  # dialer link id -> its entry
+        self._owner: dict[str, PeeredExchange] = {}  # link id -> its exchange
+        self._conns: dict[str, _DialedConnection | ClientConnection] = {}
+        self._held: dict[str, _Held] = {}
+        self._commits_pending: dict[str, int] = {}
+        self._sessions: dict[str, Session] = {}
+        self._nursery: trio.Nursery | None = None
+        self._wake = trio.Event()
+        self._closing = False
+        self._depth = 0  # nested apply() calls
+        self._delivered = False  # deliveries since the last pump
+        self._outbox: dict[_DialedConnection | ClientConnection, list[dict[str, Any]]] = {}
+        self._flush_due = trio.Event()
+        self._timer_at = INF  # when the timer task wakes next
+        self.active = False  # peering runs (standalone, or the HA pair's active node)
+        self._marks_due: dict[tuple[str, str], PeeredExchange] = {}
+
+    # --- start ---------------------------------------------------------------------------
+
+    def _data_path(self, name: str) -> str | None:
+        storage = self.node.storage
+        return os.path.join(storage.directory, name) if storage is not None else None
+
+    def _next_epoch(self) -> int:
+        """Grows at every activation: a persisted counter, +1 each time (a node
+        without a data dir uses the clock). On an HA pair the active term's HA
+        epoch (pair-wide, higher at every promotion) goes in the high bits, so the
+        node that takes over continues above its peer's sending log."""
+        ha = self.node.ha
+        term = ha.machine.epoch if ha is not None and ha.machine is not None else 0
+        return (term << 32) + self._next_counter()
+
+    def _next_counter(self) -> int:
+        path = self._data_path(EPOCH_FILE)
+        if path is None:
+            return int(time.time() * 1000)
+        try:
+            with open(path, encoding="ascii") as f:
+                previous = int(f.read().strip() or 0)
+        except FileNotFoundError:
+            previous = 0
+        except (OSError, ValueError) as exc:
+            raise AmqliteError(f"cannot read the peering epoch from {path}: {exc}") from exc
+        epoch = previous + 1
+        _write_durably(path, f"{epoch}\n".encode("ascii"))
+        return epoch
+
+    def peering_node_id(self) -> str:
+        """An HA pair is one broker to its peers: both members use the pair's
+        addresses as their peering id."""
+        cluster = self.node.config.cluster
+        if cluster.enabled:
+            return f"{cluster.primary_peer},{cluster.backup_peer}"
+        return self.node.node_id
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Peer while this node serves (standalone, or the active node of its HA
+        pair): :meth:`ha_state_changed` starts and stops the links."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            self.ha_state_changed()
+            nursery.start_soon(self._timer)
+            nursery.start_soon(self._flusher)
+            task_status.started()
+
+    def _serving(self) -> bool:
+        return self.node.ha is None or self.node.state == "active"
+
+    def ha_state_changed(self) -> None:
+        """Called by the HA service after every change of this node's state."""
+        if self._nursery is None:
+            return  # not running yet: run() looks once it is
+        if self._serving() and not self.active:
+            self._activate()
+        elif not self._serving() and self.active:
+            self._deactivate()
+
+    def _activate(self) -> None:
+        """Start peering: a new sending-log epoch, the configured links (their
+        exchanges declared if missing), the receive marks from the journal."""
+        self.active = True
+        self.epoch = self._next_epoch()
+        self.node_id = self.peering_node_id()
+        now = trio.current_time()
+        counts: dict[tuple[str, str], int] = {}
+        for cfg in self.links_config:
+            counts[(cfg.vhost, cfg.name)] = counts.get((cfg.vhost, cfg.name), 0) + 1
+        starts: list[PeerLink] = []
+        for cfg in self.links_config:
+            px = self._exchange_for(cfg.vhost, cfg.name, declare=cfg, max_hops=cfg.max_hops)
+            assert px is not None
+            alone = counts[(cfg.vhost, cfg.name)] == 1
+            link_name = cfg.name if alone else f"{cfg.name}->{cfg.hosts}"
+            link = px.add_link(
+                LinkSettings(
+                    name=link_name,
+                    mode=cfg.mode,
+                    addresses=cfg.host,
+                    buffer_bytes=cfg.buffer_bytes,
+                    overflow=cfg.overflow,
+                    heartbeat=cfg.heartbeat,
+                )
+            )
+            self._configs[link.id] = cfg
+            self._owner[link.id] = px
+            starts.append(link)
+        log.info("peering_started", node=self.node_id, epoch=self.epoch, links=len(starts))
+        for link in starts:
+            self.apply(link.start(now))
+
+    def _deactivate(self) -> None:
+        """Stop peering (this HA node became passive): close every link end and
+        forget the peering state; the next activation rebuilds it from the journal."""
+        now = trio.current_time()
+        for px in list(self.exchanges.values()):
+            for link_id in list(px.links):
+                self.apply(px.remove_link(link_id, now))
+            vhost = self.node.broker.vhost(px.ctx.vhost)
+            exchange = vhost.exchanges.get(px.ctx.exchange) if vhost is not None else None
+            if exchange is not None and isinstance(exchange.watcher, _Watcher):
+                exchange.watcher = None
+        for conn in list(self._conns.values()):
+            conn.close("peering stopped: this node is not active")
+        self._conns.clear()
+        for hooks in self.hooks.values():
+            hooks.clear()  # the dispatchers hold these dicts
+        self.exchanges.clear()
+        self._configs.clear()
+        self._owner.clear()
+        self._held.clear()
+        self._commits_pending.clear()
+        self._sessions.clear()
+        self._marks_due.clear()
+        self._waiting_since.clear()
+        self.active = False
+        log.info("peering_stopped", node=self.node_id)
+
+    def _session(self, vhost: str) -> Session:
+        session = self._sessions.get(vhost)
+        if session is None or session.closed:
+            session = self._sessions[vhost] = self.node.broker.open_session(vhost, owner=self)
+        return session
+
+    def _exchange_for(
+        self,
+        vhost_name: str,
+        exchange_name: str,
+        *,
+        declare: PeeringConfig | None = None,
+        max_hops: int = 8,
+    ) -> PeeredExchange | None:
+        """The peered exchange, created (and its exchange declared, for a configured
+        link) on first use; None when the exchange does not exist here."""
+        px = self.exchanges.get((vhost_name, exchange_name))
+        if px is not None:
+            return px
+        vhost = self.node.broker.vhost(vhost_name)
+        if vhost is None:
+            return None
+        exchange = vhost.exchanges.get(exchange_name)
+        if exchange is None and declare is not None:
+            self._session(vhost_name).declare_exchange(exchange_name, declare.type, durable=True)
+            exchange = vhost.exchanges[exchange_name]
+        if exchange is None or exchange_name == "":
+            return None
+        px = PeeredExchange(
+            node_id=self.node_id,
+            epoch=self.epoch,
+            exchange=exchange_name,
+            exchange_type=exchange.kind,
+            vhost=vhost_name,
+            rand=random.Random().random,
+            max_hops=max_hops,
+            acceptor=LinkSettings(name="acceptor", overflow=OverflowPolicy.DROP_OLDEST),
+            spill_store=self._spill_store,
+        )
+        storage = self.node.storage
+        journal = storage.journal if storage is not None else None
+        saved = journal.state.peering.get((vhost_name, exchange_name)) if journal else None
+        if saved is not None:
+            try:
+                px.restore(saved.marks)
+            except ValueError as exc:
+                log.error("peering_marks_ignored", exchange=exchange_name, error=str(exc))
+        now = trio.current_time()
+        for binding in exchange.bindings.values():
+            px.bind(binding.queue.name, binding.key, binding.arguments, now=now)
+        exchange.watcher = _Watcher(self, px)
+        self.exchanges[(vhost_name, exchange_name)] = px
+        self.hooks.setdefault(vhost_name, {})[exchange_name] = PublishHook(self, px)
+        return px
+
+    def _spill_store(self, link_id: str) -> SpillStore:
+        """On disk (``peering-spill/`` in the data dir), or in memory without one."""
+        storage = self.node.storage
+        if storage is None:
+            return MemorySpill()
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in link_id)
+        return FileSpill(os.path.join(storage.directory, SPILL_DIR, f"{name}.spill"))
+
+    def hook_for(self, vhost: str) -> dict[str, PublishHook]:
+        """The dispatcher's view: exchange name -> hook, for one vhost (a live dict)."""
+        return self.hooks.setdefault(vhost, {})
+
+    # --- applying actions ----------------------------------------------------------------
+
+    def apply(self, actions: list[Action]) -> None:
+        """Apply the core's actions in order (docs/peering.md, "Applying actions").
+        Every call into the core goes through here, even when it returned nothing:
+        it may have moved a deadline (a delayed ack), which the flusher checks."""
+        if actions:
+            self._depth += 1
+            try:
+                self._apply(actions)
+            finally:
+                self._depth -= 1
+        if self._depth:
+            return
+        if self._marks_due:
+            self._record_marks()
+        if self._delivered:
+            self._delivered = False
+            self.node.pump()
+        self._flush_due.set()  # the flusher runs once this task yields
+
+    async def _flusher(self) -> None:
+        """Once the task that called into the core yields: sends what the core asked
+        for (so what a whole turn of a connection's requests produced travels
+        together), and wakes the timer if a deadline moved earlier."""
+        while True:
+            await self._flush_due.wait()
+            self._flush_due = trio.Event()
+            if self._outbox:
+                self._flush()
+            if self._next_deadline() < self._timer_at:
+                self._wake.set()
+
+    def _flush(self) -> None:
+        """Consecutive maps of one connection go in one ``peer`` frame
+        (``peer.batch``) of at most about BATCH_BYTES."""
+        outbox, self._outbox = self._outbox, {}
+        for conn, maps in outbox.items():
+            batch: list[dict[str, Any]] = []
+            size = 0
+            for m in maps:
+                body = m.get("body")
+                size += 256 + (len(body) if isinstance(body, bytes) else 0)
+                batch.append(m)
+                if size >= BATCH_BYTES:
+                    conn.send_map(_batched(batch))
+                    batch, size = [], 0
+            if batch:
+                conn.send_map(_batched(batch))
+
+    def _receive(self, link: PeerLink, msg: dict[str, Any], now: float) -> None:
+        """One ``peer`` frame for ``link``: a peering map, or a batch of them."""
+        if msg.get("type") != BATCH:
+            self.apply(link.receive(msg, now))
+            return
+        items = msg.get("msgs")
+        if not isinstance(items, list):
+            self.apply(link.receive({"type": BATCH}, now))  # malformed: the core says so
+            return
+        self._depth += 1
+        try:
+            for item in items:
+                self.apply(link.receive(item, now))
+        finally:
+            self._depth -= 1
+        self.apply([])
+
+    def _next_deadline(self) -> float:
+        due = min((px.next_deadline() for px in self.exchanges.values()), default=INF)
+        if self._waiting_since:
+            due = min(due, min(self._waiting_since.values()) + self.acceptor_retention)
+        return due
+
+    def _retire_acceptors(self, now: float) -> None:
+        """Remove acceptor ends whose dialer has been away past the retention time
+        (with what they held for it)."""
+        for link_id, since in list(self._waiting_since.items()):
+            if now < since + self.acceptor_retention:
+                continue
+            del self._waiting_since[link_id]  # always: a past deadline would spin the timer
+            px = self._owner.get(link_id)
+            if px is None:
+                continue
+            log.warning("peering_acceptor_retired", link=link_id, waited=round(now - since, 3))
+            self.apply(px.remove_link(link_id, now))
+            self._owner.pop(link_id, None)
+            self._held.pop(link_id, None)
+
+    def _record_marks(self) -> None:
+        """Journal the marks after the deliveries just journaled (see the module
+        docstring): every message taken from a link counts as received."""
+        storage = self.node.storage
+        due, self._marks_due = self._marks_due, {}
+        if storage is None:
+            return
+        for px in due.values():
+            ctx = px.ctx
+            snapshot = px.snapshot()
+            rows = []
+            for node, link, epoch, settled in snapshot["marks"]:
+                mark = ctx.marks.mark(node, link, epoch)
+                rows.append([node, link, epoch, max(settled, mark.accepted if mark else 0)])
+            snapshot["marks"] = rows
+            storage.record(PeeringMarks(vhost=ctx.vhost, exchange=ctx.exchange, marks=snapshot))
+
+    def _apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Send):
+                conn = self._conns.get(action.link)
+                if conn is not None:
+                    self._outbox.setdefault(conn, []).append(action.message.to_map())
+            elif isinstance(action, Deliver):
+                self._deliver(action)
+            elif isinstance(action, Connect):
+                assert self._nursery is not None
+                self._nursery.start_soon(self._dial, action.link, action.address)
+            elif isinstance(action, Disconnect):
+                old = self._conns.pop(action.link, None)
+                if old is not None:
+                    old.close(action.reason)
+                log.info("peering_disconnected", link=action.link, reason=action.reason)
+            elif isinstance(action, Blocked):
+                held = self._held.setdefault(action.link, _Held())
+                held.envelopes.append((action.envelope, False))
+                held.waiting = True
+            elif isinstance(action, BufferAvailable):
+                self._resume_held(action.link)
+            elif isinstance(action, StateChanged):
+                if action.new is LinkState.WAITING:
+                    self._waiting_since[action.link] = trio.current_time()
+                else:
+                    self._waiting_since.pop(action.link, None)
+                log.info(
+                    "peering_link_state",
+                    link=action.link,
+                    old=action.old.value,
+                    new=action.new.value,
+                    reason=action.reason,
+                )
+
+    def _link(self, link_id: str) -> PeerLink | None:
+        px = self._owner.get(link_id)
+        return px.links.get(link_id) if px is not None else None
+
+    def _resume_held(self, link_id: str) -> None:
+        held = self._held.get(link_id)
+        link = self._link(link_id)
+        if held is None or link is None:
+            return
+        held.waiting = False
+        now = trio.current_time()
+        while held.envelopes and not held.waiting:
+            envelope, routed = held.envelopes.popleft()
+            actions = link.offer(envelope, routed_locally=routed, now=now)
+            blocked = [a for a in actions if isinstance(a, Blocked)]
+            if blocked:
+                held.envelopes.appendleft((envelope, routed))
+                held.waiting = True
+                actions = [a for a in actions if not isinstance(a, Blocked)]
+            self.apply(actions)
+
+    def _deliver(self, action: Deliver) -> None:
+        px = self._owner.get(action.link)
+        link = self._link(action.link)
+        if px is None or link is None:
+            return
+        env = action.envelope
+        node = self.node
+        storage = node.storage
+        before = storage.appended if storage is not None else 0
+        message = Message(
+            px.ctx.exchange, env.routing_key, env.body, dict(env.headers), dict(env.properties)
+        )
+        now = trio.current_time()
+        bad = check_headers(message.headers) or check_props(message.properties)
+        try:
+            if bad is not None:  # only a broken peer sends these: never store them
+                raise BrokerError(f"malformed headers or properties: {bad}")
+            outcome = self._session(px.ctx.vhost).publish(message, now=now)
+        except AmqliteError as exc:  # the exchange went away: nothing routes it
+            log.warning("peering_deliver_failed", link=action.link, error=exc.text)
+            outcome = PublishOutcome.UNROUTABLE
+        self._delivered = True
+        tag = action.tag
+        wrote = storage is not None and storage.appended != before
+        if wrote:
+            self._marks_due[(px.ctx.vhost, px.ctx.exchange)] = px
+        if storage is not None and (wrote or self._commits_pending.get(action.link)):
+            self._commits_pending[action.link] = self._commits_pending.get(action.link, 0) + 1
+
+            def committed(reply: ev.Event) -> None:
+                pending = self._commits_pending
+                pending[action.link] = pending.get(action.link, 1) - 1
+                if not isinstance(reply, ev.Ok):  # the disk dropped it: logged by storage
+                    log.error("peering_delivery_not_stored", link=action.link, tag=tag)
+                self.apply(link.confirm(tag, trio.current_time()))
+
+            # like a client's confirm: after the commit, and on an HA pair after the
+            # passive node holds it too
+            storage.hold(before + 1, committed, ev.Status(0), ev.Ok(0))
+        else:
+            self.apply(link.confirm(tag, now))
+        if len(px.links) > 1:  # it travels on to the other links (rings, meshes)
+            routed = outcome is not PublishOutcome.UNROUTABLE
+            self.apply(px.published(env, routed_locally=routed, now=now))
+
+    # --- the dialer's connections ----------------------------------------------------
+
+    async def _dial(self, link_id: str, address: Address) -> None:
+        """One connection attempt of a dialer link, and the connection if it opens.
+        The connection is the link's from the start, so a ``Disconnect`` (a connect
+        timeout, a protocol error) cancels it wherever it is."""
+        link = self._link(link_id)
+        cfg = self._configs.get(link_id)
+        if link is None or cfg is None:
+            return
+        max_frame = self.node.config.server.max_frame_bytes
+        conn = _DialedConnection(Connection(Role.CLIENT, max_frame_size=max_frame))
+        old = self._conns.get(link_id)
+        if old is not None:
+            old.close("a new connection attempt")
+        self._conns[link_id] = conn
+        reason = "connection closed"
+        try:
+            with conn.cancel_scope:
+                stream = await trio.open_tcp_stream(address.host, address.port)
+                async with stream:
+                    await self._open(stream, conn.proto, cfg, address)
+                    if self._conns.get(link_id) is not conn:
+                        return
+                    self.apply(link.connected(trio.current_time()))
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(self._writer, stream, conn)
+                        reason = await self._reader(stream, conn.proto, link)
+                        nursery.cancel_scope.cancel()
+        except* _LinkFailed as group:
+            reason = str(group.exceptions[0])
+        except* _LINK_ERRORS as group:
+            reason = f"{address}: {type(group.exceptions[0]).__name__}: {group.exceptions[0]}"
+        except* Exception as group:  # a bug costs this connection, never the node
+            log.error("peering_link_crashed", link=link_id, exc_info=group)
+            reason = f"internal error: {group.exceptions[0]!r}"
+        finally:
+            if self._conns.get(link_id) is conn:
+                del self._conns[link_id]
+                if not self._closing:
+                    self.apply(link.connection_lost(trio.current_time(), reason))
+
+    async def _open(
+        self,
+        stream: trio.SocketStream,
+        proto: Connection,
+        cfg: PeeringConfig,
+        address: Address,
+    ) -> None:
+        hello = ev.Hello(
+            1,
+            vhost=cfg.vhost,
+            login=cfg.login,
+            password=cfg.password,
+            client=f"peering {self.node_id}",
+            role="peer-link",
+        )
+        await stream.send_all(proto.send(hello))
+        reply = await _receive(stream, proto)  # the link's connect timeout bounds it
+        if isinstance(reply, ev.Refused):
+            raise _LinkFailed(f"{address} refused the link: {reply.code} {reply.text}")
+        if not isinstance(reply, ev.Welcome):
+            raise _LinkFailed(f"{address} answered hello with {reply.METHOD!r}")
+
+    async def _writer(self, stream: trio.SocketStream, conn: _DialedConnection) -> None:
+        while True:
+            if not conn.out:
+                conn.wake = trio.Event()
+                await conn.wake.wait()
+                continue
+            data, conn.out = conn.out, bytearray()
+            await stream.send_all(data)
+
+    async def _reader(self, stream: trio.SocketStream, proto: Connection, link: PeerLink) -> str:
+        while True:
+            data = await stream.receive_some(RECEIVE_SIZE)
+            proto.receive_data(data)
+            now = trio.current_time()
+            while True:
+                event = proto.next_event()
+                if event is NEED_DATA:
+                    break
+                if isinstance(event, ev.PeerMessage):
+                    self._receive(link, event.msg, now)
+                elif isinstance(event, ev.Close):
+                    return f"the remote closed the connection: {event.code} {event.text}"
+                elif isinstance(event, ev.EndOfStream):
+                    return "the remote closed the connection"
+            if not data:
+                return "the remote closed the connection"
+            await trio.lowlevel.checkpoint()
+
+    # --- the acceptor's connections (server side) ---------------------------------------
+
+    def on_frame(self, conn: ClientConnection, msg: dict[str, Any]) -> None:
+        """A ``peer`` frame on a server connection opened with role ``peer-link``."""
+        now = trio.current_time()
+        if not self.active:
+            conn.close_from_server(ReplyCode.NOT_ACTIVE, f"node {self.node.node_id} is not active")
+            return
+        link_id = conn.peer_link_id
+        if link_id is not None:
+            link = self._link(link_id)
+            if link is not None and self._conns.get(link_id) is conn:
+                self._receive(link, msg, now)
+            return
+        vhost, exchange = msg.get("vhost"), msg.get("exchange")
+        px = (
+            self._exchange_for(vhost, exchange)
+            if isinstance(vhost, str) and isinstance(exchange, str) and vhost == conn.vhost
+            else None
+        )
+        if px is None:
+            text = f"no exchange {exchange!r} in vhost {vhost!r} to peer with"
+            conn.send_map(Refused(ReplyCode.NOT_FOUND, text).to_map())
+            conn.close_from_server(ReplyCode.NOT_FOUND, text)
+            return
+        if not conn.may_peer(px.ctx.exchange):
+            text = f"user {conn.user!r} may not read and write exchange {exchange!r}"
+            conn.send_map(Refused(ReplyCode.ACCESS_REFUSED, text).to_map())
+            conn.close_from_server(ReplyCode.ACCESS_REFUSED, text)
+            return
+        try:
+            attached, actions = px.attach(msg, now)
+        except PeeringProtocolError as exc:
+            conn.close_from_server(exc.code, exc.text)
+            return
+        if attached is None:
+            for action in actions:
+                if isinstance(action, Send):
+                    conn.send_map(action.message.to_map())
+                elif isinstance(action, Disconnect):
+                    conn.close_from_server(ReplyCode.PRECONDITION_FAILED, action.reason)
+            return
+        old = self._conns.pop(attached.id, None)
+        if old is not None and old is not conn:
+            old.close("replaced by a new connection")
+        self._owner[attached.id] = px
+        self._conns[attached.id] = conn
+        conn.peer_link_id = attached.id
+        log.info("peering_link_accepted", link=attached.id, peer=conn.peer)
+        self.apply(actions)
+
+    def on_closed(self, conn: ClientConnection) -> None:
+        """A ``peer-link`` server connection ended."""
+        link_id = conn.peer_link_id
+        if link_id is None or self._conns.get(link_id) is not conn:
+            return
+        del self._conns[link_id]
+        link = self._link(link_id)
+        if link is not None:
+            self.apply(link.connection_lost(trio.current_time(), "connection closed"))
+
+    # --- time and persistence -----------------------------------------------------------
+
+    async def _timer(self) -> None:
+        while True:
+            self._timer_at = self._next_deadline()
+            with trio.move_on_at(min(self._timer_at, trio.current_time() + 3600)):
+                await self._wake.wait()
+            self._wake = trio.Event()
+            self._timer_at = -INF  # ticking: no wake-ups needed meanwhile
+            now = trio.current_time()
+            for px in list(self.exchanges.values()):
+                self.apply(px.tick(now))
+            if self._waiting_since:
+                self._retire_acceptors(now)
+
+    def close(self) -> None:
+        """Shutting down: connection losses are no longer reported to the core."""
+        self._closing = True
+
+    def status(self) -> list[dict[str, Any]]:
+        """Every link end, for ``status`` under ``links``."""
+        now = trio.current_time()
+        out: list[dict[str, Any]] = []
+        for px in self.exchanges.values():
+            for item in px.status(now):
+                held = self._held.get(item["link"])
+                item["held"] = len(held.envelopes) if held is not None else 0
+                out.append(item)
+        return out
+
+
+def _batched(maps: list[dict[str, Any]]) -> dict[str, Any]:
+    return maps[0] if len(maps) == 1 else {"type": BATCH, "msgs": maps}
+
+
+async def _receive(stream: trio.SocketStream, proto: Connection) -> ev.Event:
+    while True:
+        event = proto.next_event()
+        if event is not NEED_DATA:
+            assert isinstance(event, ev.Event)
+            if isinstance(event, ev.Heartbeat):
+                continue
+            return event
+        data = await stream.receive_some(RECEIVE_SIZE)
+        proto.receive_data(data)
+        if not data:
+            raise _LinkFailed("the remote closed the connection during the handshake")
+
+
+def _write_durably(path: str, data: bytes) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

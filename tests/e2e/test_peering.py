@@ -1,0 +1,650 @@
+"""Exchange peering with real broker processes on loopback: each mode between two
+brokers, link cuts through a fault-injecting proxy under a message stream (0 lost,
+0 duplicated, 0 reordered), a subscribe-mode outage, a ring of brokers with mode
+publish both ways (every consumer gets every message exactly once), and interest
+(messages nobody remote bound put no bytes on the link)."""
+
+from __future__ import annotations
+
+import random
+import signal
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+import amqlite
+from tests.faultproxy import FaultProxy
+
+from .procs import ServerProcess, run_cli, start_server
+from .test_ha_pair import _drain, free_port, ha_pair, serve_somewhere
+
+pytestmark = pytest.mark.e2e
+
+EXCHANGE = "x"
+
+
+@dataclass
+class Site:
+    """One broker process and the ``[[cluster_mta]]`` entries of its config."""
+
+    name: str
+    port: int
+    links: list[tuple[str, str]] = field(default_factory=list)  # (host, mode)
+    proc: ServerProcess | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@dataclass
+class Sites:
+    tmp: Path
+    nursery: trio.Nursery
+    sites: dict[str, Site] = field(default_factory=dict)
+
+    def add(self, name: str) -> Site:
+        site = self.sites[name] = Site(name, free_port())
+        return site
+
+    def __getitem__(self, name: str) -> Site:
+        return self.sites[name]
+
+    async def start(self, name: str) -> Site:
+        site = self.sites[name]
+        config = self.tmp / f"{name}.toml"
+        text = f'[server]\nnode_id = "{name}"\n'
+        for host, mode in site.links:
+            text += (
+                f'\n[[cluster_mta]]\nname = "{EXCHANGE}"\nhost = "{host}"\nmode = "{mode}"\n'
+                'login = "guest"\npassword = "guest"\ntype = "topic"\n'
+            )
+        config.write_text(text)
+        site.proc = await start_server(
+            "--config", str(config), "--port", str(site.port),
+            "--data-dir", str(self.tmp / f"data-{name}"),
+        )  # fmt: skip
+        self.nursery.start_soon(_drain, site.proc, self.tmp / f"{name}.log")
+        if not site.links:  # an accepting-only site: the exchange must exist there
+            async with amqlite.connect(site.address) as conn:
+                await conn.declare_exchange(EXCHANGE, "topic", durable=True)
+        return site
+
+    async def links(self, name: str) -> list[dict[str, Any]]:
+        async with amqlite.connect(
+            self.sites[name].address, role="monitor", reconnect=False
+        ) as conn:
+            status = await conn.status()
+        links: list[dict[str, Any]] = status["links"]
+        return links
+
+    async def wait(
+        self, name: str, predicate: Callable[[list[dict[str, Any]]], bool], deadline: float = 20
+    ) -> list[dict[str, Any]]:
+        """Poll ``name``'s links (another process) until ``predicate`` holds."""
+        with trio.fail_after(deadline):
+            while True:
+                links = await self.links(name)
+                if predicate(links):
+                    return links
+                await trio.sleep(0.05)
+
+    async def wait_up(self, *names: str, deadline: float = 20) -> None:
+        for name in names:
+            await self.wait(
+                name, lambda ls: bool(ls) and all(x["state"] == "up" for x in ls), deadline
+            )
+
+
+@asynccontextmanager
+async def sites(tmp_path: Path) -> AsyncIterator[Sites]:
+    async with trio.open_nursery() as nursery:
+        group = Sites(tmp_path, nursery)
+        try:
+            yield group
+        finally:
+            for site in group.sites.values():
+                if site.proc is not None and site.proc.proc.returncode is None:
+                    site.proc.proc.send_signal(signal.SIGCONT)
+                    site.proc.proc.kill()
+                    await site.proc.proc.wait()
+            nursery.cancel_scope.cancel()
+
+
+def _dialer(links: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(x for x in links if x["role"] == "dialer")
+
+
+def _acceptor(links: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(x for x in links if x["role"] == "acceptor")
+
+
+class StreamChecker:
+    """Per-producer sequence numbers in, lost / duplicated / reordered out."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, Counter[int]] = defaultdict(Counter)
+        self.last: dict[str, int] = {}
+        self.reordered = 0
+        self.total = 0
+        self._waiting: list[tuple[int, trio.Event]] = []
+
+    def reached(self, total: int) -> trio.Event:
+        """An event set once ``total`` messages were recorded."""
+        event = trio.Event()
+        if self.total >= total:
+            event.set()
+        else:
+            self._waiting.append((total, event))
+        return event
+
+    def record(self, producer: str, seq: int) -> None:
+        self.total += 1
+        if self._waiting:
+            for total, event in self._waiting:
+                if self.total >= total:
+                    event.set()
+        if self.seen[producer][seq] == 0 and seq < self.last.get(producer, -1):
+            self.reordered += 1
+        self.seen[producer][seq] += 1
+        self.last[producer] = max(seq, self.last.get(producer, -1))
+
+    def report(self, expected: dict[str, int]) -> dict[str, int]:
+        lost = sum(1 for p, n in expected.items() for s in range(n) if self.seen[p][s] == 0)
+        duplicated = sum(c - 1 for counts in self.seen.values() for c in counts.values() if c > 1)
+        return {"lost": lost, "duplicated": duplicated, "reordered": self.reordered}
+
+
+async def _consume_into(
+    address: str,
+    key: str,
+    checker: StreamChecker,
+    done: trio.Event,
+    total: int,
+    durable: str = "",
+) -> None:
+    """Consume ``total`` messages from a queue bound with ``key`` (an exclusive one,
+    or the durable queue ``durable``) into ``checker``."""
+    async with amqlite.connect(address) as conn:
+        if durable:
+            q = (await conn.declare_queue(durable, durable=True)).name
+        else:
+            q = (await conn.declare_queue("", exclusive=True)).name
+        await conn.bind(q, EXCHANGE, key)
+        consumer = await conn.consume(q, no_ack=True, prefetch=1000)
+        done.set()  # bound: the interest is on its way
+        async for d in consumer:
+            checker.record(str(d.headers["p"]), int(d.headers["s"]))
+            if checker.total >= total:
+                return
+
+
+async def _publish(
+    address: str, producer: str, n: int, key: str = "k.a", size: int = 16, persistent: bool = False
+) -> None:
+    body = b"x" * size
+    async with amqlite.connect(address) as conn:
+        for seq in range(n):
+            await conn.publish(
+                EXCHANGE, key, body, headers={"p": producer, "s": seq}, persistent=persistent
+            )
+        await conn.publish(EXCHANGE, "sync", b"", confirm=True)
+
+
+# --- each mode, positive and negative ----------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["publish", "subscribe", "forward"])
+async def test_each_mode_between_two_brokers(tmp_path: Path, mode: str) -> None:
+    async with sites(tmp_path) as group:
+        group.add("a")
+        b = group.add("b")
+        group["a"].links.append((b.address, mode))
+        await group.start("b")
+        await group.start("a")
+        await group.wait_up("a", "b")
+        # the side messages come from, and the side that receives them
+        source, sink = ("b", "a") if mode == "subscribe" else ("a", "b")
+        async with (
+            amqlite.connect(group[source].address) as src,
+            amqlite.connect(group[sink].address) as dst,
+        ):
+            wanted = (await dst.declare_queue("", exclusive=True)).name
+            await dst.bind(wanted, EXCHANGE, "wanted.*")
+            got = await dst.consume(wanted, no_ack=True)
+            sender = "b" if mode == "subscribe" else "a"
+            sender_end = _acceptor if mode == "subscribe" else _dialer
+            await group.wait(sender, lambda ls: sender_end(ls)["interest_size"] == 1)
+            local_taker = None
+            if mode == "forward":  # a local queue takes "wanted.here": it stays here
+                local_taker = (await src.declare_queue("", exclusive=True)).name
+                await src.bind(local_taker, EXCHANGE, "wanted.here")
+            for i in range(20):
+                await src.publish(EXCHANGE, "wanted.one", b"w%d" % i)
+                await src.publish(EXCHANGE, "unwanted.one", b"u%d" % i)  # negative: nobody bound
+                if mode == "forward":
+                    await src.publish(EXCHANGE, "wanted.here", b"h%d" % i)  # negative: local
+            bodies = []
+            with trio.fail_after(20):
+                async for d in got:
+                    bodies.append(d.body)
+                    if len(bodies) == 20:
+                        break
+            assert bodies == [b"w%d" % i for i in range(20)]
+            end = await group.wait(sender, lambda ls: sender_end(ls)["lag_messages"] == 0)
+            skipped = sender_end(end)["skipped"]
+            assert skipped["no-interest"] == 20
+            assert sender_end(end)["forwarded"] == 20
+            if mode == "forward":
+                assert skipped["delivered-locally"] == 20
+                assert local_taker is not None
+                status = await src.status()
+                (queue,) = [
+                    q for v in status["vhosts"] for q in v["queues"] if q["name"] == local_taker
+                ]
+                assert queue["messages"] == 20
+            if mode == "publish":  # publish mode carries nothing back
+                await dst.publish(EXCHANGE, "wanted.back", b"back", confirm=True)
+                links = await group.links("b")
+                assert _acceptor(links)["forwarded"] == 0
+
+
+# --- link cuts under a stream ------------------------------------------------------
+
+
+async def _cut_at(proxy: FaultProxy, checker: StreamChecker, thresholds: list[int]) -> None:
+    """Cut the link each time the receiving consumer passes a threshold: hold what
+    the sender sends until some bytes are held, then reset the connection, so what
+    was on the wire is lost and must be sent again."""
+    accepted = 0  # connections accepted when the last cut was made
+    for threshold in thresholds:
+        await checker.reached(threshold).wait()
+        while True:  # cut the link's current connection (a new one since the last cut)
+            stats = await proxy.wait_for(lambda st, seen=accepted: st.accepted > seen)
+            accepted = stats.accepted
+            proxy.partition()
+            held = await proxy.wait_for(
+                lambda st, sent=stats.bytes_from_client: st.bytes_from_client > sent or st.open == 0
+            )
+            cut = proxy.cut()
+            proxy.heal()
+            if cut and held.open:
+                break
+
+
+async def _cut_stream(tmp_path: Path, total: int, producers: int, cuts: int) -> None:
+    async with sites(tmp_path) as group:
+        a, b = group.add("a"), group.add("b")
+        proxy = FaultProxy(("127.0.0.1", b.port))
+        await group.nursery.start(proxy.run)
+        a.links.append((proxy.address, "publish"))
+        await group.start("b")
+        await group.start("a")
+        await group.wait_up("a", "b")
+        checker = StreamChecker()
+        per_producer = total // producers
+        expected = {f"p{i}": per_producer for i in range(producers)}
+        bound = trio.Event()
+        with trio.fail_after(60 + total / 500):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    _consume_into, b.address, "k.*", checker, bound, per_producer * producers, "q"
+                )
+                await bound.wait()
+                await group.wait("a", lambda ls: _dialer(ls)["interest_size"] == 1)
+                rng = random.Random(5)
+                thresholds = sorted(rng.sample(range(total // 20, total - total // 20), cuts))
+                nursery.start_soon(_cut_at, proxy, checker, thresholds)
+                async with trio.open_nursery() as publishers:
+                    for producer in expected:
+                        # persistent into a durable queue: the receiver acknowledges only
+                        # after its journal commit
+                        publishers.start_soon(
+                            _publish, a.address, producer, per_producer, "k.a", 16, True
+                        )
+        report = checker.report(expected)
+        assert report == {"lost": 0, "duplicated": 0, "reordered": 0}, report
+        assert proxy.stats.cuts == cuts, proxy.stats
+        links = await group.links("a")
+        assert _dialer(links)["reconnects"] >= cuts
+        b_links = await group.links("b")
+        assert _acceptor(b_links)["received"] == total
+
+
+async def test_random_link_cuts_lose_duplicate_and_reorder_nothing(tmp_path: Path) -> None:
+    await _cut_stream(tmp_path, total=6000, producers=3, cuts=10)
+
+
+@pytest.mark.soak
+async def test_random_link_cuts_over_100k_messages(tmp_path: Path) -> None:
+    await _cut_stream(tmp_path, total=100_000, producers=4, cuts=60)
+
+
+# --- subscribe: an outage --------------------------------------------------------
+
+
+async def test_subscribe_outage_what_was_published_remotely_arrives_after_reconnect(
+    tmp_path: Path,
+) -> None:
+    async with sites(tmp_path) as group:
+        a, b = group.add("a"), group.add("b")
+        proxy = FaultProxy(("127.0.0.1", b.port))
+        await group.nursery.start(proxy.run)
+        a.links.append((proxy.address, "subscribe"))
+        await group.start("b")
+        await group.start("a")
+        await group.wait_up("a", "b")
+        checker = StreamChecker()
+        bound = trio.Event()
+        n = 500
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_consume_into, a.address, "k.*", checker, bound, 2 * n)
+                await bound.wait()
+                await group.wait("b", lambda ls: _acceptor(ls)["interest_size"] == 1)
+                await _publish(b.address, "before", n)
+                proxy.partition(refuse_new=True)
+                proxy.cut()
+                await group.wait("b", lambda ls: _acceptor(ls)["state"] == "waiting")
+                await _publish(b.address, "during", n)
+                during = await group.links("b")
+                assert _acceptor(during)["lag_messages"] >= n  # held for the subscriber
+                assert checker.seen["during"].total() == 0
+                proxy.heal()
+        report = checker.report({"before": n, "during": n})
+        assert report == {"lost": 0, "duplicated": 0, "reordered": 0}, report
+        links = await group.wait("b", lambda ls: _acceptor(ls)["lag_messages"] == 0)
+        assert _acceptor(links)["state"] == "up"
+
+
+# --- rings and meshes with mode publish both ways ---------------------------------
+
+
+def _ring(n: int) -> list[tuple[int, int]]:
+    edges = {(i, (i + 1) % n) for i in range(n)} | {((i + 1) % n, i) for i in range(n)}
+    return sorted(edges)
+
+
+def _mesh(n: int) -> list[tuple[int, int]]:
+    return [(i, j) for i in range(n) for j in range(n) if i != j]
+
+
+async def _topology(tmp_path: Path, n: int, edges: list[tuple[int, int]], per_site: int) -> None:
+    async with sites(tmp_path) as group:
+        names = [f"s{i}" for i in range(n)]
+        for name in names:
+            group.add(name)
+        for i, j in edges:
+            group[names[i]].links.append((group[names[j]].address, "publish"))
+        for name in names:
+            await group.start(name)
+        await group.wait_up(*names, deadline=30)
+        checkers = {name: StreamChecker() for name in names}
+        expected = {name: per_site for name in names}
+        total = per_site * n
+        with trio.fail_after(90):
+            async with trio.open_nursery() as nursery:
+                for name in names:
+                    bound = trio.Event()
+                    nursery.start_soon(
+                        _consume_into, group[name].address, "k.*", checkers[name], bound, total
+                    )
+                    await bound.wait()
+                for name in names:  # every dialer knows every remote binding
+                    await group.wait(name, lambda ls: all(x["interest_size"] == 1 for x in ls), 30)
+                async with trio.open_nursery() as publishers:
+                    for name in names:
+                        publishers.start_soon(_publish, group[name].address, name, per_site)
+        for name in names:
+            report = checkers[name].report(expected)
+            assert report == {"lost": 0, "duplicated": 0, "reordered": 0}, (name, report)
+            assert checkers[name].total == total
+
+
+async def test_ring_of_3_with_mode_publish_both_ways_delivers_exactly_once(tmp_path: Path) -> None:
+    await _topology(tmp_path, 3, _ring(3), per_site=300)
+
+
+@pytest.mark.soak
+@pytest.mark.parametrize(("n", "shape"), [(4, "ring"), (5, "ring"), (4, "mesh")])
+async def test_larger_rings_and_a_mesh_deliver_exactly_once(
+    tmp_path: Path, n: int, shape: str
+) -> None:
+    edges = _ring(n) if shape == "ring" else _mesh(n)
+    await _topology(tmp_path, n, edges, per_site=500)
+
+
+# --- interest ---------------------------------------------------------------------
+
+
+async def test_messages_nobody_remote_bound_put_no_bytes_on_the_link(tmp_path: Path) -> None:
+    async with sites(tmp_path) as group:
+        a, b = group.add("a"), group.add("b")
+        proxy = FaultProxy(("127.0.0.1", b.port))
+        await group.nursery.start(proxy.run)
+        a.links.append((proxy.address, "publish"))
+        await group.start("b")
+        await group.start("a")
+        await group.wait_up("a", "b")
+        async with amqlite.connect(b.address) as cb, amqlite.connect(a.address) as ca:
+            q = (await cb.declare_queue("", exclusive=True)).name
+            await cb.bind(q, EXCHANGE, "wanted")
+            await group.wait("a", lambda ls: _dialer(ls)["interest_size"] == 1)
+            before = proxy.stats.bytes_to_target
+            body = b"u" * 4096
+            for _ in range(500):
+                await ca.publish(EXCHANGE, "unwanted", body)
+            await ca.publish(EXCHANGE, "unwanted", body, confirm=True)
+            links = await group.wait(
+                "a", lambda ls: _dialer(ls)["skipped"].get("no-interest") == 501
+            )
+            sent = proxy.stats.bytes_to_target - before
+            assert sent < len(body), f"{sent} bytes crossed the link for unwanted messages"
+            assert _dialer(links)["forwarded"] == 0
+            await ca.publish(EXCHANGE, "wanted", body, confirm=True)
+            got = await cb.consume(q, no_ack=True)
+            with trio.fail_after(20):
+                async for d in got:
+                    assert d.body == body
+                    break
+            assert proxy.stats.bytes_to_target - before > len(body)
+
+
+# --- the receiver killed with kill -9 ------------------------------------------------
+
+
+async def test_receiver_killed_mid_stream_gets_every_message_once(tmp_path: Path) -> None:
+    """Persistent messages into a durable queue on B; B is killed with kill -9 mid-
+    stream and restarted: its journal has the peering marks of what it holds, so what
+    A sends again is dropped, and what B had not made safe comes again."""
+    async with sites(tmp_path) as group:
+        a, b = group.add("a"), group.add("b")
+        a.links.append((b.address, "publish"))
+        await group.start("b")
+        async with amqlite.connect(b.address) as cb:
+            await cb.declare_queue("q", durable=True)
+            await cb.bind("q", EXCHANGE, "k.*")
+        await group.start("a")
+        await group.wait_up("a", "b")
+        await group.wait("a", lambda ls: _dialer(ls)["interest_size"] == 1)
+        n = 4000
+        with trio.fail_after(90):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_publish, a.address, "p", n, "k.a", 16, True)
+                await group.wait("a", lambda ls: _dialer(ls)["acked"] >= n // 4)
+                assert b.proc is not None
+                b.proc.proc.kill()
+                await b.proc.proc.wait()
+            await group.start("b")
+            links = await group.wait(
+                "a",
+                lambda ls: _dialer(ls)["accepted"] == n and _dialer(ls)["lag_messages"] == 0,
+                60,
+            )
+        assert _dialer(links)["reconnects"] >= 1
+        checker = StreamChecker()
+        async with amqlite.connect(b.address) as cb:
+            status = await cb.status()
+            (held,) = [
+                q["messages"] for v in status["vhosts"] for q in v["queues"] if q["name"] == "q"
+            ]
+            consumer = await cb.consume("q", no_ack=True, prefetch=1000)
+            with trio.fail_after(30):
+                async for d in consumer:
+                    checker.record(str(d.headers["p"]), int(d.headers["s"]))
+                    if checker.total == held:
+                        break
+        assert held == n, f"the queue holds {held} messages for {n} published"
+        report = checker.report({"p": n})
+        assert report == {"lost": 0, "duplicated": 0, "reordered": 0}, report
+
+
+# --- the remote is an HA pair ----------------------------------------------------------
+
+
+async def test_remote_ha_master_killed_mid_stream_loses_and_duplicates_nothing(
+    tmp_path: Path,
+) -> None:
+    """A publishes persistent messages to an HA pair (host = primary,backup); the
+    pair's master is killed with kill -9 mid-stream. The link follows the pair to
+    its backup, which holds what the master confirmed and the marks that cover it."""
+    (tmp_path / "pair").mkdir()
+    (tmp_path / "sites").mkdir()
+    async with ha_pair(tmp_path / "pair") as pair, sites(tmp_path / "sites") as group:
+        await pair.start("primary")
+        await pair.start("backup")
+        await pair.wait_states("active", "passive")
+        async with amqlite.connect(pair.servers) as conn:
+            await conn.declare_exchange(EXCHANGE, "topic", durable=True)
+            await conn.declare_queue("q", durable=True)
+            await conn.bind("q", EXCHANGE, "k.*")
+        a = group.add("a")
+        a.links.append((pair.servers, "publish"))
+        await group.start("a")
+        await group.wait_up("a")
+        await group.wait("a", lambda ls: _dialer(ls)["interest_size"] == 1)
+        n = 3000
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_publish, a.address, "p", n, "k.a", 16, True)
+                await group.wait("a", lambda ls: _dialer(ls)["acked"] >= n // 4)
+                await pair.kill("primary")
+            links = await group.wait(
+                "a",
+                lambda ls: _dialer(ls)["accepted"] == n and _dialer(ls)["lag_messages"] == 0,
+                90,
+            )
+        assert _dialer(links)["remote_address"] == pair.address("backup")
+        assert await pair.state("backup") == "active"
+        checker = StreamChecker()
+        async with amqlite.connect(pair.address("backup")) as conn:
+            status = await conn.status()
+            (held,) = [
+                q["messages"] for v in status["vhosts"] for q in v["queues"] if q["name"] == "q"
+            ]
+            consumer = await conn.consume("q", no_ack=True, prefetch=1000)
+            with trio.fail_after(30):
+                async for d in consumer:
+                    checker.record(str(d.headers["p"]), int(d.headers["s"]))
+                    if checker.total == held:
+                        break
+        report = checker.report({"p": n})
+        assert report == {"lost": 0, "duplicated": 0, "reordered": 0}, (report, held)
+
+
+async def test_a_dialing_ha_pair_peers_from_its_active_node_only(tmp_path: Path) -> None:
+    """Site A is an HA pair with a [[cluster_mta]] link to B: only the active node
+    dials; after its master is killed, the new master dials with a higher epoch and
+    what is published on it reaches B (B's marks for the old log drop nothing)."""
+    (tmp_path / "pair").mkdir()
+    (tmp_path / "sites").mkdir()
+    async with ha_pair(tmp_path / "pair") as pair, sites(tmp_path / "sites") as group:
+        b = group.add("b")
+        await group.start("b")
+        async with amqlite.connect(b.address) as cb:
+            await cb.declare_queue("q", durable=True)
+            await cb.bind("q", EXCHANGE, "k.*")
+        pair.config.write_text(
+            pair.config.read_text()
+            + f'\n[[cluster_mta]]\nname = "{EXCHANGE}"\nhost = "{b.address}"\nmode = "publish"\n'
+            'login = "guest"\npassword = "guest"\n'
+        )
+        await pair.start("primary")
+        await pair.start("backup")
+        await pair.wait_states("active", "passive")
+
+        async def links(side: str) -> list[dict[str, Any]]:
+            status = await pair.status(side)
+            assert status is not None
+            found: list[dict[str, Any]] = status["links"]
+            return found
+
+        async def wait_links(side: str, predicate: Callable[[Any], bool]) -> list[Any]:
+            with trio.fail_after(30):
+                while not predicate(found := await links(side)):  # noqa: ASYNC110 (another process)
+                    await trio.sleep(0.05)
+                return found
+
+        await wait_links("primary", lambda ls: ls and _dialer(ls)["interest_size"] == 1)
+        assert await links("backup") == []  # a passive node does not peer
+        n = 300
+        await _publish(pair.servers, "before", n, "k.a", 16, True)
+        await wait_links("primary", lambda ls: _dialer(ls)["lag_messages"] == 0)
+        await pair.kill("primary")
+        assert await serve_somewhere(pair.servers) == pair.address("backup")  # takes over
+        # its link knows B's bindings before "after" (else its closing "sync" message,
+        # which B does not want, would be sent too, and counted)
+        await wait_links("backup", lambda ls: ls and _dialer(ls)["interest_size"] == 1)
+        await _publish(pair.servers, "after", n, "k.a", 16, True)
+        assert await pair.state("backup") == "active"
+        await wait_links(
+            "backup",
+            lambda ls: ls and _dialer(ls)["accepted"] == n and _dialer(ls)["lag_messages"] == 0,
+        )
+        checker = StreamChecker()
+        async with amqlite.connect(b.address) as cb:
+            consumer = await cb.consume("q", no_ack=True, prefetch=1000)
+            with trio.fail_after(30):
+                async for d in consumer:
+                    checker.record(str(d.headers["p"]), int(d.headers["s"]))
+                    if checker.total == 2 * n:
+                        break
+        report = checker.report({"before": n, "after": n})
+        assert report == {"lost": 0, "duplicated": 0, "reordered": 0}, report
+        b_links = await group.links("b")
+        acceptors = [x for x in b_links if x["role"] == "acceptor"]
+        assert len(acceptors) == 1  # one broker to its peers: the pair's peering id
+        assert acceptors[0]["remote_node"] == pair.servers
+
+
+# --- configuration ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "key", "reason"),
+    [
+        ('name = "x"\nhost = "127.0.0.1:1"\nmode = 4', "cluster_mta[0].mode", "got 4"),
+        ('name = "x"\nhost = "nohost"\nmode = 1', "cluster_mta[0].host", "host:port"),
+        (
+            'name = "x"\nhost = "127.0.0.1:1"\nmode = 2\noverflow = "x"',
+            "cluster_mta[0].overflow",
+            "'spill'",
+        ),
+        ('host = "127.0.0.1:1"\nmode = 2', "cluster_mta[0].name", "is required"),
+    ],
+)
+def test_a_bad_cluster_mta_entry_stops_the_server_with_status_2(
+    tmp_path: Path, entry: str, key: str, reason: str
+) -> None:
+    config = tmp_path / "bad.toml"
+    config.write_text(f"[[cluster_mta]]\n{entry}\n")
+    done = run_cli("server", "--config", str(config), "--port", "0", timeout=30)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"config error: {key}: "), done.stderr
+    assert reason in done.stderr

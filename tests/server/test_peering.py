@@ -1,0 +1,479 @@
+"""The peering shell (amqlite/server/peering.py) between two in-process brokers on
+127.0.0.1, port 0: each mode's positive and negative case, interest, binding
+mirroring, the acceptor's refusals, and the figures under ``links``."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+import amqlite
+from amqlite.client import Connection
+from amqlite.config import PeeringConfig, load_config
+from amqlite.peering import OverflowPolicy, PeeringMode, parse_addresses
+from amqlite.server import BrokerNode
+
+DEADLINE = 10.0
+
+
+def _config(**links: Any) -> Any:
+    return load_config(
+        overrides={"server.host": "127.0.0.1", "server.port": 0, "storage.persist": False}
+    )
+
+
+def _link(port: int, mode: str, name: str = "x", **extra: Any) -> PeeringConfig:
+    return PeeringConfig(
+        name=name,
+        host=parse_addresses(f"127.0.0.1:{port}"),
+        mode=PeeringMode[mode.upper()],
+        login="guest",
+        password="guest",
+        **extra,
+    )
+
+
+async def _start(nursery: trio.Nursery, *links: PeeringConfig) -> BrokerNode:
+    node = BrokerNode(dataclasses.replace(_config(), cluster_mta=links))
+    await nursery.start(node.run)
+    return node
+
+
+def _addr(node: BrokerNode) -> str:
+    return f"127.0.0.1:{node.port}"
+
+
+async def wait_for(
+    predicate: Callable[[], bool | Awaitable[bool]], what: str, every: float = 0.01
+) -> None:
+    """Wait for ``predicate`` (checked every ``every`` seconds), within DEADLINE."""
+    with trio.fail_after(DEADLINE):
+        while True:
+            result = predicate()
+            if not isinstance(result, bool):
+                result = await result
+            if result:
+                return
+            await trio.sleep(every)
+    raise AssertionError(what)  # pragma: no cover
+
+
+def _links(node: BrokerNode) -> list[dict[str, Any]]:
+    assert node.peering is not None
+    return node.peering.status()
+
+
+def _link_up(node: BrokerNode) -> bool:
+    links = _links(node)
+    return bool(links) and all(item["state"] == "up" for item in links)
+
+
+def _remote_interest(node: BrokerNode, size: int) -> Callable[[], bool]:
+    return lambda: bool(_links(node)) and _links(node)[0]["interest_size"] == size
+
+
+@pytest.fixture
+async def pair(nursery: trio.Nursery) -> AsyncIterator[Callable[[str], Awaitable[Any]]]:
+    """``await pair(mode)`` -> (a, b): a dials b's exchange ``x`` (topic) in ``mode``."""
+
+    async def make(mode: str, **extra: Any) -> tuple[BrokerNode, BrokerNode]:
+        b = await _start(nursery)
+        async with amqlite.connect(_addr(b)) as conn:
+            await conn.declare_exchange("x", "topic", durable=True)
+        a = await _start(nursery, _link(b.port, mode, **extra))
+        await wait_for(lambda: _link_up(a) and _link_up(b), "the link came up")
+        return a, b
+
+    yield make
+
+
+async def _queue(conn: Connection, key: str) -> tuple[str, Any]:
+    q = (await conn.declare_queue("", exclusive=True)).name
+    await conn.bind(q, "x", key)
+    return q, await conn.consume(q, no_ack=True)
+
+
+async def _take(consumer: Any, n: int) -> list[bytes]:
+    got: list[bytes] = []
+    with trio.fail_after(DEADLINE):
+        async for d in consumer:
+            got.append(d.body)
+            if len(got) == n:
+                return got
+    return got  # pragma: no cover
+
+
+async def test_publish_mode_sends_what_the_remote_wants(pair: Any) -> None:
+    a, b = await pair("publish")
+    async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
+        _, remote = await _queue(cb, "orders.*")
+        await wait_for(_remote_interest(a, 1), "a heard b's interest")
+        for i in range(50):
+            await ca.publish("x", "orders.new", b"m%d" % i)
+            await ca.publish("x", "stock.low", b"unwanted")  # nobody bound on b
+        assert await _take(remote, 50) == [b"m%d" % i for i in range(50)]
+        await wait_for(lambda: _links(a)[0]["lag_messages"] == 0, "everything acknowledged")
+        link = _links(a)[0]
+        assert (link["mode"], link["role"], link["state"]) == ("publish", "dialer", "up")
+        assert link["forwarded"] == 50
+        assert link["skipped"] == {"no-interest": 50}
+        assert link["remote_node"] == b.node_id
+        assert link["remote_address"] == _addr(b)
+        accepted = _links(b)[0]
+        assert accepted["role"] == "acceptor"
+        assert accepted["received"] == 50
+        assert accepted["interest_size"] == 1
+
+
+async def test_publish_mode_never_sends_remote_messages_back(pair: Any) -> None:
+    a, b = await pair("publish")
+    async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
+        _, local = await _queue(ca, "#")
+        _, remote = await _queue(cb, "#")
+        await wait_for(_remote_interest(a, 1), "a heard b's interest")
+        await cb.publish("x", "k", b"from-b")  # publish mode: b -> a is not a direction
+        await ca.publish("x", "k", b"from-a")
+        assert await _take(remote, 2) == [b"from-b", b"from-a"]
+        assert await _take(local, 1) == [b"from-a"]
+        with trio.move_on_after(0.3):
+            extra = await _take(local, 1)
+            raise AssertionError(f"a received {extra} from b in publish mode")
+
+
+async def test_subscribe_mode_mirrors_bindings_and_pulls_matching_messages(pair: Any) -> None:
+    a, b = await pair("subscribe")
+    async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
+        q1, local = await _queue(ca, "news.#")
+        q2 = (await ca.declare_queue("", exclusive=True)).name
+        await ca.bind(q2, "x", "news.#")  # same key: one remote entry, counted twice
+        await wait_for(_remote_interest(b, 1), "b holds a's one distinct binding")
+        for i in range(20):
+            await cb.publish("x", "news.sport", b"n%d" % i)
+            await cb.publish("x", "weather.today", b"no")
+        assert await _take(local, 20) == [b"n%d" % i for i in range(20)]
+        assert _links(b)[0]["skipped"] == {"no-interest": 20}
+        await ca.unbind(q1, "x", "news.#")
+        assert _links(b)[0]["interest_size"] == 1  # q2 still binds it
+        await ca.delete_queue(q2)
+        await wait_for(_remote_interest(b, 0), "the last local binding removed the remote one")
+        await cb.publish("x", "news.sport", b"late")
+        await wait_for(lambda: _links(b)[0]["skipped"]["no-interest"] == 21, "b skipped it")
+
+
+async def test_forward_mode_delivers_locally_or_remotely_never_both(pair: Any) -> None:
+    a, b = await pair("forward")
+    async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
+        _, local = await _queue(ca, "svc.local")
+        _, remote = await _queue(cb, "svc.*")
+        await wait_for(_remote_interest(a, 1), "a heard b's interest")
+        await ca.publish("x", "svc.local", b"here")
+        await ca.publish("x", "svc.remote", b"there")
+        assert await _take(local, 1) == [b"here"]
+        assert await _take(remote, 1) == [b"there"]
+        await wait_for(lambda: _links(a)[0]["lag_messages"] == 0, "acknowledged")
+        assert _links(a)[0]["forwarded"] == 1
+        assert _links(a)[0]["skipped"] == {"delivered-locally": 1}
+
+
+async def test_interest_costs_one_copy_per_broker(pair: Any) -> None:
+    a, b = await pair("publish")
+    async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
+        consumers = [await _queue(cb, "k") for _ in range(10)]
+        await wait_for(_remote_interest(a, 1), "ten identical bindings are one entry")
+        await ca.publish("x", "k", b"once")
+        for _, consumer in consumers:
+            assert await _take(consumer, 1) == [b"once"]
+        assert _links(a)[0]["forwarded"] == 1
+        assert _links(b)[0]["received"] == 1
+
+
+async def test_a_wrong_password_keeps_the_link_in_backoff(nursery: trio.Nursery) -> None:
+    b = await _start(nursery)
+    link = dataclasses.replace(_link(b.port, "publish"), password="wrong")
+    a = await _start(nursery, link)
+    await wait_for(lambda: _links(a)[0]["reconnects"] >= 2, "it retried")
+    item = _links(a)[0]
+    assert item["state"] in ("backoff", "connecting")
+    assert "403" in item["last_error"]
+    assert _links(b) == []
+
+
+async def test_a_missing_remote_exchange_is_refused(nursery: trio.Nursery) -> None:
+    b = await _start(nursery)  # no exchange "x" there
+    a = await _start(nursery, _link(b.port, "publish"))
+    await wait_for(lambda: _links(a)[0]["reconnects"] >= 1, "it was refused")
+    assert "no exchange 'x'" in _links(a)[0]["last_error"]
+
+
+async def test_block_policy_nacks_a_confirmed_publish_when_the_link_is_full(
+    nursery: trio.Nursery,
+) -> None:
+    b = await _start(nursery)
+    async with amqlite.connect(_addr(b)) as cb:
+        await cb.declare_exchange("x", "topic", durable=True)
+        await cb.declare_queue("wants-k")
+        await cb.bind("wants-k", "x", "k")
+    link = _link(b.port, "publish", buffer_bytes=4096, overflow=OverflowPolicy.BLOCK)
+    a = await _start(nursery, link)
+    await wait_for(_remote_interest(a, 1), "up, and a knows what b wants")
+    b.stop()  # the link goes down: what a publishes waits in its log
+    await wait_for(lambda: _links(a)[0]["state"] != "up", "down")
+    async with amqlite.connect(_addr(a)) as ca:
+        with pytest.raises(amqlite.errors.PublishNacked):
+            for _ in range(100):
+                await ca.publish("x", "k", b"x" * 500, confirm=True)
+    assert _links(a)[0]["buffered_bytes"] <= 4096
+
+
+async def test_status_lists_links(pair: Any) -> None:
+    a, _ = await pair("subscribe")
+    async with amqlite.connect(_addr(a)) as ca:
+        status = await ca.status()
+    (item,) = status["links"]
+    for key in (
+        "exchange",
+        "mode",
+        "state",
+        "remote_address",
+        "remote_node",
+        "lag_seconds",
+        "in_flight",
+        "buffered_bytes",
+        "forwarded",
+        "duplicates_dropped",
+        "loops_dropped",
+        "interest_size",
+    ):
+        assert key in item, key
+    assert (item["exchange"], item["mode"]) == ("x", "subscribe")
+
+
+async def _start_persistent(nursery: trio.Nursery, port: int = 0, *links: PeeringConfig) -> Any:
+    config = load_config(overrides={"server.host": "127.0.0.1", "server.port": port})
+    node = BrokerNode(dataclasses.replace(config, cluster_mta=links))
+    await nursery.start(node.run)
+    return node
+
+
+@pytest.mark.parametrize("policy", ["drop-oldest", "spill", "block"])
+async def test_overflow_policies_while_the_remote_is_away(
+    nursery: trio.Nursery, policy: str
+) -> None:
+    """With b down, a's link holds at most ``buffer_bytes``; when b returns (a new
+    process on the same port and data dir), spill and block deliver everything in
+    order, drop-oldest the newest messages in order."""
+    b = await _start_persistent(nursery)
+    port = b.port
+    async with amqlite.connect(_addr(b)) as cb:
+        await cb.declare_exchange("x", "topic", durable=True)
+        await cb.declare_queue("q", durable=True)
+        await cb.bind("q", "x", "k")
+    cap = 8192
+    overflow = OverflowPolicy(policy)
+    a = await _start_persistent(
+        nursery, 0, _link(port, "publish", buffer_bytes=cap, overflow=overflow)
+    )
+    await wait_for(_remote_interest(a, 1), "a knows what b wants")
+    b.stop()
+    await b.stopped.wait()
+    await wait_for(lambda: _links(a)[0]["state"] != "up", "the link is down")
+    n = 100
+    async with amqlite.connect(_addr(a)) as ca:
+        for i in range(n):
+            await ca.publish("x", "k", b"%03d" % i + b"." * 500)
+        await ca.publish("x", "k", b"end" + b"." * 500, confirm=policy != "block")
+    n += 1
+    link = _links(a)[0]
+    assert link["buffered_bytes"] <= cap
+    assert link["accepted"] + link["held"] == n
+    if policy == "drop-oldest":
+        assert link["overflow_dropped"] > 0
+    elif policy == "spill":
+        assert link["spilled"] > 0 and link["spilled_bytes"] > 0
+    else:
+        assert link["overflow_blocked"] > 0 and link["held"] > 0
+    b2 = await _start_persistent(nursery, port)
+    await wait_for(lambda: _links(a)[0]["lag_messages"] == 0, "a's link caught up")
+    await wait_for(lambda: _links(a)[0]["held"] == 0, "a's held messages went out")
+    await wait_for(lambda: _links(a)[0]["lag_messages"] == 0, "and were acknowledged")
+    async with amqlite.connect(_addr(b2)) as cb:
+        got = []
+        consumer = await cb.consume("q", no_ack=True)
+        with trio.fail_after(DEADLINE):
+            async for d in consumer:
+                got.append(d.body[:3])
+                if got[-1] == b"end":
+                    break
+    expected = [b"%03d" % i for i in range(n - 1)] + [b"end"]
+    if policy == "drop-oldest":
+        dropped = _links(a)[0]["overflow_dropped"]
+        assert got == expected[dropped:]
+    else:
+        assert got == expected
+
+
+@pytest.fixture
+def jump_clock() -> trio.testing.MockClock:
+    """Virtual time that jumps ahead once every task has waited 20 ms of real time
+    (the real sockets of the brokers and the proxy get to move first)."""
+    return trio.testing.MockClock(autojump_threshold=0.02)
+
+
+async def test_a_silent_remote_is_dropped_after_three_heartbeats_and_rejoined(
+    nursery: trio.Nursery, jump_clock: trio.testing.MockClock
+) -> None:
+    from tests.faultproxy import FaultProxy
+
+    b = await _start(nursery)
+    async with amqlite.connect(_addr(b)) as cb:
+        await cb.declare_exchange("x", "topic", durable=True)
+    proxy = FaultProxy(("127.0.0.1", b.port))
+    await nursery.start(proxy.run)
+    link = dataclasses.replace(_link(b.port, "publish"), host=parse_addresses(proxy.address))
+    a = await _start(nursery, link)
+    await wait_for(lambda: _link_up(a) and _link_up(b), "up")
+    proxy.partition()  # nothing passes either way, nothing is reset
+    silent_at = trio.current_time()
+    await wait_for(lambda: _links(a)[0]["state"] != "up", "a gave up on b", 0.1)
+    took = trio.current_time() - silent_at
+    assert 2.0 <= took <= 4.5, took  # 3 heartbeats of 1 s after the last one heard
+    assert "remote silent" in _links(a)[0]["last_error"]
+    await wait_for(lambda: _links(b)[0]["state"] == "waiting", "b gave up on a too", 0.1)
+    proxy.heal(drop=True)
+    healed_at = trio.current_time()
+    await wait_for(lambda: _link_up(a) and _link_up(b), "up again", 0.1)
+    assert trio.current_time() - healed_at <= 5.5  # the backoff is capped at 5 s
+    assert _links(a)[0]["reconnects"] >= 1
+
+
+async def test_a_peer_link_connection_carries_peering_frames_only(node: BrokerNode) -> None:
+    from amqlite.protocol import events as ev
+
+    from .rawclient import RawClient
+
+    client = await RawClient.connect(node.port)
+    await client.send(ev.Hello(client.next_id(), role="peer-link"))
+    assert isinstance(await client.receive(), ev.Welcome)
+    reply = await client.request(ev.QueueDeclare, queue="q")
+    assert isinstance(reply, ev.Error) and reply.code == 530
+    assert "peering link" in reply.text
+    # the first peering map must be a hello for an exchange that exists here
+    await client.send(ev.PeerMessage({"type": "peer.heartbeat"}))
+    refused = await client.receive_until(ev.PeerMessage)
+    assert isinstance(refused, ev.PeerMessage)
+    assert refused.msg["type"] == "peer.refused" and refused.msg["code"] == 404
+    assert isinstance(await client.receive_until(ev.Close), ev.Close)
+    await client.aclose()
+
+
+async def test_an_unknown_hello_role_is_refused(node: BrokerNode) -> None:
+    from amqlite.protocol import events as ev
+
+    from .rawclient import RawClient
+
+    client = await RawClient.connect(node.port)
+    await client.send(ev.Hello(client.next_id(), role="peer"))
+    refused = await client.receive()
+    assert isinstance(refused, ev.Refused)
+    assert "peer-link" in refused.text
+    await client.aclose()
+
+
+async def test_the_link_logs_in_like_a_client_and_needs_rights_on_the_exchange(
+    nursery: trio.Nursery,
+) -> None:
+    from amqlite.auth import hash_password
+    from amqlite.config import UserConfig, VhostPermissions
+
+    def user(name: str, write: str) -> UserConfig:
+        grant = VhostPermissions(vhost="/", configure=".*", write=write, read=".*")
+        secret = hash_password("pw", salt=b"0123456789abcdef", n=2**4)
+        return UserConfig(name=name, password_hash=secret, permissions=(grant,))
+
+    config = dataclasses.replace(_config(), users=(user("admin", ".*"), user("reader", "^$")))
+    b = BrokerNode(config)
+    await nursery.start(b.run)
+    async with amqlite.connect(_addr(b), login="admin", password="pw") as cb:
+        await cb.declare_exchange("x", "topic", durable=True)
+    refused = dataclasses.replace(_link(b.port, "publish"), login="reader", password="pw")
+    a = await _start(nursery, refused)
+    await wait_for(lambda: _links(a)[0]["reconnects"] >= 1, "refused")
+    assert "may not read and write exchange 'x'" in _links(a)[0]["last_error"]
+    allowed = dataclasses.replace(_link(b.port, "publish"), login="admin", password="pw")
+    a2 = await _start(nursery, allowed)
+    await wait_for(lambda: _link_up(a2), "the admin's link is up")
+
+
+async def test_a_forward_with_malformed_properties_is_dropped_not_stored(node: BrokerNode) -> None:
+    """A raw dialer: hello, then two forwards, the first with a property the protocol
+    forbids. Only the second is published; both are acknowledged, so the link
+    moves on, and the node keeps serving."""
+    from amqlite.protocol import events as ev
+
+    from .rawclient import RawClient
+
+    async with amqlite.connect(_addr(node)) as conn:
+        await conn.declare_exchange("x", "topic", durable=True)
+        q, consumer = await _queue(conn, "#")
+        raw = await RawClient.connect(node.port)
+        await raw.send(ev.Hello(raw.next_id(), role="peer-link"))
+        assert isinstance(await raw.receive(), ev.Welcome)
+        hello = {
+            "type": "peer.hello", "version": 1, "node": "fake", "link": "l", "vhost": "/",
+            "exchange": "x", "exchange_type": "topic", "mode": 2, "epoch": 1,
+            "resume": None, "heartbeat": 0.0,
+        }  # fmt: skip
+
+        def forward(seq: int, props: dict[str, Any]) -> dict[str, Any]:
+            return {
+                "type": "peer.forward", "seq": seq, "id": ["fake", 1, seq], "path": ["fake"],
+                "hops": 1, "exchange": "x", "routing_key": "k", "headers": {},
+                "properties": props, "body": b"m%d" % seq,
+            }  # fmt: skip
+
+        await raw.send(ev.PeerMessage(hello))
+        await raw.send(ev.PeerMessage(forward(1, {"persistent": "yes"})))
+        await raw.send(ev.PeerMessage(forward(2, {"priority": 1})))
+        assert await _take(consumer, 1) == [b"m2"]
+        with trio.fail_after(DEADLINE):
+            while True:
+                event = await raw.receive()
+                assert isinstance(event, ev.PeerMessage), event
+                maps = event.msg["msgs"] if event.msg["type"] == "peer.batch" else [event.msg]
+                if any(m["type"] == "peer.ack" and m["seq"] == 2 for m in maps):
+                    break
+        assert _links(node)[0]["received"] == 2
+        await raw.aclose()
+        status = await conn.status()
+        (queue,) = [x for v in status["vhosts"] for x in v["queues"] if x["name"] == q]
+        assert queue["consumers"] == 1
+
+
+async def test_an_acceptor_end_whose_dialer_stays_away_is_retired(
+    nursery: trio.Nursery, jump_clock: trio.testing.MockClock
+) -> None:
+    from tests.faultproxy import FaultProxy
+
+    b = await _start(nursery)
+    assert b.peering is not None
+    b.peering.acceptor_retention = 5.0
+    async with amqlite.connect(_addr(b)) as cb:
+        await cb.declare_exchange("x", "topic", durable=True)
+    proxy = FaultProxy(("127.0.0.1", b.port))
+    await nursery.start(proxy.run)
+    link = dataclasses.replace(_link(b.port, "publish"), host=parse_addresses(proxy.address))
+    a = await _start(nursery, link)
+    await wait_for(lambda: _link_up(a) and _link_up(b), "up")
+    proxy.partition(refuse_new=True)
+    proxy.cut()
+    await wait_for(lambda: _links(b)[0]["state"] == "waiting", "b waits for a", 0.1)
+    waiting_at = trio.current_time()
+    await wait_for(lambda: not _links(b), "b retired it", 1.0)
+    assert trio.current_time() - waiting_at >= 5.0
+    proxy.heal()
+    await wait_for(lambda: _link_up(a) and _link_up(b), "a new acceptor end", 0.1)
