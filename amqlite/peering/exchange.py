@@ -15,7 +15,7 @@ from typing import Any
 
 from amqlite.errors import ReplyCode
 
-from .actions import Action, Disconnect, Send
+from .actions import Action, Blocked, Disconnect, Send
 from .errors import PeeringProtocolError
 from .inbound import HighWaterMarks, SeenMessages
 from .interest import EXCHANGE_TYPES, BindingKey, BindingMirror
@@ -80,6 +80,7 @@ class PeeredExchange:
         )
         self.spill_store = spill_store
         self.links: dict[str, PeerLink] = {}
+        self.taken = 0  # links that took the last published message
         self._minted = 0
 
     @property
@@ -191,10 +192,18 @@ class PeeredExchange:
     def published(self, envelope: Envelope, *, routed_locally: bool, now: float) -> list[Action]:
         """A message was published on the local exchange (by a client, or delivered
         from a link); ``routed_locally`` says whether a local queue took it. Offers
-        it to every link end."""
+        it to every link end. Afterwards ``taken`` says how many links took it (sent
+        or to be sent: a full ``block`` link holds it), so a mandatory publish that
+        no local queue took is not returned when another site will route it."""
         actions: list[Action] = []
+        taken = 0
         for link in self.links.values():
-            actions += link.offer(envelope, routed_locally=routed_locally, now=now)
+            before = link.counters["accepted"]
+            offered = link.offer(envelope, routed_locally=routed_locally, now=now)
+            if link.counters["accepted"] != before or any(isinstance(a, Blocked) for a in offered):
+                taken += 1
+            actions += offered
+        self.taken = taken
         return actions
 
     def has_room(self, envelope: Envelope) -> bool:

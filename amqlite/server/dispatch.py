@@ -117,8 +117,13 @@ class RequestDispatcher:
                     f"a peering link of exchange {p.exchange!r} is full (overflow = block)",
                 )
         outcome = self.session.publish(message, mandatory=p.mandatory, now=now)
-        if hook is not None and outcome is not PublishOutcome.DUPLICATE:
-            hook.published(envelope, outcome, now)  # a publish sent again went on before
+        if (
+            hook is not None
+            and outcome is not PublishOutcome.DUPLICATE  # a publish sent again went on before
+            and hook.published(envelope, outcome, now)
+            and outcome is PublishOutcome.UNROUTABLE
+        ):
+            outcome = PublishOutcome.ROUTED  # no queue here, but a link took it: not returned
         if outcome is PublishOutcome.ROUTED:
             return ev.Ok(p.id) if p.confirm else None
         if outcome is PublishOutcome.DUPLICATE:

@@ -155,9 +155,12 @@ class PublishHook:
             if link.settings.overflow is OverflowPolicy.BLOCK
         )
 
-    def published(self, envelope: Envelope, outcome: PublishOutcome, now: float) -> None:
+    def published(self, envelope: Envelope, outcome: PublishOutcome, now: float) -> bool:
+        """Offer the message to the links; True when one took it (it will be routed
+        on another site)."""
         routed = outcome is not PublishOutcome.UNROUTABLE
         self.service.apply(self.px.published(envelope, routed_locally=routed, now=now))
+        return self.px.taken > 0
 
 
 class PeeringService:

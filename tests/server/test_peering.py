@@ -180,6 +180,21 @@ async def test_forward_mode_delivers_locally_or_remotely_never_both(pair: Any) -
         assert _links(a)[0]["skipped"] == {"delivered-locally": 1}
 
 
+async def test_forward_mode_returns_a_mandatory_publish_only_when_no_site_routes_it(
+    pair: Any,
+) -> None:
+    a, b = await pair("forward")
+    async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
+        _, remote = await _queue(cb, "svc.*")
+        await wait_for(_remote_interest(a, 1), "a heard b's interest")
+        # no queue on a, one on b: routed there, so neither returned nor lost
+        await ca.publish("x", "svc.billing", b"there", mandatory=True, confirm=True)
+        assert await _take(remote, 1) == [b"there"]
+        with pytest.raises(amqlite.PublishReturned):  # no queue on either site
+            await ca.publish("x", "nobody.home", b"back", mandatory=True, confirm=True)
+        assert _links(a)[0]["forwarded"] == 1
+
+
 async def test_interest_costs_one_copy_per_broker(pair: Any) -> None:
     a, b = await pair("publish")
     async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
