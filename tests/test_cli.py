@@ -109,6 +109,24 @@ def test_publish_confirm_count_then_consume(
     assert (code, out) == (0, "job 4\njob 5\n")  # 1-3 were acked, 4-5 left for us
 
 
+def test_publish_numbers_text_headers_and_properties_like_the_body(
+    server: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    q = _name("numbered")
+    run(capsys, "declare", "queue", q, "-s", server)
+    code, _, err = run(
+        capsys, "publish", "-s", server, "-k", q, "--count", "3", "--confirm",
+        "-P", "message_id=order-{n}", "-P", "priority=2", "-H", "batch=b{n}", "-H", "site=eu",
+        "body {n}",
+    )  # fmt: skip
+    assert (code, err) == (0, "published 3 confirmed 3\n")
+    code, out, _ = run(capsys, "consume", "-s", server, "-q", q, "--count", "3", "--json")
+    got = [json.loads(line) for line in out.splitlines()]
+    assert [m["properties"]["message_id"] for m in got] == ["order-1", "order-2", "order-3"]
+    assert [m["properties"]["priority"] for m in got] == [2, 2, 2]
+    assert [m["headers"] for m in got] == [{"batch": f"b{n}", "site": "eu"} for n in (1, 2, 3)]
+
+
 def test_publish_without_confirm(server: str, capsys: pytest.CaptureFixture[str]) -> None:
     q = _name("plain")
     run(capsys, "declare", "queue", q, "-s", server)

@@ -87,14 +87,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("-e", "--exchange", default="", help='exchange (default: "", the default one)')
     p.add_argument("-k", "--key", default="", help="routing key")
     p.add_argument(
-        "-H", "--header", action="append", metavar="NAME=VALUE", help="header (repeatable)"
+        "-H",
+        "--header",
+        action="append",
+        metavar="NAME=VALUE",
+        help="header (repeatable); {n} in a text value is numbered like the body",
     )
     p.add_argument(
         "-P",
         "--property",
         action="append",
         metavar="NAME=VALUE",
-        help="message property, e.g. message_id=7 or priority=5 (repeatable)",
+        help="message property, e.g. message_id=order-{n} or priority=5 (repeatable; "
+        "{n} in a text value is numbered like the body)",
     )
     p.add_argument("--persistent", action="store_true", help="ask the broker to keep it on disk")
     p.add_argument("--confirm", action="store_true", help="wait for the broker's confirms")

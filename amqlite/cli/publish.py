@@ -18,6 +18,7 @@ import sys
 import threading
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from typing import Any
 
 import structlog
 import trio
@@ -167,6 +168,17 @@ async def _payloads(template: str, count: int) -> AsyncGenerator[tuple[int, byte
         yield i, template.replace("{n}", str(i + 1)).encode() if numbered else fixed
 
 
+def _numbering(values: dict[str, Any]) -> Callable[[int], dict[str, Any] | None]:
+    """n -> ``values`` with ``{n}`` in its text values replaced by n (as in the body),
+    e.g. ``-P message_id=order-{n}``; the same map every time when none has it."""
+    if not any(isinstance(v, str) and "{n}" in v for v in values.values()):
+        fixed = values or None
+        return lambda n: fixed
+    return lambda n: {
+        k: v.replace("{n}", str(n)) if isinstance(v, str) else v for k, v in values.items()
+    }
+
+
 async def _stdin_lines() -> AsyncGenerator[bytes, None]:
     read = _stdin_chunks()
     rest = b""
@@ -194,6 +206,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
         raise UsageError("--rate must be positive")
     if args.window < 1:
         raise UsageError("--window must be at least 1")
+    headers_for, properties_for = _numbering(headers), _numbering(properties)
     tally = _PublishTally()
     sent = 0
     used: list[Connection] = []
@@ -202,15 +215,16 @@ def cmd_publish(args: argparse.Namespace) -> int:
         nonlocal sent
         used.append(conn)
 
-        async def one(payload: bytes) -> None:
+        async def one(i: int, payload: bytes) -> None:
             nonlocal sent
+            headers_of_n, properties_of_n = headers_for(i + 1), properties_for(i + 1)
             if args.confirm:
                 p = await conn.publish_nowait(
                     args.exchange,
                     args.key,
                     payload,
-                    headers=headers or None,
-                    properties=properties or None,
+                    headers=headers_of_n,
+                    properties=properties_of_n,
                     persistent=args.persistent,
                     mandatory=args.mandatory,
                 )
@@ -223,8 +237,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
                     args.exchange,
                     args.key,
                     payload,
-                    headers=headers or None,
-                    properties=properties or None,
+                    headers=headers_of_n,
+                    properties=properties_of_n,
                     persistent=args.persistent,
                     mandatory=args.mandatory,
                 )
@@ -237,7 +251,7 @@ def cmd_publish(args: argparse.Namespace) -> int:
                     due = start + i / args.rate
                     if trio.current_time() < due:
                         await trio.sleep_until(due)
-                await one(payload)
+                await one(i, payload)
         if args.confirm:
             with contextlib.suppress(AmqliteError):  # counted below, message by message
                 await conn.wait_for_confirms()
