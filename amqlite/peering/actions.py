@@ -29,7 +29,7 @@ class Disconnect:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # per-message: not frozen (frozen init costs 4x); never mutate
 class Send:
     """Encode ``message.to_map()`` and write it on the link's connection."""
 
@@ -37,7 +37,7 @@ class Send:
     message: PeeringMessage
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # per-message: not frozen (frozen init costs 4x); never mutate
 class Deliver:
     """Publish ``envelope`` into the local exchange; once it is safe (at once for a
     transient message, after the journal's fsync for a persistent one) call the

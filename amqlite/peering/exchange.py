@@ -200,7 +200,9 @@ class PeeredExchange:
         for link in self.links.values():
             before = link.counters["accepted"]
             offered = link.offer(envelope, routed_locally=routed_locally, now=now)
-            if link.counters["accepted"] != before or any(isinstance(a, Blocked) for a in offered):
+            if link.counters["accepted"] != before or (
+                offered and any(type(a) is Blocked for a in offered)
+            ):
                 taken += 1
             actions += offered
         self.taken = taken

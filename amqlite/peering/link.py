@@ -544,8 +544,10 @@ class PeerLink:
         return Send(self.id, message)
 
     def _sent(self, now: float, actions: list[Action]) -> list[Action]:
-        if any(isinstance(a, Send) for a in actions):
-            self.clock.sent(now)
+        for a in actions:
+            if type(a) is Send:
+                self.clock.sent(now)
+                break
         return actions
 
     # --- figures ------------------------------------------------------------------------

@@ -21,6 +21,7 @@ order is kept.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol
@@ -189,7 +190,7 @@ class OutboundLog:
         if end <= start:
             return []
         self._sent = end
-        return [self._held[i] for i in range(start, end)]
+        return list(itertools.islice(self._held, start, end))  # one pass, not end-start
 
     def ack(self, seq: int) -> int:
         """Forget every message up to ``seq`` (cumulative); how many went."""

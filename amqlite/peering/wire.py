@@ -46,7 +46,7 @@ class MessageId(NamedTuple):
     seq: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # per-message: not frozen (frozen init costs 4x); never mutate
 class Envelope:
     """A message as peering moves it: the broker message plus its mesh identity,
     the brokers it passed (``path``) and the links it crossed (``hops``)."""
@@ -75,11 +75,15 @@ class Envelope:
 
     def size(self) -> int:
         """Roughly the encoded size, for the byte cap."""
-        n = 64 + len(self.body) + len(self.routing_key) + len(self.exchange)
-        n += sum(16 + len(p) for p in self.path)
+        path = self.path
+        n = 64 + len(self.body) + len(self.routing_key) + len(self.exchange) + 16 * len(path)
+        for p in path:
+            n += len(p)
         for fields in (self.headers, self.properties):
-            for name, value in fields.items():
-                n += 8 + len(name) + (len(value) if isinstance(value, str | bytes) else 8)
+            if fields:
+                for name, value in fields.items():
+                    t = type(value)
+                    n += 8 + len(name) + (len(value) if t is str or t is bytes else 8)
         return n
 
 
@@ -151,7 +155,7 @@ class ResyncRequest:
         return {"type": self.TYPE}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # per-message: not frozen (frozen init costs 4x); never mutate
 class Forward:
     TYPE: ClassVar[str] = "peer.forward"
     seq: int
