@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import re
 import sys
 import time
@@ -394,11 +395,14 @@ def run_from_args(args: argparse.Namespace) -> int:
         return 1
     if bounds.next == bounds.first:
         print("amqlite: the trace (amq.trace) holds no records", file=sys.stderr)
-    try:
-        spark = session(args.master, "amqlite-audit")
+    if args.master.startswith("local"):  # no "hostname resolves to a loopback" warning
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    try:  # the report is the output: no progress bars or INFO/WARN lines from Spark
+        spark = session(args.master, "amqlite-audit", {"spark.ui.showConsoleProgress": "false"})
     except SparkEnvironmentError as exc:
         print(f"amqlite: error: {exc}", file=sys.stderr)
         return 1
+    spark.sparkContext.setLogLevel("ERROR")
     options = {
         "servers": args.servers,
         "vhost": args.vhost,
