@@ -325,13 +325,20 @@ def plot(report: AuditReport, path: Path) -> Path:
         ("deliver_per_s", "delivered/s"),
         ("ack_per_s", "acked/s"),
     ):
-        top.plot(xs, [t[key] for t in report.throughput], label=label)
+        top.plot(xs, [t[key] for t in report.throughput], label=label, marker="o", markersize=3)
     top.set_ylabel("events/s")
     top.legend(loc="upper right")
     top.set_title(f"amqlite audit: {report.records} trace records")
     lat = [(x, t["latency_ms"]) for x, t in zip(xs, report.throughput, strict=True)]
     lat = [(x, v) for x, v in lat if v is not None]
-    bottom.plot([x for x, _ in lat], [v for _, v in lat], color="tab:red", label="mean latency")
+    bottom.plot(
+        [x for x, _ in lat],
+        [v for _, v in lat],
+        color="tab:red",
+        label="mean latency",
+        marker="o",
+        markersize=3,
+    )
     bottom.set_ylabel("publish -> delivery (ms)")
     bottom.set_xlabel(f"seconds (buckets of {report.bucket_seconds:g} s)")
     for when, node in report.failovers:
