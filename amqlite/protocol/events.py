@@ -225,11 +225,13 @@ class HaSync(Event):
 
 @dataclass(frozen=True, slots=True)
 class HaSynced(Event):
-    """The passive node holds (and has committed) every record up to ``upto``."""
+    """The passive node holds (and has committed) every record up to ``upto``; with
+    ``applied``, it has applied them (its broker holds them) but not yet committed."""
 
     METHOD: ClassVar[str] = "ha.synced"
     SENDER: ClassVar[Sender] = Sender.SERVER
     upto: int
+    applied: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -431,7 +431,11 @@ class HaService:
                 while True:
                     event = await self._receive(stream, proto)
                     if isinstance(event, ev.HaSynced):
-                        self._on_synced(event.upto)
+                        if event.applied:
+                            if self.node.storage is not None:
+                                self.node.storage.replica_applied(event.upto)
+                        else:
+                            self._on_synced(event.upto)
                     elif isinstance(event, ev.HaHeartbeat):
                         self.on_peer_heartbeat(event)
                     elif isinstance(event, ev.Close | ev.EndOfStream):
@@ -569,6 +573,7 @@ class HaService:
         if not sync.upto:
             return
         upto = sync.upto
+        conn.send_reply(ev.HaSynced(upto=upto, applied=True))  # pushes may go
 
         def synced() -> None:
             self.applied_upto = upto

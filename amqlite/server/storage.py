@@ -77,6 +77,8 @@ class NodeStorage:
         #: HA: message id -> position of its ``message.enqueue``, for the messages the
         #: passive peer may not hold yet (pushes of them wait: see ``replicated``)
         self._unreplicated: dict[int, int] = {}
+        self._unreplicated_order: deque[tuple[int, int]] = deque()  # (position, id)
+        self._replica_applied = 0  # the passive peer applied up to here (pushes may go)
         #: the same for stream appends: (vhost, stream) -> (offset, position), in order
         self._unreplicated_streams: dict[tuple[str, str], deque[tuple[int, int]]] = {}
         self._replica_waiters: set[Callable[[], None]] = set()
@@ -161,6 +163,7 @@ class NodeStorage:
             if self.replica_upto is not None:
                 if isinstance(record, MessageEnqueue):
                     self._unreplicated[record.id] = position
+                    self._unreplicated_order.append((position, record.id))
                 elif isinstance(record, StreamAppend):
                     key = (record.vhost, record.queue)
                     appends = self._unreplicated_streams.get(key)
@@ -174,17 +177,30 @@ class NodeStorage:
         self._after_commit.append((self.appended, callback))
         self._dirty.set()
 
+    def replica_applied(self, upto: int) -> None:
+        """HA: the passive peer has applied (not yet committed) everything up to
+        ``upto``: enough to push those messages (its broker holds them)."""
+        if self.replica_upto is None:
+            return
+        if upto > self._replica_applied:
+            self._replica_applied = upto
+            self._replica_moved(upto)
+
     def replica_progress(self, upto: int) -> None:
         """HA: the passive peer holds everything up to ``upto``."""
         self.replica_upto = upto
         self._release(self._committed)
+        if upto > self._replica_applied:
+            self._replica_applied = upto
+        self._replica_moved(self._replica_applied)
+
+    def _replica_moved(self, upto: int) -> None:
         pending = self._unreplicated
         streams = self._unreplicated_streams
         if pending or streams:
-            for mid, position in list(pending.items()):  # in append order
-                if position > upto:
-                    break
-                del pending[mid]
+            order = self._unreplicated_order
+            while order and order[0][0] <= upto:
+                pending.pop(order.popleft()[1], None)
             for key, appends in list(streams.items()):
                 while appends and appends[0][1] <= upto:
                     appends.popleft()
@@ -197,9 +213,9 @@ class NodeStorage:
         replicated to). A node pushes a journaled message to a consumer only then: a
         consumer must never see a message the node that takes over does not hold,
         or it would see it twice, the second time not flagged redelivered."""
-        upto = self.replica_upto
-        if upto is None:
+        if self.replica_upto is None:
             return True
+        upto = self._replica_applied
         position = self._unreplicated.get(message_id)
         return position is None or position <= upto
 
@@ -229,9 +245,11 @@ class NodeStorage:
         holds them too."""
         if required:
             self.replica_upto = 0  # a (re)joining peer holds nothing until it acks
+            self._replica_applied = 0
         else:
             self.replica_upto = None
             self._unreplicated.clear()
+            self._unreplicated_order.clear()
             self._unreplicated_streams.clear()
             self._release(self._committed)
             self._wake_replica_waiters()

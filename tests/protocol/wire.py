@@ -236,7 +236,7 @@ FULL: dict[type[ev.Event], ev.Event] = {
         node="primary", role="primary", state="active", epoch=3, vhost="/"
     ),
     ev.HaSync: ev.HaSync(upto=2**33, data=b"\x00\x01framed", reset=True, epoch=3),
-    ev.HaSynced: ev.HaSynced(upto=2**33),
+    ev.HaSynced: ev.HaSynced(upto=2**33, applied=True),
     ev.PeerMessage: ev.PeerMessage(
         {"type": "peer.forward", "seq": 7, "body": b"\x00b", "headers": {"k": 1}, "path": ["a"]}
     ),

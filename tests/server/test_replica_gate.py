@@ -127,3 +127,31 @@ async def test_a_stream_reader_waits_for_the_passive_peer(tmp_path: Path) -> Non
             with trio.fail_after(10):
                 second = await reader.__anext__()
             assert (second.body, second.offset) == (b"new", 1)
+
+
+async def test_a_push_goes_once_the_peer_applied_it_a_confirm_once_it_committed(
+    tmp_path: Path,
+) -> None:
+    async with running(tmp_path) as node:
+        storage = node.storage
+        assert storage is not None and storage.journal is not None
+        async with amqlite.connect(addr(node)) as pub, amqlite.connect(addr(node)) as sub:
+            await pub.declare_queue("q", durable=True)
+            consumer = await sub.consume("q")
+            storage.tee = lambda position, frame: None
+            storage.replica_required(True)
+            pending = await pub.publish_nowait("", "q", "m", persistent=True)
+            with trio.fail_after(10):  # handed to the consumer's session, push held
+                while node.broker.status()["vhosts"][0]["queues"][0]["unacked"] < 1:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+            assert consumer.buffered == 0 and not pending.done
+            storage.replica_applied(storage.journal.appended)  # ha.synced {applied}
+            with trio.fail_after(10):
+                d = await consumer.__anext__()
+            assert d.body == b"m"
+            await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+            assert not pending.done  # the confirm waits for the peer's commit
+            storage.replica_progress(storage.journal.appended)
+            with trio.fail_after(10):
+                await pending.wait()
