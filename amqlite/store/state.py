@@ -85,7 +85,9 @@ class StoredStream:
         messages = self.messages
         while messages and messages[0].offset < before:
             self.bytes -= len(messages.popleft().body)
-        self.first = max(self.first, before)
+        # the first message kept, as an append to an empty stream sets it (offsets
+        # may skip: a snapshot must rebuild the same ``first``)
+        self.first = messages[0].offset if messages else max(self.first, before)
         self.next = max(self.next, before)
 
     def canonical(self) -> tuple[Any, ...]:

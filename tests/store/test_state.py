@@ -414,3 +414,15 @@ def test_snapshot_of_a_prefix_then_the_rest_equals_the_whole_history(
 def test_snapshot_records_survive_encoding(records: list[Record]) -> None:
     snapshot = fold(records).snapshot()
     assert [decode_record(encode_record(r)) for r in snapshot] == snapshot
+
+
+def test_a_snapshot_keeps_first_when_a_truncation_leaves_a_gap() -> None:
+    """Found by the property above: appends at offsets 0 and 23, then everything
+    below 1 truncated; the snapshot must rebuild the same ``first`` (23)."""
+    records = [_build(_SETUP_KINDS[0], 0) for _ in range(4)] + [
+        _build(_KINDS[k], n) for k, n in [(0, 0)] * 16 + [(12, 2664), (77, 0), (77, 120), (89, 1)]
+    ]
+    state = fold(records)
+    snapshot = state.snapshot()
+    assert fold(snapshot) == state
+    assert fold(snapshot).snapshot() == snapshot
