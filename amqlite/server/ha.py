@@ -47,7 +47,7 @@ from amqlite.ha import (
 from amqlite.ha.errors import HeartbeatError
 from amqlite.protocol import NEED_DATA, Connection, Role
 from amqlite.protocol import events as ev
-from amqlite.store.segment import frame_record, parse_frames
+from amqlite.store.segment import frame_record, parse_framed
 
 if TYPE_CHECKING:
     from .connection import ClientConnection
@@ -562,14 +562,15 @@ class HaService:
         if machine is None or machine.state is HaState.ACTIVE:
             log.warning("ha_sync_ignored", reason="this node is active", epoch=sync.epoch)
             return
-        records = parse_frames(sync.data)
+        framed = parse_framed(sync.data)
         node = self.node
         storage = node.storage
-        node.broker.apply(records, trio.current_time())
+        node.broker.apply([record for record, _ in framed], trio.current_time())
         self.syncs_received += 1
         if storage is not None and storage.journal is not None:
-            for record in records:
-                storage.journal.append(record)
+            journal = storage.journal
+            for record, frame in framed:  # journaled as they came: not encoded again
+                journal.append_framed(record, frame)
         if not sync.upto:
             return
         upto = sync.upto

@@ -394,9 +394,12 @@ class Journal:
         """
         return self.append_framed(record)[0]
 
-    def append_framed(self, record: Record) -> tuple[int, bytes]:
-        """:meth:`append`, also returning the record's frame (HA replicates it)."""
-        framed = frame_record(record)
+    def append_framed(self, record: Record, framed: bytes | None = None) -> tuple[int, bytes]:
+        """:meth:`append`, also returning the record's frame (HA replicates it).
+        ``framed``, when given, is ``record``'s frame already checked (a passive HA
+        node's, from :func:`~amqlite.store.segment.parse_framed`): not encoded again."""
+        if framed is None:
+            framed = frame_record(record)
         with self._mutex:
             self._check_open()
             self._appended += 1

@@ -66,6 +66,12 @@ def frame_record(record: Record) -> bytes:
 def parse_frames(data: bytes) -> list[Record]:
     """The records in ``data``, a run of whole frames (the HA peer link sends
     journal frames); raises RecordError for a bad frame or checksum."""
+    return [record for record, _ in parse_framed(data)]
+
+
+def parse_framed(data: bytes) -> list[tuple[Record, bytes]]:
+    """:func:`parse_frames`, each record with its frame (checked: a passive HA node
+    journals it as it came, without encoding the record again)."""
     out = []
     view = memoryview(data)
     i, end = 0, len(data)
@@ -77,7 +83,7 @@ def parse_frames(data: bytes) -> list[Record]:
         payload = view[i + 8 : i + 8 + length]
         if len(payload) != length or zlib.crc32(payload) != crc:
             raise RecordError("replication frame cut short or checksum mismatch")
-        out.append(decode_record(payload))
+        out.append((decode_record(payload), bytes(view[i : i + 8 + length])))
         i += 8 + length
     return out
 
