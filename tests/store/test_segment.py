@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import struct
 import zlib
+from pathlib import Path
 
 import cbor2
 import pytest
 
 from amqlite.store import JournalCorrupt, QueueDeclare, Record, SegmentReader
+from amqlite.store.errors import RecordError
 from amqlite.store.segment import (
     FRAME_HEAD_SIZE,
     HEADER,
     frame,
     frame_record,
+    parse_framed,
     segment_name,
     segment_seq,
 )
 
-from .support import ack, enq, queue
+from .support import ack, enq, fold, open_journal, queue, recovered_state
 
 RECORDS: list[Record] = [queue("q"), enq(1), enq(2, body=b"x" * 300), ack(1)]
 
@@ -126,3 +129,21 @@ def test_a_valid_checksum_over_a_bad_record_is_corruption_not_a_torn_tail() -> N
     data = HEADER + frame_record(QueueDeclare(name="q")) + frame(cbor2.dumps({"t": "nope"}))
     with pytest.raises(JournalCorrupt, match=r"offset \d+ has a valid checksum.*'nope'"):
         _read(data)
+
+
+def test_a_passive_node_journals_the_frames_it_received_as_they_came(tmp_path: Path) -> None:
+    """parse_framed hands each record with its checked frame; appending that frame
+    stores the same bytes the active node wrote, and recovery reads them back."""
+    records: list[Record] = [queue("q"), enq(1), enq(2), ack(1)]
+    data = b"".join(frame_record(r) for r in records)
+    framed = parse_framed(data)
+    assert [r for r, _ in framed] == records
+    assert b"".join(f for _, f in framed) == data
+    journal = open_journal(tmp_path)
+    for record, received in framed:
+        journal.append_framed(record, received)
+    journal.commit()
+    journal.close()
+    assert recovered_state(tmp_path) == fold(records)
+    with pytest.raises(RecordError, match="checksum"):
+        parse_framed(data[:-1] + bytes([data[-1] ^ 1]))
