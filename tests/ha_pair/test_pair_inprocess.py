@@ -11,6 +11,7 @@ import trio
 
 import amqlite
 from amqlite.config import load_config
+from amqlite.ha import SendHeartbeat
 from amqlite.server import BrokerNode
 
 
@@ -99,15 +100,22 @@ async def test_an_idle_node_ticks_at_its_heartbeat_not_in_a_busy_loop(tmp_path: 
         ha = node.ha
         assert ha is not None and ha.machine is not None
         machine = ha.machine
-        ticks = 0
+        ticks = heartbeats = 0
+        ten_sent = trio.Event()
         real_tick = machine.tick
 
         def counting_tick(now: float) -> list[object]:
-            nonlocal ticks
+            nonlocal ticks, heartbeats
             ticks += 1
-            return real_tick(now)
+            actions = real_tick(now)
+            heartbeats += sum(isinstance(a, SendHeartbeat) for a in actions)
+            if heartbeats >= 10:
+                ten_sent.set()
+            return actions
 
         machine.tick = counting_tick  # type: ignore[method-assign]
-        await trio.sleep(0.5)  # the window measured: 10 heartbeats of 50 ms
+        with trio.fail_after(10):  # the window measured: ten heartbeats of 50 ms
+            await ten_sent.wait()
         node.stop()
-    assert 2 <= ticks <= 40, ticks
+    # a heartbeat is due every tick or two (the silence report takes one more)
+    assert 10 <= ticks <= 25, ticks
