@@ -433,10 +433,7 @@ class ClientConnection:
             # runs in whichever task pumped, so it must never raise there.
             return
         if out:
-            self._wake.set()
-            if len(out) > HIGH_WATER and not self._paused:
-                self._paused = True
-                session.set_writable(False)
+            self._flow()
 
     def _push_gated(self, session: Session, storage: NodeStorage) -> None:
         """``push`` while HA replicates: a journaled message goes out only once the
@@ -486,6 +483,7 @@ class ClientConnection:
         self._flow()
 
     def _flow(self) -> None:
+        """Wake the writer; past HIGH_WATER stop the session's pushes."""
         out = self._out
         if out:
             self._wake.set()
