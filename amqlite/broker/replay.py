@@ -83,12 +83,14 @@ def apply_record(broker: Broker, record: Record, now: float) -> bool:
             host._remove_exchange(existing)
             existing = None
         if existing is None and record.type in EXCHANGE_TYPES:
-            host.exchanges[record.name] = EXCHANGE_TYPES[record.type](
-                record.name,
-                durable=True,
-                auto_delete=record.auto_delete,
-                internal=record.internal,
-                arguments=dict(record.arguments),
+            host.add_exchange(
+                EXCHANGE_TYPES[record.type](
+                    record.name,
+                    durable=True,
+                    auto_delete=record.auto_delete,
+                    internal=record.internal,
+                    arguments=dict(record.arguments),
+                )
             )
     elif isinstance(record, QueueBind | QueueUnbind):
         queue = host.queues.get(record.queue)

@@ -25,7 +25,7 @@ from amqlite.errors import (
 from .arguments import QueueSettings, parse_queue_arguments
 from .dead_letter import dead_letter_copy, is_cycle
 from .dedup import PublishKeys
-from .exchange import EXCHANGE_TYPES, DefaultExchange, Exchange, binding_id
+from .exchange import EXCHANGE_TYPES, BindingWatcher, DefaultExchange, Exchange, binding_id
 from .message import Message, PublishOutcome, QueueInfo
 from .queue import Queue
 from .recording import is_persistent
@@ -60,6 +60,7 @@ class VirtualHost:
         "_dead_lettering",
         "_dead_letters",
         "_new_queue_name",
+        "_watchers",
         "exchanges",
         "name",
         "publish_keys",
@@ -82,6 +83,7 @@ class VirtualHost:
         self._dead_letters: deque[tuple[Message, float]] = deque()
         self._dead_lettering = False
         self.publish_keys = PublishKeys()
+        self._watchers: dict[str, BindingWatcher] = {}
 
     # --- lookups ------------------------------------------------------------------
 
@@ -115,6 +117,24 @@ class VirtualHost:
             )
 
     # --- exchanges ----------------------------------------------------------------
+
+    def watch(self, name: str, watcher: BindingWatcher | None) -> None:
+        """Tell ``watcher`` of every binding on the exchange ``name``, now and after
+        it is deleted and declared again (None stops watching). The exchange's
+        current bindings are not replayed: the caller reads them itself."""
+        if watcher is None:
+            self._watchers.pop(name, None)
+        else:
+            self._watchers[name] = watcher
+        exchange = self.exchanges.get(name)
+        if exchange is not None:
+            exchange.watcher = watcher
+
+    def add_exchange(self, exchange: Exchange) -> None:
+        """Put a new exchange in place (declared, or rebuilt from a record); a
+        watcher of that name watches it from now on."""
+        exchange.watcher = self._watchers.get(exchange.name)
+        self.exchanges[exchange.name] = exchange
 
     def declare_exchange(
         self,
@@ -152,9 +172,10 @@ class VirtualHost:
             return
         if name.startswith("amq."):
             raise AccessRefused(f"exchange name {name!r} contains reserved prefix 'amq.'")
-        exchange = self.exchanges[name] = cls(
+        exchange = cls(
             name, durable=durable, auto_delete=auto_delete, internal=internal, arguments=args
         )
+        self.add_exchange(exchange)
         if durable and self.recorder is not None:
             self.recorder.exchange_declared(self.name, exchange)
 

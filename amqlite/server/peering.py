@@ -299,9 +299,8 @@ class PeeringService:
             for link_id in list(px.links):
                 self.apply(px.remove_link(link_id, now))
             vhost = self.node.broker.vhost(px.ctx.vhost)
-            exchange = vhost.exchanges.get(px.ctx.exchange) if vhost is not None else None
-            if exchange is not None and isinstance(exchange.watcher, _Watcher):
-                exchange.watcher = None
+            if vhost is not None:
+                vhost.watch(px.ctx.exchange, None)
         for conn in list(self._conns.values()):
             conn.close("peering stopped: this node is not active")
         self._conns.clear()
@@ -368,7 +367,7 @@ class PeeringService:
         now = trio.current_time()
         for binding in exchange.bindings.values():
             px.bind(binding.queue.name, binding.key, binding.arguments, now=now)
-        exchange.watcher = _Watcher(self, px)
+        vhost.watch(exchange_name, _Watcher(self, px))  # also once deleted and declared again
         self.exchanges[(vhost_name, exchange_name)] = px
         self.hooks.setdefault(vhost_name, {})[exchange_name] = PublishHook(self, px)
         return px

@@ -207,6 +207,25 @@ async def test_interest_costs_one_copy_per_broker(pair: Any) -> None:
         assert _links(b)[0]["received"] == 1
 
 
+async def test_an_exchange_deleted_and_declared_again_keeps_its_peering(pair: Any) -> None:
+    a, b = await pair("publish")
+    async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
+        q, _ = await _queue(cb, "k.*")
+        await wait_for(_remote_interest(a, 1), "a heard b's interest")
+        await cb.delete_exchange("x")  # its binding goes: the remote hears it
+        await wait_for(_remote_interest(a, 0), "a heard the binding go")
+        await cb.declare_exchange("x", "topic", durable=True)
+        _, remote = await _queue(cb, "k.*")
+        await wait_for(_remote_interest(a, 1), "b's new exchange is still peered")
+        await ca.delete_exchange("x")  # the sending side too
+        await ca.declare_exchange("x", "topic", durable=True)
+        _, local = await _queue(ca, "k.*")
+        await ca.publish("x", "k.1", b"after")
+        assert await _take(remote, 1) == [b"after"]
+        assert await _take(local, 1) == [b"after"]
+        assert _links(b)[0]["interest_size"] == 1
+
+
 async def test_a_wrong_password_keeps_the_link_in_backoff(nursery: trio.Nursery) -> None:
     b = await _start(nursery)
     link = dataclasses.replace(_link(b.port, "publish"), password="wrong")
