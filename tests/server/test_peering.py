@@ -210,7 +210,7 @@ async def test_interest_costs_one_copy_per_broker(pair: Any) -> None:
 async def test_an_exchange_deleted_and_declared_again_keeps_its_peering(pair: Any) -> None:
     a, b = await pair("publish")
     async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
-        q, _ = await _queue(cb, "k.*")
+        await _queue(cb, "k.*")
         await wait_for(_remote_interest(a, 1), "a heard b's interest")
         await cb.delete_exchange("x")  # its binding goes: the remote hears it
         await wait_for(_remote_interest(a, 0), "a heard the binding go")
