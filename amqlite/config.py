@@ -194,6 +194,7 @@ class PeeringConfig:
     overflow: OverflowPolicy = OverflowPolicy.BLOCK
     heartbeat: float = 1.0
     type: str = "topic"
+    lease: float = 24 * 3600.0
 
     @property
     def hosts(self) -> str:
@@ -538,6 +539,7 @@ _PEERING_SPEC = _TableSpec(
         "overflow": _peering_overflow,
         "heartbeat": _number(0),
         "type": _choice(PEERING_EXCHANGE_TYPES),
+        "lease": _number(0.1),
     },
     required=frozenset({"name", "host", "mode"}),
 )

@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from .queue import Consumer, Queue
 
 INF = float("inf")
+#: queues exchange peering keeps for its subscribers (``amq.`` is reserved for the broker)
+PEERING_QUEUE_PREFIX = "amq.peering."
 
 
 class PublishOutcome(enum.Enum):
@@ -47,6 +49,11 @@ class Message:
     journal holds a persistent message (0 when it does not). ``publish_key`` names
     one publish of one client (``""`` when the client gave none): the broker routes
     a key it has seen recently only once (:class:`~amqlite.broker.dedup.PublishKeys`).
+    ``mesh`` is exchange peering's identity of the message (an object with a
+    ``mesh_map()`` giving plain data, or that plain data after a restart; None off
+    peered exchanges): the journal keeps it for messages in peering queues
+    (:data:`PEERING_QUEUE_PREFIX`), so a peering link that sends them again after a
+    restart sends the same identity and the remote drops the copy.
     """
 
     __slots__ = (
@@ -54,6 +61,7 @@ class Message:
         "body",
         "exchange",
         "headers",
+        "mesh",
         "pid",
         "properties",
         "publish_key",
@@ -77,6 +85,7 @@ class Message:
         self.wire: bytes | None = None
         self.pid = 0  # the journal's message id; 0 = not journaled
         self.publish_key = ""
+        self.mesh: Any = None
         self._deaths: tuple[tuple[str, str], ...] = ()
 
     def __repr__(self) -> str:

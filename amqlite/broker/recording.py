@@ -38,6 +38,8 @@ from amqlite.store.records import (
     StreamTruncate,
 )
 
+from .message import PEERING_QUEUE_PREFIX
+
 if TYPE_CHECKING:
     from .exchange import Exchange
     from .message import Message
@@ -135,6 +137,7 @@ class Recorder:
                 enqueued_at=now + self.wall_offset,
                 deaths=message._deaths,
                 publish_key=message.publish_key,
+                mesh=_mesh_of(message, names),
             )
         )
 
@@ -177,3 +180,14 @@ class Recorder:
 def is_persistent(message: Message) -> bool:
     properties = message.properties
     return bool(properties) and properties.get("persistent") is True
+
+
+def _mesh_of(message: Message, queues: tuple[str, ...]) -> dict[str, Any]:
+    """The peering identity to journal: only for a message in a peering queue."""
+    mesh = message.mesh
+    if mesh is None or not any(q.startswith(PEERING_QUEUE_PREFIX) for q in queues):
+        return {}
+    if isinstance(mesh, dict):
+        return mesh
+    plain: dict[str, Any] = mesh.mesh_map()
+    return plain

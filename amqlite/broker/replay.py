@@ -148,6 +148,8 @@ def _enqueue(broker: Broker, host: VirtualHost, r: MessageEnqueue) -> None:
     message = Message(r.exchange, r.routing_key, r.body, dict(r.headers), dict(r.props))
     message.pid = r.id
     message._deaths = r.deaths
+    if r.mesh:
+        message.mesh = r.mesh
     if r.publish_key:
         message.publish_key = r.publish_key
         host.publish_keys.add(r.publish_key)

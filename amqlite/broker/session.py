@@ -135,6 +135,7 @@ class Session:
         auto_delete: bool = False,
         passive: bool = False,
         arguments: Mapping[str, Any] | None = None,
+        reserved: bool = False,
     ) -> QueueInfo:
         self._check_open()
         return self._vhost.declare_queue(
@@ -145,6 +146,7 @@ class Session:
             auto_delete=auto_delete,
             passive=passive,
             arguments=arguments,
+            reserved=reserved,
         )
 
     def delete_queue(self, name: str, *, if_unused: bool = False, if_empty: bool = False) -> int:

@@ -210,7 +210,10 @@ class VirtualHost:
         auto_delete: bool,
         passive: bool,
         arguments: Mapping[str, Any] | None,
+        reserved: bool = False,
     ) -> QueueInfo:
+        """Declare a queue; ``reserved`` lets the broker itself (exchange peering)
+        use the ``amq.`` prefix, which clients may not."""
         if passive:
             return self._info(self.queue(session, name))
         args = dict(arguments or {})
@@ -232,7 +235,7 @@ class VirtualHost:
                         "queue", name, diff, args.get(diff), queue.arguments.get(diff)
                     )
                 return self._info(queue)
-            if name.startswith("amq."):
+            if name.startswith("amq.") and not reserved:
                 raise AccessRefused(f"queue name {name!r} contains reserved prefix 'amq.'")
         else:
             name = self._new_queue_name()

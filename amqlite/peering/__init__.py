@@ -4,6 +4,7 @@ and applies the actions it returns; see docs/peering.md ("Shell integration").
 """
 
 from .actions import (
+    Acked,
     Action,
     Blocked,
     BufferAvailable,
@@ -43,6 +44,7 @@ from .wire import (
 __all__ = [
     "TRANSITIONS",
     "Ack",
+    "Acked",
     "Action",
     "Address",
     "AddressRing",

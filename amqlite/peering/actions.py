@@ -67,6 +67,16 @@ class BufferAvailable:
 
 
 @dataclass(frozen=True, slots=True)
+class Acked:
+    """The remote acknowledged everything up to ``seq`` of a queue-fed link end
+    (the accepting end of a ``subscribe`` link): settle the peering-queue
+    deliveries behind those sequence numbers (see ``PeerLink.take``)."""
+
+    link: str
+    seq: int
+
+
+@dataclass(frozen=True, slots=True)
 class StateChanged:
     """For the shell's log (``peering_link_state``); nothing to do."""
 
@@ -76,4 +86,4 @@ class StateChanged:
     reason: str = ""
 
 
-Action = Connect | Disconnect | Send | Deliver | Blocked | BufferAvailable | StateChanged
+Action = Connect | Disconnect | Send | Deliver | Blocked | BufferAvailable | Acked | StateChanged

@@ -28,6 +28,7 @@ from .wire import Envelope, Hello, MessageId, PeeringMessage, Refused, from_map
 
 INF = float("inf")
 SNAPSHOT_VERSION = 1
+QUEUE_FED_LOG_BYTES = 1 << 60  # no cap of its own: the shell bounds it by the queue's prefetch
 
 
 class PeeredExchange:
@@ -142,6 +143,10 @@ class PeeredExchange:
             settings = dataclasses.replace(
                 self.acceptor, name=msg.link, mode=msg.mode, addresses=()
             )
+            if not msg.mode.dialer_sends:  # queue-fed: the peering queue has the cap
+                settings = dataclasses.replace(
+                    settings, buffer_bytes=QUEUE_FED_LOG_BYTES, overflow=OverflowPolicy.BLOCK
+                )
             link = PeerLink(
                 settings,
                 self.ctx,

@@ -8,6 +8,13 @@ when the dialer's hello arrives. The mode fixes the direction: in ``publish`` an
 The end that sends keeps an :class:`~amqlite.peering.outbound.OutboundLog`; the end
 that receives advertises its interest (its exchange's bindings), delivers, and acks.
 
+The accepting end of a ``subscribe`` link is *queue-fed*: the shell keeps a durable
+peering queue on the exchange, bound with the subscriber's interest, and hands what
+the queue delivers to :meth:`PeerLink.take` (messages published meanwhile are not
+offered to it); an :class:`~amqlite.peering.actions.Acked` action says which of
+those the subscriber has made safe, so the shell settles them in the queue. The
+queue, not the link's memory, holds what waits while the subscriber is away.
+
 Every method takes ``now`` and returns a list of actions
 (:mod:`amqlite.peering.actions`) for the shell; the link never does I/O. States
 change only through :data:`amqlite.peering.states.TRANSITIONS`.
@@ -20,6 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from .actions import (
+    Acked,
     Action,
     Blocked,
     BufferAvailable,
@@ -87,6 +95,7 @@ class PeerLink:
         self.mode = settings.mode
         self.state = S.IDLE
         self.sends = (role is Role.DIALER) == settings.mode.dialer_sends
+        self.queue_fed = self.sends and role is Role.ACCEPTOR  # subscribe: see the module doc
         self.log: OutboundLog | None = None
         self.interest: RemoteInterest | None = None
         if self.sends:
@@ -102,6 +111,8 @@ class PeerLink:
         self.clock = HeartbeatClock(settings.heartbeat, settings.heartbeat_misses)
         self.remote_node: str | None = None
         self.remote_epoch = 0
+        self.remote_lease: float | None = None  # subscribe, acceptor: the dialer's wishes
+        self.remote_buffer_bytes: int | None = None
         self.last_error = ""
         self._retry_at = INF
         self._connect_deadline = INF
@@ -246,6 +257,7 @@ class PeerLink:
             resume = ctx.marks.position(node, self.name) if node is not None else None
             if node is not None and resume is not None:
                 self._resume_sent = (node, *resume)
+        subscriber = self.role is Role.DIALER and self.receives
         return Hello(
             node=ctx.node_id,
             link=self.name,
@@ -256,6 +268,8 @@ class PeerLink:
             epoch=self.log.epoch if self.log is not None else 0,
             resume=resume,
             heartbeat=self.settings.heartbeat,
+            lease=self.settings.lease if subscriber else None,
+            buffer_bytes=self.settings.buffer_bytes if subscriber else None,
         )
 
     def hello_mismatch(self, hello: Hello) -> str:
@@ -294,6 +308,7 @@ class PeerLink:
     def _adopt(self, hello: Hello) -> None:
         self.remote_node = hello.node
         self.remote_epoch = hello.epoch
+        self.remote_lease, self.remote_buffer_bytes = hello.lease, hello.buffer_bytes
         self.clock.interval = negotiate_heartbeat(self.settings.heartbeat, hello.heartbeat)
 
     def _handshake(self, hello: Hello, now: float) -> list[Action]:
@@ -316,10 +331,13 @@ class PeerLink:
         resends the rest; the receiver advertises its whole interest."""
         if self.log is not None:
             self.log.rewind()
+            acked: list[Action] = []
             if hello.resume is not None and hello.resume[0] == self.log.epoch:
                 self._check_ack(hello.resume[1])
                 self.counters["acked"] += self.log.ack(hello.resume[1])
-            return self._pump() + self._room_again()
+                if self.queue_fed:
+                    acked.append(Acked(self.id, hello.resume[1]))
+            return acked + self._pump() + self._room_again()
         self._ack_due_at = INF
         self._resync_at = now + self.settings.resync_interval
         actions: list[Action] = [self._send(self._interest(full=True))]
@@ -386,7 +404,8 @@ class PeerLink:
             return []  # for an earlier incarnation of this broker's log
         self._check_ack(ack.seq)
         self.counters["acked"] += log.ack(ack.seq)
-        return self._pump() + self._room_again()
+        acked: list[Action] = [Acked(self.id, ack.seq)] if self.queue_fed else []
+        return acked + self._pump() + self._room_again()
 
     def _room_again(self) -> list[Action]:
         """After a refusal (``block``), say so once the buffer is at most half full."""
@@ -473,7 +492,7 @@ class PeerLink:
     def offer(self, envelope: Envelope, *, routed_locally: bool, now: float) -> list[Action]:
         """A message was published on the local exchange (by a client, or delivered
         from another link): send it if this end sends and the rules allow."""
-        if self.state is S.CLOSED:
+        if self.state is S.CLOSED or self.queue_fed:
             return []
         interest = self.interest
         decision = decide(
@@ -500,6 +519,39 @@ class PeerLink:
         if self.state is not S.UP:
             return []
         return self._sent(now, self._pump())
+
+    def take(self, envelope: Envelope, now: float) -> tuple[int | None, list[Action]]:
+        """Queue-fed end: the peering queue delivered ``envelope`` (it matched the
+        subscriber's interest there). Its sequence number in the log, or None when
+        the rules skip it (the subscriber is on its path, or its hops are used up):
+        the shell settles a skipped delivery at once, a taken one on
+        :class:`~amqlite.peering.actions.Acked` for its number."""
+        if not self.queue_fed:
+            raise LinkStateError(f"take is for a queue-fed link end; {self.id!r} is not")
+        if self.state is S.CLOSED:
+            return None, []
+        decision = decide(
+            sends=True,
+            mode=self.mode,
+            routed_locally=False,
+            remote_node=self.remote_node,
+            path=envelope.path,
+            hops=envelope.hops,
+            max_hops=self.ctx.max_hops,
+            interest=_ANY_INTEREST,  # the queue's bindings chose it
+            routing_key=envelope.routing_key,
+            headers=envelope.headers,
+        )
+        if decision is not Decision.SEND:
+            self.skipped[decision.value] += 1
+            return None, []
+        assert self.log is not None
+        seq = self.log.accept(envelope.onward(self.ctx.node_id), now)
+        assert seq is not None, "a queue-fed log has no byte cap: the queue has it"
+        self.counters["accepted"] += 1
+        if self.state is not S.UP:
+            return seq, []
+        return seq, self._sent(now, self._pump())
 
     def has_room(self, envelope: Envelope) -> bool:
         """Would :meth:`offer` take this message without overflowing? (True for an

@@ -34,6 +34,9 @@ class LinkSettings:
     ack_delay: float = 0.02  # ...or this long after the first unacknowledged one
     backoff_initial: float = 0.1
     backoff_max: float = 5.0
+    #: subscribe mode: how long the remote keeps this subscriber's peering queue
+    #: after the link went away (told to the remote in the hello)
+    lease: float = 24 * 3600.0
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -45,7 +48,13 @@ class LinkSettings:
         for attr in ("heartbeat", "ack_delay"):
             if getattr(self, attr) < 0:
                 raise ValueError(f"{attr} must not be negative, got {getattr(self, attr)}")
-        for attr in ("connect_timeout", "resync_interval", "backoff_initial", "backoff_max"):
+        for attr in (
+            "connect_timeout",
+            "resync_interval",
+            "backoff_initial",
+            "backoff_max",
+            "lease",
+        ):
             if getattr(self, attr) <= 0:
                 raise ValueError(f"{attr} must be positive, got {getattr(self, attr)}")
 

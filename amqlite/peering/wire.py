@@ -73,6 +73,49 @@ class Envelope:
             self.hops + 1,
         )
 
+    def mesh_map(self) -> dict[str, Any]:
+        """The identity, path and hops as plain data (kept with a message in a
+        peering queue: ``Message.mesh``); :meth:`from_mesh_map` reads it back."""
+        mid = self.id
+        return {"id": [mid.node, mid.epoch, mid.seq], "path": list(self.path), "hops": self.hops}
+
+    @classmethod
+    def from_mesh_map(
+        cls,
+        m: Mapping[str, Any],
+        routing_key: str,
+        body: bytes,
+        headers: Mapping[str, Any],
+        properties: Mapping[str, Any],
+        exchange: str,
+    ) -> Envelope:
+        """The envelope of a message kept with :meth:`mesh_map`; raises
+        PeeringProtocolError when ``m`` is not such a map."""
+        mid, path, hops = m.get("id"), m.get("path"), m.get("hops")
+        ok = (
+            isinstance(mid, list | tuple)
+            and len(mid) == 3
+            and isinstance(mid[0], str)
+            and all(type(v) is int and v >= 0 for v in mid[1:])
+            and isinstance(path, list | tuple)
+            and all(isinstance(p, str) for p in path)
+            and type(hops) is int
+            and hops >= 0
+        )
+        if not ok:
+            raise PeeringProtocolError(f"not a peering identity: {dict(m)!r}")
+        assert isinstance(mid, list | tuple) and isinstance(path, list | tuple)
+        return cls(
+            MessageId(mid[0], mid[1], mid[2]),
+            routing_key,
+            body,
+            headers,
+            properties,
+            exchange,
+            tuple(path),
+            hops,  # type: ignore[arg-type]
+        )
+
     def size(self) -> int:
         """Roughly the encoded size, for the byte cap."""
         path = self.path
@@ -100,9 +143,14 @@ class Hello:
     resume: tuple[int, int] | None = None
     heartbeat: float = 0.0
     version: int = VERSION
+    #: subscribe mode, from the dialer: how long the remote keeps the peering queue
+    #: of a subscriber that went away (seconds), and its byte cap (None: the
+    #: remote's defaults)
+    lease: float | None = None
+    buffer_bytes: int | None = None
 
     def to_map(self) -> dict[str, Any]:
-        return {
+        m = {
             "type": self.TYPE,
             "version": self.version,
             "node": self.node,
@@ -115,6 +163,11 @@ class Hello:
             "resume": list(self.resume) if self.resume is not None else None,
             "heartbeat": self.heartbeat,
         }
+        if self.lease is not None:
+            m["lease"] = self.lease
+        if self.buffer_bytes is not None:
+            m["buffer_bytes"] = self.buffer_bytes
+        return m
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +334,12 @@ def _hello(r: _Reader) -> Hello:
     heartbeat = r.m.get("heartbeat", 0.0)
     if type(heartbeat) not in (int, float) or not 0 <= heartbeat < float("inf"):
         raise r.fail("heartbeat", "a number of seconds >= 0")
+    lease = r.m.get("lease")
+    if lease is not None and (type(lease) not in (int, float) or not 0 < lease < float("inf")):
+        raise r.fail("lease", "null or a number of seconds > 0")
+    buffer_bytes = r.m.get("buffer_bytes")
+    if buffer_bytes is not None and (type(buffer_bytes) is not int or buffer_bytes < 1):
+        raise r.fail("buffer_bytes", "null or an integer >= 1")
     return Hello(
         node=r.text("node", nonempty=True),
         link=r.text("link", nonempty=True),
@@ -292,6 +351,8 @@ def _hello(r: _Reader) -> Hello:
         resume=resume,
         heartbeat=float(heartbeat),
         version=version,
+        lease=float(lease) if lease is not None else None,
+        buffer_bytes=buffer_bytes,
     )
 
 

@@ -110,6 +110,7 @@ class RequestDispatcher:
         hook = self._peered.get(p.exchange) if self._peered else None
         if hook is not None:
             envelope = hook.envelope(message)
+            message.mesh = envelope  # kept if a subscriber's peering queue takes it
             if p.confirm and not hook.has_room(envelope):
                 return ev.Nacked(
                     p.id,

@@ -19,6 +19,7 @@ from amqlite.store.files import FileLayer
 from .connection import ClientConnection
 from .ha import HaService
 from .peering import PeeringService
+from .peering_queue import PeeringQueue
 from .storage import NodeStorage
 
 TICK_INTERVAL = 0.1  # seconds between TTL sweeps
@@ -179,7 +180,7 @@ class BrokerNode:
         """Hand the broker's pending pushes to the connections that own them."""
         for session in self.broker.take_ready():
             owner = session.owner
-            if isinstance(owner, ClientConnection):
+            if isinstance(owner, ClientConnection | PeeringQueue):
                 owner.push()
 
     def status(self) -> dict[str, Any]:

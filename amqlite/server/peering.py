@@ -40,10 +40,11 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
-from amqlite.broker import Message, PublishOutcome, Session
+from amqlite.broker import PEERING_QUEUE_PREFIX, Message, PublishOutcome, Session
 from amqlite.config import PeeringConfig
 from amqlite.errors import AmqliteError, BrokerError, ReplyCode
 from amqlite.peering import (
+    Acked,
     Action,
     Address,
     Blocked,
@@ -69,6 +70,7 @@ from amqlite.protocol import events as ev
 from amqlite.protocol.codec import check_headers, check_props
 from amqlite.store import PeeringMarks
 
+from .peering_queue import ARG_LINK, PeeringQueue, envelope_of, lease_of
 from .spill import FileSpill
 
 if TYPE_CHECKING:
@@ -81,6 +83,7 @@ INF = float("inf")
 BATCH_BYTES = 256 * 1024  # peering maps sent in one ``peer`` frame, at most about
 BATCH = "peer.batch"
 ACCEPTOR_RETENTION = 24 * 3600.0  # an acceptor end waiting this long is removed
+RECONCILE_INTERVAL = 30.0  # peering queues' bindings are checked this often
 EPOCH_FILE = "PEERING_EPOCH"
 SPILL_DIR = "peering-spill"
 RECEIVE_SIZE = 256 * 1024
@@ -126,10 +129,12 @@ class _Watcher:
         self.px = px
 
     def bound(self, queue: str, key: str, arguments: Mapping[str, Any]) -> None:
-        self.service.apply(self.px.bind(queue, key, arguments, now=trio.current_time()))
+        if not queue.startswith(PEERING_QUEUE_PREFIX):  # a subscriber's, not ours
+            self.service.apply(self.px.bind(queue, key, arguments, now=trio.current_time()))
 
     def unbound(self, queue: str, key: str, arguments: Mapping[str, Any]) -> None:
-        self.service.apply(self.px.unbind(queue, key, arguments, now=trio.current_time()))
+        if not queue.startswith(PEERING_QUEUE_PREFIX):
+            self.service.apply(self.px.unbind(queue, key, arguments, now=trio.current_time()))
 
 
 class PublishHook:
@@ -191,12 +196,17 @@ class PeeringService:
         self._wake = trio.Event()
         self._closing = False
         self._depth = 0  # nested apply() calls
-        self._delivered = False  # deliveries since the last pump
+        self._delivered = False  # deliveries (or freed credit) since the last pump
         self._outbox: dict[_DialedConnection | ClientConnection, list[dict[str, Any]]] = {}
         self._flush_due = trio.Event()
         self._timer_at = INF  # when the timer task wakes next
         self.active = False  # peering runs (standalone, or the HA pair's active node)
         self._marks_due: dict[tuple[str, str], PeeredExchange] = {}
+        self._queues: dict[str, PeeringQueue] = {}  # subscribe acceptor end -> its queue
+        self._orphans: dict[tuple[str, str], tuple[float, float]] = {}  # (vhost, queue) ->
+        # (since, lease): peering queues found at activation that no link uses yet
+        self.reconcile_interval = RECONCILE_INTERVAL
+        self._reconcile_at = INF
 
     # --- start ---------------------------------------------------------------------------
 
@@ -282,11 +292,16 @@ class PeeringService:
                     buffer_bytes=cfg.buffer_bytes,
                     overflow=cfg.overflow,
                     heartbeat=cfg.heartbeat,
+                    lease=cfg.lease,
                 )
             )
             self._configs[link.id] = cfg
             self._owner[link.id] = px
             starts.append(link)
+        for host in self.node.broker.all_vhosts():
+            for queue in host.queues.values():
+                if queue.name.startswith(PEERING_QUEUE_PREFIX) and ARG_LINK in queue.arguments:
+                    self._orphans[(host.name, queue.name)] = (now, lease_of(queue.arguments))
         log.info("peering_started", node=self.node_id, epoch=self.epoch, links=len(starts))
         for link in starts:
             self.apply(link.start(now))
@@ -304,6 +319,11 @@ class PeeringService:
         for conn in list(self._conns.values()):
             conn.close("peering stopped: this node is not active")
         self._conns.clear()
+        for pq in self._queues.values():
+            pq.close(delete=False)
+        self._queues.clear()
+        self._orphans.clear()
+        self._reconcile_at = INF
         for hooks in self.hooks.values():
             hooks.clear()  # the dispatchers hold these dicts
         self.exchanges.clear()
@@ -366,7 +386,8 @@ class PeeringService:
                 log.error("peering_marks_ignored", exchange=exchange_name, error=str(exc))
         now = trio.current_time()
         for binding in exchange.bindings.values():
-            px.bind(binding.queue.name, binding.key, binding.arguments, now=now)
+            if not binding.queue.name.startswith(PEERING_QUEUE_PREFIX):
+                px.bind(binding.queue.name, binding.key, binding.arguments, now=now)
         vhost.watch(exchange_name, _Watcher(self, px))  # also once deleted and declared again
         self.exchanges[(vhost_name, exchange_name)] = px
         self.hooks.setdefault(vhost_name, {})[exchange_name] = PublishHook(self, px)
@@ -436,6 +457,16 @@ class PeeringService:
 
     def _receive(self, link: PeerLink, msg: dict[str, Any], now: float) -> None:
         """One ``peer`` frame for ``link``: a peering map, or a batch of them."""
+        if link.queue_fed:
+            self._receive_one(link, msg, now)
+            pq = self._queues.get(link.id)
+            interest = link.interest
+            if pq is not None and interest is not None and interest.digest.hex != pq.applied_digest:
+                pq.sync_bindings()  # the subscriber's interest changed
+            return
+        self._receive_one(link, msg, now)
+
+    def _receive_one(self, link: PeerLink, msg: dict[str, Any], now: float) -> None:
         if msg.get("type") != BATCH:
             self.apply(link.receive(msg, now))
             return
@@ -453,15 +484,100 @@ class PeeringService:
 
     def _next_deadline(self) -> float:
         due = min((px.next_deadline() for px in self.exchanges.values()), default=INF)
-        if self._waiting_since:
-            due = min(due, min(self._waiting_since.values()) + self.acceptor_retention)
-        return due
+        for link_id, since in self._waiting_since.items():
+            due = min(due, since + self._retention(link_id))
+        for since, lease in self._orphans.values():
+            due = min(due, since + lease)
+        return min(due, self._reconcile_at)
+
+    def _retention(self, link_id: str) -> float:
+        """How long an acceptor end waits for its dialer: a subscriber's lease."""
+        pq = self._queues.get(link_id)
+        return pq.lease if pq is not None else self.acceptor_retention
+
+    # --- subscribe: the peering queues (amqlite/server/peering_queue.py) ---------------
+
+    def _attach_queue(self, px: PeeredExchange, link: PeerLink, now: float) -> None:
+        """After an acceptor end attached: a subscribe end consumes from its peering
+        queue (declared on first use, kept across cuts and restarts)."""
+        pq = self._queues.get(link.id)
+        if pq is not None and pq.link is not link:  # the dialer was reconfigured
+            del self._queues[link.id]
+            pq.close(delete=not link.queue_fed)
+            pq = None
+        if not link.queue_fed:
+            return
+        if pq is None:
+            pq = PeeringQueue(
+                self.node.broker,
+                px,
+                link,
+                prefetch=2 * link.settings.max_in_flight,
+                now=now,
+                on_deliveries=self._feed,
+            )
+            self._queues[link.id] = pq
+            self._orphans.pop((pq.vhost, pq.name), None)
+            if self._reconcile_at == INF:
+                self._reconcile_at = now + self.reconcile_interval
+                self._wake.set()
+            log.info("peering_queue_attached", link=link.id, queue=pq.name, lease=pq.lease)
+        pq.sync_bindings()
+        self._feed(pq)
+
+    def _feed(self, pq: PeeringQueue) -> None:
+        """Hand the queue's new deliveries to its link end, in order."""
+        deliveries, cancelled = pq.take()
+        if cancelled and not pq.session.closed:  # the queue was deleted by hand
+            log.warning("peering_queue_deleted", queue=pq.name, link=pq.link.id)
+            now = trio.current_time()
+            pq.taken.clear()
+            pq.declare(now, 2 * pq.link.settings.max_in_flight)
+            pq.sync_bindings()
+            deliveries += pq.take()[0]
+        if not deliveries:
+            return
+        now = trio.current_time()
+        self._depth += 1
+        try:
+            for d in deliveries:
+                env = envelope_of(pq.px, d.message)
+                seq, actions = pq.link.take(env, now)
+                if seq is None:
+                    pq.settle(d.dtag, now)  # skipped (the subscriber is on its path)
+                else:
+                    pq.taken.append((seq, d.dtag))
+                self.apply(actions)
+        finally:
+            self._depth -= 1
+        self.apply([])
+
+    def _reconcile(self, now: float) -> None:
+        """The periodic check: a peering queue's binding deleted by hand comes back."""
+        self._reconcile_at = now + self.reconcile_interval if self._queues else INF
+        for pq in list(self._queues.values()):
+            if pq.sync_bindings():
+                log.warning("peering_queue_bindings_repaired", queue=pq.name)
+
+    def _expire_orphans(self, now: float) -> None:
+        """Delete the peering queues found at start-up whose subscriber never came
+        back within their lease."""
+        for (vhost_name, name), (since, lease) in list(self._orphans.items()):
+            if now < since + lease:
+                continue
+            del self._orphans[(vhost_name, name)]
+            try:
+                self._session(vhost_name).delete_queue(name)
+            except AmqliteError as exc:
+                log.warning("peering_queue_expiry_failed", queue=name, error=exc.text)
+                continue
+            log.warning("peering_queue_expired", queue=name, lease=lease)
 
     def _retire_acceptors(self, now: float) -> None:
         """Remove acceptor ends whose dialer has been away past the retention time
         (with what they held for it)."""
         for link_id, since in list(self._waiting_since.items()):
-            if now < since + self.acceptor_retention:
+            if now < since + self._retention(link_id):
                 continue
             del self._waiting_since[link_id]  # always: a past deadline would spin the timer
             px = self._owner.get(link_id)
@@ -471,6 +587,10 @@ class PeeringService:
             self.apply(px.remove_link(link_id, now))
             self._owner.pop(link_id, None)
             self._held.pop(link_id, None)
+            pq = self._queues.pop(link_id, None)
+            if pq is not None:  # the subscriber's lease ran out: its queue goes too
+                pq.close(delete=True)
+                log.warning("peering_queue_expired", queue=pq.name, lease=pq.lease)
 
     def _record_marks(self) -> None:
         """Journal the marks after the deliveries just journaled (see the module
@@ -511,6 +631,11 @@ class PeeringService:
                 held.waiting = True
             elif isinstance(action, BufferAvailable):
                 self._resume_held(action.link)
+            elif isinstance(action, Acked):
+                pq = self._queues.get(action.link)
+                if pq is not None:
+                    pq.acked(action.seq, trio.current_time())
+                    self._delivered = True  # the freed credit lets the queue push more
             elif isinstance(action, StateChanged):
                 if action.new is LinkState.WAITING:
                     self._waiting_since[action.link] = trio.current_time()
@@ -557,6 +682,7 @@ class PeeringService:
         message = Message(
             px.ctx.exchange, env.routing_key, env.body, dict(env.headers), dict(env.properties)
         )
+        message.mesh = env  # a subscriber's peering queue here keeps its identity
         now = trio.current_time()
         bad = check_headers(message.headers) or check_props(message.properties)
         try:
@@ -732,6 +858,7 @@ class PeeringService:
         conn.peer_link_id = attached.id
         log.info("peering_link_accepted", link=attached.id, peer=conn.peer)
         self.apply(actions)
+        self._attach_queue(px, attached, now)
 
     def on_closed(self, conn: ClientConnection) -> None:
         """A ``peer-link`` server connection ended."""
@@ -757,6 +884,10 @@ class PeeringService:
                 self.apply(px.tick(now))
             if self._waiting_since:
                 self._retire_acceptors(now)
+            if self._orphans:
+                self._expire_orphans(now)
+            if now >= self._reconcile_at:
+                self._reconcile(now)
 
     def close(self) -> None:
         """Shutting down: connection losses are no longer reported to the core."""
@@ -770,6 +901,11 @@ class PeeringService:
             for item in px.status(now):
                 held = self._held.get(item["link"])
                 item["held"] = len(held.envelopes) if held is not None else 0
+                pq = self._queues.get(item["link"])
+                if pq is not None:  # what waits in the peering queue is lag too
+                    queued = pq.queued()
+                    item["queue"], item["queued"] = pq.name, queued
+                    item["lag_messages"] += queued
                 out.append(item)
         return out
 

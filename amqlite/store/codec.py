@@ -175,6 +175,7 @@ def _encode_enqueue(r: MessageEnqueue) -> bytes | None:
         or not 0 <= mid <= MAX_MESSAGE_ID
         or type(body) is not bytes
         or r.deaths
+        or r.mesh
         or (type(at) is not float and type(at) is not int)
     ):
         return None
@@ -293,6 +294,7 @@ def _decode_enqueue(m: dict[Any, Any]) -> MessageEnqueue | None:
         s_at,
         s_deaths,
         s_pk,
+        s_mesh,
     ) = _ENQUEUE_SETTERS
     s_id(record, mid)
     s_vhost(record, vhost)
@@ -305,6 +307,7 @@ def _decode_enqueue(m: dict[Any, Any]) -> MessageEnqueue | None:
     s_at(record, float(at))
     s_deaths(record, ())
     s_pk(record, pk)
+    s_mesh(record, {})
     return record
 
 

@@ -156,6 +156,8 @@ class MessageEnqueue:
     enqueued_at: float = _wire("at", default=0.0)
     deaths: tuple[tuple[str, str], ...] = ()
     publish_key: str = _wire("pk", default="")
+    #: exchange peering's identity of a message in a peering queue (``Message.mesh``)
+    mesh: dict[str, Any] = dataclasses.field(default_factory=dict, metadata={"key": "mx"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,6 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from amqlite.broker import Broker, Message, Session
 from amqlite.broker.queue import Queue
+from amqlite.errors import AccessRefused
 from amqlite.store import StoreState
 from amqlite.store.codec import decode_record, encode_record
 from amqlite.store.records import (
@@ -428,3 +429,39 @@ def test_restore_counts(count: int) -> None:
         s.publish(persistent("q", b"%d" % i), now=0)
     back = restored(records)
     assert len(back.vhost("/").queues["q"].ready) == count  # type: ignore[union-attr]
+
+
+class _Identity:
+    """What exchange peering attaches to a message (``Message.mesh``)."""
+
+    def mesh_map(self) -> dict[str, Any]:
+        return {"id": ["b", 1, 7], "path": [], "hops": 0}
+
+
+def test_a_message_in_a_peering_queue_keeps_its_peering_identity_across_a_restart() -> None:
+    broker, records = recording_broker()
+    s = broker.open_session()
+    s.declare_exchange("x", "topic", durable=True)
+    s.declare_queue("amq.peering.x.a/x", durable=True, reserved=True)
+    s.declare_queue("local", durable=True)
+    s.bind("amq.peering.x.a/x", "x", "k")
+    s.bind("local", "x", "k")
+    s.bind("local", "x", "only.here")
+    for key in ("k", "only.here"):
+        message = persistent(key, b"m", exchange="x")
+        message.mesh = _Identity()
+        s.publish(message, now=0)
+    enqueued = [r for r in records if isinstance(r, MessageEnqueue)]
+    assert [r.mesh for r in enqueued] == [_Identity().mesh_map(), {}]  # only in a peering queue
+    host = restored(records).vhost("/")
+    assert host is not None
+    (peered,) = [m for m, _, _ in host.queues["amq.peering.x.a/x"].ready]
+    assert peered.mesh == _Identity().mesh_map()
+    assert [m.mesh for m, _, _ in host.queues["local"].ready] == [_Identity().mesh_map(), None]
+
+
+def test_only_the_broker_declares_queues_with_the_amq_prefix() -> None:
+    broker, _ = recording_broker()
+    s = broker.open_session()
+    with pytest.raises(AccessRefused):
+        s.declare_queue("amq.peering.x.a/x", durable=True)

@@ -6,6 +6,7 @@ publish both ways (every consumer gets every message exactly once), and interest
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 from collections import Counter, defaultdict
@@ -239,7 +240,11 @@ async def test_each_mode_between_two_brokers(tmp_path: Path, mode: str) -> None:
             assert bodies == [b"w%d" % i for i in range(20)]
             end = await group.wait(sender, lambda ls: sender_end(ls)["lag_messages"] == 0)
             skipped = sender_end(end)["skipped"]
-            assert skipped["no-interest"] == 20
+            if mode == "subscribe":  # b's peering queue for a took only what a bound
+                assert sender_end(end)["queue"].startswith("amq.peering.x.")
+                assert (sender_end(end)["queued"], sender_end(end)["accepted"]) == (0, 20)
+            else:  # the link judged every message by the remote's interest
+                assert skipped["no-interest"] == 20
             assert sender_end(end)["forwarded"] == 20
             if mode == "forward":
                 assert skipped["delivered-locally"] == 20
@@ -361,6 +366,116 @@ async def test_subscribe_outage_what_was_published_remotely_arrives_after_reconn
         assert report == {"lost": 0, "duplicated": 0, "reordered": 0}, report
         links = await group.wait("b", lambda ls: _acceptor(ls)["lag_messages"] == 0)
         assert _acceptor(links)["state"] == "up"
+
+
+async def _publish_confirmed(
+    servers: str, producer: str, n: int, confirmed: set[int], reconnect: bool
+) -> None:
+    """Persistent messages ``0..n-1``, each confirmed before the next; ``confirmed``
+    collects those the broker confirmed. Without ``reconnect`` it stops at the first
+    failure (the broker was killed)."""
+    with contextlib.suppress(amqlite.AmqliteError, OSError):
+        async with amqlite.connect(servers, reconnect=reconnect) as conn:
+            for seq in range(n):
+                await conn.publish(
+                    EXCHANGE,
+                    "k.a",
+                    b"x" * 16,
+                    headers={"p": producer, "s": seq},
+                    persistent=True,
+                    confirm=True,
+                )
+                confirmed.add(seq)
+
+
+def _check_subscriber(checker: StreamChecker, producer: str, confirmed: set[int]) -> None:
+    """Every confirmed message arrived once; nothing arrived twice or out of order."""
+    missing = sorted(s for s in confirmed if checker.seen[producer][s] == 0)
+    dup = {s: c for s, c in checker.seen[producer].items() if c > 1}
+    assert (missing[:10], dup, checker.reordered) == ([], {}, 0), (len(missing), len(dup))
+
+
+async def test_subscribe_remote_killed_mid_stream_loses_and_duplicates_nothing(
+    tmp_path: Path,
+) -> None:
+    """A subscribes to B. B's peering queue for A is durable: B is killed with kill -9
+    while it publishes persistent confirmed messages and started again; every message
+    B confirmed reaches A's consumer once (what B had sent but A had not acknowledged
+    comes again with its identity, and A drops the copy)."""
+    async with sites(tmp_path) as group:
+        a, b = group.add("a"), group.add("b")
+        a.links.append((b.address, "subscribe"))
+        await group.start("b")
+        await group.start("a")
+        await group.wait_up("a", "b")
+        checker = StreamChecker()
+        bound = trio.Event()
+        n = 1500
+        confirmed: set[int] = set()
+        with trio.fail_after(120):
+            async with trio.open_nursery() as consumers:
+                consumers.start_soon(_consume_into, a.address, "k.*", checker, bound, 10**9, "q")
+                await bound.wait()
+                await group.wait("b", lambda ls: _acceptor(ls)["interest_size"] == 1)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_publish_confirmed, b.address, "p", n, confirmed, False)
+                    await group.wait("a", lambda ls: _dialer(ls)["received"] >= n // 5)
+                    assert b.proc is not None
+                    b.proc.proc.kill()
+                    await b.proc.proc.wait()
+                killed_at = len(confirmed)
+                assert 0 < killed_at < n
+                await group.start("b")
+                after: set[int] = set()
+                await _publish_confirmed(b.address, "after", 200, after, False)
+                assert len(after) == 200
+                await checker.reached(len(confirmed) + 200).wait()
+                await group.wait("b", lambda ls: bool(ls) and _acceptor(ls)["lag_messages"] == 0)
+                consumers.cancel_scope.cancel()
+        _check_subscriber(checker, "p", confirmed)
+        _check_subscriber(checker, "after", after)
+        links = await group.links("a")
+        assert _dialer(links)["reconnects"] >= 1
+
+
+async def test_subscribe_to_an_ha_pair_whose_master_is_killed_loses_and_duplicates_nothing(
+    tmp_path: Path,
+) -> None:
+    """A subscribes to an HA pair (host = primary,backup). The pair's master is killed
+    with kill -9 while a client publishes persistent confirmed messages on the pair:
+    the peering queue is replicated with everything else, the link follows the pair to
+    its backup, and every confirmed message reaches A once."""
+    (tmp_path / "pair").mkdir()
+    (tmp_path / "sites").mkdir()
+    async with ha_pair(tmp_path / "pair") as pair, sites(tmp_path / "sites") as group:
+        await pair.start("primary")
+        await pair.start("backup")
+        await pair.wait_states("active", "passive")
+        async with amqlite.connect(pair.servers) as conn:
+            await conn.declare_exchange(EXCHANGE, "topic", durable=True)
+        a = group.add("a")
+        a.links.append((pair.servers, "subscribe"))
+        await group.start("a")
+        await group.wait_up("a")
+        checker = StreamChecker()
+        bound = trio.Event()
+        n = 1500
+        confirmed: set[int] = set()
+        with trio.fail_after(120):
+            async with trio.open_nursery() as consumers:
+                consumers.start_soon(_consume_into, a.address, "k.*", checker, bound, 10**9, "q")
+                await bound.wait()
+                await group.wait("a", lambda ls: _dialer(ls)["state"] == "up")
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(_publish_confirmed, pair.servers, "p", n, confirmed, True)
+                    await group.wait("a", lambda ls: _dialer(ls)["received"] >= n // 5)
+                    await pair.kill("primary")
+                assert len(confirmed) == n  # the client failed over and went on
+                await checker.reached(n).wait()
+                consumers.cancel_scope.cancel()
+        _check_subscriber(checker, "p", confirmed)
+        links = await group.links("a")
+        assert _dialer(links)["remote_address"] == pair.address("backup")
 
 
 # --- rings and meshes with mode publish both ways ---------------------------------

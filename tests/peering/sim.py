@@ -18,6 +18,7 @@ import cbor2
 
 from amqlite.broker import Broker, Message, PublishOutcome, Session
 from amqlite.peering import (
+    Acked,
     Action,
     Address,
     Blocked,
@@ -25,6 +26,7 @@ from amqlite.peering import (
     Connect,
     Deliver,
     Disconnect,
+    Envelope,
     LinkSettings,
     LinkState,
     MemorySpill,
@@ -102,6 +104,7 @@ class SimNode:
         self.blocked: list[Blocked] = []
         self.available: list[str] = []
         self.dialers: list[LinkSettings] = []
+        self.acked: dict[str, int] = {}  # queue-fed link -> last Acked seq
 
     def _new_px(self) -> PeeredExchange:
         return PeeredExchange(
@@ -151,6 +154,20 @@ class SimNode:
         envelope = self.px.envelope(key, body, headers)
         routed = outcome is not PublishOutcome.UNROUTABLE
         self.net.apply(self, self.px.published(envelope, routed_locally=routed, now=self.net.now))
+        self._feed_queues(envelope)
+
+    def _feed_queues(self, envelope: Envelope) -> None:
+        """The peering queues of queue-fed (subscribe, accepting) ends, modelled as
+        their interest: what it matches is handed to the link at once."""
+        for link in list(self.px.links.values()):
+            interest = link.interest
+            if (
+                link.queue_fed
+                and interest is not None
+                and interest.matches(envelope.routing_key, envelope.headers)
+            ):
+                _, actions = link.take(envelope, self.net.now)
+                self.net.apply(self, actions)
 
     def _publish_locally(
         self, key: str, body: bytes, headers: dict[str, Any], props: dict[str, Any]
@@ -168,6 +185,7 @@ class SimNode:
             self.confirm_all()
         routed = outcome is not PublishOutcome.UNROUTABLE
         self.net.apply(self, self.px.published(env, routed_locally=routed, now=self.net.now))
+        self._feed_queues(env)
 
     def confirm_all(self) -> None:
         pending, self.unconfirmed = self.unconfirmed, []
@@ -254,6 +272,8 @@ class Net:
                 node.blocked.append(action)
             elif isinstance(action, BufferAvailable):
                 node.available.append(action.link)
+            elif isinstance(action, Acked):
+                node.acked[action.link] = action.seq
             else:
                 assert isinstance(action, StateChanged)
 

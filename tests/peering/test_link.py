@@ -10,13 +10,17 @@ import pytest
 
 from amqlite.peering import (
     Ack,
+    Acked,
     Address,
     Disconnect,
+    Envelope,
     Forward,
     Hello,
     Interest,
     LinkSettings,
     LinkState,
+    LinkStateError,
+    MessageId,
     PeeredExchange,
     PeeringMode,
     PeeringProtocolError,
@@ -204,3 +208,57 @@ def test_a_closed_acceptor_end_is_replaced_on_the_next_hello() -> None:
     first.close(0.0)
     second, _ = px.attach(hello, 1.0)
     assert second is not None and second is not first and second.state is LinkState.UP
+
+
+def _subscriber_hello(resume: tuple[int, int] | None = None) -> Hello:
+    return Hello(
+        "A", "l", "/", "x", "topic", PeeringMode.SUBSCRIBE, 0, resume, lease=60.0, buffer_bytes=4096
+    )
+
+
+def _sent(actions: list[Any], kind: type) -> list[Any]:
+    return [a.message for a in actions if isinstance(a, Send) and isinstance(a.message, kind)]
+
+
+def test_a_queue_fed_end_takes_from_its_queue_only_and_reports_what_was_acked() -> None:
+    px = PeeredExchange(
+        node_id="B", epoch=3, exchange="x", exchange_type="topic", rand=random.random
+    )
+    end, _ = px.attach(_subscriber_hello(), 0.0)
+    assert end is not None and end.queue_fed
+    assert (end.remote_lease, end.remote_buffer_bytes) == (60.0, 4096)
+    env = px.envelope("k", b"published")
+    assert px.published(env, routed_locally=False, now=0.0) == []  # the queue takes it
+    assert end.counters["accepted"] == 0
+    seq, actions = end.take(env, 0.0)
+    assert seq == 1
+    (fwd,) = _sent(actions, Forward)
+    assert (fwd.seq, fwd.envelope.id, fwd.envelope.path) == (1, env.id, ("B",))
+    looped = Envelope(MessageId("C", 1, 1), "k", b"from a", path=("A",), hops=1)
+    assert end.take(looped, 0.0) == (None, [])  # the subscriber is on its path: skipped
+    assert end.skipped["remote-on-path"] == 1
+    seq2, _ = end.take(px.envelope("k", b"two"), 0.0)
+    assert seq2 == 2
+    actions = end.receive(Ack(3, 2).to_map(), 0.1)
+    assert [a for a in actions if isinstance(a, Acked)] == [Acked(end.id, 2)]
+    end.connection_lost(0.2)  # a new connection resumes past what A holds
+    again, actions = px.attach(_subscriber_hello(resume=(3, 2)), 0.3)
+    assert again is end and not _sent(actions, Forward)
+    assert [a for a in actions if isinstance(a, Acked)] == [Acked(end.id, 2)]
+
+
+def test_take_is_for_queue_fed_ends_only() -> None:
+    net = Net()
+    a, b = net.node("A"), net.node("B")
+    link = a.dial(b, PeeringMode.PUBLISH)
+    with pytest.raises(LinkStateError):
+        link.take(a.px.envelope("k", b""), 0.0)
+
+
+def test_the_mesh_identity_survives_as_plain_data() -> None:
+    env = Envelope(MessageId("B", 7, 41), "k", b"m", {"h": 1}, {}, "x", ("C",), 1)
+    plain = env.mesh_map()
+    assert plain == {"id": ["B", 7, 41], "path": ["C"], "hops": 1}
+    assert Envelope.from_mesh_map(plain, "k", b"m", {"h": 1}, {}, "x") == env
+    with pytest.raises(PeeringProtocolError):
+        Envelope.from_mesh_map({"id": ["B", 7]}, "k", b"m", {}, {}, "x")

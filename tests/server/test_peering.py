@@ -17,6 +17,7 @@ from amqlite.client import Connection
 from amqlite.config import PeeringConfig, load_config
 from amqlite.peering import OverflowPolicy, PeeringMode, parse_addresses
 from amqlite.server import BrokerNode
+from tests.faultproxy import FaultProxy
 
 DEADLINE = 10.0
 
@@ -75,6 +76,19 @@ def _link_up(node: BrokerNode) -> bool:
 
 def _remote_interest(node: BrokerNode, size: int) -> Callable[[], bool]:
     return lambda: bool(_links(node)) and _links(node)[0]["interest_size"] == size
+
+
+def _peering_queue(dialer: BrokerNode, name: str = "x") -> str:
+    """The queue a subscribe link of ``dialer`` has on the remote."""
+    return f"amq.peering.x.{dialer.node_id}/{name}"
+
+
+def _queue_keys(node: BrokerNode, queue: str) -> list[str]:
+    host = node.broker.vhost("/")
+    assert host is not None
+    q = host.queues.get(queue)
+    assert q is not None, f"no queue {queue!r} on {node.node_id}"
+    return sorted(exchange.bindings[ident].key for exchange, ident in q.bindings)
 
 
 @pytest.fixture
@@ -156,13 +170,16 @@ async def test_subscribe_mode_mirrors_bindings_and_pulls_matching_messages(pair:
             await cb.publish("x", "news.sport", b"n%d" % i)
             await cb.publish("x", "weather.today", b"no")
         assert await _take(local, 20) == [b"n%d" % i for i in range(20)]
-        assert _links(b)[0]["skipped"] == {"no-interest": 20}
+        end = _links(b)[0]
+        assert (end["forwarded"], end["queue"]) == (20, _peering_queue(a))
+        assert _queue_keys(b, _peering_queue(a)) == ["news.#"]  # a real binding on b
         await ca.unbind(q1, "x", "news.#")
         assert _links(b)[0]["interest_size"] == 1  # q2 still binds it
         await ca.delete_queue(q2)
         await wait_for(_remote_interest(b, 0), "the last local binding removed the remote one")
-        await cb.publish("x", "news.sport", b"late")
-        await wait_for(lambda: _links(b)[0]["skipped"]["no-interest"] == 21, "b skipped it")
+        assert _queue_keys(b, _peering_queue(a)) == []
+        await cb.publish("x", "news.sport", b"late", confirm=True)
+        assert _links(b)[0]["accepted"] == 20  # the peering queue did not take it
 
 
 async def test_forward_mode_delivers_locally_or_remotely_never_both(pair: Any) -> None:
@@ -511,3 +528,94 @@ async def test_an_acceptor_end_whose_dialer_stays_away_is_retired(
     assert trio.current_time() - waiting_at >= 5.0
     proxy.heal()
     await wait_for(lambda: _link_up(a) and _link_up(b), "a new acceptor end", 0.1)
+
+
+async def _subscribed_pair(
+    nursery: trio.Nursery, **extra: Any
+) -> tuple[BrokerNode, BrokerNode, FaultProxy]:
+    """b, and a subscribed to b's exchange ``x`` through a proxy (to cut the link)."""
+    b = await _start(nursery)
+    async with amqlite.connect(_addr(b)) as cb:
+        await cb.declare_exchange("x", "topic", durable=True)
+    proxy = FaultProxy(("127.0.0.1", b.port))
+    await nursery.start(proxy.run)
+    link = dataclasses.replace(
+        _link(b.port, "subscribe", **extra), host=parse_addresses(proxy.address)
+    )
+    a = await _start(nursery, link)
+    await wait_for(lambda: _link_up(a) and _link_up(b), "up")
+    return a, b, proxy
+
+
+async def test_a_subscriber_binding_deleted_by_hand_on_the_remote_comes_back(
+    nursery: trio.Nursery,
+) -> None:
+    a, b, _ = await _subscribed_pair(nursery)
+    assert b.peering is not None
+    b.peering.reconcile_interval = 0.2
+    b.peering._reconcile_at = trio.current_time()  # the check takes the new interval now
+    b.peering._wake.set()
+    queue = _peering_queue(a)
+    async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
+        _, local = await _queue(ca, "news.*")
+        await wait_for(lambda: _queue_keys(b, queue) == ["news.*"], "mirrored on b")
+        await cb.unbind(queue, "x", "news.*")  # by hand, as an operator might
+        assert _queue_keys(b, queue) == []
+        await wait_for(lambda: _queue_keys(b, queue) == ["news.*"], "the check put it back")
+        await cb.publish("x", "news.one", b"after")
+        assert await _take(local, 1) == [b"after"]
+
+
+async def test_a_subscriber_queue_deleted_by_hand_is_declared_again(
+    nursery: trio.Nursery,
+) -> None:
+    a, b, _ = await _subscribed_pair(nursery)
+    queue = _peering_queue(a)
+    async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
+        _, local = await _queue(ca, "news.*")
+        await wait_for(lambda: _queue_keys(b, queue) == ["news.*"], "mirrored on b")
+        await cb.delete_queue(queue)
+        await wait_for(lambda: _queue_keys(b, queue) == ["news.*"], "declared and bound again")
+        await cb.publish("x", "news.one", b"again")
+        assert await _take(local, 1) == [b"again"]
+
+
+async def test_what_is_published_while_the_subscriber_is_away_waits_in_its_queue(
+    nursery: trio.Nursery,
+) -> None:
+    a, b, proxy = await _subscribed_pair(nursery)
+    queue = _peering_queue(a)
+    async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
+        _, local = await _queue(ca, "news.*")
+        await wait_for(lambda: _queue_keys(b, queue) == ["news.*"], "mirrored on b")
+        proxy.partition(refuse_new=True)
+        proxy.cut()
+        await wait_for(lambda: _links(b)[0]["state"] == "waiting", "b waits for a")
+        for i in range(3000):  # more than the link takes from the queue at once
+            await cb.publish("x", "news.one", b"m%d" % i)
+        await cb.publish("x", "news.one", b"sync", confirm=True)
+        end = _links(b)[0]
+        assert end["queued"] > 0 and end["lag_messages"] == 3001
+        proxy.heal()
+        got = await _take(local, 3001)
+        assert got == [b"m%d" % i for i in range(3000)] + [b"sync"]
+        await wait_for(lambda: _links(b)[0]["lag_messages"] == 0, "all acknowledged")
+
+
+async def test_a_subscriber_queue_is_deleted_when_its_lease_runs_out(
+    nursery: trio.Nursery, jump_clock: trio.testing.MockClock
+) -> None:
+    a, b, proxy = await _subscribed_pair(nursery, lease=5.0)
+    queue = _peering_queue(a)
+    async with amqlite.connect(_addr(a)) as ca:
+        await _queue(ca, "news.*")
+        await wait_for(lambda: _queue_keys(b, queue) == ["news.*"], "mirrored on b", 0.1)
+    proxy.partition(refuse_new=True)
+    proxy.cut()
+    await wait_for(lambda: _links(b)[0]["state"] == "waiting", "b waits for a", 0.1)
+    away_at = trio.current_time()
+    host = b.broker.vhost("/")
+    assert host is not None
+    await wait_for(lambda: queue not in host.queues, "the lease ran out", 1.0)
+    assert trio.current_time() - away_at >= 5.0
+    assert not _links(b)

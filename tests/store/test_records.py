@@ -71,6 +71,13 @@ FULL: list[Record] = [
         enqueued_at=1_700_000_000.5,
         publish_key="5f0c2a9e1b7d4c63:42",
     ),
+    MessageEnqueue(  # in a peering queue: the generic path keeps its peering identity
+        id=10,
+        queues=("amq.peering.x.b/x",),
+        exchange="x",
+        body=b"p",
+        mesh={"id": ["site-b", 7, 41], "path": ["site-c"], "hops": 1},
+    ),
     MessageDelivered(id=7, queue="a"),
     MessageAck(id=7, queue="a"),
     StreamAppend(

@@ -1,0 +1,197 @@
+"""The durable peering queue behind the accepting end of a ``subscribe`` link.
+
+A subscriber (the dialer) mirrors its exchange's bindings on this broker's
+exchange; this broker keeps them as real bindings of one durable queue per
+subscriber link, ``amq.peering.<exchange>.<link id>``, so that:
+
+- what is published here while the subscriber is away waits in the queue, on disk
+  when persistent, replicated to an HA passive node like any durable queue, and
+  survives a restart of this broker;
+- a binding deleted by hand comes back at the next check (every 30 s, and whenever
+  the subscriber's interest changes);
+- the queue has a *lease*: once no link has used it for the subscriber's ``lease``
+  (told in its hello, kept in the queue's arguments), it is deleted with what it
+  holds. A restart starts the lease again.
+
+The link end takes the queue's deliveries in order (``PeerLink.take``) and the
+queue's messages are settled only once the subscriber acknowledged them
+(``Acked``), so a cut, a restart or a failover sends them again; their peering
+identity travels with them in the journal (``Message.mesh``), so the subscriber
+drops a copy it already holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from amqlite.broker import PEERING_QUEUE_PREFIX, Broker, Delivery, Message, Session
+from amqlite.errors import AmqliteError
+from amqlite.peering import BindingKey, Envelope, PeeredExchange, PeeringProtocolError, PeerLink
+
+ARG_EXCHANGE = "x-peering-exchange"
+ARG_LINK = "x-peering-link"
+ARG_LEASE = "x-peering-lease"
+DEFAULT_LEASE = 24 * 3600.0
+DEFAULT_BYTES = 16 * 1024 * 1024
+
+
+def queue_name(exchange: str, link_id: str) -> str:
+    return f"{PEERING_QUEUE_PREFIX}{exchange}.{link_id}"
+
+
+def lease_of(arguments: Mapping[str, Any]) -> float:
+    lease = arguments.get(ARG_LEASE)
+    if isinstance(lease, int | float) and not isinstance(lease, bool) and lease > 0:
+        return float(lease)
+    return DEFAULT_LEASE
+
+
+def envelope_of(px: PeeredExchange, message: Message) -> Envelope:
+    """The peering envelope of a message the queue delivered: the one it was
+    published with (in memory, or as journaled), or a new one (a message routed
+    here without one, e.g. dead-lettered)."""
+    mesh = message.mesh
+    if isinstance(mesh, Envelope):
+        return mesh
+    if isinstance(mesh, dict):
+        try:
+            return Envelope.from_mesh_map(
+                mesh,
+                message.routing_key,
+                message.body,
+                message.headers,
+                message.properties,
+                px.ctx.exchange,
+            )
+        except PeeringProtocolError:
+            pass
+    env = px.envelope(message.routing_key, message.body, message.headers, message.properties)
+    message.mesh = env
+    return env
+
+
+class PeeringQueue:
+    """One subscriber's queue and the consumer that feeds its link end. The broker
+    session is this object's (``owner``): the node's pump calls :meth:`push`."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        px: PeeredExchange,
+        link: PeerLink,
+        *,
+        prefetch: int,
+        now: float,
+        on_deliveries: Callable[[PeeringQueue], None],
+    ) -> None:
+        self.px = px
+        self.link = link
+        self.vhost = px.ctx.vhost
+        self.exchange = px.ctx.exchange
+        self.name = queue_name(self.exchange, link.id)
+        self._on_deliveries = on_deliveries
+        host = broker.vhost(self.vhost)
+        assert host is not None, "a peered exchange's vhost exists"
+        self.host = host
+        self.session: Session = broker.open_session(self.vhost, owner=self)
+        self.taken: deque[tuple[int, int]] = deque()  # (seq, dtag): sent, not yet acked
+        self.applied_digest = ""  # the interest digest the bindings were last made from
+        self.declare(now, prefetch)
+
+    def declare(self, now: float, prefetch: int) -> None:
+        """Declare the queue (or take the one a restart kept) and consume from it."""
+        host = self.host
+        lease = self.link.remote_lease or DEFAULT_LEASE
+        if self.name not in host.queues:
+            cap = self.link.remote_buffer_bytes or DEFAULT_BYTES
+            self.session.declare_queue(
+                self.name,
+                durable=True,
+                reserved=True,
+                arguments={
+                    "x-max-length-bytes": cap,
+                    "x-overflow": "drop-head",
+                    ARG_EXCHANGE: self.exchange,
+                    ARG_LINK: self.link.id,
+                    ARG_LEASE: lease,
+                },
+            )
+        self.session.consume(self.name, prefetch=prefetch, now=now)
+
+    @property
+    def lease(self) -> float:
+        queue = self.host.queues.get(self.name)
+        return lease_of(queue.arguments) if queue is not None else DEFAULT_LEASE
+
+    def queued(self) -> int:
+        """Messages waiting in the queue (not yet handed to the link)."""
+        queue = self.host.queues.get(self.name)
+        return queue.count() if queue is not None else 0
+
+    def push(self) -> None:
+        self._on_deliveries(self)
+
+    def take(self) -> tuple[list[Delivery], bool]:
+        """The queue's new deliveries, and whether the consumer was cancelled (the
+        queue was deleted by hand: :meth:`declare` it again)."""
+        return self.session.take_deliveries(), bool(self.session.take_cancellations())
+
+    def settle(self, dtag: int, now: float) -> None:
+        self.session.ack(dtag, now=now)
+
+    def acked(self, seq: int, now: float) -> None:
+        """The subscriber holds everything up to ``seq``: settle those deliveries."""
+        last = 0
+        taken = self.taken
+        while taken and taken[0][0] <= seq:
+            last = taken.popleft()[1]
+        if last:
+            self.session.ack(last, multiple=True, now=now)
+
+    def sync_bindings(self) -> bool:
+        """Make the queue's bindings the subscriber's interest (once it is known):
+        binds what is missing (also a binding deleted by hand), unbinds the rest.
+        True when something changed."""
+        interest = self.link.interest
+        if interest is None or not interest.known:
+            return False
+        self.applied_digest = interest.digest.hex
+        host = self.host
+        queue = host.queues.get(self.name)
+        exchange = host.exchanges.get(self.exchange)
+        if queue is None or exchange is None:
+            return False
+        have: dict[BindingKey, tuple[str, dict[str, Any]]] = {}
+        for bound_to, ident in list(queue.bindings):
+            binding = bound_to.bindings.get(ident)
+            if bound_to is exchange and binding is not None:
+                have[BindingKey.of(binding.key, binding.arguments)] = (
+                    binding.key,
+                    binding.arguments,
+                )
+        want = interest.keys()
+        changed = False
+        try:
+            for bkey in want - have.keys():
+                self.session.bind(self.name, self.exchange, bkey.key, bkey.arguments_map())
+                changed = True
+            for bkey in have.keys() - want:
+                key, arguments = have[bkey]
+                self.session.unbind(self.name, self.exchange, key, arguments)
+                changed = True
+        except AmqliteError:  # the exchange went away meanwhile: the next check
+            return changed
+        return changed
+
+    def close(self, *, delete: bool) -> None:
+        """Stop consuming (what was taken and not acknowledged goes back to the
+        queue); ``delete`` also deletes the queue with what it holds."""
+        if self.session.closed:
+            return
+        if delete:
+            with contextlib.suppress(AmqliteError):
+                self.session.delete_queue(self.name)
+        self.session.close()
