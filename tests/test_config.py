@@ -236,6 +236,8 @@ BAD_FILES: list[tuple[str, str, str]] = [
     (PEER + "mode = 2\noverflow = 'discard'", "cluster_mta[0].overflow", "'drop-oldest'"),
     (PEER + "mode = 2\nmax_hops = 0", "cluster_mta[0].max_hops", "between 1 and 255"),
     (PEER + "mode = 2\nbuffer_bytes = 10", "cluster_mta[0].buffer_bytes", "at least 1024"),
+    (PEER + "mode = 1\nlease = 0", "cluster_mta[0].lease", "at least 0.1"),
+    (PEER + "mode = 1\nlease = '1d'", "cluster_mta[0].lease", "must be a number, got str"),
     (PEER + "mode = 2\nvhost = 'prod'", "cluster_mta[0].vhost", "unknown vhost 'prod'"),
     (PEER + "mode = 2\ntype = 'stream'", "cluster_mta[0].type", "must be one of"),
     (PEER + "mode = 2\nmodes = 2", "cluster_mta[0].modes", "did you mean 'mode'"),
