@@ -17,6 +17,7 @@ from amqlite.store.records import (
     MessageAck,
     MessageDelivered,
     MessageEnqueue,
+    PeeringOut,
     QueueBind,
     QueueDeclare,
     QueueDelete,
@@ -105,6 +106,9 @@ def apply_record(broker: Broker, record: Record, now: float) -> bool:
                 ident = binding_id(queue, record.key, args)
                 if exchange.unbind(ident):
                     queue.bindings.discard((exchange, ident))
+    elif isinstance(record, PeeringOut):
+        if record.publish_key:  # a publish that only a peering link took
+            host.publish_keys.add(record.publish_key)
     elif isinstance(record, QueueDelete):
         queue = host.queues.get(record.name)
         if queue is not None:

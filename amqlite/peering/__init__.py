@@ -11,6 +11,7 @@ from .actions import (
     Connect,
     Deliver,
     Disconnect,
+    Persist,
     Send,
     StateChanged,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "PeeringMessage",
     "PeeringMode",
     "PeeringProtocolError",
+    "Persist",
     "Refused",
     "RemoteInterest",
     "ResyncRequest",

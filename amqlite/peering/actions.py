@@ -68,12 +68,25 @@ class BufferAvailable:
 
 @dataclass(frozen=True, slots=True)
 class Acked:
-    """The remote acknowledged everything up to ``seq`` of a queue-fed link end
-    (the accepting end of a ``subscribe`` link): settle the peering-queue
-    deliveries behind those sequence numbers (see ``PeerLink.take``)."""
+    """Everything up to ``seq`` has left the sending log of a link end that keeps
+    it durably (acknowledged by the remote, or dropped by ``drop-oldest``): settle
+    what was kept for those sequence numbers (a queue-fed end's peering-queue
+    deliveries, see ``PeerLink.take``; a durable log's journaled messages, see
+    :class:`Persist`)."""
 
     link: str
     seq: int
+
+
+@dataclass(slots=True)  # per-message: not frozen (frozen init costs 4x); never mutate
+class Persist:
+    """A link end with ``durable_log`` set took a persistent message under ``seq``:
+    keep it (journal it) until an :class:`Acked` covers ``seq``, and give it back
+    with ``PeerLink.restore`` after a restart or failover."""
+
+    link: str
+    seq: int
+    envelope: Envelope
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,4 +99,14 @@ class StateChanged:
     reason: str = ""
 
 
-Action = Connect | Disconnect | Send | Deliver | Blocked | BufferAvailable | Acked | StateChanged
+Action = (
+    Connect
+    | Disconnect
+    | Send
+    | Deliver
+    | Blocked
+    | BufferAvailable
+    | Acked
+    | Persist
+    | StateChanged
+)

@@ -34,6 +34,7 @@ from .actions import (
     Connect,
     Deliver,
     Disconnect,
+    Persist,
     Send,
     StateChanged,
 )
@@ -96,6 +97,9 @@ class PeerLink:
         self.state = S.IDLE
         self.sends = (role is Role.DIALER) == settings.mode.dialer_sends
         self.queue_fed = self.sends and role is Role.ACCEPTOR  # subscribe: see the module doc
+        #: the shell keeps persistent messages of this sending log durably
+        #: (:class:`~amqlite.peering.actions.Persist` / ``Acked`` / :meth:`restore`)
+        self.durable_log = False
         self.log: OutboundLog | None = None
         self.interest: RemoteInterest | None = None
         if self.sends:
@@ -335,8 +339,8 @@ class PeerLink:
             if hello.resume is not None and hello.resume[0] == self.log.epoch:
                 self._check_ack(hello.resume[1])
                 self.counters["acked"] += self.log.ack(hello.resume[1])
-                if self.queue_fed:
-                    acked.append(Acked(self.id, hello.resume[1]))
+                if self.queue_fed or self.durable_log:
+                    acked.append(Acked(self.id, self.log.gone_upto))
             return acked + self._pump() + self._room_again()
         self._ack_due_at = INF
         self._resync_at = now + self.settings.resync_interval
@@ -404,7 +408,8 @@ class PeerLink:
             return []  # for an earlier incarnation of this broker's log
         self._check_ack(ack.seq)
         self.counters["acked"] += log.ack(ack.seq)
-        acked: list[Action] = [Acked(self.id, ack.seq)] if self.queue_fed else []
+        durable = self.queue_fed or self.durable_log
+        acked: list[Action] = [Acked(self.id, log.gone_upto)] if durable else []
         return acked + self._pump() + self._room_again()
 
     def _room_again(self) -> list[Action]:
@@ -512,13 +517,42 @@ class PeerLink:
                 self.skipped[decision.value] += 1
             return []
         assert self.log is not None
-        if self.log.accept(envelope.onward(self.ctx.node_id), now) is None:
+        log = self.log
+        dropped = log.dropped
+        out = envelope.onward(self.ctx.node_id)
+        seq = log.accept(out, now)
+        if seq is None:
             self._blocked = True
             return [Blocked(self.id, envelope)]
         self.counters["accepted"] += 1
+        kept: list[Action] = []
+        if self.durable_log:
+            if log.dropped != dropped:  # drop-oldest made room: those are gone for good
+                kept.append(Acked(self.id, log.gone_upto))
+            if envelope.properties.get("persistent"):
+                kept.append(Persist(self.id, seq, out))
         if self.state is not S.UP:
-            return []
-        return self._sent(now, self._pump())
+            return kept
+        return kept + self._sent(now, self._pump())
+
+    def restore(self, envelopes: list[Envelope], now: float) -> list[int]:
+        """A durable sending log after a restart or failover: take back, in order,
+        the messages an earlier log of this link kept (:class:`Persist`) and the
+        remote had not acknowledged; they go out like new ones, under new sequence
+        numbers, with their identities (the remote drops what it already holds).
+        Returns their sequence numbers. Call it before :meth:`start`."""
+        log = self.log
+        if log is None:
+            raise LinkStateError(f"{self.id!r} does not send: nothing to restore")
+        seqs = []
+        for envelope in envelopes:
+            seq = log.accept(envelope, now)
+            if seq is None:  # block: the byte cap is no reason to lose them
+                seq = log.force(envelope, now)
+            seqs.append(seq)
+        self.counters["accepted"] += len(seqs)
+        self.counters["restored"] += len(seqs)
+        return seqs
 
     def take(self, envelope: Envelope, now: float) -> tuple[int | None, list[Action]]:
         """Queue-fed end: the peering queue delivered ``envelope`` (it matched the
@@ -627,6 +661,7 @@ class PeerLink:
             "accepted": c["accepted"],
             "forwarded": c["forwarded"],
             "resent": c["resent"],
+            "restored": c["restored"],
             "acked": c["acked"],
             "received": c["received"],
             "duplicates_dropped": c["duplicates_resent"] + c["duplicates_other_path"],

@@ -173,6 +173,20 @@ class OutboundLog:
             self._bytes += size
         return entry.seq
 
+    def force(self, envelope: Envelope, now: float) -> int:
+        """Take a message past the byte cap (into memory, or the spill store when
+        spilling): for messages already promised, such as a restored log's."""
+        entry = Entry(self.next_seq, envelope, envelope.size(), now)
+        self.next_seq += 1
+        if self._spilling:
+            assert self.spill is not None
+            self.spill.append(entry)
+            self.spilled += 1
+        else:
+            self._held.append(entry)
+            self._bytes += entry.size
+        return entry.seq
+
     def _forget_oldest(self) -> None:
         entry = self._held.popleft()
         self._bytes -= entry.size
@@ -245,6 +259,16 @@ class OutboundLog:
     @property
     def oldest_accepted_at(self) -> float | None:
         return self._held[0].accepted_at if self._held else None
+
+    @property
+    def gone_upto(self) -> int:
+        """Every message up to this sequence number has left the log (acknowledged,
+        or dropped by ``drop-oldest``); the ones above it are still held."""
+        if self._held:
+            return self._held[0].seq - 1
+        if self.spill is not None and len(self.spill):
+            return self.next_seq - 1 - len(self.spill)
+        return self.next_seq - 1
 
     @property
     def last_seq(self) -> int:

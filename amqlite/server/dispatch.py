@@ -121,7 +121,7 @@ class RequestDispatcher:
         if (
             hook is not None
             and outcome is not PublishOutcome.DUPLICATE  # a publish sent again went on before
-            and hook.published(envelope, outcome, now)
+            and hook.published(envelope, outcome, now, message.publish_key)
             and outcome is PublishOutcome.UNROUTABLE
         ):
             outcome = PublishOutcome.ROUTED  # no queue here, but a link took it: not returned

@@ -60,6 +60,7 @@ from amqlite.peering import (
     PeeredExchange,
     PeeringProtocolError,
     PeerLink,
+    Persist,
     Send,
     SpillStore,
     StateChanged,
@@ -68,7 +69,7 @@ from amqlite.peering.wire import Refused
 from amqlite.protocol import NEED_DATA, Connection, Role
 from amqlite.protocol import events as ev
 from amqlite.protocol.codec import check_headers, check_props
-from amqlite.store import PeeringMarks
+from amqlite.store import PeeringMarks, PeeringOut, PeeringOutAck
 
 from .peering_queue import ARG_LINK, PeeringQueue, envelope_of, lease_of
 from .spill import FileSpill
@@ -160,11 +161,20 @@ class PublishHook:
             if link.settings.overflow is OverflowPolicy.BLOCK
         )
 
-    def published(self, envelope: Envelope, outcome: PublishOutcome, now: float) -> bool:
+    def published(
+        self, envelope: Envelope, outcome: PublishOutcome, now: float, publish_key: str = ""
+    ) -> bool:
         """Offer the message to the links; True when one took it (it will be routed
-        on another site)."""
+        on another site). ``publish_key`` goes into the ``peering.out`` records of
+        durable logs, so a publish sent again after a failover is recognised even
+        when no local queue holds it."""
         routed = outcome is not PublishOutcome.UNROUTABLE
-        self.service.apply(self.px.published(envelope, routed_locally=routed, now=now))
+        service = self.service
+        service.publish_key = publish_key
+        try:
+            service.apply(self.px.published(envelope, routed_locally=routed, now=now))
+        finally:
+            service.publish_key = ""
         return self.px.taken > 0
 
 
@@ -203,6 +213,9 @@ class PeeringService:
         self.active = False  # peering runs (standalone, or the HA pair's active node)
         self._marks_due: dict[tuple[str, str], PeeredExchange] = {}
         self._queues: dict[str, PeeringQueue] = {}  # subscribe acceptor end -> its queue
+        self._outs: dict[str, deque[tuple[int, int]]] = {}  # durable log: (seq, out id)
+        self._out_id = 0  # the last peering.out id handed out
+        self.publish_key = ""  # of the client publish being offered to the links
         self._orphans: dict[tuple[str, str], tuple[float, float]] = {}  # (vhost, queue) ->
         # (since, lease): peering queues found at activation that no link uses yet
         self.reconcile_interval = RECONCILE_INTERVAL
@@ -268,6 +281,73 @@ class PeeringService:
         elif not self._serving() and self.active:
             self._deactivate()
 
+    def _restore_log(
+        self,
+        px: PeeredExchange,
+        link: PeerLink,
+        backlog: Mapping[int, PeeringOut] | None,
+        now: float,
+    ) -> None:
+        """Give a dialer link back what its durable log (``peering.out`` records)
+        held when this node stopped or the previous HA master died."""
+        if not backlog:
+            return
+        envelopes = []
+        for r in backlog.values():
+            message = Message(r.exchange, r.routing_key, r.body, dict(r.headers), dict(r.props))
+            message.mesh = r.mesh
+            envelopes.append(envelope_of(px, message))
+        seqs = link.restore(envelopes, now)
+        self._outs[link.id] = deque(zip(seqs, backlog, strict=True))
+        log.info("peering_log_restored", link=link.id, messages=len(seqs))
+
+    def _record_out_ack(self, vhost: str, exchange: str, link: str, upto: int) -> None:
+        storage = self.node.storage
+        if storage is not None:
+            storage.record(PeeringOutAck(vhost=vhost, exchange=exchange, link=link, id=upto))
+
+    def _persist(self, action: Persist) -> None:
+        """Journal a persistent message a durable sending log took."""
+        px = self._owner.get(action.link)
+        storage = self.node.storage
+        if px is None or storage is None:
+            return
+        env = action.envelope
+        self._out_id += 1
+        storage.record(
+            PeeringOut(
+                vhost=px.ctx.vhost,
+                exchange=px.ctx.exchange,
+                link=action.link,
+                id=self._out_id,
+                routing_key=env.routing_key,
+                body=env.body,
+                headers=dict(env.headers),
+                props=dict(env.properties),
+                mesh=env.mesh_map(),
+                publish_key=self.publish_key,
+            )
+        )
+        self._outs.setdefault(action.link, deque()).append((action.seq, self._out_id))
+
+    def _acked(self, action: Acked) -> None:
+        """Settle what a durable log or a peering queue kept, up to ``action.seq``."""
+        now = trio.current_time()
+        pq = self._queues.get(action.link)
+        if pq is not None:
+            pq.acked(action.seq, now)
+            self._delivered = True  # the freed credit lets the queue push more
+            return
+        outs = self._outs.get(action.link)
+        px = self._owner.get(action.link)
+        if not outs or px is None:
+            return
+        last = 0
+        while outs and outs[0][0] <= action.seq:
+            last = outs.popleft()[1]
+        if last:
+            self._record_out_ack(px.ctx.vhost, px.ctx.exchange, action.link, last)
+
     def _activate(self) -> None:
         """Start peering: a new sending-log epoch, the configured links (their
         exchanges declared if missing), the receive marks from the journal."""
@@ -279,6 +359,14 @@ class PeeringService:
         for cfg in self.links_config:
             counts[(cfg.vhost, cfg.name)] = counts.get((cfg.vhost, cfg.name), 0) + 1
         starts: list[PeerLink] = []
+        storage = self.node.storage
+        journal = storage.journal if storage is not None else None
+        kept = (  # a copy: the journal's state moves on as acks are recorded
+            {key: dict(backlog) for key, backlog in journal.state.peering_out.items()}
+            if journal is not None
+            else {}
+        )
+        self._out_id = journal.state.last_peering_out if journal is not None else 0
         for cfg in self.links_config:
             px = self._exchange_for(cfg.vhost, cfg.name, declare=cfg, max_hops=cfg.max_hops)
             assert px is not None
@@ -298,6 +386,14 @@ class PeeringService:
             self._configs[link.id] = cfg
             self._owner[link.id] = px
             starts.append(link)
+            if journal is not None:
+                link.durable_log = True
+                self._restore_log(px, link, kept.pop((cfg.vhost, cfg.name, link.id), None), now)
+        for (vhost_name, exchange, link_id), backlog in list(kept.items()):
+            log.warning(  # its [[cluster_mta]] entry is gone: so is what it held
+                "peering_log_dropped", exchange=exchange, link=link_id, messages=len(backlog)
+            )
+            self._record_out_ack(vhost_name, exchange, link_id, max(backlog))
         for host in self.node.broker.all_vhosts():
             for queue in host.queues.values():
                 if queue.name.startswith(PEERING_QUEUE_PREFIX) and ARG_LINK in queue.arguments:
@@ -322,6 +418,7 @@ class PeeringService:
         for pq in self._queues.values():
             pq.close(delete=False)
         self._queues.clear()
+        self._outs.clear()
         self._orphans.clear()
         self._reconcile_at = INF
         for hooks in self.hooks.values():
@@ -632,10 +729,9 @@ class PeeringService:
             elif isinstance(action, BufferAvailable):
                 self._resume_held(action.link)
             elif isinstance(action, Acked):
-                pq = self._queues.get(action.link)
-                if pq is not None:
-                    pq.acked(action.seq, trio.current_time())
-                    self._delivered = True  # the freed credit lets the queue push more
+                self._acked(action)
+            elif isinstance(action, Persist):
+                self._persist(action)
             elif isinstance(action, StateChanged):
                 if action.new is LinkState.WAITING:
                     self._waiting_since[action.link] = trio.current_time()
@@ -693,6 +789,10 @@ class PeeringService:
             log.warning("peering_deliver_failed", link=action.link, error=exc.text)
             outcome = PublishOutcome.UNROUTABLE
         self._delivered = True
+        if len(px.links) > 1:  # it travels on to the other links (rings, meshes): first,
+            # so the records that keeps for them are covered by this delivery's commit
+            routed = outcome is not PublishOutcome.UNROUTABLE
+            self.apply(px.published(env, routed_locally=routed, now=now))
         tag = action.tag
         wrote = storage is not None and storage.appended != before
         if wrote:
@@ -712,9 +812,6 @@ class PeeringService:
             storage.hold(before + 1, committed, ev.Status(0), ev.Ok(0))
         else:
             self.apply(link.confirm(tag, now))
-        if len(px.links) > 1:  # it travels on to the other links (rings, meshes)
-            routed = outcome is not PublishOutcome.UNROUTABLE
-            self.apply(px.published(env, routed_locally=routed, now=now))
 
     # --- the dialer's connections ----------------------------------------------------
 

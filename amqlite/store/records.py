@@ -235,6 +235,41 @@ class PeeringMarks:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PeeringOut:
+    """Exchange peering: a persistent message the sending log of ``link`` (a link end
+    of ``exchange``) took for its remote. Kept until a :class:`PeeringOutAck` of
+    that link covers ``id``, so a restarted node (or the HA passive node taking
+    over) sends it again, with its peering identity ``mesh`` (docs/peering.md).
+    ``id`` is chosen by the node, increasing."""
+
+    TYPE: ClassVar[str] = "peering.out"
+    vhost: str = "/"
+    exchange: str
+    link: str
+    id: int
+    routing_key: str = _wire("key", default="")
+    body: bytes
+    headers: dict[str, Any] = dataclasses.field(default_factory=dict)
+    props: dict[str, Any] = dataclasses.field(default_factory=dict)
+    mesh: dict[str, Any] = dataclasses.field(default_factory=dict, metadata={"key": "mx"})
+    #: the publisher's key (as in ``message.enqueue``): a node that recovers or takes
+    #: over recognises the publish sent again even when no local queue holds it
+    publish_key: str = _wire("pk", default="")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PeeringOutAck:
+    """Exchange peering: every :class:`PeeringOut` of ``link`` up to ``id`` has left
+    the sending log (the remote acknowledged it, or ``drop-oldest`` dropped it)."""
+
+    TYPE: ClassVar[str] = "peering.out.ack"
+    vhost: str = "/"
+    exchange: str
+    link: str
+    id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SnapshotBegin:
     """Everything before this record is superseded: the records up to the matching
     :class:`SnapshotEnd` rebuild the whole durable state. Written by compaction
@@ -266,6 +301,8 @@ Record: TypeAlias = (
     | StreamTruncate
     | StreamTrack
     | PeeringMarks
+    | PeeringOut
+    | PeeringOutAck
     | SnapshotBegin
     | SnapshotEnd
 )
@@ -285,6 +322,8 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     StreamTruncate,
     StreamTrack,
     PeeringMarks,
+    PeeringOut,
+    PeeringOutAck,
     SnapshotBegin,
     SnapshotEnd,
 )

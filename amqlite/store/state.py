@@ -40,6 +40,8 @@ from .records import (
     MessageDelivered,
     MessageEnqueue,
     PeeringMarks,
+    PeeringOut,
+    PeeringOutAck,
     QueueBind,
     QueueDeclare,
     QueueDelete,
@@ -130,6 +132,11 @@ class StoreState:
         self._streams: dict[_Key, StoredStream] = {}
         #: Exchange peering's receive marks, the latest per (vhost, exchange).
         self.peering: dict[_Key, PeeringMarks] = {}
+        #: Exchange peering's durable sending logs: per (vhost, exchange, link), the
+        #: persistent messages not yet acknowledged by the remote, in ``id`` order.
+        self.peering_out: dict[tuple[str, str, str], dict[int, PeeringOut]] = {}
+        #: Highest ``peering.out`` id seen: a restarted node continues above it.
+        self.last_peering_out = 0
         #: Highest message id seen: a restarted node continues above it.
         self.last_message_id = 0
         #: True between ``snapshot.begin`` and ``snapshot.end``.
@@ -260,6 +267,23 @@ class StoreState:
     def _peering_marks(self, r: PeeringMarks) -> None:
         self.peering[(r.vhost, r.exchange)] = r
 
+    def _peering_out(self, r: PeeringOut) -> None:
+        self.peering_out.setdefault((r.vhost, r.exchange, r.link), {})[r.id] = r
+        self.last_peering_out = max(self.last_peering_out, r.id)
+
+    def _peering_out_ack(self, r: PeeringOutAck) -> None:
+        self.last_peering_out = max(self.last_peering_out, r.id)
+        key = (r.vhost, r.exchange, r.link)
+        kept = self.peering_out.get(key)
+        if kept is None:
+            return
+        for oid in list(kept):
+            if oid > r.id:
+                break
+            del kept[oid]
+        if not kept:
+            del self.peering_out[key]
+
     def _snapshot_begin(self, r: SnapshotBegin) -> None:
         self._reset()
         self.last_message_id = r.last_message_id
@@ -310,6 +334,8 @@ class StoreState:
                 for name, offset in stream.tracked.items()
             )
         out.extend(self.peering.values())
+        for kept in self.peering_out.values():
+            out.extend(kept.values())
         if not self.snapshot_open:  # mid-way through a snapshot stays mid-way
             out.append(SnapshotEnd())
         return out
@@ -413,6 +439,8 @@ _HANDLERS: dict[type[Record], Any] = {
     StreamTruncate: StoreState._stream_truncate,
     StreamTrack: StoreState._stream_track,
     PeeringMarks: StoreState._peering_marks,
+    PeeringOut: StoreState._peering_out,
+    PeeringOutAck: StoreState._peering_out_ack,
     SnapshotBegin: StoreState._snapshot_begin,
     SnapshotEnd: StoreState._snapshot_end,
 }

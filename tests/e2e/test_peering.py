@@ -738,6 +738,105 @@ async def test_a_dialing_ha_pair_peers_from_its_active_node_only(tmp_path: Path)
         assert acceptors[0]["remote_node"] == pair.servers
 
 
+# --- the dialing side's durable sending log ------------------------------------------
+
+
+async def _drain_queue(address: str, queue: str, checker: StreamChecker, total: int) -> None:
+    async with amqlite.connect(address) as conn:
+        consumer = await conn.consume(queue, no_ack=True, prefetch=1000)
+        with trio.fail_after(60):
+            async for d in consumer:
+                checker.record(str(d.headers["p"]), int(d.headers["s"]))
+                if checker.total >= total:
+                    return
+
+
+async def test_a_dialer_killed_with_a_backlog_sends_it_after_its_restart(tmp_path: Path) -> None:
+    """A publishes persistent confirmed messages on a publish link to B; the link is
+    cut (B unreachable) so A's sending log fills, and A is killed with kill -9. The
+    log is journaled (peering.out): restarted, A sends every confirmed message to B
+    once, those B already had from before the cut included."""
+    async with sites(tmp_path) as group:
+        a, b = group.add("a"), group.add("b")
+        proxy = FaultProxy(("127.0.0.1", b.port))
+        await group.nursery.start(proxy.run)
+        a.links.append((proxy.address, "publish"))
+        await group.start("b")
+        async with amqlite.connect(b.address) as cb:
+            await cb.declare_queue("q", durable=True)
+            await cb.bind("q", EXCHANGE, "k.*")
+        await group.start("a")
+        await group.wait_up("a", "b")
+        await group.wait("a", lambda ls: _dialer(ls)["interest_size"] == 1)
+        n = 1200
+        confirmed: set[int] = set()
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_publish_confirmed, a.address, "p", n, confirmed, False)
+                await group.wait("b", lambda ls: _acceptor(ls)["received"] >= n // 6)
+                proxy.partition(refuse_new=True)
+                proxy.cut()
+                with trio.fail_after(60):
+                    while len(confirmed) < n // 2:  # noqa: ASYNC110 (another process publishes)
+                        await trio.sleep(0.02)
+                assert a.proc is not None
+                a.proc.proc.kill()
+                await a.proc.proc.wait()
+            assert n // 2 <= len(confirmed) < n
+            await group.start("a")
+            links = await group.links("a")
+            assert _dialer(links)["restored"] > 0  # the journaled log came back
+            proxy.heal()
+            checker = StreamChecker()
+            await _drain_queue(b.address, "q", checker, len(confirmed))
+            await group.wait("a", lambda ls: _dialer(ls)["lag_messages"] == 0, 60)
+        _check_subscriber(checker, "p", confirmed)
+
+
+async def test_a_dialing_ha_pair_sends_its_backlog_from_the_new_master(tmp_path: Path) -> None:
+    """Site A is an HA pair publishing to B through a link that is cut: the
+    master's sending log holds persistent confirmed messages when it is killed with
+    kill -9. The log is journaled and replicated, so the backup, taking over, sends
+    them: B gets every confirmed message once."""
+    (tmp_path / "pair").mkdir()
+    (tmp_path / "sites").mkdir()
+    async with ha_pair(tmp_path / "pair") as pair, sites(tmp_path / "sites") as group:
+        b = group.add("b")
+        await group.start("b")
+        proxy = FaultProxy(("127.0.0.1", b.port))
+        await group.nursery.start(proxy.run)
+        async with amqlite.connect(b.address) as cb:
+            await cb.declare_queue("q", durable=True)
+            await cb.bind("q", EXCHANGE, "k.*")
+        pair.config.write_text(
+            pair.config.read_text()
+            + f'\n[[cluster_mta]]\nname = "{EXCHANGE}"\nhost = "{proxy.address}"\n'
+            'mode = "publish"\nlogin = "guest"\npassword = "guest"\n'
+        )
+        await pair.start("primary")
+        await pair.start("backup")
+        await pair.wait_states("active", "passive")
+        n = 600
+        confirmed: set[int] = set()
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_publish_confirmed, pair.servers, "p", n, confirmed, True)
+                await group.wait("b", lambda ls: bool(ls) and _acceptor(ls)["received"] >= n // 6)
+                proxy.partition(refuse_new=True)
+                proxy.cut()
+                with trio.fail_after(60):
+                    while len(confirmed) < n // 2:  # noqa: ASYNC110 (another process publishes)
+                        await trio.sleep(0.02)
+                await pair.kill("primary")
+            assert len(confirmed) == n  # the publisher failed over and went on
+            proxy.heal()
+            checker = StreamChecker()
+            await _drain_queue(b.address, "q", checker, n)
+        _check_subscriber(checker, "p", confirmed)
+        status = await pair.status("backup")
+        assert status is not None and _dialer(status["links"])["restored"] > 0
+
+
 # --- configuration ---------------------------------------------------------------------
 
 

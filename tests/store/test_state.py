@@ -14,6 +14,8 @@ from amqlite.store import (
     MessageAck,
     MessageDelivered,
     MessageEnqueue,
+    PeeringOut,
+    PeeringOutAck,
     QueueBind,
     QueueDeclare,
     QueueDelete,
@@ -426,3 +428,31 @@ def test_a_snapshot_keeps_first_when_a_truncation_leaves_a_gap() -> None:
     snapshot = state.snapshot()
     assert fold(snapshot) == state
     assert fold(snapshot).snapshot() == snapshot
+
+
+def _out(oid: int, link: str = "x") -> PeeringOut:
+    return PeeringOut(exchange="x", link=link, id=oid, body=b"%d" % oid)
+
+
+def test_a_durable_sending_log_keeps_what_no_ack_covers_per_link() -> None:
+    state = fold(
+        [
+            _out(1),
+            _out(2, link="y"),
+            _out(3),
+            _out(4),
+            PeeringOutAck(exchange="x", link="x", id=3),  # cumulative, this link only
+        ]
+    )
+    assert {k: list(v) for k, v in state.peering_out.items()} == {
+        ("/", "x", "y"): [2],
+        ("/", "x", "x"): [4],
+    }
+    assert state.last_peering_out == 4
+    again = fold(state.snapshot())  # compaction keeps the live ones, in order
+    assert {k: list(v) for k, v in again.peering_out.items()} == {
+        ("/", "x", "y"): [2],
+        ("/", "x", "x"): [4],
+    }
+    gone = fold([_out(1), PeeringOutAck(exchange="x", link="x", id=9)])
+    assert gone.peering_out == {} and gone.last_peering_out == 9
