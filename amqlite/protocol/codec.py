@@ -505,6 +505,17 @@ def encode_get_ok(
     return _LEN.pack(len(payload)) + payload
 
 
+# --- peering: a ``peer`` frame around a map the peering layer encoded ---------------
+
+_PEER_HEAD = b"\xa2" + cbor2.dumps("m") + cbor2.dumps("peer") + cbor2.dumps("msg")
+
+
+def encode_peer(msg: bytes) -> bytes:
+    """One ``peer`` frame whose ``msg`` is ``msg``, one CBOR-encoded map (what
+    :func:`encode` gives for ``PeerMessage(cbor2.loads(msg))``)."""
+    return _LEN.pack(len(_PEER_HEAD) + len(msg)) + _PEER_HEAD + msg
+
+
 # --- the client's hot path: publish and ack frames appended to the out buffer --------
 # They are exactly what :func:`encode` would produce (key order aside, which CBOR
 # maps ignore), at a fraction of the cost.

@@ -262,6 +262,25 @@ class Connection:
             self._check_push(ev.Deliver)
         return codec.encode_deliver(ctag, dtag, redelivered, msg, offset)
 
+    def send_peer(self, msg: bytes) -> bytes:
+        """A ``peer`` frame whose ``msg`` map is already CBOR-encoded (peering
+        batches are encoded by hand); checked like :meth:`send`."""
+        new_state = self._next_state(ev.PeerMessage)
+        if new_state is None:
+            raise LocalProtocolError(
+                f"cannot send 'peer' while the connection is {self._state.value}"
+            )
+        data = codec.encode_peer(msg)
+        limit = self.peer_max_frame_size
+        if limit is not None and len(data) - 4 > limit:
+            raise LocalProtocolError(
+                f"'peer' frame of {len(data) - 4} bytes exceeds the peer's maximum of {limit}",
+                ReplyCode.CONTENT_TOO_LARGE,
+            )
+        if new_state is not self._state:
+            self._set_state(new_state)
+        return data
+
     def send_get_ok(
         self, re: int, dtag: int, redelivered: bool, remaining: int, queue: str,
         msg: codec.WireMessage,
