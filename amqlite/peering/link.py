@@ -547,14 +547,20 @@ class PeerLink:
         log = self.log
         if log is None or self.state is not S.UP:
             return []
-        out: list[Action] = []
-        for entry in log.take_unsent(self.settings.max_in_flight - log.in_flight):
-            if entry.seq > self._highest_sent:
-                self._highest_sent = entry.seq
-                self.counters["forwarded"] += 1
-            else:
-                self.counters["resent"] += 1
-            out.append(self._send(Forward(entry.seq, entry.envelope)))
+        entries = log.take_unsent(self.settings.max_in_flight - log.in_flight)
+        if not entries:
+            return []
+        link_id, highest = self.id, self._highest_sent
+        out: list[Action] = [Send(link_id, Forward(e.seq, e.envelope)) for e in entries]
+        last = entries[-1].seq  # entries are in sequence order
+        if last > highest:
+            fresh = last - max(highest, entries[0].seq - 1)
+            self._highest_sent = last
+            self.counters["forwarded"] += fresh
+            if len(entries) > fresh:
+                self.counters["resent"] += len(entries) - fresh
+        else:
+            self.counters["resent"] += len(entries)
         return out
 
     # --- interest (the receiving end) ---------------------------------------------------

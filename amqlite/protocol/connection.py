@@ -43,8 +43,12 @@ _LEN = struct.Struct(">I")
 _COMPACT_AT = 256 * 1024
 
 _HOT_DECODERS: dict[ev.Role, dict[str, Callable[[dict[Any, Any]], ev.Event]]] = {
-    ev.Role.SERVER: {"publish": codec.decode_publish, "ack": codec.decode_ack},
-    ev.Role.CLIENT: {"deliver": codec.decode_deliver},
+    ev.Role.SERVER: {
+        "publish": codec.decode_publish,
+        "ack": codec.decode_ack,
+        "peer": codec.decode_peer,
+    },
+    ev.Role.CLIENT: {"deliver": codec.decode_deliver, "peer": codec.decode_peer},
 }
 
 _OWN_SENDER = {ev.Role.CLIENT: ev.Sender.CLIENT, ev.Role.SERVER: ev.Sender.SERVER}

@@ -262,3 +262,47 @@ def test_topic_verdicts_follow_the_bindings() -> None:
     assert interest.matches("z", {}) and interest.matches("a.b", {})
     interest.replace([BindingKey.of("z")])
     assert interest.matches("z", {}) and not interest.matches("a.b", {})
+
+
+# --- the protocol's plain-data check on peer frames ----------------------------------------
+
+odd_values = st.one_of(
+    scalars,
+    st.sampled_from([(1, 2), {1, 2}, frozenset(), 1j, object()]),  # what cbor2 tags decode to
+)
+plain_trees = st.recursive(
+    odd_values,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.one_of(texts, st.integers(0, 3)), inner, max_size=4),
+    ),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=500)
+@given(
+    st.one_of(
+        plain_trees,
+        st.dictionaries(texts, plain_trees, max_size=4),
+        st.builds(
+            lambda items, extra: {"type": "peer.batch", "msgs": items, **extra},
+            st.lists(st.one_of(plain_trees, st.builds(lambda f: f.to_map(), forwards))),
+            st.dictionaries(texts, plain_trees, max_size=2),
+        ),
+        st.builds(  # a batch of flat maps, some with an odd value
+            lambda items: {"msgs": items},
+            st.lists(st.dictionaries(texts, odd_values, max_size=3), max_size=3),
+        ),
+    )
+)
+def test_the_peer_frame_check_agrees_with_the_general_one(value: Any) -> None:
+    assert codec._is_plain_peer_map(value) is codec._is_str_map(value)
+
+
+def test_the_peer_frame_check_counts_nesting_like_the_general_one() -> None:
+    deep: Any = 1
+    for depth in range(12):
+        deep = [deep] if depth % 2 else {"k": deep}
+        for shape in (deep, {"msgs": [deep]}, {"msgs": [{"id": [deep]}]}, {"msgs": [{"h": deep}]}):
+            assert codec._is_plain_peer_map(shape) is codec._is_str_map(shape), (depth, shape)
