@@ -15,7 +15,7 @@ from typing import Any
 
 from amqlite.errors import ReplyCode
 
-from .actions import Action, Blocked, Disconnect, Send
+from .actions import Action, Disconnect, Send
 from .errors import PeeringProtocolError
 from .inbound import HighWaterMarks, SeenMessages
 from .interest import EXCHANGE_TYPES, BindingKey, BindingMirror
@@ -29,6 +29,7 @@ from .wire import Envelope, Hello, MessageId, PeeringMessage, Refused, from_map
 INF = float("inf")
 SNAPSHOT_VERSION = 1
 QUEUE_FED_LOG_BYTES = 1 << 60  # no cap of its own: the shell bounds it by the queue's prefetch
+_new_id = tuple.__new__  # MessageId(...) without the Python-level __new__
 
 
 class PeeredExchange:
@@ -185,13 +186,14 @@ class PeeredExchange:
     ) -> Envelope:
         """The envelope of a message a client published here (mints its mesh id)."""
         self._minted += 1
+        ctx = self.ctx
         return Envelope(
-            MessageId(self.ctx.node_id, self.ctx.epoch, self._minted),
+            _new_id(MessageId, (ctx.node_id, ctx.epoch, self._minted)),
             routing_key,
             body,
-            dict(headers or {}),
-            dict(properties or {}),
-            self.ctx.exchange,
+            dict(headers) if headers else {},
+            dict(properties) if properties else {},
+            ctx.exchange,
         )
 
     def published(self, envelope: Envelope, *, routed_locally: bool, now: float) -> list[Action]:
@@ -203,13 +205,11 @@ class PeeredExchange:
         actions: list[Action] = []
         taken = 0
         for link in self.links.values():
-            before = link.counters["accepted"]
             offered = link.offer(envelope, routed_locally=routed_locally, now=now)
-            if link.counters["accepted"] != before or (
-                offered and any(type(a) is Blocked for a in offered)
-            ):
+            if link.took:
                 taken += 1
-            actions += offered
+            if offered:
+                actions += offered
         self.taken = taken
         return actions
 

@@ -97,6 +97,9 @@ class _Origin:
 
     def settle(self, seq: int, window: int) -> None:
         self.pending.discard(seq)
+        if seq == self.floor + 1 and not self.heap:  # in order: what follows, in short
+            self.floor = seq
+            return
         if seq <= self.floor or seq in self.above:
             return
         self.above.add(seq)

@@ -28,6 +28,7 @@ from amqlite.errors import PreconditionFailed
 from .errors import PeeringProtocolError
 
 EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
+_VERDICTS_MAX = 4096  # routing keys whose topic verdict a RemoteInterest remembers
 _MASK64 = (1 << 64) - 1
 
 
@@ -197,7 +198,16 @@ class RemoteInterest:
     known interest is the best guess while the remote is away.
     """
 
-    __slots__ = ("_direct", "_headers", "_keys", "_topic", "digest", "exchange_type", "known")
+    __slots__ = (
+        "_direct",
+        "_headers",
+        "_keys",
+        "_topic",
+        "_verdicts",
+        "digest",
+        "exchange_type",
+        "known",
+    )
 
     def __init__(self, exchange_type: str) -> None:
         if exchange_type not in EXCHANGE_TYPES:
@@ -210,6 +220,7 @@ class RemoteInterest:
         self._direct: Counter[str] = Counter()
         self._topic: TopicMatcher[BindingKey] = TopicMatcher()
         self._headers: list[tuple[HeadersRule, BindingKey]] = []
+        self._verdicts: dict[str, bool] = {}  # topic: routing key -> matches (bounded)
         self.digest = InterestDigest()
 
     def replace(self, keys: Iterable[BindingKey]) -> None:
@@ -223,6 +234,7 @@ class RemoteInterest:
     def add(self, bkey: BindingKey) -> None:
         if bkey in self._keys:
             return
+        self._verdicts.clear()
         kind = self.exchange_type
         if kind == "headers":
             try:
@@ -240,6 +252,7 @@ class RemoteInterest:
     def remove(self, bkey: BindingKey) -> None:
         if bkey not in self._keys:
             return
+        self._verdicts.clear()
         kind = self.exchange_type
         if kind == "headers":
             self._headers = [(r, k) for r, k in self._headers if k != bkey]
@@ -258,7 +271,13 @@ class RemoteInterest:
             return True
         kind = self.exchange_type
         if kind == "topic":
-            return bool(self._topic.match(routing_key))
+            verdict = self._verdicts.get(routing_key)
+            if verdict is None:
+                verdict = bool(self._topic.match(routing_key))
+                if len(self._verdicts) >= _VERDICTS_MAX:
+                    self._verdicts.clear()
+                self._verdicts[routing_key] = verdict
+            return verdict
         if kind == "direct":
             return routing_key in self._direct
         if kind == "fanout":

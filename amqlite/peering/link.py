@@ -45,6 +45,7 @@ from .forwarding import Decision, decide
 from .heartbeat import HeartbeatClock, negotiate_heartbeat
 from .inbound import SenderMark
 from .interest import BindingKey, RemoteInterest
+from .mode import PeeringMode
 from .outbound import OutboundLog, SpillStore
 from .settings import ExchangeContext, LinkSettings, Role
 from .states import LinkEvent, LinkState, next_state
@@ -59,11 +60,14 @@ from .wire import (
     PeeringMessage,
     Refused,
     ResyncRequest,
+    forward_fast,
     from_map,
 )
 
 INF = float("inf")
 S, E = LinkState, LinkEvent
+_FORWARD = Forward.TYPE
+_new_pending = tuple.__new__  # _Pending(...) without the Python-level __new__
 _CONNECTED = (S.SYNCING, S.UP)
 
 
@@ -130,6 +134,7 @@ class PeerLink:
         self._resume_sent: tuple[str, int, int] | None = None  # (node, epoch, seq) we told
         self.counters: Counter[str] = Counter()
         self.skipped: Counter[str] = Counter()
+        self.took = False  # whether the last offer() took the message
 
     def __repr__(self) -> str:
         return f"PeerLink({self.id!r}, {self.role.value}, {self.mode.label}, {self.state.value})"
@@ -361,9 +366,14 @@ class PeerLink:
         link's connection. A malformed or out-of-place message ends the connection
         (a ``Disconnect`` action); messages arriving when the link has no
         connection any more are ignored."""
-        if self.state not in _CONNECTED:
+        state = self.state
+        if state not in _CONNECTED:
             return []
         self.clock.received(now)
+        if state is S.UP and type(message) is dict and message.get("type") == _FORWARD:
+            fwd = forward_fast(message) if not self.sends else None
+            if fwd is not None:  # the per-message path (what _dispatch would do)
+                return self._sent(now, self._on_forward(fwd, now))
         try:
             msg = from_map(message) if isinstance(message, Mapping) else message
             return self._sent(now, self._dispatch(msg, now))
@@ -451,7 +461,7 @@ class PeerLink:
             self.counters["duplicates_other_path"] += 1  # reached us along another path
         else:
             self._tags += 1
-            self._pending.append(_Pending(self._tags, mark.epoch, fwd.seq, env.id))
+            self._pending.append(_new_pending(_Pending, (self._tags, mark.epoch, fwd.seq, env.id)))
             self.counters["received"] += 1
             return [Deliver(self.id, self._tags, env), *self._settle(mark, now)]
         return self._settle(mark, now)
@@ -496,28 +506,69 @@ class PeerLink:
 
     def offer(self, envelope: Envelope, *, routed_locally: bool, now: float) -> list[Action]:
         """A message was published on the local exchange (by a client, or delivered
-        from another link): send it if this end sends and the rules allow."""
-        if self.state is S.CLOSED or self.queue_fed:
+        from another link): send it if this end sends and the rules allow.
+        Afterwards :attr:`took` says whether this end took it (into its log, or
+        refused it for now: ``Blocked``)."""
+        self.took = False
+        state = self.state
+        if state is S.CLOSED or not self.sends or self.queue_fed:
             return []
         interest = self.interest
-        decision = decide(
-            sends=self.sends,
-            mode=self.mode,
-            routed_locally=routed_locally,
-            remote_node=self.remote_node,
-            path=envelope.path,
-            hops=envelope.hops,
-            max_hops=self.ctx.max_hops,
-            interest=interest if interest is not None else _ANY_INTEREST,
-            routing_key=envelope.routing_key,
-            headers=envelope.headers,
-        )
-        if decision is not Decision.SEND:
-            if decision is not Decision.RECEIVES_ONLY:
+        remote = self.remote_node
+        if (
+            (remote is not None and remote in envelope.path)
+            or envelope.hops >= self.ctx.max_hops
+            or (routed_locally and self.mode is PeeringMode.FORWARD)
+            or (
+                interest is not None
+                and not interest.matches(envelope.routing_key, envelope.headers)
+            )
+        ):  # some rule says no: decide() says which (it is the reference for them)
+            decision = decide(
+                sends=self.sends,
+                mode=self.mode,
+                routed_locally=routed_locally,
+                remote_node=remote,
+                path=envelope.path,
+                hops=envelope.hops,
+                max_hops=self.ctx.max_hops,
+                interest=interest if interest is not None else _ANY_INTEREST,
+                routing_key=envelope.routing_key,
+                headers=envelope.headers,
+            )
+            if decision is not Decision.SEND:
                 self.skipped[decision.value] += 1
-            return []
-        assert self.log is not None
+                return []
         log = self.log
+        assert log is not None
+        self.took = True
+        if self.durable_log:
+            return self._accept_durably(log, envelope, state, now)
+        if log.accept(envelope.onward(self.ctx.node_id), now) is None:
+            self._blocked = True
+            return [Blocked(self.id, envelope)]
+        self.counters["accepted"] += 1
+        if state is not S.UP:
+            return []
+        if log.unsent != 1 or log.in_flight >= self.settings.max_in_flight:
+            return self._sent(now, self._pump())
+        entry = log.take_next()  # the usual case: just this one is due; send it
+        if entry is not None:
+            seq = entry.seq
+            if seq > self._highest_sent:
+                self._highest_sent = seq
+                self.counters["forwarded"] += 1
+            else:
+                self.counters["resent"] += 1
+            self.clock.sent(now)
+            return [Send(self.id, Forward(seq, entry.envelope))]
+        return []  # pragma: no cover (unsent == 1)
+
+    def _accept_durably(
+        self, log: OutboundLog, envelope: Envelope, state: LinkState, now: float
+    ) -> list[Action]:
+        """:meth:`offer`'s tail for a durable log: also what the shell must keep
+        (``Persist``) or may settle (``Acked``, after ``drop-oldest`` made room)."""
         dropped = log.dropped
         out = envelope.onward(self.ctx.node_id)
         seq = log.accept(out, now)
@@ -526,12 +577,11 @@ class PeerLink:
             return [Blocked(self.id, envelope)]
         self.counters["accepted"] += 1
         kept: list[Action] = []
-        if self.durable_log:
-            if log.dropped != dropped:  # drop-oldest made room: those are gone for good
-                kept.append(Acked(self.id, log.gone_upto))
-            if envelope.properties.get("persistent"):
-                kept.append(Persist(self.id, seq, out))
-        if self.state is not S.UP:
+        if log.dropped != dropped:  # drop-oldest made room: those are gone for good
+            kept.append(Acked(self.id, log.gone_upto))
+        if envelope.properties.get("persistent"):
+            kept.append(Persist(self.id, seq, out))
+        if state is not S.UP:
             return kept
         return kept + self._sent(now, self._pump())
 
@@ -596,14 +646,20 @@ class PeerLink:
         log = self.log
         if log is None or self.state is not S.UP:
             return []
-        out: list[Action] = []
-        for entry in log.take_unsent(self.settings.max_in_flight - log.in_flight):
-            if entry.seq > self._highest_sent:
-                self._highest_sent = entry.seq
-                self.counters["forwarded"] += 1
-            else:
-                self.counters["resent"] += 1
-            out.append(self._send(Forward(entry.seq, entry.envelope)))
+        entries = log.take_unsent(self.settings.max_in_flight - log.in_flight)
+        if not entries:
+            return []
+        link_id, highest = self.id, self._highest_sent
+        out: list[Action] = [Send(link_id, Forward(e.seq, e.envelope)) for e in entries]
+        last = entries[-1].seq  # entries are in sequence order
+        if last > highest:
+            fresh = last - max(highest, entries[0].seq - 1)
+            self._highest_sent = last
+            self.counters["forwarded"] += fresh
+            if len(entries) > fresh:
+                self.counters["resent"] += len(entries) - fresh
+        else:
+            self.counters["resent"] += len(entries)
         return out
 
     # --- interest (the receiving end) ---------------------------------------------------

@@ -54,6 +54,9 @@ class Entry(NamedTuple):
         return cls(forward.seq, env, env.size(), float(m["accepted_at"]))
 
 
+_new_entry = tuple.__new__  # Entry(...) without the Python-level __new__
+
+
 class SpillStore(Protocol):
     """Where a ``spill`` link puts what does not fit in memory: a FIFO of entries.
 
@@ -154,6 +157,15 @@ class OutboundLog:
     def accept(self, envelope: Envelope, now: float) -> int | None:
         """Take a message; its sequence number, or None when ``block`` refused it."""
         size = envelope.size()
+        held = self._held
+        if not held or (
+            self._bytes + size <= self.buffer_bytes and (self.spill is None or not len(self.spill))
+        ):  # room in memory (has_room, inlined: this runs for every message)
+            seq = self.next_seq
+            self.next_seq = seq + 1
+            held.append(_new_entry(Entry, (seq, envelope, size, now)))
+            self._bytes += size
+            return seq
         if not self.has_room(size):
             if self.overflow is OverflowPolicy.BLOCK:
                 self.blocked += 1
@@ -194,6 +206,16 @@ class OutboundLog:
             self._sent -= 1
 
     # --- sending and acknowledging -------------------------------------------------
+
+    def take_next(self) -> Entry | None:
+        """``take_unsent(1)``, for one message: the next one due, or None."""
+        if self.spill is not None:
+            self._refill()
+        held, sent = self._held, self._sent
+        if sent >= len(held):
+            return None
+        self._sent = sent + 1
+        return held[sent]
 
     def take_unsent(self, limit: int) -> list[Entry]:
         """Up to ``limit`` messages due on this connection, in sequence order; they

@@ -136,6 +136,54 @@ def _is_str_map(v: Any) -> bool:
     return type(v) is dict and _is_plain(v, 0)
 
 
+def _is_plain_peer_map(v: Any) -> bool:
+    """``_is_str_map`` for a ``peer`` frame's map, with the two levels below a
+    batch's list of maps (their lists, e.g. ``id`` and ``path``, and their maps,
+    often empty) checked in place rather than by a call each: a peering batch
+    holds thousands of them. Same verdict as ``_is_str_map``."""
+    if type(v) is not dict:
+        return False
+    scalars = _SCALAR_TYPES
+    for k, x in v.items():
+        if type(k) is not str:
+            return False
+        t = type(x)
+        if t in scalars:
+            continue
+        if t is not list:
+            if not _is_plain(x, 1):
+                return False
+            continue
+        for item in x:  # depth 1 (a batch's msgs): usually maps
+            if type(item) is not dict:
+                if type(item) not in scalars and not _is_plain(item, 2):
+                    return False
+                continue
+            for ik, iv in item.items():  # depth 2: a peering message's fields
+                if type(ik) is not str:
+                    return False
+                it = type(iv)
+                if it in scalars:
+                    continue
+                if it is list:
+                    for y in iv:  # depth 3
+                        if type(y) not in scalars and not _is_plain(y, 4):
+                            return False
+                elif it is dict:
+                    if iv and not _is_plain(iv, 3):
+                        return False
+                else:
+                    return False
+    return True
+
+
+def _peer_from_map(m: dict[Any, Any]) -> ev.PeerMessage:
+    msg = m.get("msg")
+    if not _is_plain_peer_map(msg):
+        raise FieldError("peer: field 'msg' is not a plain map")  # the general path says more
+    return ev.PeerMessage(cast(dict[str, Any], msg))
+
+
 def _is_str_list(v: Any) -> bool:
     return type(v) is list and all(type(x) is str for x in v)
 
@@ -293,6 +341,7 @@ def _ack_from_map(m: dict[Any, Any]) -> ev.Ack:
 decode_publish = _publish_from_map
 decode_deliver = _deliver_from_map
 decode_ack = _ack_from_map
+decode_peer = _peer_from_map
 
 _FAST_DECODERS: dict[type[ev.Event], Callable[[dict[Any, Any]], ev.Event]] = {
     ev.Publish: _publish_from_map,
@@ -503,6 +552,17 @@ def encode_get_ok(
         head += _REDELIVERED
     payload = _MAP_HEADS[n] + head + pairs
     return _LEN.pack(len(payload)) + payload
+
+
+# --- peering: a ``peer`` frame around a map the peering layer encoded ---------------
+
+_PEER_HEAD = b"\xa2" + cbor2.dumps("m") + cbor2.dumps("peer") + cbor2.dumps("msg")
+
+
+def encode_peer(msg: bytes) -> bytes:
+    """One ``peer`` frame whose ``msg`` is ``msg``, one CBOR-encoded map (what
+    :func:`encode` gives for ``PeerMessage(cbor2.loads(msg))``)."""
+    return _LEN.pack(len(_PEER_HEAD) + len(msg)) + _PEER_HEAD + msg
 
 
 # --- the client's hot path: publish and ack frames appended to the out buffer --------

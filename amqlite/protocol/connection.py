@@ -43,8 +43,12 @@ _LEN = struct.Struct(">I")
 _COMPACT_AT = 256 * 1024
 
 _HOT_DECODERS: dict[ev.Role, dict[str, Callable[[dict[Any, Any]], ev.Event]]] = {
-    ev.Role.SERVER: {"publish": codec.decode_publish, "ack": codec.decode_ack},
-    ev.Role.CLIENT: {"deliver": codec.decode_deliver},
+    ev.Role.SERVER: {
+        "publish": codec.decode_publish,
+        "ack": codec.decode_ack,
+        "peer": codec.decode_peer,
+    },
+    ev.Role.CLIENT: {"deliver": codec.decode_deliver, "peer": codec.decode_peer},
 }
 
 _OWN_SENDER = {ev.Role.CLIENT: ev.Sender.CLIENT, ev.Role.SERVER: ev.Sender.SERVER}
@@ -261,6 +265,25 @@ class Connection:
         if self._state is not self._push_state:
             self._check_push(ev.Deliver)
         return codec.encode_deliver(ctag, dtag, redelivered, msg, offset)
+
+    def send_peer(self, msg: bytes) -> bytes:
+        """A ``peer`` frame whose ``msg`` map is already CBOR-encoded (peering
+        batches are encoded by hand); checked like :meth:`send`."""
+        new_state = self._next_state(ev.PeerMessage)
+        if new_state is None:
+            raise LocalProtocolError(
+                f"cannot send 'peer' while the connection is {self._state.value}"
+            )
+        data = codec.encode_peer(msg)
+        limit = self.peer_max_frame_size
+        if limit is not None and len(data) - 4 > limit:
+            raise LocalProtocolError(
+                f"'peer' frame of {len(data) - 4} bytes exceeds the peer's maximum of {limit}",
+                ReplyCode.CONTENT_TOO_LARGE,
+            )
+        if new_state is not self._state:
+            self._set_state(new_state)
+        return data
 
     def send_get_ok(
         self, re: int, dtag: int, redelivered: bool, remaining: int, queue: str,

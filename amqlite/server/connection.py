@@ -515,6 +515,13 @@ class ClientConnection:
         with contextlib.suppress(AmqliteError):
             self._send(self.proto.send(ev.PeerMessage(msg)))
 
+    def send_peer(self, msg: bytes) -> None:
+        """Peering: send one ``peer`` frame whose map ``msg`` is already encoded."""
+        if self._closing:
+            return
+        with contextlib.suppress(AmqliteError):
+            self._send(self.proto.send_peer(msg))
+
     def may_peer(self, exchange: str) -> bool:
         """Peering: may this link's user publish to and read from ``exchange``?"""
         perms = self.permissions

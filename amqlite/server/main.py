@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import signal
 import sys
 from typing import Any
@@ -18,6 +19,13 @@ from amqlite.store.errors import StoreError
 from .node import BrokerNode
 
 log = structlog.get_logger("amqlite.server")
+
+# The cyclic GC's thresholds (CPython's default is 700, 10, 10). A broker keeps
+# many young objects alive for a while (a peering link holds up to a thousand
+# messages in flight, each an envelope, a log entry and a forward), so with the
+# default the young generations are scanned every few hundred messages and
+# promote those objects to the old one: about a tenth of a peering broker's CPU.
+GC_THRESHOLDS = (20_000, 10, 10)
 
 EPILOG = """\
 examples:
@@ -125,6 +133,7 @@ def run_server(args: argparse.Namespace) -> int:
         print(str(exc), file=sys.stderr)
         return 2
     configure_logging(config.log.format, config.log.level)
+    gc.set_threshold(*GC_THRESHOLDS)
     cannot_listen: list[OSError] = []
     store_errors: list[StoreError] = []
     try:

@@ -65,7 +65,8 @@ from amqlite.peering import (
     SpillStore,
     StateChanged,
 )
-from amqlite.peering.wire import Refused
+from amqlite.peering import cbor as peering_cbor
+from amqlite.peering.wire import PeeringMessage, Refused
 from amqlite.protocol import NEED_DATA, Connection, Role
 from amqlite.protocol import events as ev
 from amqlite.protocol.codec import check_headers, check_props
@@ -108,6 +109,12 @@ class _DialedConnection:
     def send_map(self, msg: Mapping[str, Any]) -> None:
         with contextlib.suppress(AmqliteError):
             self.out += self.proto.send(ev.PeerMessage(dict(msg)))
+            self.wake.set()
+
+    def send_peer(self, msg: bytes) -> None:
+        """One ``peer`` frame holding ``msg``, an encoded peering map."""
+        with contextlib.suppress(AmqliteError):
+            self.out += self.proto.send_peer(msg)
             self.wake.set()
 
     def close(self, reason: str) -> None:
@@ -207,7 +214,8 @@ class PeeringService:
         self._closing = False
         self._depth = 0  # nested apply() calls
         self._delivered = False  # deliveries (or freed credit) since the last pump
-        self._outbox: dict[_DialedConnection | ClientConnection, list[dict[str, Any]]] = {}
+        self._confirms: dict[str, int] = {}  # link -> last tag safe now, confirmed at turn end
+        self._outbox: dict[_DialedConnection | ClientConnection, list[PeeringMessage]] = {}
         self._flush_due = trio.Event()
         self._timer_at = INF  # when the timer task wakes next
         self.active = False  # peering runs (standalone, or the HA pair's active node)
@@ -428,6 +436,7 @@ class PeeringService:
         self._owner.clear()
         self._held.clear()
         self._commits_pending.clear()
+        self._confirms.clear()
         self._sessions.clear()
         self._marks_due.clear()
         self._waiting_since.clear()
@@ -516,6 +525,8 @@ class PeeringService:
                 self._depth -= 1
         if self._depth:
             return
+        if self._confirms:
+            self._confirm_safe()
         if self._marks_due:
             self._record_marks()
         if self._delivered:
@@ -537,20 +548,22 @@ class PeeringService:
 
     def _flush(self) -> None:
         """Consecutive maps of one connection go in one ``peer`` frame
-        (``peer.batch``) of at most about BATCH_BYTES."""
+        (``peer.batch``) of at most about BATCH_BYTES, encoded by
+        :mod:`amqlite.peering.cbor` (``peer.forward`` by hand)."""
         outbox, self._outbox = self._outbox, {}
-        for conn, maps in outbox.items():
-            batch: list[dict[str, Any]] = []
+        encode = peering_cbor.encode
+        for conn, messages in outbox.items():
+            batch: list[bytes] = []
             size = 0
-            for m in maps:
-                body = m.get("body")
-                size += 256 + (len(body) if isinstance(body, bytes) else 0)
-                batch.append(m)
+            for message in messages:
+                item = encode(message)
+                size += len(item)
+                batch.append(item)
                 if size >= BATCH_BYTES:
-                    conn.send_map(_batched(batch))
+                    conn.send_peer(_batched(batch))
                     batch, size = [], 0
             if batch:
-                conn.send_map(_batched(batch))
+                conn.send_peer(_batched(batch))
 
     def _receive(self, link: PeerLink, msg: dict[str, Any], now: float) -> None:
         """One ``peer`` frame for ``link``: a peering map, or a batch of them."""
@@ -711,7 +724,7 @@ class PeeringService:
             if isinstance(action, Send):
                 conn = self._conns.get(action.link)
                 if conn is not None:
-                    self._outbox.setdefault(conn, []).append(action.message.to_map())
+                    self._outbox.setdefault(conn, []).append(action.message)
             elif isinstance(action, Deliver):
                 self._deliver(action)
             elif isinstance(action, Connect):
@@ -745,6 +758,20 @@ class PeeringService:
                     reason=action.reason,
                 )
 
+    def _confirm_safe(self) -> None:
+        """Confirm the deliveries that were safe at once (transient), one call per
+        link for a whole turn (confirms are cumulative)."""
+        now = trio.current_time()
+        self._depth += 1
+        try:
+            while self._confirms:
+                link_id, tag = self._confirms.popitem()
+                link = self._link(link_id)
+                if link is not None:
+                    self._apply(link.confirm(tag, now))
+        finally:
+            self._depth -= 1
+
     def _link(self, link_id: str) -> PeerLink | None:
         px = self._owner.get(link_id)
         return px.links.get(link_id) if px is not None else None
@@ -775,12 +802,19 @@ class PeeringService:
         node = self.node
         storage = node.storage
         before = storage.appended if storage is not None else 0
+        headers, properties = env.headers, env.properties
         message = Message(
-            px.ctx.exchange, env.routing_key, env.body, dict(env.headers), dict(env.properties)
+            px.ctx.exchange,
+            env.routing_key,
+            env.body,
+            dict(headers) if headers else {},
+            dict(properties) if properties else {},
         )
         message.mesh = env  # a subscriber's peering queue here keeps its identity
         now = trio.current_time()
-        bad = check_headers(message.headers) or check_props(message.properties)
+        bad = check_headers(message.headers) if headers else None
+        if bad is None and properties:
+            bad = check_props(message.properties)
         try:
             if bad is not None:  # only a broken peer sends these: never store them
                 raise BrokerError(f"malformed headers or properties: {bad}")
@@ -799,6 +833,8 @@ class PeeringService:
             self._marks_due[(px.ctx.vhost, px.ctx.exchange)] = px
         if storage is not None and (wrote or self._commits_pending.get(action.link)):
             self._commits_pending[action.link] = self._commits_pending.get(action.link, 0) + 1
+            if self._confirms:
+                self._confirm_safe()  # in order: what was safe before this goes first
 
             def committed(reply: ev.Event) -> None:
                 pending = self._commits_pending
@@ -811,7 +847,7 @@ class PeeringService:
             # passive node holds it too
             storage.hold(before + 1, committed, ev.Status(0), ev.Ok(0))
         else:
-            self.apply(link.confirm(tag, now))
+            self._confirms[action.link] = tag  # safe now: confirmed once the turn ends
 
     # --- the dialer's connections ----------------------------------------------------
 
@@ -1007,8 +1043,8 @@ class PeeringService:
         return out
 
 
-def _batched(maps: list[dict[str, Any]]) -> dict[str, Any]:
-    return maps[0] if len(maps) == 1 else {"type": BATCH, "msgs": maps}
+def _batched(items: list[bytes]) -> bytes:
+    return items[0] if len(items) == 1 else peering_cbor.encode_batch(items)
 
 
 async def _receive(stream: trio.SocketStream, proto: Connection) -> ev.Event:

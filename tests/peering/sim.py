@@ -2,7 +2,8 @@
 
 This is what the trio shell will do, minus the I/O: every action the core returns
 is applied here the way docs/peering.md ("Shell integration") says, and every
-wire message goes through CBOR, so the tests exercise the real map shapes. Each
+wire message goes through CBOR (encoded as the shell does, by
+:mod:`amqlite.peering.cbor`), so the tests exercise the real map shapes. Each
 node runs a real :class:`amqlite.broker.Broker`; what its queues hold is what its
 local consumers would get.
 """
@@ -37,6 +38,7 @@ from amqlite.peering import (
     Send,
     StateChanged,
 )
+from amqlite.peering import cbor as peering_cbor
 
 EXCHANGE = "x"
 INF = float("inf")
@@ -51,13 +53,6 @@ SIM_LINK = LinkSettings(
     ack_delay=0.0,
     buffer_bytes=1 << 30,
 )
-
-
-def wire(m: dict[str, Any]) -> dict[str, Any]:
-    """A map as the other end decodes it."""
-    decoded = cbor2.loads(cbor2.dumps(m))
-    assert isinstance(decoded, dict)
-    return decoded
 
 
 @dataclass
@@ -261,7 +256,7 @@ class Net:
                 conn = self._conn_of(node, action.link)
                 if conn is not None:
                     queue = conn.to_acceptor if conn.dialer is node else conn.to_dialer
-                    queue.append(wire(action.message.to_map()))
+                    queue.append(cbor2.loads(peering_cbor.encode(action.message)))
             elif isinstance(action, Disconnect):
                 conn = self._conn_of(node, action.link)
                 if conn is not None:

@@ -1,0 +1,308 @@
+"""The per-message fast paths give exactly what the general paths give.
+
+- :mod:`amqlite.peering.cbor` writes the bytes ``cbor2.dumps(msg.to_map())`` writes;
+- :func:`amqlite.peering.wire.forward_fast` accepts only what the checked decoder
+  accepts, with the same result, and takes every well-formed forward off the wire;
+- a link's offer takes exactly what :func:`decide` says to send;
+- the seen-message window's in-order shortcut ends where the general rule ends;
+- a remote interest's remembered topic verdicts follow its bindings.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import cbor2
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amqlite.errors import LocalProtocolError
+from amqlite.peering import (
+    Address,
+    BindingKey,
+    Decision,
+    Envelope,
+    Forward,
+    Hello,
+    Interest,
+    LinkSettings,
+    LinkState,
+    MessageId,
+    PeeredExchange,
+    PeeringMode,
+    PeeringProtocolError,
+    RemoteInterest,
+    Send,
+    decide,
+)
+from amqlite.peering import cbor as peering_cbor
+from amqlite.peering.inbound import _Origin
+from amqlite.peering.wire import _forward, _Reader, forward_fast
+from amqlite.protocol import Connection, Role, codec
+from amqlite.protocol import events as ev
+
+from .test_wire import SAMPLES
+
+texts = st.text(max_size=12)
+node_ids = st.text(min_size=1, max_size=8)
+counters = st.one_of(
+    st.integers(0, 30),
+    st.integers(0, 2**70),  # past 64 bits: the encoder falls back to cbor2
+    st.sampled_from([23, 24, 255, 256, 65535, 65536, 2**32 - 1, 2**32, 2**64 - 1, 2**64]),
+)
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False),
+    texts,
+    st.binary(max_size=8),
+)
+headers = st.dictionaries(texts, scalars, max_size=4)
+properties = st.fixed_dictionaries(
+    {}, optional={"message_id": texts, "priority": st.integers(0, 9), "persistent": st.booleans()}
+)
+envelopes = st.builds(
+    Envelope,
+    id=st.builds(MessageId, node_ids, counters, counters),
+    routing_key=texts,
+    body=st.one_of(st.binary(max_size=300), st.binary(min_size=65536, max_size=65536)),
+    headers=headers,
+    properties=properties,
+    exchange=texts,
+    path=st.lists(node_ids, max_size=4).map(tuple),
+    hops=counters,
+)
+forwards = st.builds(Forward, st.integers(1, 2**65), envelopes)
+
+
+# --- the encoder ----------------------------------------------------------------------
+
+
+@settings(max_examples=300)
+@given(forwards)
+def test_a_forward_is_encoded_byte_for_byte_as_cbor2_does(fwd: Forward) -> None:
+    data = peering_cbor.encode(fwd)
+    assert data == cbor2.dumps(fwd.to_map())
+    assert cbor2.loads(data) == fwd.to_map()
+
+
+@pytest.mark.parametrize("message", SAMPLES, ids=lambda m: type(m).__name__)
+def test_every_message_encodes_as_its_map(message: Any) -> None:
+    assert cbor2.loads(peering_cbor.encode(message)) == message.to_map()
+
+
+@given(st.lists(forwards, max_size=30))
+def test_a_batch_is_the_generic_batch_map(items: list[Forward]) -> None:
+    data = peering_cbor.encode_batch([peering_cbor.encode(f) for f in items])
+    assert data == cbor2.dumps({"type": "peer.batch", "msgs": [f.to_map() for f in items]})
+
+
+def test_a_peer_frame_is_what_the_generic_encoder_writes() -> None:
+    msg = peering_cbor.encode_batch([peering_cbor.encode(m) for m in SAMPLES])
+    generic = codec.encode(ev.PeerMessage(cbor2.loads(msg)))
+    assert codec.encode_peer(msg) == generic
+    client, server = Connection(Role.CLIENT), Connection(Role.SERVER)
+    with pytest.raises(LocalProtocolError, match="cannot send 'peer'"):
+        client.send_peer(msg)  # before the handshake, like send()
+    server.receive_data(client.send(ev.Hello(1, role="peer-link")))
+    server.next_event()
+    client.receive_data(server.send(ev.Welcome(1)))
+    client.next_event()
+    data = client.send_peer(msg)
+    server.receive_data(data)
+    assert server.next_event() == ev.PeerMessage(cbor2.loads(msg))
+    small = Connection(Role.CLIENT, peer_max_frame_size=len(msg))
+    small._set_state(client.state)
+    with pytest.raises(LocalProtocolError, match="exceeds the peer's maximum"):
+        small.send_peer(msg)
+
+
+# --- the receiver's decoder ----------------------------------------------------------
+
+ODD: list[Any] = [
+    None, True, False, 0, -1, 1, 2**64, 1.0, "", "A", b"", b"x", [], ["A"], [""], ["A", 1],
+    ("A",), ["A", 1, 2], ["A", -1, 2], ["", 1, 2], ["A", True, 2], ("A", 1, 2), {}, {1: 2},
+    {"k": 1}, {"k": [1]},
+]  # fmt: skip
+FIELDS = ["seq", "id", "path", "hops", "exchange", "routing_key", "headers", "properties", "body"]
+
+
+def _checked(m: dict[str, Any]) -> Forward | str:
+    try:
+        return _forward(_Reader("peer.forward", m))
+    except PeeringProtocolError as exc:
+        return exc.text
+
+
+@settings(max_examples=500)
+@given(
+    forwards,
+    st.lists(st.tuples(st.sampled_from(FIELDS), st.sampled_from([*ODD, "drop"])), max_size=3),
+)
+def test_the_fast_decoder_agrees_with_the_checked_one(
+    fwd: Forward, changes: list[tuple[str, Any]]
+) -> None:
+    m = cbor2.loads(peering_cbor.encode(fwd))
+    for name, value in changes:
+        if value == "drop" and type(value) is str:
+            m.pop(name, None)
+        else:
+            m[name] = value
+    fast = forward_fast(m)
+    checked = _checked(m)
+    if fast is not None:
+        assert fast == checked
+    if not changes:
+        assert fast == fwd  # whatever comes off the wire well-formed takes the fast path
+
+
+# --- the sender's decision -------------------------------------------------------------
+
+
+def _up_link(mode: PeeringMode, keys: list[str] | None) -> tuple[PeeredExchange, Any]:
+    px = PeeredExchange(
+        node_id="A", epoch=2, exchange="x", exchange_type="topic", rand=random.Random(0).random,
+        max_hops=3,
+    )  # fmt: skip
+    link = px.add_link(LinkSettings(name="l", mode=mode, addresses=(Address("b", 1),)))
+    link.start(0.0)
+    link.connected(0.0)
+    link.receive(Hello("B", "l", "/", "x", "topic", mode, 5), 0.0)
+    if keys is not None:
+        link.receive(Interest(True, tuple(BindingKey.of(k) for k in keys), (), 0, "0" * 16), 0.0)
+    assert link.state is LinkState.UP
+    return px, link
+
+
+@given(
+    st.sampled_from([PeeringMode.PUBLISH, PeeringMode.FORWARD]),
+    st.one_of(st.none(), st.lists(st.sampled_from(["a.*", "#", "b", "a.b"]), max_size=2)),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["a.b", "b", "c.d"]),
+            st.lists(st.sampled_from(["B", "C", "D"]), max_size=2).map(tuple),
+            st.integers(0, 4),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+)
+def test_an_offer_takes_exactly_what_decide_sends(
+    mode: PeeringMode, keys: list[str] | None, offers: list[tuple[str, tuple[str, ...], int, bool]]
+) -> None:
+    px, link = _up_link(mode, keys)
+    seq = 0
+    for key, path, hops, routed in offers:
+        env = Envelope(MessageId("Z", 1, len(path) + hops), key, b"", {}, {}, "x", path, hops)
+        want = decide(
+            sends=True, mode=mode, routed_locally=routed, remote_node="B", path=path, hops=hops,
+            max_hops=3, interest=link.interest, routing_key=key, headers={},
+        )  # fmt: skip
+        skipped = dict(link.skipped)
+        actions = px.published(env, routed_locally=routed, now=1.0)
+        assert link.took is (want is Decision.SEND) and px.taken == int(link.took)
+        if want is Decision.SEND:
+            seq += 1
+            (send,) = actions
+            assert isinstance(send, Send) and isinstance(send.message, Forward)
+            assert send.message.seq == seq and send.message.envelope == env.onward("A")
+        else:
+            assert actions == []
+            assert link.skipped[want.value] == skipped.get(want.value, 0) + 1
+
+
+# --- the seen-message window ------------------------------------------------------------
+
+
+def _settle_by_the_rule(o: _Origin, seq: int, window: int) -> None:
+    """``_Origin.settle`` without its in-order shortcut (the reference)."""
+    import heapq
+
+    o.pending.discard(seq)
+    if seq <= o.floor or seq in o.above:
+        return
+    o.above.add(seq)
+    heapq.heappush(o.heap, seq)
+    while len(o.above) > window:
+        o.floor = heapq.heappop(o.heap)
+        o.above.discard(o.floor)
+    while o.heap and o.heap[0] == o.floor + 1:
+        o.floor = heapq.heappop(o.heap)
+        o.above.discard(o.floor)
+
+
+@given(st.lists(st.integers(1, 40), max_size=80), st.integers(1, 6))
+def test_the_in_order_shortcut_ends_where_the_rule_ends(seqs: list[int], window: int) -> None:
+    fast, ref = _Origin(), _Origin()
+    for seq in seqs:
+        fast.settle(seq, window)
+        _settle_by_the_rule(ref, seq, window)
+        assert (fast.floor, fast.above, sorted(fast.heap)) == (
+            ref.floor,
+            ref.above,
+            sorted(ref.heap),
+        )
+
+
+# --- remembered verdicts -----------------------------------------------------------------
+
+
+def test_topic_verdicts_follow_the_bindings() -> None:
+    interest = RemoteInterest("topic")
+    assert interest.matches("a.b", {})  # not advertised yet: everything
+    interest.replace([BindingKey.of("a.*")])
+    assert interest.matches("a.b", {}) and not interest.matches("z", {})
+    interest.remove(BindingKey.of("a.*"))
+    assert not interest.matches("a.b", {})
+    interest.add(BindingKey.of("#"))
+    assert interest.matches("z", {}) and interest.matches("a.b", {})
+    interest.replace([BindingKey.of("z")])
+    assert interest.matches("z", {}) and not interest.matches("a.b", {})
+
+
+# --- the protocol's plain-data check on peer frames ----------------------------------------
+
+odd_values = st.one_of(
+    scalars,
+    st.sampled_from([(1, 2), {1, 2}, frozenset(), 1j, object()]),  # what cbor2 tags decode to
+)
+plain_trees = st.recursive(
+    odd_values,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.one_of(texts, st.integers(0, 3)), inner, max_size=4),
+    ),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=500)
+@given(
+    st.one_of(
+        plain_trees,
+        st.dictionaries(texts, plain_trees, max_size=4),
+        st.builds(
+            lambda items, extra: {"type": "peer.batch", "msgs": items, **extra},
+            st.lists(st.one_of(plain_trees, st.builds(lambda f: f.to_map(), forwards))),
+            st.dictionaries(texts, plain_trees, max_size=2),
+        ),
+        st.builds(  # a batch of flat maps, some with an odd value
+            lambda items: {"msgs": items},
+            st.lists(st.dictionaries(texts, odd_values, max_size=3), max_size=3),
+        ),
+    )
+)
+def test_the_peer_frame_check_agrees_with_the_general_one(value: Any) -> None:
+    assert codec._is_plain_peer_map(value) is codec._is_str_map(value)
+
+
+def test_the_peer_frame_check_counts_nesting_like_the_general_one() -> None:
+    deep: Any = 1
+    for depth in range(12):
+        deep = [deep] if depth % 2 else {"k": deep}
+        for shape in (deep, {"msgs": [deep]}, {"msgs": [{"id": [deep]}]}, {"msgs": [{"h": deep}]}):
+            assert codec._is_plain_peer_map(shape) is codec._is_str_map(shape), (depth, shape)
