@@ -542,12 +542,15 @@ class PeerLink:
         log = self.log
         assert log is not None
         self.took = True
-        if self.durable_log:
-            return self._accept_durably(log, envelope, state, now)
-        if log.accept(envelope.onward(self.ctx.node_id), now) is None:
+        dropped = log.dropped
+        out = envelope.onward(self.ctx.node_id)
+        seq = log.accept(out, now)
+        if seq is None:
             self._blocked = True
             return [Blocked(self.id, envelope)]
         self.counters["accepted"] += 1
+        if self.durable_log and (log.dropped != dropped or envelope.properties.get("persistent")):
+            return self._kept(log, seq, out, dropped, state, now)
         if state is not S.UP:
             return []
         if log.unsent != 1 or log.in_flight >= self.settings.max_in_flight:
@@ -564,22 +567,16 @@ class PeerLink:
             return [Send(self.id, Forward(seq, entry.envelope))]
         return []  # pragma: no cover (unsent == 1)
 
-    def _accept_durably(
-        self, log: OutboundLog, envelope: Envelope, state: LinkState, now: float
+    def _kept(
+        self, log: OutboundLog, seq: int, out: Envelope, dropped: int, state: LinkState, now: float
     ) -> list[Action]:
-        """:meth:`offer`'s tail for a durable log: also what the shell must keep
-        (``Persist``) or may settle (``Acked``, after ``drop-oldest`` made room)."""
-        dropped = log.dropped
-        out = envelope.onward(self.ctx.node_id)
-        seq = log.accept(out, now)
-        if seq is None:
-            self._blocked = True
-            return [Blocked(self.id, envelope)]
-        self.counters["accepted"] += 1
+        """:meth:`offer`'s tail on a durable log, for a persistent message or after
+        ``drop-oldest`` made room: what the shell must keep (``Persist``) or may
+        settle (``Acked``), then the sends."""
         kept: list[Action] = []
-        if log.dropped != dropped:  # drop-oldest made room: those are gone for good
+        if log.dropped != dropped:  # those are gone for good
             kept.append(Acked(self.id, log.gone_upto))
-        if envelope.properties.get("persistent"):
+        if out.properties.get("persistent"):
             kept.append(Persist(self.id, seq, out))
         if state is not S.UP:
             return kept
