@@ -734,6 +734,17 @@ def test_status_tables_show_peering_links() -> None:
     for shown in ("/:orders", "publish", "backoff", "127.0.0.1:6001", "site-b", "4096", "77"):
         assert shown in text, shown
     assert "last error: 127.0.0.1:6001: OSError: connection refused" in text
+    subscriber = {
+        **link,
+        "role": "acceptor",
+        "mode": "subscribe",
+        "queue": "amq.peering.orders.site-b/orders",
+        "queued": 9,
+        "last_error": "",
+    }
+    out = io.StringIO()
+    print_status({"node_id": "site-a", "vhosts": [], "links": [subscriber]}, file=out)
+    assert "peering queue amq.peering.orders.site-b/orders: 9 waiting" in out.getvalue()
     out = io.StringIO()
     print_status({"node_id": "alone", "vhosts": [], "links": []}, file=out)
     assert "peering links" not in out.getvalue()

@@ -139,6 +139,12 @@ def print_links(status: dict[str, Any], console: Any) -> None:
             f"interest {_cell(get('interest_size'))}",
             markup=False,
         )
+        if get("queue"):  # a subscriber's peering queue here
+            console.print(
+                f"    peering queue {get('queue')}: {_cell(get('queued'))} waiting", markup=False
+            )
+        if get("restored"):
+            console.print(f"    restored from the journal: {get('restored')}", markup=False)
         if get("last_error"):
             console.print(f"    last error: {get('last_error')}", markup=False)
 
