@@ -9,7 +9,9 @@ own temporary data dir): B, and A with a ``[[cluster_mta]]`` link to B's exchang
 
 - throughput: N transient 100-byte messages published on B (local) or on A
   (peered), from publish of the first to delivery of the last; runs alternate and
-  the medians are reported, with peered / local;
+  the medians are reported, with peered / local; and, in mode subscribe (A also
+  subscribes to B's exchange ``y``), N messages published on B's ``y`` and
+  consumed on A, which cross B's durable peering queue for A;
 - latency: 1,000 msg/s for 3 s, each message stamped with its send time; p50 and
   p99 of delivery - send, local and peered, and the difference (what the link adds);
 - restart to full flow: B is killed with ``kill -9`` and started again, while A
@@ -66,6 +68,8 @@ class Sites:
             text += (
                 f'[[cluster_mta]]\nname = "x"\nhost = "{self.address("b")}"\nmode = "publish"\n'
                 'login = "guest"\npassword = "guest"\ntype = "topic"\n'
+                f'[[cluster_mta]]\nname = "y"\nhost = "{self.address("b")}"\n'
+                'mode = "subscribe"\nlogin = "guest"\npassword = "guest"\ntype = "topic"\n'
             )
         config.write_text(text)
         argv = broker_argv(
@@ -87,11 +91,11 @@ class Sites:
         for proc in self.procs.values():
             await proc.stop()
 
-    async def link(self) -> dict[str, Any]:
+    async def link(self, exchange: str = "x") -> dict[str, Any]:
         async with amqlite.connect(self.address("a"), role="monitor", reconnect=False) as c:
             status = await c.status()
         links: list[dict[str, Any]] = status["links"]
-        return next(x for x in links if x["role"] == "dialer")
+        return next(x for x in links if x["role"] == "dialer" and x["exchange"] == exchange)
 
 
 async def _wait(predicate: Any, deadline: float = 30) -> None:
@@ -100,18 +104,20 @@ async def _wait(predicate: Any, deadline: float = 30) -> None:
             await trio.sleep(0.01)
 
 
-async def _throughput(sites: Sites, source: str, n: int) -> float:
+async def _throughput(
+    sites: Sites, source: str, n: int, *, sink: str = "b", exchange: str = "x", queue: str = "q"
+) -> float:
     async with (
-        amqlite.connect(sites.address("b")) as sub,
+        amqlite.connect(sites.address(sink)) as sub,
         amqlite.connect(sites.address(source)) as pub,
     ):
-        consumer = await sub.consume("q", no_ack=True, prefetch=5000)
+        consumer = await sub.consume(queue, no_ack=True, prefetch=5000)
         got = 0
         started = time.perf_counter()
 
         async def publish() -> None:
             for _ in range(n):
-                await pub.publish("x", "k", BODY)
+                await pub.publish(exchange, "k", BODY)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(publish)
@@ -189,20 +195,39 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 await sites.start("b")
                 async with amqlite.connect(sites.address("b")) as c:
                     await c.declare_exchange("x", "topic", durable=True)
+                    await c.declare_exchange("y", "topic", durable=True)
                     await c.declare_queue("q", durable=True)
                     await c.bind("q", "x", "k")
                 await sites.start("a")
+                async with amqlite.connect(sites.address("a")) as c:
+                    await c.declare_queue("qy", durable=True)
+                    await c.bind("qy", "y", "k")
 
                 async def interest() -> bool:
                     link = await sites.link()
                     return bool(link["state"] == "up" and link["interest_size"] == 1)
 
+                async def subscribed() -> bool:
+                    async with amqlite.connect(sites.address("b"), role="monitor") as c:
+                        links = (await c.status())["links"]
+                    return any(
+                        x["exchange"] == "y" and x["state"] == "up" and x["interest_size"] == 1
+                        for x in links
+                    )
+
                 await _wait(interest)
+                await _wait(subscribed)
                 local: list[float] = []
                 peered: list[float] = []
+                subscribe: list[float] = []
                 for _ in range(args.repeat):
                     local.append(await _throughput(sites, "b", args.messages))
                     peered.append(await _throughput(sites, "a", args.messages))
+                    subscribe.append(
+                        await _throughput(
+                            sites, "b", args.messages, sink="a", exchange="y", queue="qy"
+                        )
+                    )
                 lat_local = await _latency(sites, "b", 1000, 3.0)
                 lat_peered = await _latency(sites, "a", 1000, 3.0)
                 flows = []
@@ -213,6 +238,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     "messages": args.messages,
                     "local_msg_s": local,
                     "peered_msg_s": peered,
+                    "subscribe_msg_s": subscribe,
                     "latency_local_ms": [
                         1000 * v for v in (_pct(lat_local, 0.5), _pct(lat_local, 0.99))
                     ],
@@ -235,6 +261,7 @@ def main() -> None:
     args = parser.parse_args()
     r = trio.run(run, args)
     local, peered = statistics.median(r["local_msg_s"]), statistics.median(r["peered_msg_s"])
+    subscribe = statistics.median(r["subscribe_msg_s"])
     (l50, l99), (p50, p99) = r["latency_local_ms"], r["latency_peered_ms"]
     flows = r["restart_to_flow_s"]
     runs, flow50, flow99 = len(r["local_msg_s"]), statistics.median(flows), _pct(flows, 0.99)
@@ -247,6 +274,13 @@ def main() -> None:
             f"{peered:,.0f} msg/s",
             f"{peered / local:.2f}",
             ">= 0.50",
+        ),
+        (
+            f"throughput in mode subscribe (B -> A), median of {runs}",
+            f"{local:,.0f} msg/s",
+            f"{subscribe:,.0f} msg/s",
+            f"{subscribe / local:.2f}",
+            "",
         ),
         (
             "latency p50 at 1,000 msg/s",
