@@ -673,6 +673,22 @@ async def test_remote_ha_master_killed_mid_stream_loses_and_duplicates_nothing(
         assert report == {"lost": 0, "duplicated": 0, "reordered": 0}, (report, held)
 
 
+async def _start_dialing_pair(pair: Any, remote: str, host: str) -> None:
+    """A queue ``q`` on the remote bound to ``k.*``, then the HA pair started with a
+    ``[[cluster_mta]]`` link to ``host`` (the remote, or a proxy in front of it)."""
+    async with amqlite.connect(remote) as cb:
+        await cb.declare_queue("q", durable=True)
+        await cb.bind("q", EXCHANGE, "k.*")
+    pair.config.write_text(
+        pair.config.read_text()
+        + f'\n[[cluster_mta]]\nname = "{EXCHANGE}"\nhost = "{host}"\nmode = "publish"\n'
+        'login = "guest"\npassword = "guest"\n'
+    )
+    await pair.start("primary")
+    await pair.start("backup")
+    await pair.wait_states("active", "passive")
+
+
 async def test_a_dialing_ha_pair_peers_from_its_active_node_only(tmp_path: Path) -> None:
     """Site A is an HA pair with a [[cluster_mta]] link to B: only the active node
     dials; after its master is killed, the new master dials with a higher epoch and
@@ -682,17 +698,7 @@ async def test_a_dialing_ha_pair_peers_from_its_active_node_only(tmp_path: Path)
     async with ha_pair(tmp_path / "pair") as pair, sites(tmp_path / "sites") as group:
         b = group.add("b")
         await group.start("b")
-        async with amqlite.connect(b.address) as cb:
-            await cb.declare_queue("q", durable=True)
-            await cb.bind("q", EXCHANGE, "k.*")
-        pair.config.write_text(
-            pair.config.read_text()
-            + f'\n[[cluster_mta]]\nname = "{EXCHANGE}"\nhost = "{b.address}"\nmode = "publish"\n'
-            'login = "guest"\npassword = "guest"\n'
-        )
-        await pair.start("primary")
-        await pair.start("backup")
-        await pair.wait_states("active", "passive")
+        await _start_dialing_pair(pair, b.address, b.address)
 
         async def links(side: str) -> list[dict[str, Any]]:
             status = await pair.status(side)
@@ -805,17 +811,7 @@ async def test_a_dialing_ha_pair_sends_its_backlog_from_the_new_master(tmp_path:
         await group.start("b")
         proxy = FaultProxy(("127.0.0.1", b.port))
         await group.nursery.start(proxy.run)
-        async with amqlite.connect(b.address) as cb:
-            await cb.declare_queue("q", durable=True)
-            await cb.bind("q", EXCHANGE, "k.*")
-        pair.config.write_text(
-            pair.config.read_text()
-            + f'\n[[cluster_mta]]\nname = "{EXCHANGE}"\nhost = "{proxy.address}"\n'
-            'mode = "publish"\nlogin = "guest"\npassword = "guest"\n'
-        )
-        await pair.start("primary")
-        await pair.start("backup")
-        await pair.wait_states("active", "passive")
+        await _start_dialing_pair(pair, b.address, proxy.address)
         n = 600
         confirmed: set[int] = set()
         with trio.fail_after(120):
