@@ -148,7 +148,7 @@ class PeeringQueue:
         taken = self.taken
         while taken and taken[0][0] <= seq:
             last = taken.popleft()[1]
-        if last:
+        if last and not self.session.closed:
             self.session.ack(last, multiple=True, now=now)
 
     def sync_bindings(self) -> bool:
