@@ -53,6 +53,7 @@ from .wire import (
     Ack,
     Envelope,
     Forward,
+    Forwards,
     Heartbeat,
     Hello,
     Interest,
@@ -61,12 +62,14 @@ from .wire import (
     Refused,
     ResyncRequest,
     forward_fast,
+    forwards_fast,
     from_map,
 )
 
 INF = float("inf")
 S, E = LinkState, LinkEvent
 _FORWARD = Forward.TYPE
+_FORWARDS = Forwards.TYPE
 _new_pending = tuple.__new__  # _Pending(...) without the Python-level __new__
 _CONNECTED = (S.SYNCING, S.UP)
 
@@ -370,10 +373,16 @@ class PeerLink:
         if state not in _CONNECTED:
             return []
         self.clock.received(now)
-        if state is S.UP and type(message) is dict and message.get("type") == _FORWARD:
-            fwd = forward_fast(message) if not self.sends else None
-            if fwd is not None:  # the per-message path (what _dispatch would do)
-                return self._sent(now, self._on_forward(fwd, now))
+        if state is S.UP and type(message) is dict and not self.sends:
+            kind = message.get("type")
+            if kind == _FORWARDS:  # the per-message path (what _dispatch would do)
+                run = forwards_fast(message)
+                if run is not None:
+                    return self._sent(now, self._on_forwards(run, now))
+            elif kind == _FORWARD:
+                fwd = forward_fast(message)
+                if fwd is not None:
+                    return self._sent(now, self._on_forward(fwd, now))
         try:
             msg = from_map(message) if isinstance(message, Mapping) else message
             return self._sent(now, self._dispatch(msg, now))
@@ -395,6 +404,8 @@ class PeerLink:
             if isinstance(msg, Interest):
                 return self._on_interest(msg)
         else:
+            if isinstance(msg, Forwards):
+                return self._on_forwards(msg, now)
             if isinstance(msg, Forward):
                 return self._on_forward(msg, now)
             if isinstance(msg, ResyncRequest):
@@ -465,6 +476,51 @@ class PeerLink:
             self.counters["received"] += 1
             return [Deliver(self.id, self._tags, env), *self._settle(mark, now)]
         return self._settle(mark, now)
+
+    def _on_forwards(self, run: Forwards, now: float) -> list[Action]:
+        """A run of forwards: what :meth:`_on_forward` does for each, in order, with
+        the mark, the loop check (path and hops are the run's) and the settling
+        done once."""
+        ctx = self.ctx
+        assert self.remote_node is not None
+        mark = ctx.marks.mark(self.remote_node, self.name, self.remote_epoch)
+        envelopes = run.envelopes
+        counters = self.counters
+        if mark is None:
+            counters["duplicates_resent"] += len(envelopes)
+            return []
+        first = run.seq
+        skip = mark.accepted - first + 1  # resent after a cut, already here
+        if skip > 0:
+            counters["duplicates_resent"] += min(skip, len(envelopes))
+            envelopes = envelopes[skip:]
+            first += skip
+            if not envelopes:
+                return []
+        mark.accepted = first + len(envelopes) - 1
+        env0 = envelopes[0]
+        if ctx.node_id in env0.path or env0.hops > ctx.max_hops:
+            counters["loops_dropped"] += len(envelopes)
+            return self._settle(mark, now)
+        claim = ctx.seen.claim
+        pending_append = self._pending.append
+        epoch, link_id, tag = mark.epoch, self.id, self._tags
+        actions: list[Action] = []
+        deliver = actions.append
+        dups = 0
+        for seq, env in enumerate(envelopes, first):
+            mid = env.id
+            if not claim(mid):
+                dups += 1  # reached us along another path
+                continue
+            tag += 1
+            pending_append(_new_pending(_Pending, (tag, epoch, seq, mid)))
+            deliver(Deliver(link_id, tag, env))
+        self._tags = tag
+        if dups:
+            counters["duplicates_other_path"] += dups
+        counters["received"] += len(envelopes) - dups
+        return actions + self._settle(mark, now)
 
     def confirm(self, tag: int, now: float) -> list[Action]:
         """The shell has published every delivery up to ``tag`` locally and it is

@@ -551,19 +551,9 @@ class PeeringService:
         (``peer.batch``) of at most about BATCH_BYTES, encoded by
         :mod:`amqlite.peering.cbor` (``peer.forward`` by hand)."""
         outbox, self._outbox = self._outbox, {}
-        encode = peering_cbor.encode
         for conn, messages in outbox.items():
-            batch: list[bytes] = []
-            size = 0
-            for message in messages:
-                item = encode(message)
-                size += len(item)
-                batch.append(item)
-                if size >= BATCH_BYTES:
-                    conn.send_peer(_batched(batch))
-                    batch, size = [], 0
-            if batch:
-                conn.send_peer(_batched(batch))
+            for frame in peering_cbor.encode_frames(messages, BATCH_BYTES):
+                conn.send_peer(frame)
 
     def _receive(self, link: PeerLink, msg: dict[str, Any], now: float) -> None:
         """One ``peer`` frame for ``link``: a peering map, or a batch of them."""
@@ -1041,10 +1031,6 @@ class PeeringService:
                     item["lag_messages"] += queued
                 out.append(item)
         return out
-
-
-def _batched(items: list[bytes]) -> bytes:
-    return items[0] if len(items) == 1 else peering_cbor.encode_batch(items)
 
 
 async def _receive(stream: trio.SocketStream, proto: Connection) -> ev.Event:

@@ -464,6 +464,7 @@ async def test_a_forward_with_malformed_properties_is_dropped_not_stored(node: B
     """A raw dialer: hello, then two forwards, the first with a property the protocol
     forbids. Only the second is published; both are acknowledged, so the link
     moves on, and the node keeps serving."""
+    from amqlite.peering.wire import VERSION
     from amqlite.protocol import events as ev
 
     from .rawclient import RawClient
@@ -475,7 +476,7 @@ async def test_a_forward_with_malformed_properties_is_dropped_not_stored(node: B
         await raw.send(ev.Hello(raw.next_id(), role="peer-link"))
         assert isinstance(await raw.receive(), ev.Welcome)
         hello = {
-            "type": "peer.hello", "version": 1, "node": "fake", "link": "l", "vhost": "/",
+            "type": "peer.hello", "version": VERSION, "node": "fake", "link": "l", "vhost": "/",
             "exchange": "x", "exchange_type": "topic", "mode": 2, "epoch": 1,
             "resume": None, "heartbeat": 0.0,
         }  # fmt: skip
