@@ -63,6 +63,7 @@ class Envelope:
     exchange: str = ""
     path: tuple[str, ...] = ()
     hops: int = 0
+    _size: int = field(default=-1, compare=False, repr=False)  # size(), once known
 
     def onward(self, node: str) -> Envelope:
         """The envelope as ``node`` sends it on: one more broker on the path, one more hop."""
@@ -75,6 +76,7 @@ class Envelope:
             self.exchange,
             (*self.path, node),
             self.hops + 1,
+            self.size() + 16 + len(node),  # what size() would say
         )
 
     def mesh_map(self) -> dict[str, Any]:
@@ -121,7 +123,10 @@ class Envelope:
         )
 
     def size(self) -> int:
-        """Roughly the encoded size, for the byte cap."""
+        """Roughly the encoded size, for the byte cap (worked out once)."""
+        n = self._size
+        if n >= 0:
+            return n
         path = self.path
         n = 64 + len(self.body) + len(self.routing_key) + len(self.exchange) + 16 * len(path)
         for p in path:
@@ -131,6 +136,7 @@ class Envelope:
                 for name, value in fields.items():
                     t = type(value)
                     n += 8 + len(name) + (len(value) if t is str or t is bytes else 8)
+        self._size = n
         return n
 
 

@@ -710,13 +710,16 @@ class PeeringService:
             storage.record(PeeringMarks(vhost=ctx.vhost, exchange=ctx.exchange, marks=snapshot))
 
     def _apply(self, actions: list[Action]) -> None:
+        now = -INF  # for deliveries: read once per call (a run arrives at one instant)
         for action in actions:
             if isinstance(action, Send):
                 conn = self._conns.get(action.link)
                 if conn is not None:
                     self._outbox.setdefault(conn, []).append(action.message)
             elif isinstance(action, Deliver):
-                self._deliver(action)
+                if now == -INF:
+                    now = trio.current_time()
+                self._deliver(action, now)
             elif isinstance(action, Connect):
                 assert self._nursery is not None
                 self._nursery.start_soon(self._dial, action.link, action.address)
@@ -783,9 +786,9 @@ class PeeringService:
                 actions = [a for a in actions if not isinstance(a, Blocked)]
             self.apply(actions)
 
-    def _deliver(self, action: Deliver) -> None:
+    def _deliver(self, action: Deliver, now: float) -> None:
         px = self._owner.get(action.link)
-        link = self._link(action.link)
+        link = px.links.get(action.link) if px is not None else None
         if px is None or link is None:
             return
         env = action.envelope
@@ -801,7 +804,6 @@ class PeeringService:
             dict(properties) if properties else {},
         )
         message.mesh = env  # a subscriber's peering queue here keeps its identity
-        now = trio.current_time()
         bad = check_headers(message.headers) if headers else None
         if bad is None and properties:
             bad = check_props(message.properties)

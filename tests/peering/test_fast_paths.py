@@ -214,6 +214,18 @@ def test_consecutive_forwards_go_as_one_run_until_something_differs() -> None:
     assert len(peering_cbor.encode_frames(messages[:5], 100)) > 1  # the frame size splits runs
 
 
+@given(envelopes, node_ids, st.booleans())
+def test_an_onward_envelope_knows_its_size(env: Envelope, node: str, known: bool) -> None:
+    if known:
+        env.size()
+    out = env.onward(node)
+    fresh = Envelope(
+        out.id, out.routing_key, out.body, out.headers, out.properties, out.exchange, out.path,
+        out.hops,
+    )  # fmt: skip
+    assert out.size() == fresh.size() and out == fresh
+
+
 # --- the receiver's decoder ----------------------------------------------------------
 
 ODD: list[Any] = [
