@@ -68,6 +68,10 @@ from .wire import (
 
 INF = float("inf")
 S, E = LinkState, LinkEvent
+# enum members as module constants: ``S.UP`` is an attribute look-up on the enum
+# class, several times slower than a global, and these run for every message
+_UP, _CLOSED, _SYNCING = S.UP, S.CLOSED, S.SYNCING
+_FORWARD_MODE = PeeringMode.FORWARD
 _FORWARD = Forward.TYPE
 _FORWARDS = Forwards.TYPE
 _new_pending = tuple.__new__  # _Pending(...) without the Python-level __new__
@@ -184,7 +188,7 @@ class PeerLink:
             if self.state not in (S.CONNECTING, *_CONNECTED):
                 return []
             return self._lose(now, E.LOST, reason)
-        if self.state is not S.UP:
+        if self.state is not _UP:
             return []
         return self._lose(now, E.DETACHED, reason)
 
@@ -209,7 +213,7 @@ class PeerLink:
 
     def close(self, now: float) -> list[Action]:
         """Stop for good (the link was removed from the configuration)."""
-        if self.state is S.CLOSED:
+        if self.state is _CLOSED:
             return []
         had_connection = self.state in (S.CONNECTING, *_CONNECTED)
         actions = self._fire(E.CLOSE, "closed")
@@ -230,12 +234,12 @@ class PeerLink:
             return self._drop(now, "connect timed out")
         if state not in _CONNECTED:
             return []
-        if state is S.SYNCING and now >= self._connect_deadline:
+        if state is _SYNCING and now >= self._connect_deadline:
             return self._drop(now, "handshake timed out")
         if self.clock.remote_dead(now):
             return self._drop(now, f"remote silent for {now - self.clock.last_received:.3f}s")
         sends: list[Action] = []
-        if state is S.UP and self.receives:
+        if state is _UP and self.receives:
             if now >= self._ack_due_at:
                 sends += self._ack()
             if now >= self._resync_at:
@@ -252,9 +256,9 @@ class PeerLink:
             return self._retry_at
         if state is S.CONNECTING:
             return self._connect_deadline
-        if state is S.SYNCING:
+        if state is _SYNCING:
             return min(self._connect_deadline, self.clock.next_deadline())
-        if state is S.UP:
+        if state is _UP:
             return min(self.clock.next_deadline(), self._resync_at, self._ack_due_at)
         return INF
 
@@ -373,7 +377,7 @@ class PeerLink:
         if state not in _CONNECTED:
             return []
         self.clock.received(now)
-        if state is S.UP and type(message) is dict and not self.sends:
+        if state is _UP and type(message) is dict and not self.sends:
             kind = message.get("type")
             if kind == _FORWARDS:  # the per-message path (what _dispatch would do)
                 run = forwards_fast(message)
@@ -393,7 +397,7 @@ class PeerLink:
     def _dispatch(self, msg: PeeringMessage, now: float) -> list[Action]:
         if isinstance(msg, Heartbeat):
             return []
-        if self.state is S.SYNCING:
+        if self.state is _SYNCING:
             if isinstance(msg, Hello):
                 return self._handshake(msg, now)
             if isinstance(msg, Refused):
@@ -541,7 +545,7 @@ class PeerLink:
                 settled = p.seq - 1
                 break
         mark.settled = max(mark.settled, settled)
-        if self.state is not S.UP or mark.epoch != self.remote_epoch or mark.settled <= self._acked:
+        if self.state is not _UP or mark.epoch != self.remote_epoch or mark.settled <= self._acked:
             return []
         if mark.settled - self._acked >= self.settings.ack_every:
             return self._ack()
@@ -567,14 +571,14 @@ class PeerLink:
         refused it for now: ``Blocked``)."""
         self.took = False
         state = self.state
-        if state is S.CLOSED or not self.sends or self.queue_fed:
+        if state is _CLOSED or not self.sends or self.queue_fed:
             return []
         interest = self.interest
         remote = self.remote_node
         if (
             (remote is not None and remote in envelope.path)
             or envelope.hops >= self.ctx.max_hops
-            or (routed_locally and self.mode is PeeringMode.FORWARD)
+            or (routed_locally and self.mode is _FORWARD_MODE)
             or (
                 interest is not None
                 and not interest.matches(envelope.routing_key, envelope.headers)
@@ -607,7 +611,7 @@ class PeerLink:
         self.counters["accepted"] += 1
         if self.durable_log and (log.dropped != dropped or envelope.properties.get("persistent")):
             return self._kept(log, seq, out, dropped, state, now)
-        if state is not S.UP:
+        if state is not _UP:
             return []
         if log.unsent != 1 or log.in_flight >= self.settings.max_in_flight:
             return self._sent(now, self._pump())
@@ -634,7 +638,7 @@ class PeerLink:
             kept.append(Acked(self.id, log.gone_upto))
         if out.properties.get("persistent"):
             kept.append(Persist(self.id, seq, out))
-        if state is not S.UP:
+        if state is not _UP:
             return kept
         return kept + self._sent(now, self._pump())
 
@@ -665,7 +669,7 @@ class PeerLink:
         :class:`~amqlite.peering.actions.Acked` for its number."""
         if not self.queue_fed:
             raise LinkStateError(f"take is for a queue-fed link end; {self.id!r} is not")
-        if self.state is S.CLOSED:
+        if self.state is _CLOSED:
             return None, []
         decision = decide(
             sends=True,
@@ -686,7 +690,7 @@ class PeerLink:
         seq = self.log.accept(envelope.onward(self.ctx.node_id), now)
         assert seq is not None, "a queue-fed log has no byte cap: the queue has it"
         self.counters["accepted"] += 1
-        if self.state is not S.UP:
+        if self.state is not _UP:
             return seq, []
         return seq, self._sent(now, self._pump())
 
@@ -697,7 +701,7 @@ class PeerLink:
 
     def _pump(self) -> list[Action]:
         log = self.log
-        if log is None or self.state is not S.UP:
+        if log is None or self.state is not _UP:
             return []
         entries = log.take_unsent(self.settings.max_in_flight - log.in_flight)
         if not entries:
@@ -729,7 +733,7 @@ class PeerLink:
         self, added: tuple[BindingKey, ...], removed: tuple[BindingKey, ...], now: float
     ) -> list[Action]:
         """The local exchange gained or lost distinct bindings: tell the remote."""
-        if not self.receives or self.state is not S.UP or not (added or removed):
+        if not self.receives or self.state is not _UP or not (added or removed):
             return []
         return self._sent(now, [self._send(self._interest(full=False, add=added, remove=removed))])
 

@@ -82,6 +82,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("amqlite.peering")
 
 INF = float("inf")
+# enum members as constants (an enum attribute look-up is slow; these run per message)
+_BLOCK, _UNROUTABLE = OverflowPolicy.BLOCK, PublishOutcome.UNROUTABLE
 BATCH_BYTES = 256 * 1024  # peering maps sent in one ``peer`` frame, at most about
 BATCH = "peer.batch"
 ACCEPTOR_RETENTION = 24 * 3600.0  # an acceptor end waiting this long is removed
@@ -165,7 +167,7 @@ class PublishHook:
         return all(
             link.has_room(envelope)
             for link in self.px.links.values()
-            if link.settings.overflow is OverflowPolicy.BLOCK
+            if link.settings.overflow is _BLOCK
         )
 
     def published(
@@ -175,7 +177,7 @@ class PublishHook:
         on another site). ``publish_key`` goes into the ``peering.out`` records of
         durable logs, so a publish sent again after a failover is recognised even
         when no local queue holds it."""
-        routed = outcome is not PublishOutcome.UNROUTABLE
+        routed = outcome is not _UNROUTABLE
         service = self.service
         service.publish_key = publish_key
         try:
@@ -548,8 +550,8 @@ class PeeringService:
 
     def _flush(self) -> None:
         """Consecutive maps of one connection go in one ``peer`` frame
-        (``peer.batch``) of at most about BATCH_BYTES, encoded by
-        :mod:`amqlite.peering.cbor` (``peer.forward`` by hand)."""
+        (``peer.batch``) of at most about BATCH_BYTES, runs of forwards as
+        ``peer.forwards``, encoded by :mod:`amqlite.peering.cbor` (forwards by hand)."""
         outbox, self._outbox = self._outbox, {}
         for conn, messages in outbox.items():
             for frame in peering_cbor.encode_frames(messages, BATCH_BYTES):
@@ -817,7 +819,7 @@ class PeeringService:
         self._delivered = True
         if len(px.links) > 1:  # it travels on to the other links (rings, meshes): first,
             # so the records that keeps for them are covered by this delivery's commit
-            routed = outcome is not PublishOutcome.UNROUTABLE
+            routed = outcome is not _UNROUTABLE
             self.apply(px.published(env, routed_locally=routed, now=now))
         tag = action.tag
         wrote = storage is not None and storage.appended != before
