@@ -613,19 +613,17 @@ class PeerLink:
             return self._kept(log, seq, out, dropped, state, now)
         if state is not _UP:
             return []
-        if log.unsent != 1 or log.in_flight >= self.settings.max_in_flight:
+        entry = log.take_last(self.settings.max_in_flight)
+        if entry is None:
             return self._sent(now, self._pump())
-        entry = log.take_next()  # the usual case: just this one is due; send it
-        if entry is not None:
-            seq = entry.seq
-            if seq > self._highest_sent:
-                self._highest_sent = seq
-                self.counters["forwarded"] += 1
-            else:
-                self.counters["resent"] += 1
-            self.clock.sent(now)
-            return [Send(self.id, Forward(seq, entry.envelope))]
-        return []  # pragma: no cover (unsent == 1)
+        seq = entry.seq  # the usual case: just this one is due; send it
+        if seq > self._highest_sent:
+            self._highest_sent = seq
+            self.counters["forwarded"] += 1
+        else:  # pragma: no cover (the last one accepted is new)
+            self.counters["resent"] += 1
+        self.clock.sent(now)
+        return [Send(self.id, Forward(seq, entry.envelope))]
 
     def _kept(
         self, log: OutboundLog, seq: int, out: Envelope, dropped: int, state: LinkState, now: float

@@ -35,7 +35,9 @@ from amqlite.peering import (
     Interest,
     LinkSettings,
     LinkState,
+    MemorySpill,
     MessageId,
+    OverflowPolicy,
     PeeredExchange,
     PeeringMode,
     PeeringProtocolError,
@@ -46,6 +48,7 @@ from amqlite.peering import (
 )
 from amqlite.peering import cbor as peering_cbor
 from amqlite.peering.inbound import _Origin
+from amqlite.peering.outbound import OutboundLog
 from amqlite.peering.wire import _forward, _forwards, _Reader, forward_fast, forwards_fast
 from amqlite.protocol import Connection, Role, codec
 from amqlite.protocol import events as ev
@@ -415,6 +418,47 @@ def test_an_offer_takes_exactly_what_decide_sends(
         else:
             assert actions == []
             assert link.skipped[want.value] == skipped.get(want.value, 0) + 1
+
+
+@given(
+    st.lists(st.sampled_from(["accept", "ack", "rewind", "take"]), max_size=40),
+    st.integers(1, 4),
+    st.booleans(),
+)
+def test_taking_the_last_one_is_what_taking_the_one_due_gives(
+    ops: list[str], max_in_flight: int, spill: bool
+) -> None:
+    """``take_last`` (offer's shortcut) against the rule: when exactly one message
+    is due and the window has room, ``take_unsent(1)``; otherwise nothing."""
+    kind = OverflowPolicy.SPILL if spill else OverflowPolicy.BLOCK
+    logs = [
+        OutboundLog(
+            epoch=1, buffer_bytes=300, overflow=kind, spill=MemorySpill() if spill else None
+        )
+        for _ in range(2)
+    ]
+    fast, ref = logs
+    for i, op in enumerate(ops):
+        if op == "accept":
+            env = Envelope(MessageId("A", 1, i), "k", b"x" * 100)
+            assert fast.accept(env, 0.0) == ref.accept(env, 0.0)
+            want = ref.take_unsent(1) if ref.unsent == 1 and ref.in_flight < max_in_flight else []
+            got = fast.take_last(max_in_flight)
+            if got is None:
+                assert want == [] or fast.take_unsent(1) == want  # the general path
+            else:
+                assert [got] == want
+        elif op == "ack":
+            assert fast.ack(fast.next_seq // 2) == ref.ack(ref.next_seq // 2)
+        elif op == "rewind":
+            assert fast.rewind() == ref.rewind()
+        else:
+            assert fast.take_unsent(2) == ref.take_unsent(2)
+        assert (fast.in_flight, fast.unsent, fast.unacked) == (
+            ref.in_flight,
+            ref.unsent,
+            ref.unacked,
+        )
 
 
 # --- the seen-message window ------------------------------------------------------------
