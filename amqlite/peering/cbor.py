@@ -1,10 +1,12 @@
-"""Peering messages as CBOR bytes, for the shell: ``peer.forward`` encoded by hand
-(it is the per-message path), everything else by cbor2 from ``to_map()``.
+"""Peering messages as CBOR bytes, for the shell: forwards encoded by hand (they
+are the per-message path), everything else by cbor2 from ``to_map()``.
 
 What :func:`encode` returns decodes to exactly ``msg.to_map()``, and
 :func:`encode_batch` to ``{"type": "peer.batch", "msgs": [...]}`` (key order aside,
 which CBOR maps ignore): the wire format is the one docs/peering.md describes; this
-is only a faster way to write it. Pure functions, no I/O.
+is only a faster way to write it. :func:`encode_frames` is what the shell sends
+for one turn's messages of a connection: runs of forwards as ``peer.forwards``
+maps, in ``peer.batch`` frames. Pure functions, no I/O.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import cbor2
 
-from .wire import Forward, PeeringMessage
+from .wire import Envelope, Forward, Forwards, PeeringMessage
 
 BATCH = "peer.batch"
 
@@ -139,11 +141,96 @@ def encode_forward(fwd: Forward) -> bytes:
     )
 
 
+# map of 6 pairs, "type": "peer.forwards", "seq":
+_FORWARDS_HEAD = b"\xa6" + _K_TYPE + _text(Forwards.TYPE) + _text("seq")
+_K_MSGS = _text("msgs")
+_ROW = b"\x87"  # each message: a 7-item array
+
+
+def encode_forwards(seq: int, envelopes: Sequence[Envelope]) -> bytes:
+    """``cbor2.dumps(Forwards(seq, envelopes).to_map())``, by hand; the envelopes
+    share exchange, path and hops (the first one's are written)."""
+    first = envelopes[0]
+    out = [
+        _FORWARDS_HEAD,
+        _uint(seq),
+        _K_EXCHANGE,
+        _text(first.exchange),
+        _K_PATH,
+        _path(first.path),
+        _K_HOPS,
+        _uint(first.hops),
+        _K_MSGS,
+        _head(0x80, len(envelopes)),
+    ]
+    extend = out.extend
+    for env in envelopes:
+        node, epoch, origin_seq = env.id
+        headers, properties, body = env.headers, env.properties, env.body
+        extend(
+            (
+                _ROW,
+                _text(node),
+                _uint(epoch),
+                _uint(origin_seq),
+                _text(env.routing_key),
+                _fields(headers) if headers else _EMPTY_MAP,
+                _fields(properties) if properties else _EMPTY_MAP,
+                _bytes_head(len(body)),
+                body,
+            )
+        )
+    return b"".join(out)
+
+
 def encode(msg: PeeringMessage) -> bytes:
     """One peering message's map, CBOR-encoded."""
     if type(msg) is Forward:
         return encode_forward(msg)
+    if type(msg) is Forwards:
+        return encode_forwards(msg.seq, msg.envelopes)
     return cbor2.dumps(msg.to_map())
+
+
+def encode_frames(messages: Sequence[PeeringMessage], limit: int) -> list[bytes]:
+    """The ``msg`` of each ``peer`` frame that carries ``messages``, in order: a
+    ``peer.batch`` (or one map alone) of at most about ``limit`` bytes. Consecutive
+    forwards with consecutive seqs and the same exchange, path and hops go as one
+    ``peer.forwards`` run (what the receiver takes as the single forwards)."""
+    frames: list[bytes] = []
+    batch: list[bytes] = []
+    size = 0
+    i, n = 0, len(messages)
+    while i < n:
+        msg = messages[i]
+        i += 1
+        if type(msg) is not Forward:
+            item = encode(msg)
+        else:
+            env = msg.envelope
+            run = [env]
+            seq = msg.seq
+            exchange, path, hops = env.exchange, env.path, env.hops
+            room = limit - size - len(env.body) - 64
+            while i < n and room > 0:
+                nxt = messages[i]
+                if type(nxt) is not Forward or nxt.seq != seq + len(run):
+                    break
+                e = nxt.envelope
+                if e.hops != hops or e.path != path or e.exchange != exchange:
+                    break
+                run.append(e)
+                room -= len(e.body) + 64
+                i += 1
+            item = encode_forwards(seq, run)
+        size += len(item)
+        batch.append(item)
+        if size >= limit:
+            frames.append(batch[0] if len(batch) == 1 else encode_batch(batch))
+            batch, size = [], 0
+    if batch:
+        frames.append(batch[0] if len(batch) == 1 else encode_batch(batch))
+    return frames
 
 
 def encode_batch(items: Sequence[bytes]) -> bytes:

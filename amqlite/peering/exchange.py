@@ -24,7 +24,7 @@ from .mode import OverflowPolicy
 from .outbound import SpillStore
 from .settings import ExchangeContext, LinkSettings, Role
 from .states import LinkState as S
-from .wire import Envelope, Hello, MessageId, PeeringMessage, Refused, from_map
+from .wire import VERSION, Envelope, Hello, MessageId, PeeringMessage, Refused, from_map
 
 INF = float("inf")
 SNAPSHOT_VERSION = 1
@@ -127,7 +127,17 @@ class PeeredExchange:
         a ``Disconnect`` (and no link). A malformed first message raises
         :class:`~amqlite.peering.errors.PeeringProtocolError`: close the connection.
         If the returned link already had a connection, the shell closes the old one.
+        A hello of another ``version`` gets a ``peer.refused`` that says so.
         """
+        if isinstance(hello, Mapping) and hello.get("type") == Hello.TYPE:
+            version = hello.get("version")
+            if type(version) is int and version != VERSION:
+                link_id = self.acceptor_id(str(hello.get("node")), str(hello.get("link")))
+                text = f"peer.hello: unsupported version {version} (we speak {VERSION})"
+                return None, [
+                    Send(link_id, Refused(ReplyCode.PRECONDITION_FAILED, text)),
+                    Disconnect(link_id, f"refused: {text}"),
+                ]
         msg = from_map(hello) if isinstance(hello, Mapping) else hello
         if not isinstance(msg, Hello):
             raise PeeringProtocolError(

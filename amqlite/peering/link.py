@@ -53,6 +53,7 @@ from .wire import (
     Ack,
     Envelope,
     Forward,
+    Forwards,
     Heartbeat,
     Hello,
     Interest,
@@ -61,12 +62,18 @@ from .wire import (
     Refused,
     ResyncRequest,
     forward_fast,
+    forwards_fast,
     from_map,
 )
 
 INF = float("inf")
 S, E = LinkState, LinkEvent
+# enum members as module constants: ``S.UP`` is an attribute look-up on the enum
+# class, several times slower than a global, and these run for every message
+_UP, _CLOSED, _SYNCING = S.UP, S.CLOSED, S.SYNCING
+_FORWARD_MODE = PeeringMode.FORWARD
 _FORWARD = Forward.TYPE
+_FORWARDS = Forwards.TYPE
 _new_pending = tuple.__new__  # _Pending(...) without the Python-level __new__
 _CONNECTED = (S.SYNCING, S.UP)
 
@@ -181,7 +188,7 @@ class PeerLink:
             if self.state not in (S.CONNECTING, *_CONNECTED):
                 return []
             return self._lose(now, E.LOST, reason)
-        if self.state is not S.UP:
+        if self.state is not _UP:
             return []
         return self._lose(now, E.DETACHED, reason)
 
@@ -206,7 +213,7 @@ class PeerLink:
 
     def close(self, now: float) -> list[Action]:
         """Stop for good (the link was removed from the configuration)."""
-        if self.state is S.CLOSED:
+        if self.state is _CLOSED:
             return []
         had_connection = self.state in (S.CONNECTING, *_CONNECTED)
         actions = self._fire(E.CLOSE, "closed")
@@ -227,12 +234,12 @@ class PeerLink:
             return self._drop(now, "connect timed out")
         if state not in _CONNECTED:
             return []
-        if state is S.SYNCING and now >= self._connect_deadline:
+        if state is _SYNCING and now >= self._connect_deadline:
             return self._drop(now, "handshake timed out")
         if self.clock.remote_dead(now):
             return self._drop(now, f"remote silent for {now - self.clock.last_received:.3f}s")
         sends: list[Action] = []
-        if state is S.UP and self.receives:
+        if state is _UP and self.receives:
             if now >= self._ack_due_at:
                 sends += self._ack()
             if now >= self._resync_at:
@@ -249,9 +256,9 @@ class PeerLink:
             return self._retry_at
         if state is S.CONNECTING:
             return self._connect_deadline
-        if state is S.SYNCING:
+        if state is _SYNCING:
             return min(self._connect_deadline, self.clock.next_deadline())
-        if state is S.UP:
+        if state is _UP:
             return min(self.clock.next_deadline(), self._resync_at, self._ack_due_at)
         return INF
 
@@ -370,10 +377,16 @@ class PeerLink:
         if state not in _CONNECTED:
             return []
         self.clock.received(now)
-        if state is S.UP and type(message) is dict and message.get("type") == _FORWARD:
-            fwd = forward_fast(message) if not self.sends else None
-            if fwd is not None:  # the per-message path (what _dispatch would do)
-                return self._sent(now, self._on_forward(fwd, now))
+        if state is _UP and type(message) is dict and not self.sends:
+            kind = message.get("type")
+            if kind == _FORWARDS:  # the per-message path (what _dispatch would do)
+                run = forwards_fast(message)
+                if run is not None:
+                    return self._sent(now, self._on_forwards(run, now))
+            elif kind == _FORWARD:
+                fwd = forward_fast(message)
+                if fwd is not None:
+                    return self._sent(now, self._on_forward(fwd, now))
         try:
             msg = from_map(message) if isinstance(message, Mapping) else message
             return self._sent(now, self._dispatch(msg, now))
@@ -384,7 +397,7 @@ class PeerLink:
     def _dispatch(self, msg: PeeringMessage, now: float) -> list[Action]:
         if isinstance(msg, Heartbeat):
             return []
-        if self.state is S.SYNCING:
+        if self.state is _SYNCING:
             if isinstance(msg, Hello):
                 return self._handshake(msg, now)
             if isinstance(msg, Refused):
@@ -395,6 +408,8 @@ class PeerLink:
             if isinstance(msg, Interest):
                 return self._on_interest(msg)
         else:
+            if isinstance(msg, Forwards):
+                return self._on_forwards(msg, now)
             if isinstance(msg, Forward):
                 return self._on_forward(msg, now)
             if isinstance(msg, ResyncRequest):
@@ -466,6 +481,51 @@ class PeerLink:
             return [Deliver(self.id, self._tags, env), *self._settle(mark, now)]
         return self._settle(mark, now)
 
+    def _on_forwards(self, run: Forwards, now: float) -> list[Action]:
+        """A run of forwards: what :meth:`_on_forward` does for each, in order, with
+        the mark, the loop check (path and hops are the run's) and the settling
+        done once."""
+        ctx = self.ctx
+        assert self.remote_node is not None
+        mark = ctx.marks.mark(self.remote_node, self.name, self.remote_epoch)
+        envelopes = run.envelopes
+        counters = self.counters
+        if mark is None:
+            counters["duplicates_resent"] += len(envelopes)
+            return []
+        first = run.seq
+        skip = mark.accepted - first + 1  # resent after a cut, already here
+        if skip > 0:
+            counters["duplicates_resent"] += min(skip, len(envelopes))
+            envelopes = envelopes[skip:]
+            first += skip
+            if not envelopes:
+                return []
+        mark.accepted = first + len(envelopes) - 1
+        env0 = envelopes[0]
+        if ctx.node_id in env0.path or env0.hops > ctx.max_hops:
+            counters["loops_dropped"] += len(envelopes)
+            return self._settle(mark, now)
+        claim = ctx.seen.claim
+        pending_append = self._pending.append
+        epoch, link_id, tag = mark.epoch, self.id, self._tags
+        actions: list[Action] = []
+        deliver = actions.append
+        dups = 0
+        for seq, env in enumerate(envelopes, first):
+            mid = env.id
+            if not claim(mid):
+                dups += 1  # reached us along another path
+                continue
+            tag += 1
+            pending_append(_new_pending(_Pending, (tag, epoch, seq, mid)))
+            deliver(Deliver(link_id, tag, env))
+        self._tags = tag
+        if dups:
+            counters["duplicates_other_path"] += dups
+        counters["received"] += len(envelopes) - dups
+        return actions + self._settle(mark, now)
+
     def confirm(self, tag: int, now: float) -> list[Action]:
         """The shell has published every delivery up to ``tag`` locally and it is
         safe; they may now be acknowledged to the sender."""
@@ -485,7 +545,7 @@ class PeerLink:
                 settled = p.seq - 1
                 break
         mark.settled = max(mark.settled, settled)
-        if self.state is not S.UP or mark.epoch != self.remote_epoch or mark.settled <= self._acked:
+        if self.state is not _UP or mark.epoch != self.remote_epoch or mark.settled <= self._acked:
             return []
         if mark.settled - self._acked >= self.settings.ack_every:
             return self._ack()
@@ -511,14 +571,14 @@ class PeerLink:
         refused it for now: ``Blocked``)."""
         self.took = False
         state = self.state
-        if state is S.CLOSED or not self.sends or self.queue_fed:
+        if state is _CLOSED or not self.sends or self.queue_fed:
             return []
         interest = self.interest
         remote = self.remote_node
         if (
             (remote is not None and remote in envelope.path)
             or envelope.hops >= self.ctx.max_hops
-            or (routed_locally and self.mode is PeeringMode.FORWARD)
+            or (routed_locally and self.mode is _FORWARD_MODE)
             or (
                 interest is not None
                 and not interest.matches(envelope.routing_key, envelope.headers)
@@ -551,21 +611,19 @@ class PeerLink:
         self.counters["accepted"] += 1
         if self.durable_log and (log.dropped != dropped or envelope.properties.get("persistent")):
             return self._kept(log, seq, out, dropped, state, now)
-        if state is not S.UP:
+        if state is not _UP:
             return []
-        if log.unsent != 1 or log.in_flight >= self.settings.max_in_flight:
+        entry = log.take_last(self.settings.max_in_flight)
+        if entry is None:
             return self._sent(now, self._pump())
-        entry = log.take_next()  # the usual case: just this one is due; send it
-        if entry is not None:
-            seq = entry.seq
-            if seq > self._highest_sent:
-                self._highest_sent = seq
-                self.counters["forwarded"] += 1
-            else:
-                self.counters["resent"] += 1
-            self.clock.sent(now)
-            return [Send(self.id, Forward(seq, entry.envelope))]
-        return []  # pragma: no cover (unsent == 1)
+        seq = entry.seq  # the usual case: just this one is due; send it
+        if seq > self._highest_sent:
+            self._highest_sent = seq
+            self.counters["forwarded"] += 1
+        else:  # pragma: no cover (the last one accepted is new)
+            self.counters["resent"] += 1
+        self.clock.sent(now)
+        return [Send(self.id, Forward(seq, entry.envelope))]
 
     def _kept(
         self, log: OutboundLog, seq: int, out: Envelope, dropped: int, state: LinkState, now: float
@@ -578,7 +636,7 @@ class PeerLink:
             kept.append(Acked(self.id, log.gone_upto))
         if out.properties.get("persistent"):
             kept.append(Persist(self.id, seq, out))
-        if state is not S.UP:
+        if state is not _UP:
             return kept
         return kept + self._sent(now, self._pump())
 
@@ -609,7 +667,7 @@ class PeerLink:
         :class:`~amqlite.peering.actions.Acked` for its number."""
         if not self.queue_fed:
             raise LinkStateError(f"take is for a queue-fed link end; {self.id!r} is not")
-        if self.state is S.CLOSED:
+        if self.state is _CLOSED:
             return None, []
         decision = decide(
             sends=True,
@@ -630,7 +688,7 @@ class PeerLink:
         seq = self.log.accept(envelope.onward(self.ctx.node_id), now)
         assert seq is not None, "a queue-fed log has no byte cap: the queue has it"
         self.counters["accepted"] += 1
-        if self.state is not S.UP:
+        if self.state is not _UP:
             return seq, []
         return seq, self._sent(now, self._pump())
 
@@ -641,7 +699,7 @@ class PeerLink:
 
     def _pump(self) -> list[Action]:
         log = self.log
-        if log is None or self.state is not S.UP:
+        if log is None or self.state is not _UP:
             return []
         entries = log.take_unsent(self.settings.max_in_flight - log.in_flight)
         if not entries:
@@ -673,7 +731,7 @@ class PeerLink:
         self, added: tuple[BindingKey, ...], removed: tuple[BindingKey, ...], now: float
     ) -> list[Action]:
         """The local exchange gained or lost distinct bindings: tell the remote."""
-        if not self.receives or self.state is not S.UP or not (added or removed):
+        if not self.receives or self.state is not _UP or not (added or removed):
             return []
         return self._sent(now, [self._send(self._interest(full=False, add=added, remove=removed))])
 

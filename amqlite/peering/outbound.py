@@ -207,12 +207,15 @@ class OutboundLog:
 
     # --- sending and acknowledging -------------------------------------------------
 
-    def take_next(self) -> Entry | None:
-        """``take_unsent(1)``, for one message: the next one due, or None."""
-        if self.spill is not None:
-            self._refill()
+    def take_last(self, max_in_flight: int) -> Entry | None:
+        """The message just accepted, now in flight, when it is the only one due
+        and fewer than ``max_in_flight`` are in flight (the usual case when the
+        link keeps up); None otherwise: then :meth:`take_unsent` says what is due."""
         held, sent = self._held, self._sent
-        if sent >= len(held):
+        if sent >= max_in_flight or sent != len(held) - 1:
+            return None
+        spill = self.spill
+        if spill is not None and len(spill):
             return None
         self._sent = sent + 1
         return held[sent]

@@ -8,7 +8,7 @@ independent of :mod:`amqlite.protocol`; a later step maps these maps onto protoc
 methods. Shapes (``?`` = may be null):
 
 =================  ===============================================================
-``peer.hello``     version 1, node, link, vhost, exchange, exchange_type, mode (1-3),
+``peer.hello``     version 2, node, link, vhost, exchange, exchange_type, mode (1-3),
                    epoch (the sender's log epoch, 0 when this end never sends),
                    resume? [epoch, seq]: the last seq of the other end's log this end
                    holds, so it can skip what already arrived; heartbeat (seconds, 0 off)
@@ -18,6 +18,10 @@ methods. Shapes (``?`` = may be null):
 ``peer.resync``    (no fields): the sender's digest differs; advertise the full set
 ``peer.forward``   seq, id [origin node, origin epoch, origin seq], path [node...],
                    hops, exchange, routing_key, headers {}, properties {}, body (bytes)
+``peer.forwards`` seq (of the first), exchange, path, hops, msgs [[origin node,
+                   origin epoch, origin seq, routing_key, headers, properties,
+                   body]...]: a run of forwards with consecutive seqs and the same
+                   exchange, path and hops, stated once (the shell writes runs)
 ``peer.ack``       epoch, seq: every message of that log epoch up to seq is settled
 ``peer.heartbeat`` (no fields)
 =================  ===============================================================
@@ -33,7 +37,7 @@ from .errors import PeeringProtocolError
 from .interest import EXCHANGE_TYPES, BindingKey
 from .mode import PeeringMode
 
-VERSION = 1
+VERSION = 2  # 2: peer.forwards
 _EMPTY: Mapping[str, Any] = {}
 
 
@@ -59,6 +63,7 @@ class Envelope:
     exchange: str = ""
     path: tuple[str, ...] = ()
     hops: int = 0
+    _size: int = field(default=-1, compare=False, repr=False)  # size(), once known
 
     def onward(self, node: str) -> Envelope:
         """The envelope as ``node`` sends it on: one more broker on the path, one more hop."""
@@ -71,6 +76,7 @@ class Envelope:
             self.exchange,
             (*self.path, node),
             self.hops + 1,
+            self.size() + 16 + len(node),  # what size() would say
         )
 
     def mesh_map(self) -> dict[str, Any]:
@@ -117,7 +123,10 @@ class Envelope:
         )
 
     def size(self) -> int:
-        """Roughly the encoded size, for the byte cap."""
+        """Roughly the encoded size, for the byte cap (worked out once)."""
+        n = self._size
+        if n >= 0:
+            return n
         path = self.path
         n = 64 + len(self.body) + len(self.routing_key) + len(self.exchange) + 16 * len(path)
         for p in path:
@@ -127,6 +136,7 @@ class Envelope:
                 for name, value in fields.items():
                     t = type(value)
                     n += 8 + len(name) + (len(value) if t is str or t is bytes else 8)
+        self._size = n
         return n
 
 
@@ -230,6 +240,40 @@ class Forward:
         }
 
 
+@dataclass(slots=True)  # per-run: not frozen; never mutate
+class Forwards:
+    """A run of forwards, as the shell puts them on the wire: consecutive seqs from
+    ``seq``, one per envelope, which all have the same exchange, path and hops."""
+
+    TYPE: ClassVar[str] = "peer.forwards"
+    seq: int
+    envelopes: list[Envelope]
+
+    def to_map(self) -> dict[str, Any]:
+        first = self.envelopes[0]
+        return {
+            "type": self.TYPE,
+            "seq": self.seq,
+            "exchange": first.exchange,
+            "path": list(first.path),
+            "hops": first.hops,
+            "msgs": [
+                [
+                    *e.id,
+                    e.routing_key,
+                    dict(e.headers),
+                    dict(e.properties),
+                    e.body,
+                ]
+                for e in self.envelopes
+            ],
+        }
+
+    def forwards(self) -> list[Forward]:
+        """The run as single forwards (what it stands for)."""
+        return [Forward(self.seq + i, e) for i, e in enumerate(self.envelopes)]
+
+
 @dataclass(frozen=True, slots=True)
 class Ack:
     TYPE: ClassVar[str] = "peer.ack"
@@ -248,7 +292,7 @@ class Heartbeat:
         return {"type": self.TYPE}
 
 
-PeeringMessage = Hello | Refused | Interest | ResyncRequest | Forward | Ack | Heartbeat
+PeeringMessage = Hello | Refused | Interest | ResyncRequest | Forward | Forwards | Ack | Heartbeat
 
 
 # --- decoding -----------------------------------------------------------------------
@@ -397,6 +441,123 @@ def _forward(r: _Reader) -> Forward:
     return Forward(r.integer("seq", minimum=1), env)
 
 
+def _forwards(r: _Reader) -> Forwards:
+    seq = r.integer("seq", minimum=1)
+    exchange = r.text("exchange")
+    path = r.m.get("path")
+    if not isinstance(path, list | tuple) or not all(isinstance(p, str) and p for p in path):
+        raise r.fail("path", "a list of node ids")
+    hops = r.integer("hops")
+    rows = r.m.get("msgs")
+    want = "a non-empty list of [node, epoch, seq, routing_key, {headers}, {properties}, body]"
+    if not isinstance(rows, list | tuple) or not rows:
+        raise r.fail("msgs", want)
+    envelopes = []
+    for row in rows:
+        if not isinstance(row, list | tuple) or len(row) != 7:
+            raise r.fail("msgs", want)
+        node, epoch, origin_seq, routing_key, headers, properties, body = row
+        ok = (
+            isinstance(node, str)
+            and node
+            and type(epoch) is int
+            and epoch >= 0
+            and type(origin_seq) is int
+            and origin_seq >= 0
+            and isinstance(routing_key, str)
+            and isinstance(body, bytes)
+        )
+        for fields in (headers, properties):
+            ok = ok and isinstance(fields, Mapping) and all(isinstance(k, str) for k in fields)
+        if not ok:
+            raise r.fail("msgs", want)
+        envelopes.append(
+            Envelope(
+                MessageId(node, epoch, origin_seq),
+                routing_key,
+                body,
+                dict(headers),
+                dict(properties),
+                exchange,
+                tuple(path),
+                hops,
+            )
+        )
+    return Forwards(seq, envelopes)
+
+
+_new_id = tuple.__new__  # MessageId(...) without the Python-level __new__
+
+
+def forwards_fast(m: dict[str, Any]) -> Forwards | None:
+    """A well-formed ``peer.forwards`` map as it comes from the CBOR decoder (exact
+    built-in types), checked in one pass; None for anything else, which
+    :func:`_forwards` then accepts or rejects with the precise reason. Whatever
+    this accepts, :func:`_forwards` accepts too, with the same result. The
+    envelopes take over the map's headers and properties maps (no copies)."""
+    get = m.get
+    seq = get("seq")
+    exchange = get("exchange")
+    path = get("path")
+    hops = get("hops")
+    rows = get("msgs")
+    if (
+        type(seq) is not int
+        or seq < 1
+        or type(exchange) is not str
+        or type(path) is not list
+        or type(hops) is not int
+        or hops < 0
+        or type(rows) is not list
+        or not rows
+    ):
+        return None
+    for p in path:
+        if type(p) is not str or not p:
+            return None
+    route = tuple(path)
+    envelopes: list[Envelope] = []
+    append = envelopes.append
+    for row in rows:
+        if type(row) is not list or len(row) != 7:
+            return None
+        node, epoch, origin_seq, routing_key, headers, properties, body = row
+        if (
+            type(node) is not str
+            or not node
+            or type(epoch) is not int
+            or epoch < 0
+            or type(origin_seq) is not int
+            or origin_seq < 0
+            or type(routing_key) is not str
+            or type(headers) is not dict
+            or type(properties) is not dict
+            or type(body) is not bytes
+        ):
+            return None
+        if headers:
+            for k in headers:
+                if type(k) is not str:
+                    return None
+        if properties:
+            for k in properties:
+                if type(k) is not str:
+                    return None
+        append(
+            Envelope(
+                _new_id(MessageId, (node, epoch, origin_seq)),
+                routing_key,
+                body,
+                headers,
+                properties,
+                exchange,
+                route,
+                hops,
+            )
+        )
+    return Forwards(seq, envelopes)
+
+
 def forward_fast(m: dict[str, Any]) -> Forward | None:
     """A well-formed ``peer.forward`` map as it comes from the CBOR decoder (exact
     built-in types), checked in one pass; None for anything else, which
@@ -466,8 +627,13 @@ def forward_fast(m: dict[str, Any]) -> Forward | None:
 def from_map(m: object) -> PeeringMessage:
     """The peering message a received map holds; malformed maps raise
     :class:`~amqlite.peering.errors.PeeringProtocolError`."""
-    if type(m) is dict and m.get("type") == Forward.TYPE:
-        fast = forward_fast(m)
+    if type(m) is dict:
+        kind = m.get("type")
+        fast: Forward | Forwards | None = None
+        if kind == Forwards.TYPE:
+            fast = forwards_fast(m)
+        elif kind == Forward.TYPE:
+            fast = forward_fast(m)
         if fast is not None:
             return fast
     if not isinstance(m, Mapping):
@@ -478,6 +644,8 @@ def from_map(m: object) -> PeeringMessage:
         return _hello(r)
     if kind == Forward.TYPE:
         return _forward(r)
+    if kind == Forwards.TYPE:
+        return _forwards(r)
     if kind == Ack.TYPE:
         return Ack(r.integer("epoch"), r.integer("seq"))
     if kind == Interest.TYPE:

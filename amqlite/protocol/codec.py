@@ -136,11 +136,35 @@ def _is_str_map(v: Any) -> bool:
     return type(v) is dict and _is_plain(v, 0)
 
 
+def _is_plain_rows(v: list[Any], depth: int) -> bool:
+    """``_is_plain(v, depth)`` for a list, with the lists in it (the rows of a
+    ``peer.forwards`` map) and their empty maps checked in place rather than by a
+    call each. Same verdict."""
+    if depth + 2 >= MAX_NESTING:
+        return _is_plain(v, depth)
+    scalars = _SCALAR_TYPES
+    for x in v:
+        t = type(x)
+        if t in scalars:
+            continue
+        if t is not list:
+            if not _is_plain(x, depth + 1):
+                return False
+            continue
+        for y in x:  # a row's fields
+            ty = type(y)
+            if ty in scalars or (ty is dict and not y):
+                continue
+            if not _is_plain(y, depth + 2):
+                return False
+    return True
+
+
 def _is_plain_peer_map(v: Any) -> bool:
-    """``_is_str_map`` for a ``peer`` frame's map, with the two levels below a
-    batch's list of maps (their lists, e.g. ``id`` and ``path``, and their maps,
-    often empty) checked in place rather than by a call each: a peering batch
-    holds thousands of them. Same verdict as ``_is_str_map``."""
+    """``_is_str_map`` for a ``peer`` frame's map, with the levels below a batch's
+    list of maps (their lists, e.g. ``path`` and the rows of a ``peer.forwards``,
+    and their maps, often empty) checked in place rather than by a call each: a
+    peering frame holds thousands of them. Same verdict as ``_is_str_map``."""
     if type(v) is not dict:
         return False
     scalars = _SCALAR_TYPES
@@ -152,6 +176,10 @@ def _is_plain_peer_map(v: Any) -> bool:
             continue
         if t is not list:
             if not _is_plain(x, 1):
+                return False
+            continue
+        if x and type(x[0]) is list:  # one peer.forwards' rows
+            if not _is_plain_rows(x, 1):
                 return False
             continue
         for item in x:  # depth 1 (a batch's msgs): usually maps
@@ -166,9 +194,8 @@ def _is_plain_peer_map(v: Any) -> bool:
                 if it in scalars:
                     continue
                 if it is list:
-                    for y in iv:  # depth 3
-                        if type(y) not in scalars and not _is_plain(y, 4):
-                            return False
+                    if not _is_plain_rows(iv, 3):  # e.g. a peer.forwards' rows
+                        return False
                 elif it is dict:
                     if iv and not _is_plain(iv, 3):
                         return False

@@ -82,6 +82,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("amqlite.peering")
 
 INF = float("inf")
+# enum members as constants (an enum attribute look-up is slow; these run per message)
+_BLOCK, _UNROUTABLE = OverflowPolicy.BLOCK, PublishOutcome.UNROUTABLE
 BATCH_BYTES = 256 * 1024  # peering maps sent in one ``peer`` frame, at most about
 BATCH = "peer.batch"
 ACCEPTOR_RETENTION = 24 * 3600.0  # an acceptor end waiting this long is removed
@@ -162,11 +164,10 @@ class PublishHook:
     def has_room(self, envelope: Envelope) -> bool:
         """False when a ``block`` link is too full to take it (the publisher is
         pushed back); the other policies always make room."""
-        return all(
-            link.has_room(envelope)
-            for link in self.px.links.values()
-            if link.settings.overflow is OverflowPolicy.BLOCK
-        )
+        for link in self.px.links.values():  # a loop: a generator costs more per publish
+            if link.settings.overflow is _BLOCK and not link.has_room(envelope):
+                return False
+        return True
 
     def published(
         self, envelope: Envelope, outcome: PublishOutcome, now: float, publish_key: str = ""
@@ -175,7 +176,7 @@ class PublishHook:
         on another site). ``publish_key`` goes into the ``peering.out`` records of
         durable logs, so a publish sent again after a failover is recognised even
         when no local queue holds it."""
-        routed = outcome is not PublishOutcome.UNROUTABLE
+        routed = outcome is not _UNROUTABLE
         service = self.service
         service.publish_key = publish_key
         try:
@@ -548,22 +549,12 @@ class PeeringService:
 
     def _flush(self) -> None:
         """Consecutive maps of one connection go in one ``peer`` frame
-        (``peer.batch``) of at most about BATCH_BYTES, encoded by
-        :mod:`amqlite.peering.cbor` (``peer.forward`` by hand)."""
+        (``peer.batch``) of at most about BATCH_BYTES, runs of forwards as
+        ``peer.forwards``, encoded by :mod:`amqlite.peering.cbor` (forwards by hand)."""
         outbox, self._outbox = self._outbox, {}
-        encode = peering_cbor.encode
         for conn, messages in outbox.items():
-            batch: list[bytes] = []
-            size = 0
-            for message in messages:
-                item = encode(message)
-                size += len(item)
-                batch.append(item)
-                if size >= BATCH_BYTES:
-                    conn.send_peer(_batched(batch))
-                    batch, size = [], 0
-            if batch:
-                conn.send_peer(_batched(batch))
+            for frame in peering_cbor.encode_frames(messages, BATCH_BYTES):
+                conn.send_peer(frame)
 
     def _receive(self, link: PeerLink, msg: dict[str, Any], now: float) -> None:
         """One ``peer`` frame for ``link``: a peering map, or a batch of them."""
@@ -719,13 +710,16 @@ class PeeringService:
             storage.record(PeeringMarks(vhost=ctx.vhost, exchange=ctx.exchange, marks=snapshot))
 
     def _apply(self, actions: list[Action]) -> None:
+        now = -INF  # for deliveries: read once per call (a run arrives at one instant)
         for action in actions:
             if isinstance(action, Send):
                 conn = self._conns.get(action.link)
                 if conn is not None:
                     self._outbox.setdefault(conn, []).append(action.message)
             elif isinstance(action, Deliver):
-                self._deliver(action)
+                if now == -INF:
+                    now = trio.current_time()
+                self._deliver(action, now)
             elif isinstance(action, Connect):
                 assert self._nursery is not None
                 self._nursery.start_soon(self._dial, action.link, action.address)
@@ -792,9 +786,9 @@ class PeeringService:
                 actions = [a for a in actions if not isinstance(a, Blocked)]
             self.apply(actions)
 
-    def _deliver(self, action: Deliver) -> None:
+    def _deliver(self, action: Deliver, now: float) -> None:
         px = self._owner.get(action.link)
-        link = self._link(action.link)
+        link = px.links.get(action.link) if px is not None else None
         if px is None or link is None:
             return
         env = action.envelope
@@ -810,7 +804,6 @@ class PeeringService:
             dict(properties) if properties else {},
         )
         message.mesh = env  # a subscriber's peering queue here keeps its identity
-        now = trio.current_time()
         bad = check_headers(message.headers) if headers else None
         if bad is None and properties:
             bad = check_props(message.properties)
@@ -824,7 +817,7 @@ class PeeringService:
         self._delivered = True
         if len(px.links) > 1:  # it travels on to the other links (rings, meshes): first,
             # so the records that keeps for them are covered by this delivery's commit
-            routed = outcome is not PublishOutcome.UNROUTABLE
+            routed = outcome is not _UNROUTABLE
             self.apply(px.published(env, routed_locally=routed, now=now))
         tag = action.tag
         wrote = storage is not None and storage.appended != before
@@ -1040,10 +1033,6 @@ class PeeringService:
                     item["lag_messages"] += queued
                 out.append(item)
         return out
-
-
-def _batched(items: list[bytes]) -> bytes:
-    return items[0] if len(items) == 1 else peering_cbor.encode_batch(items)
 
 
 async def _receive(stream: trio.SocketStream, proto: Connection) -> ev.Event:

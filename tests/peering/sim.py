@@ -41,6 +41,7 @@ from amqlite.peering import (
 from amqlite.peering import cbor as peering_cbor
 
 EXCHANGE = "x"
+FRAME_BYTES = 2048  # small, so that runs of forwards are split across frames too
 INF = float("inf")
 
 # Settings for simulations: no heartbeats and no periodic resync (so a quiet
@@ -247,16 +248,33 @@ class Net:
                 return conn
         return None
 
+    def _send(self, node: SimNode, sends: list[Send]) -> None:
+        """Consecutive sends, encoded as the shell encodes a turn's sends (runs of
+        forwards as ``peer.forwards``, in ``peer.batch`` frames of about
+        FRAME_BYTES); the queue gets the maps the receiving shell unpacks."""
+        by_conn: dict[int, tuple[Conn, list[Any]]] = {}
+        for send in sends:
+            conn = self._conn_of(node, send.link)
+            if conn is not None:
+                by_conn.setdefault(id(conn), (conn, []))[1].append(send.message)
+        for conn, messages in by_conn.values():
+            queue = conn.to_acceptor if conn.dialer is node else conn.to_dialer
+            for frame in peering_cbor.encode_frames(messages, FRAME_BYTES):
+                m = cbor2.loads(frame)
+                queue.extend(m["msgs"] if m["type"] == "peer.batch" else [m])
+
     def apply(self, node: SimNode, actions: list[Action]) -> None:
+        sends: list[Send] = []
         for action in actions:
             self.log.append(action)
+            if isinstance(action, Send):
+                sends.append(action)
+                continue
+            if sends:
+                self._send(node, sends)
+                sends = []
             if isinstance(action, Connect):
                 self._connect(node, action)
-            elif isinstance(action, Send):
-                conn = self._conn_of(node, action.link)
-                if conn is not None:
-                    queue = conn.to_acceptor if conn.dialer is node else conn.to_dialer
-                    queue.append(cbor2.loads(peering_cbor.encode(action.message)))
             elif isinstance(action, Disconnect):
                 conn = self._conn_of(node, action.link)
                 if conn is not None:
@@ -271,6 +289,8 @@ class Net:
                 node.acked[action.link] = action.seq
             else:
                 assert isinstance(action, StateChanged)
+        if sends:
+            self._send(node, sends)
 
     def _connect(self, node: SimNode, action: Connect) -> None:
         target = self.nodes.get(action.address.host)

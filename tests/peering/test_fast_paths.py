@@ -1,8 +1,11 @@
 """The per-message fast paths give exactly what the general paths give.
 
 - :mod:`amqlite.peering.cbor` writes the bytes ``cbor2.dumps(msg.to_map())`` writes;
-- :func:`amqlite.peering.wire.forward_fast` accepts only what the checked decoder
-  accepts, with the same result, and takes every well-formed forward off the wire;
+- :func:`amqlite.peering.wire.forward_fast` and ``forwards_fast`` accept only what
+  the checked decoders accept, with the same result, and take every well-formed
+  forward (run) off the wire;
+- the shell's frames (runs of forwards as ``peer.forwards``) stand for exactly the
+  messages sent, in order, and a link takes a run exactly as the single forwards;
 - a link's offer takes exactly what :func:`decide` says to send;
 - the seen-message window's in-order shortcut ends where the general rule ends;
 - a remote interest's remembered topic verdicts follow its bindings.
@@ -23,23 +26,30 @@ from amqlite.peering import (
     Address,
     BindingKey,
     Decision,
+    Deliver,
     Envelope,
     Forward,
+    Forwards,
+    Heartbeat,
     Hello,
     Interest,
     LinkSettings,
     LinkState,
+    MemorySpill,
     MessageId,
+    OverflowPolicy,
     PeeredExchange,
     PeeringMode,
     PeeringProtocolError,
     RemoteInterest,
     Send,
     decide,
+    from_map,
 )
 from amqlite.peering import cbor as peering_cbor
 from amqlite.peering.inbound import _Origin
-from amqlite.peering.wire import _forward, _Reader, forward_fast
+from amqlite.peering.outbound import OutboundLog
+from amqlite.peering.wire import _forward, _forwards, _Reader, forward_fast, forwards_fast
 from amqlite.protocol import Connection, Role, codec
 from amqlite.protocol import events as ev
 
@@ -120,6 +130,105 @@ def test_a_peer_frame_is_what_the_generic_encoder_writes() -> None:
         small.send_peer(msg)
 
 
+def _run_of(
+    seq: int, envs: list[Envelope], exchange: str, path: tuple[str, ...], hops: int
+) -> Forwards:
+    return Forwards(
+        seq,
+        [
+            Envelope(e.id, e.routing_key, e.body, e.headers, e.properties, exchange, path, hops)
+            for e in envs
+        ],
+    )
+
+
+runs = st.builds(
+    _run_of,
+    st.integers(1, 2**65),
+    st.lists(envelopes, min_size=1, max_size=6),
+    texts,
+    st.lists(node_ids, max_size=3).map(tuple),
+    counters,
+)
+
+
+@settings(max_examples=300)
+@given(runs)
+def test_a_run_is_encoded_byte_for_byte_as_cbor2_does(run: Forwards) -> None:
+    data = peering_cbor.encode(run)
+    assert data == cbor2.dumps(run.to_map())
+    assert from_map(cbor2.loads(data)) == run
+
+
+def _expanded(m: dict[str, Any]) -> list[Any]:
+    msg = from_map(m)
+    return msg.forwards() if isinstance(msg, Forwards) else [msg]
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(
+        st.one_of(
+            forwards,
+            st.sampled_from(SAMPLES),
+            st.tuples(st.integers(1, 50), st.integers(1, 5), envelopes).map(
+                lambda t: [Forward(t[0] + i, t[2]) for i in range(t[1])]  # a run's worth
+            ),
+        ),
+        max_size=12,
+    ),
+    st.sampled_from([1, 300, 2000, 1 << 18]),
+)
+def test_frames_carry_exactly_the_messages_in_order(items: list[Any], limit: int) -> None:
+    messages: list[Any] = []
+    for item in items:
+        messages += item if isinstance(item, list) else [item]
+    got: list[Any] = []
+    for frame in peering_cbor.encode_frames(messages, limit):
+        m = cbor2.loads(frame)
+        if m["type"] == "peer.batch":
+            assert len(m["msgs"]) > 1
+            for inner in m["msgs"]:
+                got += _expanded(inner)
+        else:
+            got += _expanded(m)
+    want: list[Any] = []
+    for message in messages:
+        want += _expanded(cbor2.loads(peering_cbor.encode(message)))
+    assert got == want
+
+
+def test_consecutive_forwards_go_as_one_run_until_something_differs() -> None:
+    env = Envelope(MessageId("A", 1, 1), "k", b"x" * 10, {}, {}, "x", ("A",), 1)
+    other = Envelope(MessageId("A", 1, 9), "k", b"", {}, {}, "x", ("A", "C"), 2)
+    messages: list[Any] = [Forward(seq, env) for seq in range(1, 6)]
+    (frame,) = peering_cbor.encode_frames(messages, 1 << 18)
+    assert from_map(cbor2.loads(frame)) == Forwards(1, [env] * 5)
+    messages += [Forward(6, other), Forward(8, env), Heartbeat(), Forward(9, env)]
+    (frame,) = peering_cbor.encode_frames(messages, 1 << 18)
+    kinds = [(m["type"], m.get("seq")) for m in cbor2.loads(frame)["msgs"]]
+    assert kinds == [
+        ("peer.forwards", 1),
+        ("peer.forwards", 6),
+        ("peer.forwards", 8),
+        ("peer.heartbeat", None),
+        ("peer.forwards", 9),
+    ]
+    assert len(peering_cbor.encode_frames(messages[:5], 100)) > 1  # the frame size splits runs
+
+
+@given(envelopes, node_ids, st.booleans())
+def test_an_onward_envelope_knows_its_size(env: Envelope, node: str, known: bool) -> None:
+    if known:
+        env.size()
+    out = env.onward(node)
+    fresh = Envelope(
+        out.id, out.routing_key, out.body, out.headers, out.properties, out.exchange, out.path,
+        out.hops,
+    )  # fmt: skip
+    assert out.size() == fresh.size() and out == fresh
+
+
 # --- the receiver's decoder ----------------------------------------------------------
 
 ODD: list[Any] = [
@@ -157,6 +266,102 @@ def test_the_fast_decoder_agrees_with_the_checked_one(
         assert fast == checked
     if not changes:
         assert fast == fwd  # whatever comes off the wire well-formed takes the fast path
+
+
+RUN_FIELDS = ["seq", "exchange", "path", "hops", "msgs"]
+ROW_ODD: list[Any] = [*ODD, ["A", 1, 2, "k", {}, {}, b""], ["A", 1, 2, "k", {}, {}]]
+
+
+def _checked_run(m: dict[str, Any]) -> Forwards | str:
+    try:
+        return _forwards(_Reader("peer.forwards", m))
+    except PeeringProtocolError as exc:
+        return exc.text
+
+
+@settings(max_examples=500)
+@given(
+    runs,
+    st.lists(st.tuples(st.sampled_from(RUN_FIELDS), st.sampled_from([*ODD, "drop"])), max_size=2),
+    st.lists(st.tuples(st.integers(0, 7), st.integers(0, 6), st.sampled_from(ROW_ODD)), max_size=3),
+)
+def test_the_fast_run_decoder_agrees_with_the_checked_one(
+    run: Forwards, changes: list[tuple[str, Any]], row_changes: list[tuple[int, int, Any]]
+) -> None:
+    m = cbor2.loads(peering_cbor.encode(run))
+    for name, value in changes:
+        if value == "drop" and type(value) is str:
+            m.pop(name, None)
+        else:
+            m[name] = value
+    rows = m.get("msgs")
+    for index, position, value in row_changes:
+        if isinstance(rows, list) and rows:
+            row = rows[index % len(rows)]
+            if isinstance(row, list) and row:
+                row[position % len(row)] = value
+    fast = forwards_fast(m)
+    checked = _checked_run(m)
+    if fast is not None:
+        assert fast == checked
+    if not changes and not row_changes:
+        assert fast == run  # whatever comes off the wire well-formed takes the fast path
+
+
+def _receiving_end() -> tuple[PeeredExchange, Any]:
+    px = PeeredExchange(
+        node_id="B", epoch=1, exchange="x", exchange_type="topic", rand=random.Random(0).random,
+        max_hops=3,
+    )  # fmt: skip
+    link, _ = px.attach(Hello("A", "l", "/", "x", "topic", PeeringMode.PUBLISH, 5), 0.0)
+    assert link is not None and link.state is LinkState.UP
+    return px, link
+
+
+@settings(max_examples=300)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(-2, 3),  # seq step from the last run's end (<= 0: resent)
+            st.lists(st.integers(1, 12), min_size=1, max_size=5),  # origin seqs
+            st.lists(st.sampled_from(["A", "B", "C"]), max_size=2).map(tuple),
+            st.integers(0, 4),
+        ),
+        max_size=6,
+    ),
+    st.lists(st.booleans(), max_size=12),
+)
+def test_a_link_takes_a_run_as_the_single_forwards(
+    runs_: list[tuple[int, list[int], tuple[str, ...], int]], confirms: list[bool]
+) -> None:
+    """Same deliveries, tags, counters, marks and acks; loops, resends and copies
+    along other paths included."""
+    (px1, singles), (px2, batched) = _receiving_end(), _receiving_end()
+    seq, now = 0, 1.0
+    for step, origins, path, hops in runs_:
+        first = max(1, seq + step)
+        envs = [
+            Envelope(MessageId("Z", 1, o), "k", b"%d" % o, {}, {}, "x", path, hops) for o in origins
+        ]
+        run = Forwards(first, envs)
+        one: list[Any] = []
+        for fwd in run.forwards():
+            one += singles.receive(cbor2.loads(peering_cbor.encode(fwd)), now)
+        many = batched.receive(cbor2.loads(peering_cbor.encode(run)), now)
+        assert [a for a in one if isinstance(a, Deliver)] == [
+            a for a in many if isinstance(a, Deliver)
+        ]
+        assert [a.message for a in one if isinstance(a, Send)][-1:] == [
+            a.message for a in many if isinstance(a, Send)
+        ][-1:]
+        seq = max(seq, first + len(envs) - 1)
+        if confirms and confirms.pop():
+            one, many = singles.confirm(singles._tags, now), batched.confirm(batched._tags, now)
+            assert one == many
+        now += 1.0
+    assert singles.counters == batched.counters
+    assert px1.snapshot() == px2.snapshot()
+    assert singles._pending == batched._pending
 
 
 # --- the sender's decision -------------------------------------------------------------
@@ -213,6 +418,47 @@ def test_an_offer_takes_exactly_what_decide_sends(
         else:
             assert actions == []
             assert link.skipped[want.value] == skipped.get(want.value, 0) + 1
+
+
+@given(
+    st.lists(st.sampled_from(["accept", "ack", "rewind", "take"]), max_size=40),
+    st.integers(1, 4),
+    st.booleans(),
+)
+def test_taking_the_last_one_is_what_taking_the_one_due_gives(
+    ops: list[str], max_in_flight: int, spill: bool
+) -> None:
+    """``take_last`` (offer's shortcut) against the rule: when exactly one message
+    is due and the window has room, ``take_unsent(1)``; otherwise nothing."""
+    kind = OverflowPolicy.SPILL if spill else OverflowPolicy.BLOCK
+    logs = [
+        OutboundLog(
+            epoch=1, buffer_bytes=300, overflow=kind, spill=MemorySpill() if spill else None
+        )
+        for _ in range(2)
+    ]
+    fast, ref = logs
+    for i, op in enumerate(ops):
+        if op == "accept":
+            env = Envelope(MessageId("A", 1, i), "k", b"x" * 100)
+            assert fast.accept(env, 0.0) == ref.accept(env, 0.0)
+            want = ref.take_unsent(1) if ref.unsent == 1 and ref.in_flight < max_in_flight else []
+            got = fast.take_last(max_in_flight)
+            if got is None:
+                assert want == [] or fast.take_unsent(1) == want  # the general path
+            else:
+                assert [got] == want
+        elif op == "ack":
+            assert fast.ack(fast.next_seq // 2) == ref.ack(ref.next_seq // 2)
+        elif op == "rewind":
+            assert fast.rewind() == ref.rewind()
+        else:
+            assert fast.take_unsent(2) == ref.take_unsent(2)
+        assert (fast.in_flight, fast.unsent, fast.unacked) == (
+            ref.in_flight,
+            ref.unsent,
+            ref.unacked,
+        )
 
 
 # --- the seen-message window ------------------------------------------------------------
@@ -287,8 +533,19 @@ plain_trees = st.recursive(
         st.dictionaries(texts, plain_trees, max_size=4),
         st.builds(
             lambda items, extra: {"type": "peer.batch", "msgs": items, **extra},
-            st.lists(st.one_of(plain_trees, st.builds(lambda f: f.to_map(), forwards))),
+            st.lists(
+                st.one_of(
+                    plain_trees,
+                    st.builds(lambda f: f.to_map(), forwards),
+                    st.builds(lambda r: r.to_map(), runs),
+                )
+            ),
             st.dictionaries(texts, plain_trees, max_size=2),
+        ),
+        st.builds(lambda r: r.to_map(), runs),
+        st.builds(  # a run whose rows hold odd values
+            lambda rows: {"type": "peer.forwards", "msgs": rows},
+            st.lists(st.lists(st.one_of(odd_values, plain_trees), max_size=7), max_size=3),
         ),
         st.builds(  # a batch of flat maps, some with an odd value
             lambda items: {"msgs": items},
@@ -304,5 +561,14 @@ def test_the_peer_frame_check_counts_nesting_like_the_general_one() -> None:
     deep: Any = 1
     for depth in range(12):
         deep = [deep] if depth % 2 else {"k": deep}
-        for shape in (deep, {"msgs": [deep]}, {"msgs": [{"id": [deep]}]}, {"msgs": [{"h": deep}]}):
+        for shape in (
+            deep,
+            {"msgs": [deep]},
+            {"msgs": [[deep]]},
+            {"msgs": [["A", deep]]},
+            {"msgs": [{"id": [deep]}]},
+            {"msgs": [{"h": deep}]},
+            {"msgs": [{"msgs": [[deep]]}]},
+            {"msgs": [{"msgs": [["A", {}, deep]]}]},
+        ):
             assert codec._is_plain_peer_map(shape) is codec._is_str_map(shape), (depth, shape)

@@ -24,6 +24,7 @@ from amqlite.peering import (
     PeeredExchange,
     PeeringMode,
     PeerLink,
+    Refused,
     Send,
     StateChanged,
     next_state,
@@ -213,3 +214,18 @@ def test_acceptor_refuses_what_does_not_fit() -> None:
         assert link is None
         assert [type(a) for a in actions] == [Send, Disconnect]
     assert px.links == {}
+
+
+@pytest.mark.parametrize("version", [1, 3, 0])
+def test_a_hello_of_another_version_is_refused_clearly(version: object) -> None:
+    """An older amqlite (version 1: no ``peer.forwards``) gets a ``peer.refused``
+    that says why, not forwards it cannot read."""
+    px = _exchange("B")
+    hello = Hello("A", "l", "/", "x", "topic", PeeringMode.PUBLISH, 3).to_map()
+    hello["version"] = version
+    link, actions = px.attach(hello, NOW)
+    assert link is None and px.links == {}
+    send, disconnect = actions
+    assert isinstance(send, Send) and isinstance(send.message, Refused)
+    assert f"unsupported version {version} (we speak 2)" in send.message.text
+    assert isinstance(disconnect, Disconnect) and send.link == disconnect.link == "A/l"

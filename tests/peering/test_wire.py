@@ -12,6 +12,7 @@ from amqlite.peering import (
     BindingKey,
     Envelope,
     Forward,
+    Forwards,
     Heartbeat,
     Hello,
     Interest,
@@ -50,6 +51,11 @@ SAMPLES: list[PeeringMessage] = [
     ResyncRequest(),
     Forward(1, ENV),
     Forward(12, Envelope(MessageId("N", 0, 0), "", b"", exchange="x")),
+    Forwards(3, [ENV]),
+    Forwards(
+        9,
+        [ENV, Envelope(MessageId("B", 0, 1), "", b"", {}, {}, "x", ("A", "B"), 2)],
+    ),
     Ack(5, 0),
     Ack(5, 123456789),
     Heartbeat(),
@@ -84,6 +90,10 @@ def _forward(**changes: Any) -> dict[str, Any]:
     return m
 
 
+def _forwards(**changes: Any) -> dict[str, Any]:
+    return {**Forwards(4, [ENV]).to_map(), **changes}
+
+
 def _without(m: dict[str, Any], key: str) -> dict[str, Any]:
     return {k: v for k, v in m.items() if k != key}
 
@@ -92,7 +102,8 @@ BAD: list[tuple[object, str]] = [
     ([], "must be a map"),
     ({}, "unknown peering message type None"),
     ({"type": "peer.nope"}, "unknown peering message type 'peer.nope'"),
-    (_hello(version=2), "unsupported version 2"),
+    (_hello(version=1), "unsupported version 1 (we speak 2)"),  # before peer.forwards
+    (_hello(version=3), "unsupported version 3 (we speak 2)"),
     (_hello(mode=4), "'mode' must be 1, 2 or 3"),
     (_hello(mode="1"), "'mode' must be 1, 2 or 3"),
     (_hello(node=""), "'node' must be a non-empty string"),
@@ -111,6 +122,14 @@ BAD: list[tuple[object, str]] = [
     (_forward(body="text"), "'body' must be bytes"),
     (_forward(headers={1: 2}), "'headers' must be a map with string keys"),
     (_without(_forward(), "routing_key"), "peer.forward: missing 'routing_key'"),
+    (_forwards(seq=0), "peer.forwards: 'seq' must be an integer >= 1"),
+    (_forwards(path=[""]), "peer.forwards: 'path' must be a list of node ids"),
+    (_forwards(hops=-1), "peer.forwards: 'hops' must be an integer >= 0"),
+    (_forwards(msgs=[]), "peer.forwards: 'msgs' must be a non-empty list"),
+    (_forwards(msgs=[["A", 1, 2, "k", {}, {}]]), "peer.forwards: 'msgs' must be"),
+    (_forwards(msgs=[["A", 1, 2, "k", {1: 2}, {}, b""]]), "peer.forwards: 'msgs' must be"),
+    (_forwards(msgs=[["", 1, 2, "k", {}, {}, b""]]), "peer.forwards: 'msgs' must be"),
+    (_forwards(msgs=[["A", 1, 2, "k", {}, {}, "text"]]), "peer.forwards: 'msgs' must be"),
     ({"type": "peer.ack", "epoch": 1}, "peer.ack: missing 'seq'"),
     ({"type": "peer.ack", "epoch": 1, "seq": 1.0}, "'seq' must be an integer"),
     (

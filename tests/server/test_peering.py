@@ -435,6 +435,32 @@ async def test_an_unknown_hello_role_is_refused(node: BrokerNode) -> None:
     await client.aclose()
 
 
+async def test_a_dialer_of_an_older_peering_version_is_refused_clearly(node: BrokerNode) -> None:
+    """Version 1 had no ``peer.forwards``: its dialer gets a ``peer.refused`` that
+    says why, and the connection is closed."""
+    from amqlite.protocol import events as ev
+
+    from .rawclient import RawClient
+
+    async with amqlite.connect(_addr(node)) as conn:
+        await conn.declare_exchange("x", "topic", durable=True)
+    raw = await RawClient.connect(node.port)
+    await raw.send(ev.Hello(raw.next_id(), role="peer-link"))
+    assert isinstance(await raw.receive(), ev.Welcome)
+    hello = {
+        "type": "peer.hello", "version": 1, "node": "old", "link": "l", "vhost": "/",
+        "exchange": "x", "exchange_type": "topic", "mode": 2, "epoch": 1,
+        "resume": None, "heartbeat": 0.0,
+    }  # fmt: skip
+    await raw.send(ev.PeerMessage(hello))
+    refused = await raw.receive()
+    assert isinstance(refused, ev.PeerMessage) and refused.msg["type"] == "peer.refused"
+    assert "unsupported version 1 (we speak 2)" in refused.msg["text"]
+    closed = await raw.receive()
+    assert isinstance(closed, ev.Close) and "unsupported version 1" in closed.text
+    await raw.aclose()
+
+
 async def test_the_link_logs_in_like_a_client_and_needs_rights_on_the_exchange(
     nursery: trio.Nursery,
 ) -> None:
@@ -464,6 +490,7 @@ async def test_a_forward_with_malformed_properties_is_dropped_not_stored(node: B
     """A raw dialer: hello, then two forwards, the first with a property the protocol
     forbids. Only the second is published; both are acknowledged, so the link
     moves on, and the node keeps serving."""
+    from amqlite.peering.wire import VERSION
     from amqlite.protocol import events as ev
 
     from .rawclient import RawClient
@@ -475,7 +502,7 @@ async def test_a_forward_with_malformed_properties_is_dropped_not_stored(node: B
         await raw.send(ev.Hello(raw.next_id(), role="peer-link"))
         assert isinstance(await raw.receive(), ev.Welcome)
         hello = {
-            "type": "peer.hello", "version": 1, "node": "fake", "link": "l", "vhost": "/",
+            "type": "peer.hello", "version": VERSION, "node": "fake", "link": "l", "vhost": "/",
             "exchange": "x", "exchange_type": "topic", "mode": 2, "epoch": 1,
             "resume": None, "heartbeat": 0.0,
         }  # fmt: skip
