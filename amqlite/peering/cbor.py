@@ -17,23 +17,11 @@ from typing import Any
 
 import cbor2
 
+from amqlite.protocol.codec import cbor_head as _head
+
 from .wire import Envelope, Forward, Forwards, PeeringMessage
 
 BATCH = "peer.batch"
-
-
-def _head(major: int, n: int) -> bytes:
-    """A CBOR item header: major type (shifted: 0x00 unsigned, 0x40 bytes, 0x60
-    text, 0x80 array, 0xA0 map) and length or value."""
-    if n < 24:
-        return bytes((major | n,))
-    if n < 0x100:
-        return bytes((major | 24, n))
-    if n < 0x10000:
-        return bytes((major | 25,)) + n.to_bytes(2, "big")
-    if n < 0x100000000:
-        return bytes((major | 26,)) + n.to_bytes(4, "big")
-    return bytes((major | 27,)) + n.to_bytes(8, "big")
 
 
 _UINT8 = [_head(0, n) for n in range(0x100)]

@@ -455,9 +455,10 @@ def _uint(n: int) -> bytes:
         return cbor2.dumps(n)
 
 
-def _head(major: int, n: int) -> bytes:
-    """A CBOR item header: major type (already shifted, e.g. 0x40 bytes, 0x60
-    text) and length."""
+def cbor_head(major: int, n: int) -> bytes:
+    """A CBOR item header: major type (shifted: 0x00 unsigned, 0x40 bytes, 0x60
+    text, 0x80 array, 0xA0 map) and its length or value. The hand-written
+    encoders (this module, the journal's, peering's) share it."""
     if n < 24:
         return bytes((major | n,))
     if n < 0x100:
@@ -467,6 +468,9 @@ def _head(major: int, n: int) -> bytes:
     if n < 0x100000000:
         return bytes((major | 26,)) + n.to_bytes(4, "big")
     return bytes((major | 27,)) + n.to_bytes(8, "big")
+
+
+_head = cbor_head
 
 
 _K_EXCHANGE = cbor2.dumps("exchange")

@@ -19,6 +19,7 @@ from typing import Any
 
 import cbor2
 
+from amqlite.protocol.codec import cbor_head as _head
 from amqlite.protocol.codec import check_headers, check_props
 
 from .errors import RecordError
@@ -33,20 +34,6 @@ from .records import (
 )
 
 _FLOAT = struct.Struct(">d")
-
-
-def _head(major: int, n: int) -> bytes:
-    """A CBOR item header: major type (shifted: 0x00 uint, 0x20 negative, 0x40 bytes,
-    0x60 text, 0x80 array, 0xa0 map) and its argument."""
-    if n < 24:
-        return bytes((major | n,))
-    if n < 0x100:
-        return bytes((major | 24, n))
-    if n < 0x10000:
-        return bytes((major | 25,)) + n.to_bytes(2, "big")
-    if n < 0x100000000:
-        return bytes((major | 26,)) + n.to_bytes(4, "big")
-    return bytes((major | 27,)) + n.to_bytes(8, "big")
 
 
 def _text(s: str) -> bytes:
