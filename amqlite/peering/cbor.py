@@ -80,53 +80,14 @@ def _path(path: tuple[str, ...]) -> bytes:
 
 _EMPTY_MAP = b"\xa0"
 _K_TYPE = _text("type")
-# map of 10 pairs, "type": "peer.forward", "seq":
-_FORWARD_HEAD = b"\xaa" + _K_TYPE + _text(Forward.TYPE) + _text("seq")
-_K_ID = _text("id") + b"\x83"  # a 3-item array follows
 _K_PATH = _text("path")
 _K_HOPS = _text("hops")
 _K_EXCHANGE = _text("exchange")
-_K_ROUTING_KEY = _text("routing_key")
-_K_HEADERS = _text("headers")
-_K_PROPERTIES = _text("properties")
-_K_BODY = _text("body")
 _BATCH_HEAD = b"\xa2" + _K_TYPE + _text(BATCH) + _text("msgs")
 
 
 def _fields(m: Mapping[str, Any]) -> bytes:
     return cbor2.dumps(m if type(m) is dict else dict(m))
-
-
-def encode_forward(fwd: Forward) -> bytes:
-    """``cbor2.dumps(fwd.to_map())``, by hand."""
-    env = fwd.envelope
-    node, epoch, origin_seq = env.id
-    headers, properties, body = env.headers, env.properties, env.body
-    return b"".join(
-        (
-            _FORWARD_HEAD,
-            _uint(fwd.seq),
-            _K_ID,
-            _text(node),
-            _uint(epoch),
-            _uint(origin_seq),
-            _K_PATH,
-            _path(env.path),
-            _K_HOPS,
-            _uint(env.hops),
-            _K_EXCHANGE,
-            _text(env.exchange),
-            _K_ROUTING_KEY,
-            _text(env.routing_key),
-            _K_HEADERS,
-            _fields(headers) if headers else _EMPTY_MAP,
-            _K_PROPERTIES,
-            _fields(properties) if properties else _EMPTY_MAP,
-            _K_BODY,
-            _bytes_head(len(body)),
-            body,
-        )
-    )
 
 
 # map of 6 pairs, "type": "peer.forwards", "seq":
@@ -173,8 +134,6 @@ def encode_forwards(seq: int, envelopes: Sequence[Envelope]) -> bytes:
 
 def encode(msg: PeeringMessage) -> bytes:
     """One peering message's map, CBOR-encoded."""
-    if type(msg) is Forward:
-        return encode_forward(msg)
     if type(msg) is Forwards:
         return encode_forwards(msg.seq, msg.envelopes)
     return cbor2.dumps(msg.to_map())

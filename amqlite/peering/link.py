@@ -61,7 +61,6 @@ from .wire import (
     PeeringMessage,
     Refused,
     ResyncRequest,
-    forward_fast,
     forwards_fast,
     from_map,
 )
@@ -72,7 +71,6 @@ S, E = LinkState, LinkEvent
 # class, several times slower than a global, and these run for every message
 _UP, _CLOSED, _SYNCING = S.UP, S.CLOSED, S.SYNCING
 _FORWARD_MODE = PeeringMode.FORWARD
-_FORWARD = Forward.TYPE
 _FORWARDS = Forwards.TYPE
 _new_pending = tuple.__new__  # _Pending(...) without the Python-level __new__
 _CONNECTED = (S.SYNCING, S.UP)
@@ -383,10 +381,6 @@ class PeerLink:
                 run = forwards_fast(message)
                 if run is not None:
                     return self._sent(now, self._on_forwards(run, now))
-            elif kind == _FORWARD:
-                fwd = forward_fast(message)
-                if fwd is not None:
-                    return self._sent(now, self._on_forward(fwd, now))
         try:
             msg = from_map(message) if isinstance(message, Mapping) else message
             return self._sent(now, self._dispatch(msg, now))

@@ -558,84 +558,15 @@ def forwards_fast(m: dict[str, Any]) -> Forwards | None:
     return Forwards(seq, envelopes)
 
 
-def forward_fast(m: dict[str, Any]) -> Forward | None:
-    """A well-formed ``peer.forward`` map as it comes from the CBOR decoder (exact
-    built-in types), checked in one pass; None for anything else, which
-    :func:`_forward` then accepts or rejects with the precise reason. Whatever
-    this accepts, :func:`_forward` accepts too, with the same result."""
-    get = m.get
-    ident = get("id")
-    path = get("path")
-    seq = get("seq")
-    hops = get("hops")
-    routing_key = get("routing_key")
-    exchange = get("exchange")
-    body = get("body")
-    headers = get("headers", _EMPTY)
-    properties = get("properties", _EMPTY)
-    if (
-        type(ident) is not list
-        or len(ident) != 3
-        or type(path) is not list
-        or type(headers) is not dict
-        or type(properties) is not dict
-        or type(seq) is not int
-        or seq < 1
-        or type(hops) is not int
-        or hops < 0
-        or type(routing_key) is not str
-        or type(exchange) is not str
-        or type(body) is not bytes
-    ):
-        return None
-    node, epoch, origin_seq = ident
-    if (
-        type(node) is not str
-        or not node
-        or type(epoch) is not int
-        or epoch < 0
-        or type(origin_seq) is not int
-        or origin_seq < 0
-    ):
-        return None
-    for p in path:
-        if type(p) is not str or not p:
-            return None
-    if headers:
-        for k in headers:
-            if type(k) is not str:
-                return None
-    headers = dict(headers)
-    if properties:
-        for k in properties:
-            if type(k) is not str:
-                return None
-    properties = dict(properties)
-    env = Envelope(
-        MessageId(node, epoch, origin_seq),
-        routing_key,
-        body,
-        headers,
-        properties,
-        exchange,
-        tuple(path),
-        hops,
-    )
-    return Forward(seq, env)
-
-
 def from_map(m: object) -> PeeringMessage:
     """The peering message a received map holds; malformed maps raise
     :class:`~amqlite.peering.errors.PeeringProtocolError`."""
     if type(m) is dict:
         kind = m.get("type")
-        fast: Forward | Forwards | None = None
         if kind == Forwards.TYPE:
             fast = forwards_fast(m)
-        elif kind == Forward.TYPE:
-            fast = forward_fast(m)
-        if fast is not None:
-            return fast
+            if fast is not None:
+                return fast
     if not isinstance(m, Mapping):
         raise PeeringProtocolError(f"a peering message must be a map, got {type(m).__name__}")
     kind = m.get("type")
