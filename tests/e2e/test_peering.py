@@ -369,11 +369,16 @@ async def test_subscribe_outage_what_was_published_remotely_arrives_after_reconn
 
 
 async def _publish_confirmed(
-    servers: str, producer: str, n: int, confirmed: set[int], reconnect: bool
+    servers: str,
+    producer: str,
+    n: int,
+    confirmed: set[int],
+    reconnect: bool,
+    halfway: trio.Event | None = None,
 ) -> None:
     """Persistent messages ``0..n-1``, each confirmed before the next; ``confirmed``
-    collects those the broker confirmed. Without ``reconnect`` it stops at the first
-    failure (the broker was killed)."""
+    collects those the broker confirmed, and ``halfway`` is set once ``n // 2`` are.
+    Without ``reconnect`` it stops at the first failure (the broker was killed)."""
     with contextlib.suppress(amqlite.AmqliteError, OSError):
         async with amqlite.connect(servers, reconnect=reconnect) as conn:
             for seq in range(n):
@@ -386,6 +391,8 @@ async def _publish_confirmed(
                     confirm=True,
                 )
                 confirmed.add(seq)
+                if halfway is not None and len(confirmed) >= n // 2:
+                    halfway.set()
 
 
 def _check_subscriber(checker: StreamChecker, producer: str, confirmed: set[int]) -> None:
@@ -778,13 +785,13 @@ async def test_a_dialer_killed_with_a_backlog_sends_it_after_its_restart(tmp_pat
         confirmed: set[int] = set()
         with trio.fail_after(120):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_publish_confirmed, a.address, "p", n, confirmed, False)
+                halfway = trio.Event()
+                nursery.start_soon(_publish_confirmed, a.address, "p", n, confirmed, False, halfway)
                 await group.wait("b", lambda ls: _acceptor(ls)["received"] >= n // 6)
                 proxy.partition(refuse_new=True)
                 proxy.cut()
                 with trio.fail_after(60):
-                    while len(confirmed) < n // 2:  # noqa: ASYNC110 (another process publishes)
-                        await trio.sleep(0.02)
+                    await halfway.wait()
                 assert a.proc is not None
                 a.proc.proc.kill()
                 await a.proc.proc.wait()
@@ -816,13 +823,15 @@ async def test_a_dialing_ha_pair_sends_its_backlog_from_the_new_master(tmp_path:
         confirmed: set[int] = set()
         with trio.fail_after(120):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_publish_confirmed, pair.servers, "p", n, confirmed, True)
+                halfway = trio.Event()
+                nursery.start_soon(
+                    _publish_confirmed, pair.servers, "p", n, confirmed, True, halfway
+                )
                 await group.wait("b", lambda ls: bool(ls) and _acceptor(ls)["received"] >= n // 6)
                 proxy.partition(refuse_new=True)
                 proxy.cut()
                 with trio.fail_after(60):
-                    while len(confirmed) < n // 2:  # noqa: ASYNC110 (another process publishes)
-                        await trio.sleep(0.02)
+                    await halfway.wait()
                 await pair.kill("primary")
             assert len(confirmed) == n  # the publisher failed over and went on
             proxy.heal()
