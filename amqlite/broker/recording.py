@@ -137,7 +137,7 @@ class Recorder:
                 enqueued_at=now + self.wall_offset,
                 deaths=message._deaths,
                 publish_key=message.publish_key,
-                mesh=_mesh_of(message, names),
+                mesh=_mesh_of(message, names) if message.mesh is not None else {},
             )
         )
 

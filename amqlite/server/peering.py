@@ -632,7 +632,7 @@ class PeeringService:
         if cancelled and not pq.session.closed:  # the queue was deleted by hand
             log.warning("peering_queue_deleted", queue=pq.name, link=pq.link.id)
             now = trio.current_time()
-            pq.declare(now, 2 * pq.link.settings.max_in_flight)  # taken ones still ack
+            pq.declare(now)  # what it had taken still acks
             pq.sync_bindings()
             deliveries += pq.take()[0]
         if not deliveries:

@@ -99,9 +99,10 @@ class PeeringQueue:
         self.session: Session = broker.open_session(self.vhost, owner=self)
         self.taken: deque[tuple[int, int]] = deque()  # (seq, dtag): sent, not yet acked
         self.applied_digest = ""  # the interest digest the bindings were last made from
-        self.declare(now, prefetch)
+        self.prefetch = prefetch
+        self.declare(now)
 
-    def declare(self, now: float, prefetch: int) -> None:
+    def declare(self, now: float) -> None:
         """Declare the queue (or take the one a restart kept) and consume from it."""
         host = self.host
         lease = self.link.remote_lease or DEFAULT_LEASE
@@ -119,7 +120,7 @@ class PeeringQueue:
                     ARG_LEASE: lease,
                 },
             )
-        self.session.consume(self.name, prefetch=prefetch, now=now)
+        self.session.consume(self.name, prefetch=self.prefetch, now=now)
 
     @property
     def lease(self) -> float:

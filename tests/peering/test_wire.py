@@ -39,6 +39,7 @@ ENV = Envelope(
 SAMPLES: list[PeeringMessage] = [
     Hello("A", "l", "/", "x", "topic", PeeringMode.SUBSCRIBE, 5, (4, 99), heartbeat=0.5),
     Hello("A", "l", "/v", "x", "headers", PeeringMode.FORWARD, 0),
+    Hello("A", "l", "/", "x", "topic", PeeringMode.SUBSCRIBE, 0, lease=60.0, buffer_bytes=4096),
     Refused(406, "exchange mismatch"),
     Interest(
         True,
@@ -113,6 +114,10 @@ BAD: list[tuple[object, str]] = [
     (_hello(epoch=True), "'epoch' must be an integer >= 0"),
     (_hello(resume=[1]), "'resume' must be null or [epoch, seq]"),
     (_hello(heartbeat="1"), "'heartbeat' must be a number"),
+    (_hello(lease=0), "'lease' must be null or a number of seconds > 0"),
+    (_hello(lease="1d"), "'lease' must be null or a number of seconds > 0"),
+    (_hello(buffer_bytes=0), "'buffer_bytes' must be null or an integer >= 1"),
+    (_hello(buffer_bytes=1.5), "'buffer_bytes' must be null or an integer >= 1"),
     (_forward(seq=0), "peer.forward: 'seq' must be an integer >= 1"),
     (_forward(id=["A", 1]), "'id' must be [origin node, origin epoch, origin seq]"),
     (_forward(id=["", 1, 2]), "'id' must be"),
