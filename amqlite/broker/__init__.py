@@ -7,11 +7,13 @@ return values, deliveries and cancellations. See docs/CONTRACTS.md, "Broker core
 from .arguments import Overflow, QueueSettings, parse_queue_arguments
 from .broker import Broker
 from .headers import HeadersRule
+from .recording import ALL_APPENDED
 from .message import PEERING_QUEUE_PREFIX, Delivery, Message, PublishOutcome, QueueInfo
 from .session import Session
 from .topic import TopicMatcher
 
 __all__ = [
+    "ALL_APPENDED",
     "PEERING_QUEUE_PREFIX",
     "Broker",
     "Delivery",

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from .recording import ALL_APPENDED
+
 #: Keys remembered per vhost: many times any client's in-flight window.
 DEFAULT_WINDOW = 100_000
 
@@ -30,7 +32,9 @@ class PublishKeys:
             raise ValueError(f"the publish key window must hold at least 1 key, got {capacity}")
         self.capacity = capacity
         self.duplicates = 0  # publishes answered as duplicates
-        self._keys: OrderedDict[str, None] = OrderedDict()
+        #: key -> journal position of the first copy's record (0: not journaled,
+        #: ALL_APPENDED: learned from replayed records, position unknown)
+        self._keys: OrderedDict[str, int] = OrderedDict()
 
     def __contains__(self, key: object) -> bool:
         return key in self._keys
@@ -38,10 +42,14 @@ class PublishKeys:
     def __len__(self) -> int:
         return len(self._keys)
 
-    def add(self, key: str) -> None:
+    def position(self, key: str) -> int:
+        """The journal position a publish sent again under ``key`` vouches for."""
+        return self._keys.get(key, 0)
+
+    def add(self, key: str, position: int = ALL_APPENDED) -> None:
         keys = self._keys
         if key in keys:
             return
-        keys[key] = None
+        keys[key] = position
         if len(keys) > self.capacity:
             keys.popitem(last=False)

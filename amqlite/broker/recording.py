@@ -45,7 +45,14 @@ if TYPE_CHECKING:
     from .message import Message
     from .queue import Queue
 
-Sink = Callable[[Record], Any]
+#: The shell's journal: appends one record and returns its journal position (an
+#: int >= 1), or None when it does not number records (tests collecting them).
+Sink = Callable[[Record], int | None]
+
+#: A publish key learned from replayed records (a restart's recovery, a passive HA
+#: node's replication) has no known position in this node's journal: a request
+#: that depends on it waits for everything appended so far.
+ALL_APPENDED = -1
 
 
 class Recorder:
@@ -55,21 +62,52 @@ class Recorder:
     above the journal's); ``wall_offset`` turns the shell's monotonic ``now`` into
     wall-clock seconds for ``message.enqueue``'s ``at`` (the shell sets it: the core
     never reads a clock).
+
+    **The span of a request.** A session call whose reply promises durability
+    starts a span (:meth:`start_span`); every record made until the next one widens
+    it: ``span_first`` and ``span_last`` are the journal positions (as the sink
+    returned them) of the first and the last. The reply may go once the journal has
+    committed ``span_last``; a message among ``span_first..span_last`` that the disk
+    dropped refuses it. 0 / 0: the request recorded nothing and waits for nothing.
     """
 
-    __slots__ = ("last_id", "paused", "sink", "wall_offset")
+    __slots__ = ("last_id", "paused", "sink", "span_first", "span_last", "wall_offset")
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink
         self.last_id = 0
         self.wall_offset = 0.0
         self.paused = False
+        self.span_first = 0
+        self.span_last = 0
+
+    def start_span(self) -> None:
+        """A new request begins: forget the positions the last one recorded."""
+        self.span_first = self.span_last = 0
+
+    def depend_on(self, position: int) -> None:
+        """The reply to this request also vouches for the record at ``position``
+        (a publish sent again vouches for its first copy); ``ALL_APPENDED`` for one
+        whose position this journal does not know."""
+        last = self.span_last
+        if last != ALL_APPENDED and (position == ALL_APPENDED or position > last):
+            self.span_last = position
+        if not self.span_first:
+            self.span_first = position
+
+    def _put(self, record: Record) -> None:
+        position = self.sink(record)
+        if position:
+            if self.span_last != ALL_APPENDED:
+                self.span_last = position
+            if not self.span_first:
+                self.span_first = position
 
     # --- topology ------------------------------------------------------------------
 
     def exchange_declared(self, vhost: str, exchange: Exchange) -> None:
         if not self.paused:
-            self.sink(
+            self._put(
                 ExchangeDeclare(
                     vhost=vhost,
                     name=exchange.name,
@@ -82,11 +120,11 @@ class Recorder:
 
     def exchange_deleted(self, vhost: str, name: str) -> None:
         if not self.paused:
-            self.sink(ExchangeDelete(vhost=vhost, name=name))
+            self._put(ExchangeDelete(vhost=vhost, name=name))
 
     def queue_declared(self, vhost: str, queue: Queue) -> None:
         if not self.paused:
-            self.sink(
+            self._put(
                 QueueDeclare(
                     vhost=vhost,
                     name=queue.name,
@@ -97,11 +135,11 @@ class Recorder:
 
     def queue_deleted(self, vhost: str, name: str) -> None:
         if not self.paused:
-            self.sink(QueueDelete(vhost=vhost, name=name))
+            self._put(QueueDelete(vhost=vhost, name=name))
 
     def bound(self, vhost: str, queue: str, exchange: str, key: str, args: dict[str, Any]) -> None:
         if not self.paused:
-            self.sink(
+            self._put(
                 QueueBind(vhost=vhost, queue=queue, exchange=exchange, key=key, arguments=args)
             )
 
@@ -109,7 +147,7 @@ class Recorder:
         self, vhost: str, queue: str, exchange: str, key: str, args: dict[str, Any]
     ) -> None:
         if not self.paused:
-            self.sink(
+            self._put(
                 QueueUnbind(vhost=vhost, queue=queue, exchange=exchange, key=key, arguments=args)
             )
 
@@ -124,7 +162,7 @@ class Recorder:
             return
         self.last_id = mid = self.last_id + 1
         message.pid = mid
-        self.sink(
+        self._put(
             MessageEnqueue(
                 id=mid,
                 vhost=vhost,
@@ -145,7 +183,7 @@ class Recorder:
         self, vhost: str, queue: str, offset: int, message: Message, at: float
     ) -> None:
         if not self.paused:
-            self.sink(
+            self._put(
                 StreamAppend(
                     vhost=vhost,
                     queue=queue,
@@ -162,19 +200,19 @@ class Recorder:
 
     def stream_truncate(self, vhost: str, queue: str, before: int) -> None:
         if not self.paused:
-            self.sink(StreamTruncate(vhost=vhost, queue=queue, before=before))
+            self._put(StreamTruncate(vhost=vhost, queue=queue, before=before))
 
     def stream_track(self, vhost: str, queue: str, name: str, offset: int) -> None:
         if not self.paused:
-            self.sink(StreamTrack(vhost=vhost, queue=queue, name=name, offset=offset))
+            self._put(StreamTrack(vhost=vhost, queue=queue, name=name, offset=offset))
 
     def delivered(self, mid: int, queue: str) -> None:
         if not self.paused:
-            self.sink(MessageDelivered(id=mid, queue=queue))
+            self._put(MessageDelivered(id=mid, queue=queue))
 
     def ack(self, mid: int, queue: str) -> None:
         if not self.paused:
-            self.sink(MessageAck(id=mid, queue=queue))
+            self._put(MessageAck(id=mid, queue=queue))
 
 
 def is_persistent(message: Message) -> bool:

@@ -98,6 +98,26 @@ class Session:
         broker.now = now
         return now
 
+    # --- durability -------------------------------------------------------------
+
+    def _start_span(self) -> None:
+        recorder = self._broker.recorder
+        if recorder is not None:
+            recorder.start_span()
+
+    @property
+    def journal_span(self) -> tuple[int, int]:
+        """The journal positions ``(first, last)`` the reply to the latest request
+        that promises durability depends on (publish, declare, delete, purge, bind,
+        unbind, store_offset): the reply may go once the journal (and, on an HA pair,
+        the passive node) holds ``last``; ``(0, 0)`` when it depends on nothing.
+        ``last`` is ``ALL_APPENDED`` (-1) for a publish sent again whose first copy
+        was replayed: everything appended so far."""
+        recorder = self._broker.recorder
+        if recorder is None:
+            return (0, 0)
+        return (recorder.span_first, recorder.span_last)
+
     # --- topology -----------------------------------------------------------------
 
     def declare_exchange(
@@ -112,6 +132,7 @@ class Session:
         arguments: Mapping[str, Any] | None = None,
     ) -> None:
         self._check_open()
+        self._start_span()
         self._vhost.declare_exchange(
             name,
             type,
@@ -124,6 +145,7 @@ class Session:
 
     def delete_exchange(self, name: str, *, if_unused: bool = False) -> None:
         self._check_open()
+        self._start_span()
         self._vhost.delete_exchange(name, if_unused=if_unused)
 
     def declare_queue(
@@ -138,6 +160,7 @@ class Session:
         reserved: bool = False,
     ) -> QueueInfo:
         self._check_open()
+        self._start_span()
         return self._vhost.declare_queue(
             self,
             name,
@@ -151,22 +174,26 @@ class Session:
 
     def delete_queue(self, name: str, *, if_unused: bool = False, if_empty: bool = False) -> int:
         self._check_open()
+        self._start_span()
         return self._vhost.delete_queue(self, name, if_unused=if_unused, if_empty=if_empty)
 
     def purge_queue(self, name: str) -> int:
         self._check_open()
+        self._start_span()
         return self._vhost.purge_queue(self, name)
 
     def bind(
         self, queue: str, exchange: str, key: str = "", arguments: Mapping[str, Any] | None = None
     ) -> None:
         self._check_open()
+        self._start_span()
         self._vhost.bind(self, queue, exchange, key, arguments)
 
     def unbind(
         self, queue: str, exchange: str, key: str = "", arguments: Mapping[str, Any] | None = None
     ) -> None:
         self._check_open()
+        self._start_span()
         self._vhost.unbind(self, queue, exchange, key, arguments)
 
     # --- publishing ---------------------------------------------------------------
@@ -176,8 +203,16 @@ class Session:
         an UNROUTABLE mandatory message to its publisher."""
         if self._closed:
             self._check_open()
-        self._broker.now = now
-        outcome = self._vhost.publish(message, now)
+        broker = self._broker
+        broker.now = now
+        recorder = broker.recorder
+        if recorder is None:
+            outcome = self._vhost.publish(message, now)
+        else:
+            recorder.start_span()
+            outcome = self._vhost.publish(message, now)
+            if outcome is PublishOutcome.DUPLICATE:
+                recorder.depend_on(self._vhost.publish_keys.position(message.publish_key))
         if self._broker.tracer is not None:  # trace hook (amq.trace)
             self._broker.tracer.published(self._vhost, message, outcome, now)
         return outcome
@@ -250,6 +285,7 @@ class Session:
     def store_offset(self, queue: str, name: str, offset: int) -> None:
         """Keep ``offset`` under ``name`` in stream ``queue`` (survives a restart)."""
         self._check_open()
+        self._start_span()
         self._stream(queue).store_offset(name, offset)
 
     def query_offset(self, queue: str, name: str) -> int:

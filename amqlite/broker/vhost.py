@@ -400,7 +400,8 @@ class VirtualHost:
             return PublishOutcome.DUPLICATE
         outcome = self.route(message, now)
         if outcome is PublishOutcome.ROUTED:
-            keys.add(key)
+            recorder = self.recorder
+            keys.add(key, recorder.span_last if recorder is not None else 0)
         return outcome
 
     def route(self, message: Message, now: float) -> PublishOutcome:

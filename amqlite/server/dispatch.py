@@ -22,7 +22,7 @@ from amqlite.protocol import events as ev
 DEFAULT_EXCHANGE_RESOURCE = "amq.default"
 
 if TYPE_CHECKING:
-    from .peering import PublishHook
+    from .context import PublishHookView
 
 Reply = ev.Event | None
 
@@ -40,18 +40,16 @@ class RequestDispatcher:
         permissions: Permissions,
         status: Callable[[], dict[str, Any]],
         instance: str = "",
-        peered: Mapping[str, PublishHook] | None = None,
+        peered: Mapping[str, PublishHookView] | None = None,
     ) -> None:
         self.session = session
         # publish keys (amqlite.broker.dedup) for confirmed publishes: "instance:id"
         self._key_prefix = f"{instance}:" if instance else ""
-        #: the last publish was one sent again (its ok vouches for the first copy)
-        self.duplicate = False
         self.user = user
         self.vhost = vhost
         self.permissions = permissions
         self._status = status
-        self._peered: Mapping[str, PublishHook] = peered if peered is not None else {}
+        self._peered: Mapping[str, PublishHookView] = peered if peered is not None else {}
         self._write_ok: dict[str, bool] = {}  # publish permission, per exchange
         self._handlers: dict[type[ev.Event], Callable[[Any, float], Reply]] = {
             ev.Publish: self._publish,
@@ -125,10 +123,9 @@ class RequestDispatcher:
             and outcome is PublishOutcome.UNROUTABLE
         ):
             outcome = PublishOutcome.ROUTED  # no queue here, but a link took it: not returned
-        if outcome is PublishOutcome.ROUTED:
-            return ev.Ok(p.id) if p.confirm else None
-        if outcome is PublishOutcome.DUPLICATE:
-            self.duplicate = True
+        if outcome is PublishOutcome.ROUTED or outcome is PublishOutcome.DUPLICATE:
+            # a publish sent again: its ok vouches for the first copy, whose journal
+            # position the session's span names
             return ev.Ok(p.id) if p.confirm else None
         if outcome is PublishOutcome.UNROUTABLE:
             if p.mandatory:

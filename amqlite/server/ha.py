@@ -50,7 +50,6 @@ from amqlite.protocol import events as ev
 from amqlite.store.segment import frame_record, parse_framed
 
 if TYPE_CHECKING:
-    from .connection import ClientConnection
     from .node import BrokerNode
 
 log = structlog.get_logger("amqlite.ha")
@@ -360,11 +359,18 @@ class HaService:
         node's snapshot replaces it."""
         node = self.node
         old = node.broker
-        node.broker = node._new_broker()
+        node.broker = node.new_broker()
         node.broker.wall_offset = old.wall_offset
         storage = node.storage
         if storage is not None and storage.journal is not None:
             node.broker.apply(storage.journal.state.snapshot(), trio.current_time())
+
+    def heartbeat_event(self) -> ev.HaHeartbeat | None:
+        """This node's heartbeat, as its peer link carries it (None before start)."""
+        machine = self.machine
+        if machine is None:
+            return None
+        return ev.HaHeartbeat(**machine.heartbeat().to_map())
 
     # --- the outbound link ---------------------------------------------------------------
 
@@ -557,7 +563,7 @@ class HaService:
 
     # --- replication: the passive side ---------------------------------------------------
 
-    def on_sync(self, sync: ev.HaSync, conn: ClientConnection) -> None:
+    def on_sync(self, sync: ev.HaSync, conn: Any) -> None:
         machine = self.machine
         if machine is None or machine.state is HaState.ACTIVE:
             log.warning("ha_sync_ignored", reason="this node is active", epoch=sync.epoch)

@@ -16,7 +16,8 @@ from amqlite.config import Config
 from amqlite.errors import ReplyCode
 from amqlite.store.files import FileLayer
 
-from .connection import ClientConnection
+from .connection import NativeConnection
+from .endpoints import ClientEndpoint
 from .ha import HaService
 from .peering import PeeringService
 from .peering_queue import PeeringQueue
@@ -38,13 +39,13 @@ class BrokerNode:
         self.state = "standalone"
         self.cluster_addresses: list[str] = []
         self.authenticator = Authenticator(config.users, config.server.vhosts)
-        self.connections: set[ClientConnection] = set()
+        self.connections: set[NativeConnection] = set()
         self.node_id = config.server.node_id
         self.port = 0
         self.storage = (
             NodeStorage(config.storage, file_layer=file_layer) if config.storage.persist else None
         )
-        self.broker: Broker = self._new_broker()
+        self.broker: Broker = self.new_broker()
         self.ha = HaService(self, config.cluster) if config.cluster.enabled else None
         self.peering: PeeringService | None = PeeringService(self, config.cluster_mta)
         self._started_at = 0.0
@@ -53,7 +54,7 @@ class BrokerNode:
         self._no_connections = trio.Event()
         self.stopped = trio.Event()
 
-    def _new_broker(self) -> Broker:
+    def new_broker(self) -> Broker:
         storage = self.storage
         broker = Broker(
             vhosts=self.config.server.vhosts,
@@ -74,7 +75,7 @@ class BrokerNode:
         self.port = listeners[0].socket.getsockname()[1]
         if not self.node_id:
             self.node_id = cfg.effective_node_id(self.port)
-            self.broker = self._new_broker()
+            self.broker = self.new_broker()
         self._started_at = trio.current_time()
         self.broker.wall_offset = time.time() - self._started_at
         storage = self.storage
@@ -124,7 +125,7 @@ class BrokerNode:
         """Close every client connection (not the HA peer link, not monitors):
         HA fencing and switchover."""
         for conn in list(self.connections):
-            if not conn.peer_mode and not conn.monitor:
+            if conn.role not in ("ha-peer", "monitor"):
                 conn.close_from_server(code, text)
 
     def stop(self) -> None:
@@ -148,7 +149,7 @@ class BrokerNode:
             await stream.aclose()
             return
         peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        conn = ClientConnection(self, stream, peer, host)
+        conn = NativeConnection(self, stream, peer, host)
         self.connections.add(conn)
         try:
             await conn.run()
@@ -180,7 +181,7 @@ class BrokerNode:
         """Hand the broker's pending pushes to the connections that own them."""
         for session in self.broker.take_ready():
             owner = session.owner
-            if isinstance(owner, ClientConnection | PeeringQueue):
+            if isinstance(owner, ClientEndpoint | PeeringQueue):
                 owner.push()
 
     def status(self) -> dict[str, Any]:
@@ -194,7 +195,7 @@ class BrokerNode:
                 "state": self.state,
                 "listen": f"{self.config.server.host}:{self.port}",
                 "data_dir": self.storage.directory if self.storage is not None else None,
-                "connections": [c.info() for c in self.connections if c.session is not None],
+                "connections": [i for c in self.connections if (i := c.info()) is not None],
             }
         )
         if self.ha is not None:

@@ -9,7 +9,7 @@ core returns, in order (docs/peering.md, "Shell integration"):
 - one nursery-owned task per dialed link connection (connect, ``hello`` with role
   ``peer-link``, then ``peer`` frames both ways) and one timer task that sleeps
   until the core's next deadline;
-- accepted links ride on ordinary server connections (:class:`ClientConnection`
+- accepted links ride on ordinary server connections (:class:`PeerLinkEnd`
   with role ``peer-link``), which hand their ``peer`` frames to :meth:`on_frame`;
 - bindings reach the core through a watcher on the exchange, publishes through the
   dispatcher's hook (:meth:`hook_for`), deliveries from links are published into
@@ -76,7 +76,7 @@ from .peering_queue import ARG_LINK, PeeringQueue, envelope_of, lease_of
 from .spill import FileSpill
 
 if TYPE_CHECKING:
-    from .connection import ClientConnection
+    from .context import PeerLinkEnd
     from .node import BrokerNode
 
 log = structlog.get_logger("amqlite.peering")
@@ -206,7 +206,7 @@ class PeeringService:
         self.node_id = ""
         self._configs: dict[str, PeeringConfig] = {}  # dialer link id -> its entry
         self._owner: dict[str, PeeredExchange] = {}  # link id -> its exchange
-        self._conns: dict[str, _DialedConnection | ClientConnection] = {}
+        self._conns: dict[str, _DialedConnection | PeerLinkEnd] = {}
         self._held: dict[str, _Held] = {}
         self._commits_pending: dict[str, int] = {}
         self._sessions: dict[str, Session] = {}
@@ -216,7 +216,7 @@ class PeeringService:
         self._depth = 0  # nested apply() calls
         self._delivered = False  # deliveries (or freed credit) since the last pump
         self._confirms: dict[str, int] = {}  # link -> last tag safe now, confirmed at turn end
-        self._outbox: dict[_DialedConnection | ClientConnection, list[PeeringMessage]] = {}
+        self._outbox: dict[_DialedConnection | PeerLinkEnd, list[PeeringMessage]] = {}
         self._flush_due = trio.Event()
         self._timer_at = INF  # when the timer task wakes next
         self.active = False  # peering runs (standalone, or the HA pair's active node)
@@ -828,16 +828,16 @@ class PeeringService:
             if self._confirms:
                 self._confirm_safe()  # in order: what was safe before this goes first
 
-            def committed(reply: ev.Event) -> None:
+            def committed(lost: str | None) -> None:
                 pending = self._commits_pending
                 pending[action.link] = pending.get(action.link, 1) - 1
-                if not isinstance(reply, ev.Ok):  # the disk dropped it: logged by storage
+                if lost is not None:  # the disk dropped it: logged by storage
                     log.error("peering_delivery_not_stored", link=action.link, tag=tag)
                 self.apply(link.confirm(tag, trio.current_time()))
 
             # like a client's confirm: after the commit, and on an HA pair after the
             # passive node holds it too
-            storage.hold(before + 1, committed, ev.Status(0), ev.Ok(0))
+            storage.when_durable(before + 1, storage.appended, committed)
         else:
             self._confirms[action.link] = tag  # safe now: confirmed once the turn ends
 
@@ -935,7 +935,7 @@ class PeeringService:
 
     # --- the acceptor's connections (server side) ---------------------------------------
 
-    def on_frame(self, conn: ClientConnection, msg: dict[str, Any]) -> None:
+    def on_frame(self, conn: PeerLinkEnd, msg: dict[str, Any]) -> None:
         """A ``peer`` frame on a server connection opened with role ``peer-link``."""
         now = trio.current_time()
         if not self.active:
@@ -985,7 +985,7 @@ class PeeringService:
         self.apply(actions)
         self._attach_queue(px, attached, now)
 
-    def on_closed(self, conn: ClientConnection) -> None:
+    def on_closed(self, conn: PeerLinkEnd) -> None:
         """A ``peer-link`` server connection ended."""
         link_id = conn.peer_link_id
         if link_id is None or self._conns.get(link_id) is not conn:

@@ -2,10 +2,12 @@
 compaction and disk errors (docs/storage.md, "Driving the journal from trio").
 
 The broker core hands every durable change to :meth:`NodeStorage.record`, which
-appends it to the journal (encode and buffer, no I/O). A reply that must not go
-out before its records are on disk (a confirm for a persistent message, the ok of
-a durable declaration) is held with :meth:`NodeStorage.hold` and sent by the
-committer task once a commit covers it. One task commits, in a worker thread:
+appends it to the journal (encode and buffer, no I/O) and returns its position. A
+reply that must not go out before its records are on disk (a confirm for a
+persistent message, the ok of a durable declaration) names the span of positions
+it depends on (``Session.journal_span``) and waits at the one durability barrier,
+:meth:`NodeStorage.when_durable`, released by the committer task once a commit
+covers it (and, on an HA pair, once the passive node holds it). One task commits, in a worker thread:
 ``always`` commits as soon as something is buffered (what is appended while an
 fsync runs rides the next one), ``batch`` every ``batch_ms``.
 
@@ -27,8 +29,7 @@ import structlog
 import trio
 
 from amqlite.config import StorageConfig
-from amqlite.errors import ReplyCode
-from amqlite.protocol import events as ev
+from amqlite.broker import ALL_APPENDED
 from amqlite.store import Journal, RecoveryReport
 from amqlite.store.errors import StoreWriteError
 from amqlite.store.files import FileLayer
@@ -43,12 +44,14 @@ RETRY_INTERVAL = 1.0  # seconds between commit attempts while the disk fails
 COMPACTION_CHECK = 1.0  # seconds between compaction checks
 
 
-class _Held(NamedTuple):
-    last: int  # the reply goes out once the commit covers this position
-    first: int
-    send: Callable[[ev.Event], None]
-    request: ev.Event
-    reply: ev.Event
+#: Called once a span is durable (with None) or lost (with the reason).
+DurableCallback = Callable[[str | None], None]
+
+
+class _Waiter(NamedTuple):
+    last: int  # released once the commit (and the replica) covers this position
+    first: int  # a message the disk dropped in first..last refuses it
+    callback: DurableCallback
 
 
 class NodeStorage:
@@ -59,7 +62,7 @@ class NodeStorage:
         self.journal: Journal | None = None
         self.directory = ""
         self._file_layer = file_layer
-        self._held: deque[_Held] = deque()
+        self._waiting: deque[_Waiter] = deque()
         self._dirty = trio.Event()
         self._closed = False
         self.write_errors = 0
@@ -152,11 +155,12 @@ class NodeStorage:
         journal = self.journal
         return journal.appended if journal is not None else 0
 
-    def record(self, record: Record) -> None:
-        """The broker's sink: append one record (no I/O) and wake the committer."""
+    def record(self, record: Record) -> int:
+        """The broker's sink: append one record (no I/O), wake the committer and
+        return the record's journal position (0 once closing: not stored)."""
         journal = self.journal
         if journal is None or self._closed:
-            return  # shutting down: what is recorded now is what a crash would lose
+            return 0  # shutting down: what is recorded now is what a crash would lose
         position, frame = journal.append_framed(record)
         if self.tee is not None:
             self.tee(position, frame)
@@ -171,6 +175,7 @@ class NodeStorage:
                         appends = self._unreplicated_streams[key] = deque()
                     appends.append((record.offset, position))
         self._dirty.set()
+        return position
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once everything appended so far is committed."""
@@ -254,25 +259,20 @@ class NodeStorage:
             self._release(self._committed)
             self._wake_replica_waiters()
 
-    def hold(
-        self, first: int, send: Callable[[ev.Event], None], request: ev.Event, reply: ev.Event
-    ) -> None:
-        """Send ``reply`` once the records from position ``first`` to the last one
-        appended are committed (or a 506 refusal if the disk dropped a message)."""
-        self._held.append(_Held(self.appended, first, send, request, reply))
-
-    def hold_for_all(
-        self, send: Callable[[ev.Event], None], request: ev.Event, reply: ev.Event
-    ) -> None:
-        """Send ``reply`` once everything appended so far is committed (and held by
-        the passive peer): for an ok that vouches for an earlier request's records
-        (a publish sent again, whose first copy may not be on disk yet)."""
-        last = self.appended
+    def when_durable(self, first: int, last: int, callback: DurableCallback) -> None:
+        """The durability barrier: call ``callback(None)`` once the journal has
+        committed position ``last`` and, while a passive node is replicated to, that
+        node holds it too; ``callback(reason)`` instead when the disk dropped a
+        message among positions ``first..last``. ``last`` = ``ALL_APPENDED`` stands
+        for everything appended so far. Called at once when already durable."""
+        if last == ALL_APPENDED:
+            last = self.appended
+            first = first if first > 0 else last
         replica = self.replica_upto
         if self._committed >= last and (replica is None or replica >= last):
-            send(reply)
+            callback(None)
             return
-        self._held.append(_Held(last, last, send, request, reply))
+        self._waiting.append(_Waiter(last, first, callback))
         self._dirty.set()
 
     # --- the committer -------------------------------------------------------------------
@@ -312,10 +312,9 @@ class NodeStorage:
             waiting.popleft()[1]()
         if self.replica_upto is not None:
             done = min(done, self.replica_upto)
-        held = self._held
+        held = self._waiting
         while held and held[0].last <= done:
-            h = held.popleft()
-            h.send(h.reply)
+            held.popleft().callback(None)
 
     def _failed(self, exc: StoreWriteError) -> None:
         self.write_errors += 1
@@ -332,18 +331,18 @@ class NodeStorage:
         dropped = sorted(exc.dropped)
         if not dropped:
             return
-        keep: deque[_Held] = deque()
+        keep: deque[_Waiter] = deque()
         text = (
             "the broker could not store the message "
             f"({'disk full' if exc.disk_full else 'write error'}): it was not confirmed"
         )
-        for h in self._held:
-            i = bisect.bisect_left(dropped, h.first)
-            if i < len(dropped) and dropped[i] <= h.last:
-                h.send(_refusal(h.request, text))
+        for w in self._waiting:
+            i = bisect.bisect_left(dropped, w.first)
+            if i < len(dropped) and dropped[i] <= w.last:
+                w.callback(text)
             else:
-                keep.append(h)
-        self._held = keep
+                keep.append(w)
+        self._waiting = keep
 
     async def _maybe_compact(self, journal: Journal) -> None:
         now = trio.current_time()
@@ -399,7 +398,7 @@ class NodeStorage:
             "live_message_bytes": stats.live_message_bytes,
             "appended": stats.appended,
             "committed": stats.committed,
-            "held_replies": len(self._held),
+            "held_replies": len(self._waiting),
             "write_errors": self.write_errors,
             "last_error": self.last_error,
             "recovery": self.recovery,
@@ -409,8 +408,3 @@ class NodeStorage:
         journal = self.journal
         return journal.stats().queue_messages if journal is not None else {}
 
-
-def _refusal(request: ev.Event, text: str) -> ev.Event:
-    if isinstance(request, ev.Publish):
-        return ev.Nacked(request.id, ReplyCode.RESOURCE_ERROR, text)
-    return ev.Error(getattr(request, "id", None), ReplyCode.RESOURCE_ERROR, text)

@@ -1,0 +1,260 @@
+"""The client session endpoint: requests to the broker, durable replies, pushes.
+
+A request runs against the broker session through the :class:`RequestDispatcher`
+(permissions, broker call, reply event). A reply that promises durability (the
+confirm of a persistent publish, the ok of a durable declaration) names the
+journal span it depends on (``Session.journal_span``) and waits at the node's
+one durability barrier (:meth:`NodeStorage.when_durable`); everything else goes
+at once.
+
+Pushes: the node's pump calls :meth:`ClientEndpoint.push`, which encodes the
+session's deliveries and cancellations. While an HA pair replicates, a journaled
+message is pushed only once the passive node holds it, and nothing overtakes a
+held push. Flow control: past ``HIGH_WATER`` bytes waiting for a slow client the
+session stops taking pushes until the writer drains below ``LOW_WATER``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import structlog
+import trio
+
+from amqlite.errors import AmqliteError, ReplyCode
+from amqlite.protocol import events as ev
+
+from ..dispatch import RequestDispatcher
+
+if TYPE_CHECKING:
+    from amqlite.broker import Session
+
+    from ..context import NodeView
+    from ..storage import NodeStorage
+    from .base import Link
+
+HIGH_WATER = 4 * 1024 * 1024
+LOW_WATER = 512 * 1024
+
+log = structlog.get_logger("amqlite.server")
+
+# Requests whose ok promises durability: they wait at the barrier for the journal
+# span the broker call names. (A consume records first deliveries; its ok must not
+# wait, or the pushes would overtake it.)
+_DURABLE = frozenset(
+    {
+        ev.Publish,
+        ev.ExchangeDeclare,
+        ev.ExchangeDelete,
+        ev.QueueDeclare,
+        ev.QueueDelete,
+        ev.QueuePurge,
+        ev.QueueBind,
+        ev.QueueUnbind,
+        ev.OffsetStore,
+    }
+)
+
+
+class ClientEndpoint:
+    """One client's broker session on a native connection."""
+
+    role = "client"
+
+    def __init__(
+        self,
+        node: NodeView,
+        link: Link,
+        session: Session,
+        dispatcher: RequestDispatcher,
+        *,
+        user: str,
+        vhost: str,
+        client: str,
+        connected_at: float,
+    ) -> None:
+        self.node = node
+        self.link = link
+        self.session: Session | None = session
+        self.dispatcher = dispatcher
+        self.user = user
+        self.vhost = vhost
+        self.client_name = client
+        self.connected_at = connected_at
+        self._paused = False
+        self._released = False
+        # HA: pushes waiting until the passive node holds their message, in order:
+        # (message id, stream, offset, frame); a message id of 0 and no stream = a
+        # frame that only keeps its place behind them
+        self._held_pushes: deque[tuple[int, str, int, bytes]] = deque()
+
+    # --- requests ----------------------------------------------------------------------
+
+    def opened(self) -> None:
+        pass
+
+    def handle(self, event: ev.Event, now: float) -> None:
+        t = type(event)
+        reply = self.dispatcher.handle(event, now)
+        if t is ev.Cancel:
+            self.push()  # the consumer's last deliveries go before its cancel-ok
+        if reply is None:
+            return
+        rt = type(reply)
+        if rt is ev.Error:
+            assert isinstance(reply, ev.Error)
+            log.info(
+                "request_failed",
+                peer=self.link.peer,
+                method=event.METHOD,
+                code=reply.code,
+                text=reply.text,
+            )
+        elif rt is ev.Ok and t in _DURABLE:
+            storage = self.node.storage
+            session = self.session
+            if storage is not None and session is not None:
+                first, last = session.journal_span
+                if last:
+                    callback = functools.partial(self._durable_reply, event, reply)
+                    storage.when_durable(first, last, callback)
+                    return
+        self.link.send(reply)
+
+    def _durable_reply(self, request: ev.Event, reply: ev.Event, lost: str | None) -> None:
+        """The barrier released ``reply`` (or the disk lost what it promised)."""
+        if self._released:
+            return  # gone: its requests' fate is what the client could not observe
+        if lost is not None:
+            reply = _refusal(request, lost)
+        with contextlib.suppress(AmqliteError):
+            self.link.send(reply)
+
+    # --- pushes ------------------------------------------------------------------------
+
+    def push(self) -> None:
+        """Encode the deliveries and cancellations the broker has for this session."""
+        session = self.session
+        if session is None:
+            return
+        link = self.link
+        proto = link.proto
+        send_deliver = proto.send_deliver
+        out = link.out
+        storage = self.node.storage
+        if storage is not None and storage.replica_upto is not None:
+            self._push_gated(session, storage)
+            return
+        try:
+            for d in session.take_deliveries():
+                out += send_deliver(d.ctag, d.dtag, d.redelivered, d.message, d.offset)
+            for tag, code, text in session.take_cancellations():
+                out += proto.send(ev.Cancelled(tag, code, text))
+        except AmqliteError:
+            # Our protocol side is closing (the client said close): what was taken
+            # stays unacked in the session, which requeues it when it closes. This
+            # runs in whichever task pumped, so it must never raise there.
+            return
+        if out:
+            self._flow()
+
+    def _push_gated(self, session: Session, storage: NodeStorage) -> None:
+        """``push`` while HA replicates: a journaled message goes out only once the
+        passive node holds it, and nothing overtakes a held push."""
+        proto = self.link.proto
+        send_deliver = proto.send_deliver
+        out = self.link.out
+        held = self._held_pushes
+        was_holding = bool(held)
+        try:
+            vhost = self.vhost
+            for d in session.take_deliveries():
+                frame = send_deliver(d.ctag, d.dtag, d.redelivered, d.message, d.offset)
+                pid, offset = d.message.pid, d.offset
+                if offset is not None:
+                    if held or not storage.stream_replicated(vhost, d.queue, offset):
+                        held.append((0, d.queue, offset, frame))
+                        continue
+                elif held or (pid and not storage.replicated(pid)):
+                    held.append((pid, "", 0, frame))
+                    continue
+                out += frame
+            for tag, code, text in session.take_cancellations():
+                frame = proto.send(ev.Cancelled(tag, code, text))
+                if held:
+                    held.append((0, "", 0, frame))
+                else:
+                    out += frame
+        except AmqliteError:
+            return  # closing: see push
+        if held and not was_holding:
+            storage.when_replicated(self._push_replicated)
+        self._flow()
+
+    def _push_replicated(self) -> None:
+        """The passive node holds more: send the held pushes it now holds."""
+        held = self._held_pushes
+        storage = self.node.storage
+        out = self.link.out
+        while held:
+            pid, stream, offset, _ = held[0]
+            if storage is not None and (
+                (pid and not storage.replicated(pid))
+                or (stream and not storage.stream_replicated(self.vhost, stream, offset))
+            ):
+                break
+            out += held.popleft()[3]
+        if not held and storage is not None:
+            storage.discard_waiter(self._push_replicated)
+        self._flow()
+
+    def _flow(self) -> None:
+        """Wake the writer; past HIGH_WATER stop the session's pushes."""
+        link = self.link
+        if link.out:
+            link.kick()
+            if len(link.out) > HIGH_WATER and not self._paused:
+                self._paused = True
+                if self.session is not None:
+                    self.session.set_writable(False)
+
+    def drained(self, pending: int) -> None:
+        if self._paused and pending < LOW_WATER and self.session is not None:
+            self._paused = False
+            self.session.set_writable(True)
+            self.node.pump()
+
+    # --- the end -----------------------------------------------------------------------
+
+    def closed(self, now: float) -> None:
+        self._released = True
+        if self._held_pushes:
+            self._held_pushes.clear()  # unacked in the session, which requeues them
+            if self.node.storage is not None:
+                self.node.storage.discard_waiter(self._push_replicated)
+        if self.session is not None:
+            self.session.close(now)
+            self.session = None
+            self.node.pump()
+            log.info("connection_closed", peer=self.link.peer, user=self.user, vhost=self.vhost)
+
+    def info(self) -> dict[str, Any] | None:
+        if self.session is None:
+            return None
+        return {
+            "peer": self.link.peer,
+            "user": self.user,
+            "vhost": self.vhost,
+            "client": self.client_name,
+            "since_s": round(trio.current_time() - self.connected_at, 3),
+        }
+
+
+def _refusal(request: ev.Event, text: str) -> ev.Event:
+    """What a request gets instead of its ok when the disk dropped its message."""
+    if isinstance(request, ev.Publish):
+        return ev.Nacked(request.id, ReplyCode.RESOURCE_ERROR, text)
+    return ev.Error(getattr(request, "id", None), ReplyCode.RESOURCE_ERROR, text)

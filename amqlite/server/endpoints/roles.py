@@ -1,0 +1,170 @@
+"""The endpoints of the node's own roles: the HA peer, a peering link, a monitor.
+
+Each takes only the requests of its role and answers anything else with 530
+NOT_ALLOWED; none has a broker session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from amqlite.errors import AmqliteError, ReplyCode
+from amqlite.protocol import events as ev
+
+from .base import not_allowed
+
+if TYPE_CHECKING:
+    from amqlite.auth import Permissions
+
+    from ..context import HaView, NodeView, PeeringView
+    from .base import Link
+
+
+class _RoleEndpoint:
+    """What the node's role endpoints share: replies that may come late."""
+
+    role = ""
+    where = ""
+
+    def __init__(self, link: Link) -> None:
+        self.link = link
+        self._released = False
+
+    def opened(self) -> None:
+        pass
+
+    def drained(self, pending: int) -> None:
+        pass
+
+    def closed(self, now: float) -> None:
+        self._released = True
+
+    def info(self) -> dict[str, Any] | None:
+        return None
+
+    def send_reply(self, reply: ev.Event) -> None:
+        """Send a reply that a service answers later (dropped once closed)."""
+        if self._released:
+            return
+        with contextlib.suppress(AmqliteError):
+            self.link.send(reply)
+
+
+class HaPeerEndpoint(_RoleEndpoint):
+    """The HA pair's peer link, as opened by the other node (``role = "ha-peer"``):
+    its heartbeats (answered here, so it hears us before our own link is up) and
+    the replication it streams while it is the active node."""
+
+    role = "ha-peer"
+    where = "the HA peer link"
+
+    def __init__(self, link: Link, ha: HaView) -> None:
+        super().__init__(link)
+        self.ha = ha
+        ha.inbound_links += 1
+
+    def opened(self) -> None:
+        self._send_heartbeat()
+
+    def handle(self, event: ev.Event, now: float) -> None:
+        if isinstance(event, ev.HaHeartbeat):
+            self.ha.on_peer_heartbeat(event)
+            self._send_heartbeat()
+        elif isinstance(event, ev.HaSync):
+            self.ha.on_sync(event, self)
+        else:
+            not_allowed(self.link, event, self.where)
+
+    def _send_heartbeat(self) -> None:
+        heartbeat = self.ha.heartbeat_event()
+        if heartbeat is not None:
+            self.send_reply(heartbeat)
+
+    def closed(self, now: float) -> None:
+        if not self._released:
+            self.ha.inbound_links -= 1
+        super().closed(now)
+
+
+class PeeringEndpoint(_RoleEndpoint):
+    """The accepting end of an exchange peering link (``role = "peer-link"``): its
+    ``peer`` frames go to the peering service, which answers through this object."""
+
+    role = "peer-link"
+    where = "a peering link"
+
+    def __init__(
+        self,
+        link: Link,
+        peering: PeeringView | None,
+        permissions: Permissions,
+        *,
+        user: str,
+        vhost: str,
+    ) -> None:
+        super().__init__(link)
+        self.peering = peering
+        self.permissions = permissions
+        self.peer = link.peer
+        self.user = user
+        self.vhost = vhost
+        self.peer_link_id: str | None = None  # the link end it carries, once attached
+
+    def handle(self, event: ev.Event, now: float) -> None:
+        if isinstance(event, ev.PeerMessage) and self.peering is not None:
+            self.peering.on_frame(self, event.msg)
+        else:
+            not_allowed(self.link, event, self.where)
+
+    def send_map(self, msg: dict[str, Any]) -> None:
+        """Send one ``peer`` frame."""
+        if not self.link.closing:
+            self.send_reply(ev.PeerMessage(msg))
+
+    def send_peer(self, msg: bytes) -> None:
+        """Send one ``peer`` frame whose map ``msg`` is already encoded."""
+        link = self.link
+        if self._released or link.closing:
+            return
+        with contextlib.suppress(AmqliteError):
+            link.out += link.proto.send_peer(msg)
+            link.kick()
+
+    def may_peer(self, exchange: str) -> bool:
+        """May this link's user publish to and read from ``exchange``?"""
+        perms = self.permissions
+        return all(perms.allows(kind, exchange or "amq.default") for kind in ("write", "read"))
+
+    def close(self, reason: str) -> None:
+        """The link moved on (or a newer connection replaced this one)."""
+        self.link.close_from_server(ReplyCode.CONNECTION_FORCED, reason)
+
+    def close_from_server(self, code: int, text: str) -> None:
+        self.link.close_from_server(code, text)
+
+    def closed(self, now: float) -> None:
+        if not self._released and self.peering is not None:
+            self.peering.on_closed(self)
+        super().closed(now)
+
+
+class MonitorEndpoint(_RoleEndpoint):
+    """A monitor connection (``role = "monitor"``): status, and switchover on an
+    HA pair."""
+
+    role = "monitor"
+    where = "a monitor connection"
+
+    def __init__(self, link: Link, node: NodeView) -> None:
+        super().__init__(link)
+        self.node = node
+
+    def handle(self, event: ev.Event, now: float) -> None:
+        ha = self.node.ha
+        if isinstance(event, ev.Status):
+            self.send_reply(ev.Ok(event.id, self.node.status()))
+        elif isinstance(event, ev.HaSwitchover) and ha is not None:
+            ha.start_switchover(event, self.send_reply)
+        else:
+            not_allowed(self.link, event, self.where)
