@@ -7,8 +7,8 @@ return values, deliveries and cancellations. See docs/CONTRACTS.md, "Broker core
 from .arguments import Overflow, QueueSettings, parse_queue_arguments
 from .broker import Broker
 from .headers import HeadersRule
-from .recording import ALL_APPENDED
 from .message import PEERING_QUEUE_PREFIX, Delivery, Message, PublishOutcome, QueueInfo
+from .recording import ALL_APPENDED
 from .session import Session
 from .topic import TopicMatcher
 

@@ -7,7 +7,8 @@ reply that must not go out before its records are on disk (a confirm for a
 persistent message, the ok of a durable declaration) names the span of positions
 it depends on (``Session.journal_span``) and waits at the one durability barrier,
 :meth:`NodeStorage.when_durable`, released by the committer task once a commit
-covers it (and, on an HA pair, once the passive node holds it). One task commits, in a worker thread:
+covers it (and, on an HA pair, once the passive node holds it). One task
+commits, in a worker thread:
 ``always`` commits as soon as something is buffered (what is appended while an
 fsync runs rides the next one), ``batch`` every ``batch_ms``.
 
@@ -28,8 +29,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import structlog
 import trio
 
-from amqlite.config import StorageConfig
 from amqlite.broker import ALL_APPENDED
+from amqlite.config import StorageConfig
 from amqlite.store import Journal, RecoveryReport
 from amqlite.store.errors import StoreWriteError
 from amqlite.store.files import FileLayer
@@ -407,4 +408,3 @@ class NodeStorage:
     def queue_counts(self) -> dict[tuple[str, str], int]:
         journal = self.journal
         return journal.stats().queue_messages if journal is not None else {}
-

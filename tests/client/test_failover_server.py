@@ -196,9 +196,7 @@ async def test_unacked_deliveries_come_again_after_the_link_is_cut(
             d1 = await consumer.__anext__()
         await d0.ack()
         await conn.status()  # d0's ack is in; d1..d4 are delivered and unacked
-        (victim,) = [
-            c for c in a.node.connections if (c.info() or {}).get("client") == "victim"
-        ]
+        (victim,) = [c for c in a.node.connections if (c.info() or {}).get("client") == "victim"]
         victim.close_from_server(ReplyCode.CONNECTION_FORCED, "kicked")
         await back.wait()
         assert d1.stale
