@@ -95,6 +95,11 @@ class Recorder:
         if not self.span_first:
             self.span_first = position
 
+    def append(self, record: Record) -> None:
+        """Journal a record the shell makes as part of the current request (exchange
+        peering's sending log): it widens the request's span like the broker's own."""
+        self._put(record)
+
     def _put(self, record: Record) -> None:
         position = self.sink(record)
         if position:

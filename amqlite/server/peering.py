@@ -40,7 +40,13 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
-from amqlite.broker import PEERING_QUEUE_PREFIX, Message, PublishOutcome, Session
+from amqlite.broker import (
+    ALL_APPENDED,
+    PEERING_QUEUE_PREFIX,
+    Message,
+    PublishOutcome,
+    Session,
+)
 from amqlite.config import PeeringConfig
 from amqlite.errors import AmqliteError, BrokerError, ReplyCode
 from amqlite.peering import (
@@ -318,12 +324,14 @@ class PeeringService:
     def _persist(self, action: Persist) -> None:
         """Journal a persistent message a durable sending log took."""
         px = self._owner.get(action.link)
-        storage = self.node.storage
-        if px is None or storage is None:
+        recorder = self.node.broker.recorder
+        if px is None or recorder is None:
             return
         env = action.envelope
         self._out_id += 1
-        storage.record(
+        # through the broker's recorder: the publish that made the log take it
+        # names this record in its journal span, so its confirm covers it
+        recorder.append(
             PeeringOut(
                 vhost=px.ctx.vhost,
                 exchange=px.ctx.exchange,
@@ -792,9 +800,7 @@ class PeeringService:
         if px is None or link is None:
             return
         env = action.envelope
-        node = self.node
-        storage = node.storage
-        before = storage.appended if storage is not None else 0
+        storage = self.node.storage
         headers, properties = env.headers, env.properties
         message = Message(
             px.ctx.exchange,
@@ -807,20 +813,22 @@ class PeeringService:
         bad = check_headers(message.headers) if headers else None
         if bad is None and properties:
             bad = check_props(message.properties)
+        session = self._session(px.ctx.vhost)
         try:
             if bad is not None:  # only a broken peer sends these: never store them
                 raise BrokerError(f"malformed headers or properties: {bad}")
-            outcome = self._session(px.ctx.vhost).publish(message, now=now)
+            outcome = session.publish(message, now=now)  # starts the delivery's span
         except AmqliteError as exc:  # the exchange went away: nothing routes it
             log.warning("peering_deliver_failed", link=action.link, error=exc.text)
             outcome = PublishOutcome.UNROUTABLE
         self._delivered = True
         if len(px.links) > 1:  # it travels on to the other links (rings, meshes): first,
-            # so the records that keeps for them are covered by this delivery's commit
+            # so the records that keeps for them are in this delivery's span
             routed = outcome is not _UNROUTABLE
             self.apply(px.published(env, routed_locally=routed, now=now))
         tag = action.tag
-        wrote = storage is not None and storage.appended != before
+        first, last = session.journal_span if bad is None else (0, 0)
+        wrote = last != 0
         if wrote:
             self._marks_due[(px.ctx.vhost, px.ctx.exchange)] = px
         if storage is not None and (wrote or self._commits_pending.get(action.link)):
@@ -836,8 +844,12 @@ class PeeringService:
                 self.apply(link.confirm(tag, trio.current_time()))
 
             # like a client's confirm: after the commit, and on an HA pair after the
-            # passive node holds it too
-            storage.when_durable(before + 1, storage.appended, committed)
+            # passive node holds it too; one that wrote nothing waits for what was
+            # appended before it, so confirms keep their order
+            if wrote:
+                storage.when_durable(first, last, committed)
+            else:
+                storage.when_durable(0, ALL_APPENDED, committed)
         else:
             self._confirms[action.link] = tag  # safe now: confirmed once the turn ends
 

@@ -268,7 +268,8 @@ class NodeStorage:
         for everything appended so far. Called at once when already durable."""
         if last == ALL_APPENDED:
             last = self.appended
-            first = first if first > 0 else last
+            if first <= 0:
+                first = last + 1  # it vouches for records, but none of its own to lose
         replica = self.replica_upto
         if self._committed >= last and (replica is None or replica >= last):
             callback(None)
