@@ -13,10 +13,10 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from amqlite.connection_args import DEFAULT_SERVERS
 from amqlite.errors import AmqliteError
 
 from .common import (
-    DEFAULT_SERVERS,
     PROG,
     UsageError,
     describe_error,

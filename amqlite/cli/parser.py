@@ -6,8 +6,9 @@ import argparse
 from typing import Any
 
 from amqlite import __version__
+from amqlite.connection_args import connection_options
 
-from .common import PROG, connection_options
+from .common import PROG
 from .consume import cmd_consume
 from .delegated import cmd_bench, cmd_server
 from .epilogs import (
