@@ -38,7 +38,7 @@ from typing import Any
 import trio
 
 import amqlite
-from amqlite.bench.procs import ServerProcess, broker_argv
+from amqlite_bench.procs import ServerProcess, broker_argv
 
 BODY = b"x" * 100
 

@@ -2,7 +2,10 @@
 # AMQLITE_EXTRAS (default dev; scripts/test: dev,spark), reinstalling only when
 # pyproject.toml changed. The spark extra (PySpark, for amqlite/spark and the tests
 # marked `spark`) needs a Java 17+ runtime; AMQLITE_SKIP_SPARK=1 leaves it out and
-# skips those tests. scripts/run (a broker) needs neither.
+# skips those tests. "bench" is not an extra of amqlite but the benchmark harness,
+# its own distribution: benchmarks/ installed editable with its dependencies
+# (pika, nats-py, matplotlib; scripts/bench asks for it). scripts/run (a broker)
+# needs none of them.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
@@ -40,12 +43,24 @@ fi
 missing=""
 for extra in ${EXTRAS//,/ }; do
   stamp="$VENV/.amqlite-installed-$extra"
-  if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then missing="$missing $extra"; fi
+  if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ] ||
+     { [ "$extra" = bench ] && [ "$ROOT/benchmarks/pyproject.toml" -nt "$stamp" ]; }; then
+    missing="$missing $extra"
+  fi
 done
 if [ -n "$missing" ]; then
-  echo "installing amqlite[$EXTRAS] and its dependencies into $VENV ..." >&2
+  # amqlite's own extras, and the harness beside it in the same pip run (so that its
+  # dependency on amqlite is this checkout, never a download)
+  own="$(echo ",$EXTRAS," | sed 's/,bench,/,/; s/^,//; s/,$//')"
+  targets=(-e "$ROOT${own:+[$own]}")
+  what="amqlite${own:+[$own]}"
+  if [ "$own" != "$EXTRAS" ]; then
+    targets+=(-e "$ROOT/benchmarks")
+    what="$what and the bench harness (benchmarks/)"
+  fi
+  echo "installing $what with their dependencies into $VENV ..." >&2
   "$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
-  "$VENV/bin/python" -m pip install --quiet -e "$ROOT[$EXTRAS]" >&2
+  "$VENV/bin/python" -m pip install --quiet "${targets[@]}" >&2
   for extra in ${EXTRAS//,/ }; do touch "$VENV/.amqlite-installed-$extra"; done
 fi
 export PATH="$VENV/bin:$PATH"

@@ -1,4 +1,10 @@
-"""``amqlite bench``: the machinery, with tiny counts (no wall-clock assertions)."""
+"""``amqlite bench``: the machinery, with tiny counts (no wall-clock assertions).
+
+The harness is ``amqlite_bench`` in benchmarks/ (its own distribution); pytest has
+benchmarks/ on ``sys.path`` (``pythonpath`` in pyproject.toml), so these tests run
+on this checkout's harness whether or not it is installed. Those needing pika,
+nats-py or a RabbitMQ/NATS server skip, naming what is missing.
+"""
 
 from __future__ import annotations
 
@@ -16,14 +22,16 @@ from typing import Any
 import pytest
 import trio
 
-from amqlite.bench import add_bench_arguments, contenders, peers, run_bench
-from amqlite.bench.baseline import Relay
-from amqlite.bench.childclients import run_in_child
-from amqlite.bench.clientproc import client_spec
-from amqlite.bench.errors import BenchError
-from amqlite.bench.failover import PAIR_SYSTEM, REPLICATED, largest_gap, percentile
-from amqlite.bench.peers import Peer, PeerUnavailable
-from amqlite.bench.plan import (
+import amqlite
+import amqlite_bench
+from amqlite_bench import add_bench_arguments, contenders, peers, run_bench
+from amqlite_bench.baseline import Relay
+from amqlite_bench.childclients import run_in_child
+from amqlite_bench.clientproc import client_spec
+from amqlite_bench.errors import BenchError
+from amqlite_bench.failover import PAIR_SYSTEM, REPLICATED, largest_gap, percentile
+from amqlite_bench.peers import Peer, PeerUnavailable
+from amqlite_bench.plan import (
     ClientReport,
     ConsumeTally,
     PublishPlan,
@@ -31,11 +39,11 @@ from amqlite.bench.plan import (
     Route,
     new_histogram,
 )
-from amqlite.bench.procs import baseline_argv, child_env
-from amqlite.bench.relayclient import RelayPublisher
-from amqlite.bench.relayclient import consume as relay_consume
-from amqlite.bench.report import failover_lines, ha_rows, markdown_table, results_json
-from amqlite.bench.scenarios import (
+from amqlite_bench.procs import baseline_argv, child_env
+from amqlite_bench.relayclient import RelayPublisher
+from amqlite_bench.relayclient import consume as relay_consume
+from amqlite_bench.report import failover_lines, ha_rows, markdown_table, results_json
+from amqlite_bench.scenarios import (
     FAILOVER,
     PERSISTENT,
     SCENARIO_NAMES,
@@ -44,7 +52,7 @@ from amqlite.bench.scenarios import (
     build_scenarios,
     run_scenario,
 )
-from amqlite.bench.systems import RelayTarget
+from amqlite_bench.systems import RelayTarget
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -345,9 +353,9 @@ def test_scripts_peers_is_asked_and_its_reason_passed_on(
         trio.run(peers.start_peer, "rabbitmq")
 
 
-def test_a_missing_client_library_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_missing_client_library_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(peers.CLIENT_LIBRARIES, "rabbitmq", ("no_such_module_xyz", "pika"))
-    with pytest.raises(PeerUnavailable, match=r"pika is not installed.*\.\[bench\]"):
+    with pytest.raises(PeerUnavailable, match=r"pika is not installed.*pip install -e benchmarks/"):
         trio.run(peers.start_peer, "rabbitmq")
 
 
@@ -357,6 +365,44 @@ def test_peer_status_lines_are_parsed() -> None:
         "pid": "12", "address": "127.0.0.1:5682", "dir": "/tmp/p/rabbitmq",
     }  # fmt: skip
     assert peers.parse_status(text, "nats") is None
+
+
+# --- the harness is its own distribution (benchmarks/) -------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_the_peers_script_ships_in_the_harness_and_scripts_peers_runs_it() -> None:
+    shipped = Path(amqlite_bench.__path__[0]).resolve() / "peers.sh"
+    assert shipped.is_file() and shipped == peers.PEERS_SCRIPT
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "peers")], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 2  # no command: the usage, from peers.sh's header
+    assert "scripts/peers start [--no-install]" in result.stderr
+
+
+def test_children_import_this_amqlite_and_this_harness(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    code = "import amqlite, amqlite_bench; print(amqlite.__file__); print(amqlite_bench.__file__)"
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [amqlite.__file__, amqlite_bench.__file__]
+
+
+def test_python_m_amqlite_bench_is_amqlite_bench() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "amqlite_bench", "--scenarios", "nope"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and "--scenarios" in result.stderr
 
 
 # --- the real peers, when this machine has them ------------------------------------------

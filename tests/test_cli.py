@@ -598,6 +598,7 @@ def test_help_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
         ["status", "--help"],
         ["passwd", "--help"],
         ["server", "--help"],
+        ["bench", "--help"],
     ):
         code, out, _ = run(capsys, *argv)
         assert code == 0, argv
@@ -606,6 +607,44 @@ def test_help_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--data-dir" in run(capsys, "server", "--help")[1]
     code, out, _ = run(capsys, "--version")
     assert (code, out) == (0, "amqlite 0.1.0\n")
+
+
+def test_bench_hands_over_to_the_harness(capsys: pytest.CaptureFixture[str]) -> None:
+    # the tests put this checkout's benchmarks/ on sys.path (pyproject: pythonpath)
+    code, out, _ = run(capsys, "bench", "--help")
+    assert code == 0
+    assert out.startswith("usage: amqlite bench ")
+    assert "Measure amqlite against a raw-trio relay" in out and "--vs" in out
+    code, _, err = run(capsys, "bench", "--scenarios", "nope")
+    assert code == 2 and "--scenarios" in err
+
+
+@pytest.mark.parametrize("argv", [["bench"], ["bench", "--help"], ["bench", "--quick"]])
+def test_bench_without_the_harness_says_how_to_install_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "amqlite_bench", None)  # import amqlite_bench fails
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert err.count("\n") == 1
+    assert err.startswith("amqlite: error: amqlite bench needs the benchmark harness")
+    assert "pip install -e benchmarks/" in err and "scripts/bench" in err
+    assert run(capsys, "--help")[0] == 0  # the other commands do not need it
+
+
+def test_an_import_error_inside_the_harness_is_not_hidden(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib
+
+    from amqlite.cli import delegated
+
+    def broken(name: str) -> object:
+        raise ModuleNotFoundError("No module named 'hdrh'", name="hdrh")
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    with pytest.raises(ModuleNotFoundError, match="hdrh"):
+        delegated.bench_harness()
 
 
 @pytest.mark.parametrize(
@@ -748,3 +787,33 @@ def test_status_tables_show_peering_links() -> None:
     out = io.StringIO()
     print_status({"node_id": "alone", "vhosts": [], "links": []}, file=out)
     assert "peering links" not in out.getvalue()
+
+
+def test_nothing_outside_the_command_line_imports_it() -> None:
+    """The CLI sits on top: amqlite.spark and the rest never import amqlite.cli (what they
+    share with it lives below, e.g. amqlite.connection_args); nothing in amqlite
+    imports the bench harness (the CLI reaches it by name, in cli/delegated.py)."""
+    import ast
+
+    package = Path(__file__).resolve().parents[1] / "amqlite"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        rel = path.relative_to(package.parent)
+        inside_cli = rel.parts[1] == "cli" or rel.parts[1] == "__main__.py"
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: resolve against the module's package
+                    parts = list(rel.with_suffix("").parts)[: -node.level]
+                    base = ".".join([*parts, base] if base else parts)
+                names = [base, *(f"{base}.{a.name}" for a in node.names)]
+            else:
+                continue
+            for name in names:
+                if name.startswith("amqlite_bench") or (
+                    not inside_cli and (name == "amqlite.cli" or name.startswith("amqlite.cli."))
+                ):
+                    found.append(f"{rel}:{node.lineno} imports {name}")
+    assert found == []

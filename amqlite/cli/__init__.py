@@ -13,10 +13,10 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from amqlite.connection_args import DEFAULT_SERVERS
 from amqlite.errors import AmqliteError
 
 from .common import (
-    DEFAULT_SERVERS,
     PROG,
     UsageError,
     describe_error,
@@ -51,7 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = args_list[at]
         # "amqlite -s HOST status" works too: options go after the command
         args_list = [command, *args_list[:at], *args_list[at + 1 :]]
-    parser = build_parser(command)
+    try:
+        parser = build_parser(command)
+    except UsageError as exc:  # e.g. amqlite bench without the bench harness
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
     try:
         args = parser.parse_args(args_list)
     except SystemExit as exc:  # --help, --version, usage errors

@@ -1,11 +1,10 @@
-"""What every command shares: connection options, value parsing, error reporting,
-and running a command's body on one connection."""
+"""What every command shares: value parsing, error reporting, and running a
+command's body on one connection (its flags: :mod:`amqlite.connection_args`)."""
 
 from __future__ import annotations
 
 import argparse
 import base64
-import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -17,7 +16,6 @@ from amqlite.errors import AmqliteError, ConnectionClosed, ConnectionRefused
 from amqlite.protocol import PROPERTY_TYPES
 
 PROG = "amqlite"
-DEFAULT_SERVERS = "127.0.0.1:5555"
 
 
 class UsageError(Exception):
@@ -74,37 +72,6 @@ def parse_properties(items: Sequence[str] | None) -> dict[str, Any]:
         else:
             out[name] = value
     return out
-
-
-def connection_options() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    g = common.add_argument_group("connection")
-    g.add_argument(
-        "-s",
-        "--servers",
-        default=os.environ.get("AMQLITE_SERVERS", DEFAULT_SERVERS),
-        metavar="HOST:PORT,...",
-        help="servers tried in order (default: $AMQLITE_SERVERS or %(default)s)",
-    )
-    g.add_argument("--vhost", default=os.environ.get("AMQLITE_VHOST", "/"), help="virtual host")
-    g.add_argument(
-        "--login",
-        default=os.environ.get("AMQLITE_LOGIN", "guest"),
-        help="user name (default: $AMQLITE_LOGIN or guest)",
-    )
-    g.add_argument(
-        "--password",
-        default=os.environ.get("AMQLITE_PASSWORD", "guest"),
-        help="password (default: $AMQLITE_PASSWORD or guest)",
-    )
-    g.add_argument(
-        "--connect-timeout",
-        type=float,
-        default=5.0,
-        metavar="SECONDS",
-        help="per-address connect and handshake limit (default %(default)s)",
-    )
-    return common
 
 
 def fail(text: str) -> int:

@@ -6,10 +6,11 @@ import argparse
 from typing import Any
 
 from amqlite import __version__
+from amqlite.connection_args import connection_options
 
-from .common import PROG, connection_options
+from .common import PROG
 from .consume import cmd_consume
-from .delegated import cmd_bench, cmd_server
+from .delegated import add_bench_arguments, cmd_bench, cmd_server
 from .epilogs import (
     BIND_EPILOG,
     CONSUME_EPILOG,
@@ -57,7 +58,8 @@ def _sub(
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser. ``command`` (the subcommand about to run) lets the heavy
-    ``server`` and ``bench`` options load only when they are needed."""
+    ``server`` and ``bench`` options load only when they are needed; for ``bench``
+    it raises :class:`UsageError` when the harness is not installed."""
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="amqlite: a message broker and its command-line client.",
@@ -282,9 +284,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         "",
         [],
     )
-    if command == "bench":
-        from amqlite.bench import add_bench_arguments
-
+    if command == "bench":  # UsageError when the harness is not installed
         add_bench_arguments(p)
     p.set_defaults(func=cmd_bench)
     return parser

@@ -372,7 +372,7 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from amqlite.cli.common import connection_options
+    from amqlite.connection_args import connection_options
 
     parser = argparse.ArgumentParser(
         prog="python -m amqlite.spark.audit",

@@ -10,7 +10,7 @@ A :class:`FailoverWatch` notes the first confirm and the first delivery that com
 from another node than the one killed.
 
 The publisher sends ``rate`` messages a second in small batches per tick, with at
-most :data:`~amqlite.bench.scenarios.CONFIRM_WINDOW` confirms outstanding. While
+most :data:`~amqlite_bench.scenarios.CONFIRM_WINDOW` confirms outstanding. While
 the client reconnects its publishes wait; what fell due meanwhile is not sent in
 a burst afterwards (a backlog of more than :data:`MAX_BACKLOG_S` is dropped from
 the schedule), so the offered rate stays ``rate`` whenever a master serves.

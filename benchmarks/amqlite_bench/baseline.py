@@ -1,6 +1,6 @@
 """The raw-trio baseline: a relay with the broker taken out.
 
-``python -m amqlite.bench.baseline --port 0`` listens on loopback and logs one
+``python -m amqlite_bench.baseline --port 0`` listens on loopback and logs one
 JSON line ``{"event": "baseline_listening", "port": N}`` on stderr. It speaks
 amqlite's framing (4-byte big-endian length, one CBOR map) with a two-frame
 handshake: the client sends ``{"m": "hello", "id": 1, "client": "publisher" |
@@ -253,7 +253,7 @@ async def _run(host: str, port: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m amqlite.bench.baseline",
+        prog="python -m amqlite_bench.baseline",
         description="Raw-trio relay: the I/O and codec floor under amqlite (see module doc).",
     )
     parser.add_argument("--host", default="127.0.0.1", help="listen address (loopback)")

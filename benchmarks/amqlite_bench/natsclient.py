@@ -5,14 +5,15 @@ its subject that is connected when it is published, at most once. So the NATS
 rows measure that (lighter) contract: one subject per run, one subscriber
 connection per consumer (ten for ``fanout-1to10``), each confirmed subscribed
 (``flush``) before the publisher starts; the publisher writes in batches of
-:data:`~amqlite.bench.plan.BATCH` and yields to the loop between them (nats-py
+:data:`~amqlite_bench.plan.BATCH` and yields to the loop between them (nats-py
 flushes and bounds its own buffer). Latency stamps travel in a NATS header, as
 they do in amqlite's and RabbitMQ's headers.
 
 ``1to1-persistent-confirm`` is not run on NATS (see
-:func:`amqlite.bench.contenders.nats_persistent_reason`).
+:func:`amqlite_bench.contenders.nats_persistent_reason`).
 
-nats-py is imported when a run starts (``pip install -e '.[bench]'``).
+nats-py is imported when a run starts (a dependency of the harness:
+``pip install -e benchmarks/``).
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ from pathlib import Path
 
 import trio
 
+import amqlite
+import amqlite_bench
+
 from .errors import BenchError
 
 READY_TIMEOUT = 20.0
@@ -27,14 +30,13 @@ STOP_GRACE = 8.0
 
 def child_env() -> dict[str, str]:
     """The environment for child processes: unbuffered, and importing this very
-    ``amqlite`` (its parent directory first on ``PYTHONPATH``)."""
-    root = str(Path(__file__).resolve().parents[2])
+    ``amqlite`` and ``amqlite_bench`` (the directories they were imported from
+    first on ``PYTHONPATH``), however each was had: installed, editable, or on
+    the parent's ``PYTHONPATH``."""
+    roots = [str(Path(m.__path__[0]).resolve().parent) for m in (amqlite, amqlite_bench)]
     path = os.environ.get("PYTHONPATH")
-    return {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "PYTHONPATH": root if not path else f"{root}{os.pathsep}{path}",
-    }
+    entries = list(dict.fromkeys([*roots, *(path.split(os.pathsep) if path else [])]))
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(entries)}
 
 
 def broker_argv(*extra: str) -> list[str]:
@@ -60,7 +62,7 @@ class ServerExited(BenchError):
 
 
 def baseline_argv() -> list[str]:
-    return [sys.executable, "-m", "amqlite.bench.baseline", "--host", "127.0.0.1", "--port", "0"]
+    return [sys.executable, "-m", "amqlite_bench.baseline", "--host", "127.0.0.1", "--port", "0"]
 
 
 class ServerProcess:

@@ -1,9 +1,12 @@
 """``amqlite bench``: amqlite against a raw-trio baseline and, with ``--vs``,
 RabbitMQ and NATS, in one invocation.
 
-The CLI wires :func:`add_bench_arguments` into its ``bench`` sub-parser and calls
-:func:`run_bench` with the parsed arguments (it returns the exit status). Both
-import the runner lazily, so ``python -m amqlite.bench.baseline`` stays light.
+This package is the ``amqlite-bench`` distribution (benchmarks/pyproject.toml),
+apart from ``amqlite``. ``amqlite bench`` (``amqlite/cli``) wires
+:func:`add_bench_arguments` into its ``bench`` sub-parser and calls :func:`run_bench`
+with the parsed arguments (it returns the exit status); ``python -m amqlite_bench``
+does the same without the CLI. Both import the runner lazily, so
+``python -m amqlite_bench.baseline`` stays light.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A run's clients in their own process: ``python -m amqlite.bench.clientproc``.
+"""A run's clients in their own process: ``python -m amqlite_bench.clientproc``.
 
 Every system's clients can run this way, and a peer's always do (pika and nats-py
 bring their own event loops): one process holds the publisher and every consumer
@@ -10,7 +10,7 @@ The spec is one JSON object on stdin, ``{"system", "driver", "address", "auth",
 - ``{"event": "started"}`` once the consumers are subscribed, as the publisher starts;
 - ``{"event": "progress", "published": P, "consumed": C}`` a few times a second;
 - ``{"event": "finished"}`` as soon as every message is in (before the clean-up);
-- ``{"event": "report", ...}`` last: a :class:`~amqlite.bench.plan.ClientReport`.
+- ``{"event": "report", ...}`` last: a :class:`~amqlite_bench.plan.ClientReport`.
 
 On failure it prints one line on stderr and exits 1.
 """
@@ -24,6 +24,7 @@ from typing import Any
 import trio
 
 from .errors import BenchError
+from .peers import INSTALL_HINT
 from .plan import ClientReport
 from .scenarios import Scenario, run_clients
 from .systems import AMQLITE, RAW_TRIO, make_target
@@ -119,7 +120,7 @@ def main() -> int:
         print(str(exc), file=sys.stderr, flush=True)
         return 1
     except ImportError as exc:
-        print(f"{what}: {exc} (pip install -e '.[bench]')", file=sys.stderr, flush=True)
+        print(f"{what}: {exc} ({INSTALL_HINT})", file=sys.stderr, flush=True)
         return 1
     except Exception as exc:
         print(f"{what}: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)

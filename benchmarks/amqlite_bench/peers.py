@@ -1,9 +1,10 @@
 """The peers ``amqlite bench --vs`` compares against, had through ``scripts/peers``.
 
-``scripts/peers`` is the one implementation of starting and stopping RabbitMQ
-and NATS (private state directories, non-default loopback ports, pids recorded,
-stopped by pid); the bench only calls it. A peer that is already running (``status``)
-is used as it is and left running; one the bench started is stopped when it ends.
+``peers.sh`` in this package (what ``scripts/peers`` runs) is the one implementation
+of starting and stopping RabbitMQ and NATS (private state directories, non-default
+loopback ports, pids recorded, stopped by pid); the bench only calls it, with bash.
+A peer that is already running (``status``) is used as it is and left running; one
+the bench started is stopped when it ends.
 
 The bench never installs a server (``start --no-install``): a missing one, or a
 missing Python client library, makes that peer unavailable with a one-line reason.
@@ -25,10 +26,11 @@ PEERS: tuple[str, ...] = (RABBITMQ, NATS)
 
 #: The Python client each peer's bench clients need (module, pip name).
 CLIENT_LIBRARIES = {RABBITMQ: ("pika", "pika"), NATS: ("nats", "nats-py")}
-INSTALL_HINT = "pip install -e '.[bench]'"
+#: How to have them: the harness's own dependencies (benchmarks/pyproject.toml).
+INSTALL_HINT = "pip install -e benchmarks/"
 
-#: ``scripts/peers`` in the source tree this package was imported from.
-PEERS_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "peers"
+#: The script that runs the peers, shipped in this package (``scripts/peers`` runs it too).
+PEERS_SCRIPT = Path(__file__).resolve().with_name("peers.sh")
 START_TIMEOUT = 150.0
 STOP_TIMEOUT = 60.0
 
@@ -84,7 +86,7 @@ def parse_status(text: str, name: str) -> dict[str, str] | None:
 
 async def _script(*args: str, limit: float) -> tuple[int, str, str]:
     if not PEERS_SCRIPT.exists():
-        raise PeerUnavailable(f"{PEERS_SCRIPT} is missing (run the bench from a source checkout)")
+        raise PeerUnavailable(f"{PEERS_SCRIPT} is missing (reinstall amqlite-bench)")
     with trio.move_on_after(limit) as scope:
         result = await trio.run_process(
             ["bash", str(PEERS_SCRIPT), *args],

@@ -15,7 +15,7 @@
   time; the consumer records publish -> delivery latency in an HdrHistogram.
 - ``failover`` (not in the default set: it takes minutes): an HA pair the bench
   starts, kill -9 of its master N times under confirmed load, and the cost of
-  replication; run by :mod:`amqlite.bench.failover`, on ``amqlite-pair`` only.
+  replication; run by :mod:`amqlite_bench.failover`, on ``amqlite-pair`` only.
 
 Every run is bounded: it fails with :class:`BenchError` when the counts stop
 moving for ``stall_timeout`` seconds, and after ``time_limit`` seconds at most.
@@ -65,8 +65,8 @@ QUICK_LATENCY_SECONDS = 2.0
 BODY_SIZE = 100
 
 #: Client placements: both client roles in the bench process; the publisher in a
-#: child process (:mod:`amqlite.bench.worker`) and the consumers here; or both
-#: roles in one child process (:mod:`amqlite.bench.clientproc`), as every peer runs.
+#: child process (:mod:`amqlite_bench.worker`) and the consumers here; or both
+#: roles in one child process (:mod:`amqlite_bench.clientproc`), as every peer runs.
 CLIENT_MODES: tuple[str, ...] = ("shared", "split", "process")
 
 
@@ -415,10 +415,10 @@ async def _report_progress(hook: ProgressHook | None, done: Callable[[], int], t
 async def _publish_in_child(
     target: Target, route: Route, plan: PublishPlan, tally: PublishTally, what: str
 ) -> float:
-    """Publish from ``python -m amqlite.bench.worker``; fills ``tally``, returns its CPU s."""
+    """Publish from ``python -m amqlite_bench.worker``; fills ``tally``, returns its CPU s."""
     spec = worker_spec(target.system, target.address, target.auth, route, plan)
     result = await trio.run_process(
-        [sys.executable, "-m", "amqlite.bench.worker"],
+        [sys.executable, "-m", "amqlite_bench.worker"],
         stdin=json.dumps(spec).encode(),
         capture_stdout=True,
         capture_stderr=True,

@@ -3,7 +3,8 @@
 Left: msgs/s per throughput scenario, one bar per system, the amqlite/other ratio
 written over the other systems' bars when there is one amqlite row to compare
 with. Right: the latency run's p50 / p99 / p99.9 per system (log scale).
-matplotlib is imported only here (``pip install -e '.[bench]'``).
+matplotlib is imported only here (a dependency of the harness:
+``pip install -e benchmarks/``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The ``failover`` scenario: what a ``kill -9`` of an HA pair's master costs the
 clients, and what replication costs a persistent publisher.
 
-It starts its own pair (:mod:`amqlite.bench.hapair`) and, once the primary is
+It starts its own pair (:mod:`amqlite_bench.hapair`) and, once the primary is
 active and replicating to the passive backup:
 
 1. **Replication cost**: ``1to1-persistent-confirm``'s run (persistent messages,
@@ -10,7 +10,7 @@ active and replicating to the passive backup:
    times each; the row ``persistent-confirm-replicated`` has the pair's median
    msgs/s and ``ratio_vs_standalone`` (pair median / standalone median).
 2. **Failover**: a paced publisher and an acking consumer
-   (:mod:`amqlite.bench.pairload`), then ``kills`` times: SIGKILL the active node,
+   (:mod:`amqlite_bench.pairload`), then ``kills`` times: SIGKILL the active node,
    time the first confirm that comes from the other node (*failover time*), let
    the consumer resume, restart the killed node (it comes back passive) and wait
    until the pair has settled (the survivor active and replicating to it: the pair

@@ -3,10 +3,10 @@
 Unless ``-s SERVERS`` names a running broker, the bench starts its own
 (``amqlite server`` on a free loopback port; for ``1to1-persistent-confirm`` one
 per fsync policy, each with a data dir of its own) and the raw-trio relay
-(``python -m amqlite.bench.baseline``), each in its own process; with
+(``python -m amqlite_bench.baseline``), each in its own process; with
 ``--vs rabbitmq,nats`` it also has those peers started by ``scripts/peers``.
 ``failover`` starts, kills and restarts an HA pair of its own
-(:mod:`amqlite.bench.failover`); it runs once, whatever ``--repeat`` says.
+(:mod:`amqlite_bench.failover`); it runs once, whatever ``--repeat`` says.
 It stops everything it started, by pid, when it ends, however it ends. Each
 scenario runs on every system in turn, ``--repeat`` times, interleaved, so their
 ratio compares like with like; the median run is reported.

@@ -1,7 +1,7 @@
 """Running one scenario with the clients in a child process (``--clients process``).
 
-The parent starts ``python -m amqlite.bench.clientproc``, reads its event lines
-(:mod:`amqlite.bench.clientproc`), takes the server's CPU time between the
+The parent starts ``python -m amqlite_bench.clientproc``, reads its event lines
+(:mod:`amqlite_bench.clientproc`), takes the server's CPU time between the
 ``started`` and ``finished`` lines, and watches for stalls: a child whose counts
 stop moving for ``stall_timeout`` seconds, or that outlives the scenario's time
 limit, is killed by its pid and the run fails with a :class:`BenchError`.
@@ -80,14 +80,14 @@ async def run_in_child(
     server_pid: int | None = None,
     on_progress: ProgressHook | None = None,
 ) -> RunResult:
-    """Run the clients ``spec`` describes (:func:`~amqlite.bench.clientproc.client_spec`)
+    """Run the clients ``spec`` describes (:func:`~amqlite_bench.clientproc.client_spec`)
     in a child process and measure ``server_pid`` meanwhile."""
     what = f"{system} {scenario.name}"
     meter = ServerMeter(server_pid)
     meter.reset_peak()
     run = _ChildRun(what, meter, on_progress)
     proc = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "amqlite.bench.clientproc"],
+        [sys.executable, "-m", "amqlite_bench.clientproc"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -2,18 +2,19 @@
 Python path, with every connection of a run on one shared I/O loop (one thread),
 as amqlite's bench clients share one trio loop.
 
-The run mirrors :class:`amqlite.bench.systems.AmqliteTarget`: one connection for
+The run mirrors :class:`amqlite_bench.systems.AmqliteTarget`: one connection for
 the publisher (it also declares and deletes), one per consumer; one queue per
 consumer (the default exchange for one, a fanout exchange for more); manual acks,
 ``basic_qos(prefetch_count=1000)``. Acks are coalesced the way amqlite's client
 does it: one ``basic_ack(multiple=True)`` for the last tag of each batch of
 deliveries the loop hands over. The publisher writes in batches of
-:data:`~amqlite.bench.plan.BATCH` and waits while more than
+:data:`~amqlite_bench.plan.BATCH` and waits while more than
 :data:`HIGH_WATER` bytes are unsent; paced runs send what is due once per
-:data:`~amqlite.bench.plan.TICK`; confirmed runs keep at most ``plan.confirm``
+:data:`~amqlite_bench.plan.TICK`; confirmed runs keep at most ``plan.confirm``
 publishes unconfirmed (``confirm_delivery``).
 
-pika is imported when a run starts (``pip install -e '.[bench]'``).
+pika is imported when a run starts (a dependency of the harness:
+``pip install -e benchmarks/``).
 """
 
 from __future__ import annotations

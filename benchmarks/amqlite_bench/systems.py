@@ -1,9 +1,9 @@
 """The systems under test behind one interface: amqlite and the raw-trio relay.
 
 A :class:`Target` sets up a route for a run (queues, bindings), publishes a
-:class:`~amqlite.bench.plan.PublishPlan` into it, consumes from it, and tears
+:class:`~amqlite_bench.plan.PublishPlan` into it, consumes from it, and tears
 it down. Both targets take the same plan and fill the same tallies, so a
-scenario is written once (:mod:`amqlite.bench.scenarios`).
+scenario is written once (:mod:`amqlite_bench.scenarios`).
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ class AmqliteTarget:
 
 
 class RelayTarget:
-    """The raw-trio relay (:mod:`amqlite.bench.baseline`): every consumer
+    """The raw-trio relay (:mod:`amqlite_bench.baseline`): every consumer
     connection gets every message, so the queues are only names."""
 
     system = RAW_TRIO

@@ -1,7 +1,7 @@
 """What one run asks of its clients, and what they count.
 
 These values cross a process boundary (a publisher may run in a child process,
-:mod:`amqlite.bench.worker`), so the plan and the route are plain JSON-friendly
+:mod:`amqlite_bench.worker`), so the plan and the route are plain JSON-friendly
 dataclasses. Times are ``time.perf_counter_ns()``, which on Linux is
 ``CLOCK_MONOTONIC``: one clock for every process on the machine, so a send time
 taken in one process and a receive time taken in another can be subtracted.

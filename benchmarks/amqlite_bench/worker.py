@@ -1,8 +1,8 @@
-"""A publisher in its own process: ``python -m amqlite.bench.worker`` (spec on stdin).
+"""A publisher in its own process: ``python -m amqlite_bench.worker`` (spec on stdin).
 
 The spec is one JSON object ``{"system", "address", "auth", "route", "plan"}``;
 the worker publishes the plan, then prints one JSON line on stdout: the
-:class:`~amqlite.bench.plan.PublishTally` plus ``cpu_s``, the CPU time this
+:class:`~amqlite_bench.plan.PublishTally` plus ``cpu_s``, the CPU time this
 process used. Used by ``amqlite bench --clients split``.
 """
 
