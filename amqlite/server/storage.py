@@ -29,9 +29,9 @@ import trio
 from amqlite.config import StorageConfig
 from amqlite.errors import ReplyCode
 from amqlite.protocol import events as ev
-from amqlite.store import Journal, RecoveryReport
 from amqlite.store.errors import StoreWriteError
 from amqlite.store.files import FileLayer
+from amqlite.store.journal import Journal, RecoveryReport
 from amqlite.store.records import MessageEnqueue, Record, StreamAppend
 
 if TYPE_CHECKING:
