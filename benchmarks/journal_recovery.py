@@ -18,7 +18,7 @@ import tempfile
 import time
 
 from amqlite.broker import Broker, Message
-from amqlite.store import Journal
+from amqlite.store.journal import Journal
 
 
 def main() -> None:

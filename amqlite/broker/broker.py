@@ -14,7 +14,7 @@ from amqlite.errors import NotFound
 from amqlite.store.records import Record
 
 from .recording import Recorder, Sink
-from .replay import apply_record
+from .replay import Replay
 from .session import Session
 from .trace import Tracer
 from .vhost import VirtualHost
@@ -112,9 +112,10 @@ class Broker:
         if recorder is not None:
             recorder.paused = True
         skipped = 0
+        apply = Replay(self).apply
         try:
             for record in records:
-                if not apply_record(self, record, now):
+                if not apply(record):
                     skipped += 1
         finally:
             if recorder is not None:

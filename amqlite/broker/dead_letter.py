@@ -36,13 +36,13 @@ def dead_letter_copy(
     key = message.routing_key if routing_key is None else routing_key
     copy = Message(exchange, key, message.body, headers, properties)
     death = (queue, reason)
-    copy._deaths = (*(d for d in message._deaths if d != death), death)
+    copy.deaths = (*(d for d in message.deaths if d != death), death)
     return copy
 
 
 def is_cycle(message: Message, queue: str) -> bool:
     """True when routing ``message`` into ``queue`` would close an automatic cycle."""
-    for name, reason in reversed(message._deaths):
+    for name, reason in reversed(message.deaths):
         if reason == REJECTED:
             return False
         if name == queue:

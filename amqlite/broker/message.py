@@ -43,7 +43,7 @@ class Message:
     """A published message; satisfies :class:`amqlite.protocol.codec.WireMessage`.
 
     Never mutate a message once published: queues share it, and the codec caches
-    its encoding in ``wire`` (which the broker never reads). ``_deaths`` records
+    its encoding in ``wire`` (which the broker never reads). ``deaths`` records
     ``(queue, reason)`` pairs of earlier dead-letterings, oldest first, so cycles
     are caught without touching user headers. ``pid`` is the id under which the
     journal holds a persistent message (0 when it does not). ``publish_key`` names
@@ -57,8 +57,8 @@ class Message:
     """
 
     __slots__ = (
-        "_deaths",
         "body",
+        "deaths",
         "exchange",
         "headers",
         "mesh",
@@ -86,7 +86,7 @@ class Message:
         self.pid = 0  # the journal's message id; 0 = not journaled
         self.publish_key = ""
         self.mesh: Any = None
-        self._deaths: tuple[tuple[str, str], ...] = ()
+        self.deaths: tuple[tuple[str, str], ...] = ()
 
     def __repr__(self) -> str:
         return (

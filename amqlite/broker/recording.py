@@ -178,7 +178,7 @@ class Recorder:
                 headers=message.headers,
                 props=message.properties,
                 enqueued_at=now + self.wall_offset,
-                deaths=message._deaths,
+                deaths=message.deaths,
                 publish_key=message.publish_key,
                 mesh=_mesh_of(message, names) if message.mesh is not None else {},
             )

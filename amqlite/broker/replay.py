@@ -5,11 +5,18 @@ Each record changes the in-memory model the way the change it describes did,
 without the checks a client request goes through (the change was already allowed
 once) and without dispatching to consumers. A snapshot (``snapshot.begin`` ...
 ``snapshot.end``) first clears the durable state it supersedes.
+
+One handler per record type, as :class:`amqlite.store.state.StoreState` folds the
+same records: :data:`_ONE_VHOST` holds the records that name a vhost (skipped when
+the broker has no such vhost), :data:`_EVERY_VHOST` those that do not. Like the
+fold, a handler ignores what it cannot place (an ack for a message no queue holds,
+a binding to a missing queue or exchange).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from amqlite.store.records import (
     ExchangeDeclare,
@@ -17,7 +24,9 @@ from amqlite.store.records import (
     MessageAck,
     MessageDelivered,
     MessageEnqueue,
+    PeeringMarks,
     PeeringOut,
+    PeeringOutAck,
     QueueBind,
     QueueDeclare,
     QueueDelete,
@@ -41,128 +50,166 @@ if TYPE_CHECKING:
     from .broker import Broker
 
 
-def apply_record(broker: Broker, record: Record, now: float) -> bool:
-    """Apply one record; False when it names a vhost this broker does not have."""
-    if isinstance(record, MessageDelivered | MessageAck):
-        for vhost in broker.all_vhosts():
-            queue = vhost.queues.get(record.queue)
-            if queue is None:
-                continue
-            if isinstance(record, MessageAck):
-                if queue.remove(record.id):
-                    return True
-            else:
-                queue.mark_delivered(record.id)
+class _InVhost(Protocol):
+    """A record that names its vhost (every type in :data:`_ONE_VHOST`)."""
+
+    @property
+    def vhost(self) -> str: ...
+
+
+class Replay:
+    """Applies records to one broker (:meth:`amqlite.broker.Broker.apply` makes one
+    per call; the broker pauses its recorder meanwhile)."""
+
+    __slots__ = ("broker",)
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def apply(self, record: Record) -> bool:
+        """Apply one record; False when it names a vhost this broker does not have."""
+        handler = _ONE_VHOST.get(type(record))
+        if handler is None:
+            _EVERY_VHOST[type(record)](self, record)
+            return True
+        host = self.broker.vhost(cast(_InVhost, record).vhost)
+        if host is None:
+            return False
+        handler(self, host, record)
         return True
-    if isinstance(record, SnapshotEnd):
-        return True
-    if isinstance(record, SnapshotBegin):
-        for vhost in broker.all_vhosts():
-            _clear_durable(vhost)
-        if broker.recorder is not None:
-            broker.recorder.last_id = max(broker.recorder.last_id, record.last_message_id)
-        return True
-    host = broker.vhost(record.vhost)
-    if host is None:
-        return False
-    if isinstance(record, MessageEnqueue):
-        _enqueue(broker, host, record)
-    elif isinstance(record, QueueDeclare):
-        if record.name not in host.queues:
-            args = dict(record.arguments)
+
+    # --- records without a vhost ----------------------------------------------------------
+
+    def _message_delivered(self, r: MessageDelivered) -> None:
+        for host in self.broker.all_vhosts():
+            queue = host.queues.get(r.queue)
+            if queue is not None:
+                queue.mark_delivered(r.id)
+
+    def _message_ack(self, r: MessageAck) -> None:
+        for host in self.broker.all_vhosts():
+            queue = host.queues.get(r.queue)
+            if queue is not None and queue.remove(r.id):
+                return
+
+    def _snapshot_begin(self, r: SnapshotBegin) -> None:
+        for host in self.broker.all_vhosts():
+            _clear_durable(host)
+        recorder = self.broker.recorder
+        if recorder is not None:
+            recorder.last_id = max(recorder.last_id, r.last_message_id)
+
+    def _snapshot_end(self, r: SnapshotEnd) -> None:
+        pass
+
+    # --- records of one vhost -------------------------------------------------------------
+
+    def _exchange_declare(self, host: VirtualHost, r: ExchangeDeclare) -> None:
+        existing = host.exchanges.get(r.name)
+        if existing is not None and existing.kind != r.type:
+            host.remove_exchange(existing)
+            existing = None
+        if existing is None and r.type in EXCHANGE_TYPES:
+            host.add_exchange(
+                EXCHANGE_TYPES[r.type](
+                    r.name,
+                    durable=True,
+                    auto_delete=r.auto_delete,
+                    internal=r.internal,
+                    arguments=dict(r.arguments),
+                )
+            )
+
+    def _exchange_delete(self, host: VirtualHost, r: ExchangeDelete) -> None:
+        exchange = host.exchanges.get(r.name)
+        if exchange is not None and r.name and r.name not in PREDECLARED:
+            host.remove_exchange(exchange)
+
+    def _queue_declare(self, host: VirtualHost, r: QueueDeclare) -> None:
+        if r.name not in host.queues:
+            args = dict(r.arguments)
             host.new_queue(
-                record.name,
+                r.name,
                 durable=True,
                 owner=None,
-                auto_delete=record.auto_delete,
+                auto_delete=r.auto_delete,
                 arguments=args,
                 settings=parse_queue_arguments(args),
             )
-    elif isinstance(record, ExchangeDeclare):
-        existing = host.exchanges.get(record.name)
-        if existing is not None and existing.kind != record.type:
-            host._remove_exchange(existing)
-            existing = None
-        if existing is None and record.type in EXCHANGE_TYPES:
-            host.add_exchange(
-                EXCHANGE_TYPES[record.type](
-                    record.name,
-                    durable=True,
-                    auto_delete=record.auto_delete,
-                    internal=record.internal,
-                    arguments=dict(record.arguments),
-                )
-            )
-    elif isinstance(record, QueueBind | QueueUnbind):
-        queue = host.queues.get(record.queue)
-        exchange = host.exchanges.get(record.exchange)
-        if queue is not None and exchange is not None and record.exchange:
-            args = dict(record.arguments)
-            if isinstance(record, QueueBind):
-                ident = exchange.bind(queue, record.key, args)
-                if ident is not None:
-                    queue.bindings.add((exchange, ident))
-            else:
-                ident = binding_id(queue, record.key, args)
-                if exchange.unbind(ident):
-                    queue.bindings.discard((exchange, ident))
-    elif isinstance(record, PeeringOut):
-        if record.publish_key:  # a publish that only a peering link took
-            host.publish_keys.add(record.publish_key)
-    elif isinstance(record, QueueDelete):
-        queue = host.queues.get(record.name)
+
+    def _queue_delete(self, host: VirtualHost, r: QueueDelete) -> None:
+        queue = host.queues.get(r.name)
         if queue is not None:
             host.remove_queue(queue)
-    elif isinstance(record, QueuePurge):
-        queue = host.queues.get(record.name)
+
+    def _queue_purge(self, host: VirtualHost, r: QueuePurge) -> None:
+        queue = host.queues.get(r.name)
         if queue is not None:
             queue.purge()
-    elif isinstance(record, StreamAppend | StreamTruncate | StreamTrack):
-        stream = host.queues.get(record.queue)
+
+    def _queue_bind(self, host: VirtualHost, r: QueueBind) -> None:
+        queue = host.queues.get(r.queue)
+        exchange = host.exchanges.get(r.exchange)
+        if queue is not None and exchange is not None and r.exchange:
+            ident = exchange.bind(queue, r.key, dict(r.arguments))
+            if ident is not None:
+                queue.bindings.add((exchange, ident))
+
+    def _queue_unbind(self, host: VirtualHost, r: QueueUnbind) -> None:
+        queue = host.queues.get(r.queue)
+        exchange = host.exchanges.get(r.exchange)
+        if queue is not None and exchange is not None and r.exchange:
+            ident = binding_id(queue, r.key, dict(r.arguments))
+            if exchange.unbind(ident):
+                queue.bindings.discard((exchange, ident))
+
+    def _message_enqueue(self, host: VirtualHost, r: MessageEnqueue) -> None:
+        recorder = self.broker.recorder
+        wall_offset = 0.0
+        if recorder is not None:
+            recorder.last_id = max(recorder.last_id, r.id)
+            wall_offset = recorder.wall_offset
+        message = Message(r.exchange, r.routing_key, r.body, dict(r.headers), dict(r.props))
+        message.pid = r.id
+        message.deaths = r.deaths
+        if r.mesh:
+            message.mesh = r.mesh
+        if r.publish_key:
+            message.publish_key = r.publish_key
+            host.publish_keys.add(r.publish_key)
+        at = r.enqueued_at - wall_offset
+        expiration = message.properties.get("expiration")
+        for name in r.queues:
+            queue = host.queues.get(name)
+            if queue is not None:
+                queue.restore(message, queue.expiry(at, expiration))
+
+    def _stream_append(self, host: VirtualHost, r: StreamAppend) -> None:
+        stream = host.queues.get(r.queue)
         if isinstance(stream, StreamQueue):
-            if isinstance(record, StreamAppend):
-                message = Message(
-                    record.exchange,
-                    record.routing_key,
-                    record.body,
-                    dict(record.headers),
-                    dict(record.props),
-                )
-                if record.publish_key:
-                    message.publish_key = record.publish_key
-                    host.publish_keys.add(record.publish_key)
-                stream.restore_at(record.offset, message, record.enqueued_at)
-            elif isinstance(record, StreamTruncate):
-                stream.truncate(record.before)
-            else:
-                stream.tracked[record.name] = record.offset
-    elif isinstance(record, ExchangeDelete):
-        exchange = host.exchanges.get(record.name)
-        if exchange is not None and record.name and record.name not in PREDECLARED:
-            host._remove_exchange(exchange)
-    return True
+            message = Message(r.exchange, r.routing_key, r.body, dict(r.headers), dict(r.props))
+            if r.publish_key:
+                message.publish_key = r.publish_key
+                host.publish_keys.add(r.publish_key)
+            stream.restore_at(r.offset, message, r.enqueued_at)
 
+    def _stream_truncate(self, host: VirtualHost, r: StreamTruncate) -> None:
+        stream = host.queues.get(r.queue)
+        if isinstance(stream, StreamQueue):
+            stream.truncate(r.before)
 
-def _enqueue(broker: Broker, host: VirtualHost, r: MessageEnqueue) -> None:
-    recorder = broker.recorder
-    wall_offset = 0.0
-    if recorder is not None:
-        recorder.last_id = max(recorder.last_id, r.id)
-        wall_offset = recorder.wall_offset
-    message = Message(r.exchange, r.routing_key, r.body, dict(r.headers), dict(r.props))
-    message.pid = r.id
-    message._deaths = r.deaths
-    if r.mesh:
-        message.mesh = r.mesh
-    if r.publish_key:
-        message.publish_key = r.publish_key
-        host.publish_keys.add(r.publish_key)
-    at = r.enqueued_at - wall_offset
-    expiration = message.properties.get("expiration")
-    for name in r.queues:
-        queue = host.queues.get(name)
-        if queue is not None:
-            queue.restore(message, queue.expiry(at, expiration))
+    def _stream_track(self, host: VirtualHost, r: StreamTrack) -> None:
+        stream = host.queues.get(r.queue)
+        if isinstance(stream, StreamQueue):
+            stream.tracked[r.name] = r.offset
+
+    def _peering_out(self, host: VirtualHost, r: PeeringOut) -> None:
+        if r.publish_key:  # a publish that only a peering link took
+            host.publish_keys.add(r.publish_key)
+
+    def _peering_state(self, host: VirtualHost, r: PeeringMarks | PeeringOutAck) -> None:
+        """Exchange peering's own bookkeeping: the peering service reads it from the
+        journal's state; the broker model has nothing to change."""
 
 
 def _clear_durable(host: VirtualHost) -> None:
@@ -172,4 +219,31 @@ def _clear_durable(host: VirtualHost) -> None:
             host.remove_queue(queue)
     for exchange in list(host.exchanges.values()):
         if exchange.durable and exchange.name and exchange.name not in PREDECLARED:
-            host._remove_exchange(exchange)
+            host.remove_exchange(exchange)
+
+
+#: Handlers of the records that carry no vhost (they reach into every vhost).
+_EVERY_VHOST: dict[type[Record], Callable[[Replay, Any], None]] = {
+    MessageDelivered: Replay._message_delivered,
+    MessageAck: Replay._message_ack,
+    SnapshotBegin: Replay._snapshot_begin,
+    SnapshotEnd: Replay._snapshot_end,
+}
+
+#: Handlers of the records of one vhost, called with that vhost.
+_ONE_VHOST: dict[type[Record], Callable[[Replay, VirtualHost, Any], None]] = {
+    ExchangeDeclare: Replay._exchange_declare,
+    ExchangeDelete: Replay._exchange_delete,
+    QueueDeclare: Replay._queue_declare,
+    QueueDelete: Replay._queue_delete,
+    QueuePurge: Replay._queue_purge,
+    QueueBind: Replay._queue_bind,
+    QueueUnbind: Replay._queue_unbind,
+    MessageEnqueue: Replay._message_enqueue,
+    StreamAppend: Replay._stream_append,
+    StreamTruncate: Replay._stream_truncate,
+    StreamTrack: Replay._stream_track,
+    PeeringMarks: Replay._peering_state,
+    PeeringOut: Replay._peering_out,
+    PeeringOutAck: Replay._peering_state,
+}

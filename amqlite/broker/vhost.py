@@ -188,9 +188,11 @@ class VirtualHost:
             return
         if if_unused and exchange.bindings:
             raise PreconditionFailed(f"exchange {name!r} in vhost {self.name!r} in use")
-        self._remove_exchange(exchange)
+        self.remove_exchange(exchange)
 
-    def _remove_exchange(self, exchange: Exchange) -> None:
+    def remove_exchange(self, exchange: Exchange) -> None:
+        """Delete unconditionally, with every binding from it (recorded when the
+        exchange is durable)."""
         for ident, binding in list(exchange.bindings.items()):
             exchange.unbind(ident)
             binding.queue.bindings.discard((exchange, ident))
@@ -318,7 +320,7 @@ class VirtualHost:
         for exchange, ident in list(queue.bindings):
             exchange.unbind(ident)
             if exchange.auto_delete and not exchange.bindings:
-                self._remove_exchange(exchange)
+                self.remove_exchange(exchange)
         queue.bindings.clear()
         if queue.owner is not None:
             queue.owner._owned.discard(queue)
@@ -384,7 +386,7 @@ class VirtualHost:
                     self.name, queue.name, exchange.name, key, dict(arguments or {})
                 )
             if exchange.auto_delete and not exchange.bindings:
-                self._remove_exchange(exchange)
+                self.remove_exchange(exchange)
 
     # --- messages -----------------------------------------------------------------
 

@@ -31,9 +31,9 @@ import trio
 
 from amqlite.broker import ALL_APPENDED
 from amqlite.config import StorageConfig
-from amqlite.store import Journal, RecoveryReport
 from amqlite.store.errors import StoreWriteError
 from amqlite.store.files import FileLayer
+from amqlite.store.journal import Journal, RecoveryReport
 from amqlite.store.records import MessageEnqueue, Record, StreamAppend
 
 if TYPE_CHECKING:

@@ -1,11 +1,16 @@
-"""Durable storage: the journal, its records, and the state they describe.
+"""Durable storage: the journal's records and the state they describe.
 
-See ``docs/storage.md`` for the on-disk format and the guarantees, and
-:mod:`amqlite.store.journal` for how a trio shell drives the journal.
+This package is in two halves (``docs/storage.md``, "Module layout"):
+
+- **pure** (sans-IO, checked by ``tests/test_sans_io.py``): :mod:`.records`,
+  :mod:`.codec`, :mod:`.segment` (framing and parsing: bytes in, records out),
+  :mod:`.state` (the fold) and :mod:`.errors`. This module re-exports their public
+  names and imports nothing else, so the sans-IO broker core can import the
+  records without pulling in the journal.
+- **I/O**: :mod:`amqlite.store.journal` (segment files, group commit, recovery,
+  compaction, the lock; driven from a worker thread) and :mod:`amqlite.store.files`
+  (every operating-system call). Shells import them by their module names.
 """
-
-import importlib
-from typing import TYPE_CHECKING, Any
 
 from .codec import decode_record, encode_record
 from .errors import JournalCorrupt, RecordError, StoreError, StoreLocked, StoreWriteError
@@ -33,55 +38,14 @@ from .records import (
 from .segment import Defect, SegmentReader
 from .state import StoredMessage, StoredStream, StoreState
 
-# The journal and the file layer (threads, fcntl) load on first use, so the
-# sans-IO broker core can import the records above without pulling them in.
-if TYPE_CHECKING:
-    from .files import FileHandle, FileLayer, OsFileLayer
-    from .journal import (
-        FSYNC_POLICIES,
-        CompactionReport,
-        FsyncPolicy,
-        Journal,
-        JournalStats,
-        RecoveryReport,
-    )
-
-_LAZY = {
-    "FileHandle": "files",
-    "FileLayer": "files",
-    "OsFileLayer": "files",
-    "FSYNC_POLICIES": "journal",
-    "CompactionReport": "journal",
-    "FsyncPolicy": "journal",
-    "Journal": "journal",
-    "JournalStats": "journal",
-    "RecoveryReport": "journal",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
-
-
 __all__ = [
-    "FSYNC_POLICIES",
-    "CompactionReport",
     "Defect",
     "ExchangeDeclare",
     "ExchangeDelete",
-    "FileHandle",
-    "FileLayer",
-    "FsyncPolicy",
-    "Journal",
     "JournalCorrupt",
-    "JournalStats",
     "MessageAck",
     "MessageDelivered",
     "MessageEnqueue",
-    "OsFileLayer",
     "PeeringMarks",
     "PeeringOut",
     "PeeringOutAck",
@@ -92,7 +56,6 @@ __all__ = [
     "QueueUnbind",
     "Record",
     "RecordError",
-    "RecoveryReport",
     "SegmentReader",
     "SnapshotBegin",
     "SnapshotEnd",

@@ -6,11 +6,14 @@ transient publishes, consumes, gets, acks, nacks, rejects, expiries, purges,
 deletes and session closes against a recording broker; at every step the records
 so far, folded by the store and replayed into a fresh broker, must give every
 durable queue exactly its live persistent messages (ready or unacked), in enqueue
-order, flagged redelivered exactly when they had been handed out.
+order, flagged redelivered exactly when they had been handed out; and the records
+applied one by one (as a passive HA node does, snapshots included) must give the
+durable picture the store's fold gives.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -35,6 +38,7 @@ from amqlite.store.records import (
     QueueUnbind,
     Record,
 )
+from tests.store.test_records import MINIMAL
 
 
 def recording_broker() -> tuple[Broker, list[Record]]:
@@ -293,6 +297,13 @@ def test_unknown_vhost_records_are_skipped_and_counted() -> None:
     assert back.apply(records, 0) == 1
 
 
+def test_every_record_type_has_a_replay_handler() -> None:
+    broker = Broker()
+    assert broker.apply(MINIMAL, 0) == 0  # one record of each type
+    elsewhere = [dataclasses.replace(r, vhost="nowhere") for r in MINIMAL if hasattr(r, "vhost")]
+    assert broker.apply(elsewhere, 0) == len(elsewhere)
+
+
 # --- the model -----------------------------------------------------------------------
 
 QUEUES = ("d1", "d2", "t1")  # durable, durable, transient
@@ -395,6 +406,25 @@ class ReplayMatches(RuleBasedStateMachine):
         self._take()
         self._declare(q)
 
+    @rule(q=st.sampled_from(QUEUES), key=st.sampled_from(("k", "j")))
+    def toggle_binding(self, q: str, key: str) -> None:
+        queue = self.broker.vhost("/").queues[q]  # type: ignore[union-attr]
+        if any(e.name == "ex" and e.bindings[i].key == key for e, i in queue.bindings):
+            self.admin.unbind(q, "ex", key)
+        else:
+            self.admin.bind(q, "ex", key)
+
+    @rule(kind=st.sampled_from(("direct", "topic")))
+    def redeclare_exchange(self, kind: str) -> None:
+        self.admin.delete_exchange("ex")
+        self.admin.declare_exchange("ex", kind, durable=True)
+
+    @rule()
+    def snapshot(self) -> None:
+        """A snapshot in the record stream, as compaction writes and a rejoining HA
+        node receives: it replaces what came before."""
+        self.records.extend(StoreState.fold(self.records).snapshot())
+
     @invariant()
     def replay_gives_the_live_persistent_messages(self) -> None:
         back = restored(self.records, self.now)
@@ -414,6 +444,57 @@ class ReplayMatches(RuleBasedStateMachine):
                 (e.name, b.key) for e, ident in rebuilt[name].bindings for b in [e.bindings[ident]]
             }
             assert bindings == {(e.name, e.bindings[i].key) for e, i in queue.bindings}
+
+    @invariant()
+    def replaying_the_records_agrees_with_the_fold(self) -> None:
+        """What a passive HA node does (apply each record as it comes, no snapshot)
+        gives the durable picture the store's fold gives: one handler per record type
+        on each side (``broker/replay.py``, ``store/state.py``)."""
+        assert durable_picture(replayed(self.records)) == folded_picture(self.records)
+
+
+def replayed(records: list[Record]) -> Broker:
+    broker, _ = recording_broker()
+    assert broker.apply(records, 0) == 0
+    return broker
+
+
+def durable_picture(broker: Broker) -> dict[str, Any]:
+    """Durable exchanges, queues, bindings, and per queue its messages' (pid,
+    redelivered) in order, as a broker holds them."""
+    host = broker.vhost("/")
+    assert host is not None
+    return {
+        "exchanges": sorted(
+            (e.name, e.kind) for e in host.exchanges.values() if e.durable and e.name
+        ),
+        "queues": {
+            name: [(m.pid, red) for m, _, red in queue.ready] for name, queue in host.queues.items()
+        },
+        "bindings": sorted(
+            (e.name, name, e.bindings[ident].key)
+            for name, queue in host.queues.items()
+            for e, ident in queue.bindings
+        ),
+    }
+
+
+def folded_picture(records: list[Record]) -> dict[str, Any]:
+    """:func:`durable_picture` of :class:`StoreState`'s fold of ``records``."""
+    state = StoreState.fold(records)
+    predeclared = Broker().vhost("/")
+    assert predeclared is not None
+    return {
+        "exchanges": sorted(
+            [(e.name, e.type) for e in state.exchanges()]
+            + [(e.name, e.kind) for e in predeclared.exchanges.values() if e.durable and e.name]
+        ),
+        "queues": {
+            q.name: [(m.record.id, m.redelivered) for m in state.messages(q.vhost, q.name)]
+            for q in state.queues()
+        },
+        "bindings": sorted((b.exchange, b.queue, b.key) for b in state.bindings()),
+    }
 
 
 ReplayMatches.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)

@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from amqlite.store import (
-    Journal,
     MessageAck,
     MessageDelivered,
     MessageEnqueue,
@@ -25,6 +24,7 @@ from amqlite.store import (
     StoreState,
 )
 from amqlite.store.files import FileHandle, OsFileLayer
+from amqlite.store.journal import Journal
 
 
 class Crash(Exception):

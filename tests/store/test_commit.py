@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from amqlite.store import Journal
+from amqlite.store.journal import Journal
 
 from .support import TestLayer, bodies, enq, open_journal, queue, recovered_state
 

@@ -10,12 +10,12 @@ import pytest
 
 from amqlite.store import (
     ExchangeDeclare,
-    Journal,
     QueueBind,
     Record,
     SegmentReader,
     StoreWriteError,
 )
+from amqlite.store.journal import Journal
 from amqlite.store.segment import segment_name
 
 from .support import (

@@ -20,7 +20,6 @@ from hypothesis.stateful import (
 )
 
 from amqlite.store import (
-    Journal,
     MessageEnqueue,
     QueueBind,
     QueueDelete,
@@ -28,6 +27,7 @@ from amqlite.store import (
     Record,
     StoreWriteError,
 )
+from amqlite.store.journal import Journal
 
 from .support import Hook, TestLayer, ack, delivered, eio, enq, fold, queue
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from amqlite.errors import ReplyCode
-from amqlite.store import Journal, StoreLocked
+from amqlite.store import StoreLocked
+from amqlite.store.journal import Journal
 
 from .support import enq, queue
 
@@ -43,7 +44,8 @@ def test_another_process_is_refused_while_we_hold_it(tmp_path: Path) -> None:
         journal.commit()
         code = (
             "import sys\n"
-            "from amqlite.store import Journal, StoreLocked\n"
+            "from amqlite.store import StoreLocked\n"
+            "from amqlite.store.journal import Journal\n"
             "try:\n"
             f"    Journal({str(tmp_path)!r})\n"
             "except StoreLocked as exc:\n"
@@ -60,7 +62,7 @@ def test_another_process_is_refused_while_we_hold_it(tmp_path: Path) -> None:
 def test_we_are_refused_while_another_process_holds_it(tmp_path: Path) -> None:
     code = (
         "import sys\n"
-        "from amqlite.store import Journal\n"
+        "from amqlite.store.journal import Journal\n"
         f"j = Journal({str(tmp_path)!r})\n"
         "print('locked', flush=True)\n"
         "sys.stdin.readline()\n"

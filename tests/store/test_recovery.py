@@ -10,13 +10,13 @@ import pytest
 
 from amqlite.store import (
     ExchangeDeclare,
-    Journal,
     JournalCorrupt,
     QueueBind,
     Record,
     SegmentReader,
     StoreError,
 )
+from amqlite.store.journal import Journal
 from amqlite.store.segment import HEADER, segment_name
 
 from .support import (

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from amqlite.errors import ReplyCode
-from amqlite.store import Journal, QueueBind, StoreWriteError
+from amqlite.store import QueueBind, StoreWriteError
+from amqlite.store.journal import Journal
 
 from .support import (
     TestLayer,
