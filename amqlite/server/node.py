@@ -18,8 +18,7 @@ from amqlite.store.files import FileLayer
 
 from .connection import ClientConnection
 from .ha import HaService
-from .peering import PeeringService
-from .peering_queue import PeeringQueue
+from .peering import PeeringQueue, PeeringService
 from .storage import NodeStorage
 
 TICK_INTERVAL = 0.1  # seconds between TTL sweeps
