@@ -114,7 +114,8 @@ class PeeringDurability:
         self.epochs = EpochCounter()
         self._outs: dict[str, deque[tuple[int, int]]] = {}  # durable log: (seq, out id)
         self._out_id = 0  # the last peering.out id handed out
-        self._marks_due: dict[tuple[str, str], PeeredExchange] = {}
+        #: the exchanges whose deliveries wrote to the journal since the last marks
+        self.marks_pending: dict[tuple[str, str], PeeredExchange] = {}
 
     async def open(self) -> None:
         """At start, once the node's storage is open: the epoch counter."""
@@ -130,7 +131,7 @@ class PeeringDurability:
     def forget(self) -> None:
         """Peering stopped: the next activation starts again from the journal."""
         self._outs.clear()
-        self._marks_due.clear()
+        self.marks_pending.clear()
 
     # --- the receive marks ---------------------------------------------------------------
 
@@ -143,17 +144,13 @@ class PeeringDurability:
 
     def marks_due(self, px: PeeredExchange) -> None:
         """A delivery into ``px``'s exchange wrote to the journal: its marks follow."""
-        self._marks_due[(px.ctx.vhost, px.ctx.exchange)] = px
-
-    @property
-    def marks_pending(self) -> bool:
-        return bool(self._marks_due)
+        self.marks_pending[(px.ctx.vhost, px.ctx.exchange)] = px
 
     def record_marks(self) -> None:
         """Journal the marks after the deliveries just journaled: every message
         taken from a link counts as received."""
         storage = self.storage
-        due, self._marks_due = self._marks_due, {}
+        due, self.marks_pending = self.marks_pending, {}
         if storage is None:
             return
         for px in due.values():
