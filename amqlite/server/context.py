@@ -13,30 +13,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from amqlite.auth import Authenticator
-    from amqlite.broker import Broker, Message, PublishOutcome
+    from amqlite.broker import Broker
     from amqlite.config import ClusterConfig, Config
-    from amqlite.peering import Envelope
     from amqlite.protocol import events as ev
 
+    from .peering import PublishHook
+    from .peering.transport import AcceptedConnection
     from .storage import NodeStorage
 
 #: Sends one reply event on a connection (dropped once the connection is gone).
 Replier = Callable[["ev.Event"], None]
-
-
-class PeerLinkEnd(Protocol):
-    """The accepting end of an exchange peering link, as the peering service sees it."""
-
-    peer_link_id: str | None
-    peer: str  # the remote address
-    user: str  # who logged in
-    vhost: str  # the vhost named in its hello
-
-    def send_map(self, msg: dict[str, Any]) -> None: ...
-    def send_peer(self, msg: bytes) -> None: ...
-    def may_peer(self, exchange: str) -> bool: ...
-    def close(self, reason: str) -> None: ...
-    def close_from_server(self, code: int, text: str) -> None: ...
 
 
 class HaView(Protocol):
@@ -53,22 +39,12 @@ class HaView(Protocol):
     def start_switchover(self, request: ev.HaSwitchover, reply: Replier) -> None: ...
 
 
-class PublishHookView(Protocol):
-    """Exchange peering's hook on one peered exchange (see ``RequestDispatcher``)."""
-
-    def envelope(self, message: Message) -> Envelope: ...
-    def has_room(self, envelope: Envelope) -> bool: ...
-    def published(
-        self, envelope: Envelope, outcome: PublishOutcome, now: float, publish_key: str
-    ) -> bool: ...
-
-
 class PeeringView(Protocol):
     """The exchange peering service, as connections and endpoints see it."""
 
-    def hook_for(self, vhost: str) -> Mapping[str, PublishHookView]: ...
-    def on_frame(self, conn: PeerLinkEnd, msg: dict[str, Any]) -> None: ...
-    def on_closed(self, conn: PeerLinkEnd) -> None: ...
+    def hook_for(self, vhost: str) -> Mapping[str, PublishHook]: ...
+    def on_frame(self, conn: AcceptedConnection, msg: dict[str, Any]) -> None: ...
+    def on_closed(self, conn: AcceptedConnection) -> None: ...
 
 
 class NodeView(Protocol):

@@ -22,7 +22,7 @@ from amqlite.protocol import events as ev
 DEFAULT_EXCHANGE_RESOURCE = "amq.default"
 
 if TYPE_CHECKING:
-    from .context import PublishHookView
+    from .peering import PublishHook
 
 Reply = ev.Event | None
 
@@ -40,7 +40,7 @@ class RequestDispatcher:
         permissions: Permissions,
         status: Callable[[], dict[str, Any]],
         instance: str = "",
-        peered: Mapping[str, PublishHookView] | None = None,
+        peered: Mapping[str, PublishHook] | None = None,
     ) -> None:
         self.session = session
         # publish keys (amqlite.broker.dedup) for confirmed publishes: "instance:id"
@@ -49,7 +49,7 @@ class RequestDispatcher:
         self.vhost = vhost
         self.permissions = permissions
         self._status = status
-        self._peered: Mapping[str, PublishHookView] = peered if peered is not None else {}
+        self._peered: Mapping[str, PublishHook] = peered if peered is not None else {}
         self._write_ok: dict[str, bool] = {}  # publish permission, per exchange
         self._handlers: dict[type[ev.Event], Callable[[Any, float], Reply]] = {
             ev.Publish: self._publish,

@@ -19,8 +19,7 @@ from amqlite.store.files import FileLayer
 from .connection import NativeConnection
 from .endpoints import ClientEndpoint
 from .ha import HaService
-from .peering import PeeringService
-from .peering_queue import PeeringQueue
+from .peering import PeeringQueue, PeeringService
 from .storage import NodeStorage
 
 TICK_INTERVAL = 0.1  # seconds between TTL sweeps

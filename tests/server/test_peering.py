@@ -1,4 +1,4 @@
-"""The peering shell (amqlite/server/peering.py) between two in-process brokers on
+"""The peering shell (amqlite/server/peering/) between two in-process brokers on
 127.0.0.1, port 0: each mode's positive and negative case, interest, binding
 mirroring, the acceptor's refusals, and the figures under ``links``."""
 
@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -579,9 +580,7 @@ async def test_a_subscriber_binding_deleted_by_hand_on_the_remote_comes_back(
 ) -> None:
     a, b, _ = await _subscribed_pair(nursery)
     assert b.peering is not None
-    b.peering.reconcile_interval = 0.2
-    b.peering._reconcile_at = trio.current_time()  # the check takes the new interval now
-    b.peering._wake.set()
+    b.peering.check_queue_bindings_every(0.2)
     queue = _peering_queue(a)
     async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
         _, local = await _queue(ca, "news.*")
@@ -646,3 +645,111 @@ async def test_a_subscriber_queue_is_deleted_when_its_lease_runs_out(
     await wait_for(lambda: queue not in host.queues, "the lease ran out", 1.0)
     assert trio.current_time() - away_at >= 5.0
     assert not _links(b)
+
+
+# --- the sending-log epoch (amqlite/server/peering/durability.py) ---------------------
+
+
+async def test_an_epoch_is_on_disk_before_it_is_handed_out_and_grows_across_restarts(
+    tmp_path: Path,
+) -> None:
+    from amqlite.server.peering.durability import EPOCH_FILE, EpochCounter
+
+    on_disk = lambda: int((tmp_path / EPOCH_FILE).read_text())  # noqa: E731
+    taken: list[int] = []
+    for run in range(3):  # three runs of a node, each activating twice
+        counter = EpochCounter()
+        await counter.open(str(tmp_path))
+        for _ in range(2):
+            value = counter.take()
+            assert value is not None and on_disk() >= value
+            taken.append(value)
+            await counter.reserve()  # the next activation's, written ahead
+            assert on_disk() == value + 1
+        if run == 1:
+            await EpochCounter().open(str(tmp_path))  # a run that never activated
+    assert taken == sorted(set(taken))  # never used twice, even after a restart
+
+
+async def test_an_epoch_the_disk_refused_is_not_handed_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from amqlite.server.peering import durability
+
+    counter = durability.EpochCounter()
+    await counter.open(str(tmp_path))
+    first = counter.take()
+    assert first is not None
+
+    def disk_full(path: str, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(durability, "write_durably", disk_full)
+    with pytest.raises(OSError):
+        await counter.reserve()
+    assert counter.take() is None
+    monkeypatch.undo()
+    await counter.reserve()
+    assert counter.take() == first + 1
+
+
+class _HaMember:
+    """What PeeringService uses of a node: here an HA pair member, passive at first,
+    with a data dir and no journal (no links configured: nothing dials)."""
+
+    def __init__(self, directory: Path) -> None:
+        from types import SimpleNamespace
+
+        from amqlite.broker import Broker
+
+        self.config = _config()
+        self.node_id = "n"
+        self.state = "passive"
+        self.broker = Broker(node_id="n")
+        self.storage = SimpleNamespace(directory=str(directory), journal=None, appended=0)
+        self.ha = SimpleNamespace(machine=SimpleNamespace(epoch=3))
+
+    def pump(self) -> None:
+        pass
+
+
+async def test_an_ha_promotion_starts_peering_at_once_and_waits_only_for_an_epoch_not_on_disk(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    nursery: trio.Nursery,
+    jump_clock: trio.testing.MockClock,
+) -> None:
+    from amqlite.server.peering import PeeringService, durability
+
+    node = _HaMember(tmp_path)
+    service = PeeringService(node, ())  # type: ignore[arg-type]
+    await nursery.start(service.run)
+    epoch_file = tmp_path / durability.EPOCH_FILE
+
+    def promote() -> None:
+        node.state = "active"
+        service.ha_state_changed()
+
+    def demote() -> None:
+        node.state = "passive"
+        service.ha_state_changed()
+        assert not service.active
+
+    assert not service.active and epoch_file.read_text() == "1\n"  # reserved at start
+    promote()  # at once: the client whose request promoted it publishes next
+    assert service.active and service.epoch == (3 << 32) + 1
+    await wait_for(lambda: epoch_file.read_text() == "2\n", "the next one written ahead")
+    demote()
+
+    def disk_full(path: str, data: bytes) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(durability, "write_durably", disk_full)
+    promote()  # 2 was on disk; writing 3 ahead fails
+    assert service.active and service.epoch == (3 << 32) + 2
+    demote()
+    promote()  # 3 is not on disk: no peering until it is
+    assert not service.active
+    monkeypatch.undo()
+    await wait_for(lambda: service.active, "active once 3 is on disk", 0.1)
+    assert service.epoch == (3 << 32) + 3 and int(epoch_file.read_text()) >= 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from amqlite.peering import Entry, Envelope, MessageId
-from amqlite.server.spill import FileSpill
+from amqlite.server.peering.spill import FileSpill
 
 
 def _entry(seq: int, body: bytes = b"b") -> Entry:

@@ -109,7 +109,6 @@ class PeeringEndpoint(_RoleEndpoint):
         self.peer = link.peer
         self.user = user
         self.vhost = vhost
-        self.peer_link_id: str | None = None  # the link end it carries, once attached
 
     def handle(self, event: ev.Event, now: float) -> None:
         if isinstance(event, ev.PeerMessage) and self.peering is not None:

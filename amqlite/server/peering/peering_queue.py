@@ -18,6 +18,10 @@ queue's messages are settled only once the subscriber acknowledged them
 (``Acked``), so a cut, a restart or a failover sends them again; their peering
 identity travels with them in the journal (``Message.mesh``), so the subscriber
 drops a copy it already holds.
+
+:class:`PeeringQueues` keeps them for the node: attaches a subscribe end to its
+queue, checks their bindings now and then, and deletes the queues found at
+start-up whose subscriber never came back within their lease.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import contextlib
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import structlog
 
 from amqlite.broker import PEERING_QUEUE_PREFIX, Broker, Delivery, Message, Session
 from amqlite.errors import AmqliteError
@@ -36,6 +42,10 @@ ARG_LINK = "x-peering-link"
 ARG_LEASE = "x-peering-lease"
 DEFAULT_LEASE = 24 * 3600.0
 DEFAULT_BYTES = 16 * 1024 * 1024
+RECONCILE_INTERVAL = 30.0  # peering queues' bindings are checked this often
+INF = float("inf")
+
+log = structlog.get_logger("amqlite.peering")
 
 
 def queue_name(exchange: str, link_id: str) -> str:
@@ -196,3 +206,128 @@ class PeeringQueue:
             with contextlib.suppress(AmqliteError):
                 self.session.delete_queue(self.name)
         self.session.close()
+
+
+class PeeringQueues:
+    """The node's peering queues, by the id of the subscribe end they feed
+    (``by_link``, shared with the action applier, which settles them).
+
+    ``broker()`` is the node's broker now, ``session(vhost)`` the service's
+    broker session, ``feed(queue)`` hands a queue's deliveries to its link end,
+    ``wake()`` makes the service's timer take :meth:`next_deadline` again.
+    """
+
+    def __init__(
+        self,
+        by_link: dict[str, PeeringQueue],
+        *,
+        broker: Callable[[], Broker],
+        session: Callable[[str], Session],
+        feed: Callable[[PeeringQueue], None],
+        wake: Callable[[], None],
+    ) -> None:
+        self.by_link = by_link
+        self._broker = broker
+        self._session = session
+        self._feed = feed
+        self._wake = wake
+        self.reconcile_interval = RECONCILE_INTERVAL
+        self._reconcile_at = INF
+        # (vhost, queue) -> (since, lease): found at activation, no link uses them yet
+        self._orphans: dict[tuple[str, str], tuple[float, float]] = {}
+
+    def check_bindings_every(self, interval: float, now: float) -> None:
+        """Check the queues' bindings every ``interval`` seconds, the first time now."""
+        self.reconcile_interval = interval
+        self._reconcile_at = now
+        self._wake()
+
+    def find_orphans(self, now: float) -> None:
+        """At activation: every peering queue the broker holds waits for its
+        subscriber, at most for its lease."""
+        for host in self._broker().all_vhosts():
+            for queue in host.queues.values():
+                if queue.name.startswith(PEERING_QUEUE_PREFIX) and ARG_LINK in queue.arguments:
+                    self._orphans[(host.name, queue.name)] = (now, lease_of(queue.arguments))
+
+    def attach(self, px: PeeredExchange, link: PeerLink, now: float) -> None:
+        """After an acceptor end attached: a subscribe end consumes from its peering
+        queue (declared on first use, kept across cuts and restarts)."""
+        pq = self.by_link.get(link.id)
+        if pq is not None and pq.link is not link:  # the dialer was reconfigured
+            del self.by_link[link.id]
+            pq.close(delete=not link.queue_fed)
+            pq = None
+        if not link.queue_fed:
+            return
+        if pq is None:
+            pq = PeeringQueue(
+                self._broker(),
+                px,
+                link,
+                prefetch=2 * link.settings.max_in_flight,
+                now=now,
+                on_deliveries=self._feed,
+            )
+            self.by_link[link.id] = pq
+            self._orphans.pop((pq.vhost, pq.name), None)
+            if self._reconcile_at == INF:
+                self._reconcile_at = now + self.reconcile_interval
+                self._wake()
+            log.info("peering_queue_attached", link=link.id, queue=pq.name, lease=pq.lease)
+        pq.sync_bindings()
+        self._feed(pq)
+
+    def retention(self, link_id: str) -> float | None:
+        """How long the acceptor end ``link_id`` waits for its subscriber (the
+        queue's lease); None when it has no peering queue."""
+        pq = self.by_link.get(link_id)
+        return pq.lease if pq is not None else None
+
+    def retire(self, link_id: str) -> None:
+        """The subscriber's lease ran out: its queue goes, with what it holds."""
+        pq = self.by_link.pop(link_id, None)
+        if pq is not None:
+            pq.close(delete=True)
+            log.warning("peering_queue_expired", queue=pq.name, lease=pq.lease)
+
+    def close_all(self) -> None:
+        """Peering stopped: stop consuming (the queues stay)."""
+        for pq in self.by_link.values():
+            pq.close(delete=False)
+        self.by_link.clear()
+        self._orphans.clear()
+        self._reconcile_at = INF
+
+    def next_deadline(self) -> float:
+        due = self._reconcile_at
+        for since, lease in self._orphans.values():
+            due = min(due, since + lease)
+        return due
+
+    def tick(self, now: float) -> None:
+        if self._orphans:
+            self._expire_orphans(now)
+        if now >= self._reconcile_at:
+            self._reconcile(now)
+
+    def _reconcile(self, now: float) -> None:
+        """The periodic check: a peering queue's binding deleted by hand comes back."""
+        self._reconcile_at = now + self.reconcile_interval if self.by_link else INF
+        for pq in list(self.by_link.values()):
+            if pq.sync_bindings():
+                log.warning("peering_queue_bindings_repaired", queue=pq.name)
+
+    def _expire_orphans(self, now: float) -> None:
+        """Delete the peering queues found at start-up whose subscriber never came
+        back within their lease."""
+        for (vhost_name, name), (since, lease) in list(self._orphans.items()):
+            if now < since + lease:
+                continue
+            del self._orphans[(vhost_name, name)]
+            try:
+                self._session(vhost_name).delete_queue(name)
+            except AmqliteError as exc:
+                log.warning("peering_queue_expiry_failed", queue=name, error=exc.text)
+                continue
+            log.warning("peering_queue_expired", queue=name, lease=lease)

@@ -1,0 +1,329 @@
+"""Applies the peering core's actions to the broker and the links, in order
+(docs/peering.md, "Applying actions").
+
+Every call into the core goes through :meth:`ActionApplier.apply`, even when it
+returned nothing (it may have moved a deadline). A *turn* is one outermost
+``apply`` (or one received frame, or one feed of a peering queue): at its end the transient
+deliveries are confirmed (one cumulative confirm per link), the receive marks of
+the deliveries that wrote to the journal are journaled after them, the broker's
+pushes are handed out, and the service is told (its flusher then sends what the
+turn produced: :meth:`ActionApplier.flush`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+import trio
+
+from amqlite.broker import ALL_APPENDED, Message, PublishOutcome, Session
+from amqlite.errors import AmqliteError, BrokerError
+from amqlite.peering import (
+    Acked,
+    Action,
+    Address,
+    Blocked,
+    BufferAvailable,
+    Connect,
+    Deliver,
+    Disconnect,
+    LinkState,
+    PeerLink,
+    Persist,
+    Send,
+    StateChanged,
+)
+from amqlite.peering import cbor as peering_cbor
+from amqlite.peering.wire import PeeringMessage
+from amqlite.protocol.codec import check_headers, check_props
+
+from .durability import PeeringDurability
+from .peering_queue import PeeringQueue, envelope_of
+from .registry import HeldEnvelopes, LinkRegistry
+from .transport import LinkConnection
+
+log = structlog.get_logger("amqlite.peering")
+
+INF = float("inf")
+_UNROUTABLE = PublishOutcome.UNROUTABLE  # an enum attribute look-up is slow: per message
+BATCH_BYTES = 256 * 1024  # peering maps sent in one ``peer`` frame, at most about
+BATCH = "peer.batch"
+
+
+class ActionApplier:
+    """Carries out the core's actions for every link end of one node.
+
+    ``session(vhost)`` is the broker session deliveries are published with,
+    ``dial(link id, address)`` starts a connection attempt, ``pump()`` hands the
+    broker's pending pushes out, ``turn_ended()`` tells the service a turn ended.
+    """
+
+    def __init__(
+        self,
+        registry: LinkRegistry,
+        durability: PeeringDurability,
+        *,
+        session: Callable[[str], Session],
+        dial: Callable[[str, Address], None],
+        pump: Callable[[], None],
+        turn_ended: Callable[[], None],
+    ) -> None:
+        self.registry = registry
+        self.durability = durability
+        self._session = session
+        self._dial = dial
+        self._pump = pump
+        self._turn_ended = turn_ended
+        self._depth = 0  # nested apply() calls
+        self._delivered = False  # deliveries (or freed credit) since the last pump
+        self._confirms: dict[str, int] = {}  # link -> last tag safe now, confirmed at turn end
+        self._commits_pending: dict[str, int] = {}  # link -> deliveries awaiting the barrier
+        self._outbox: dict[LinkConnection, list[PeeringMessage]] = {}
+        self._publish_key = ""  # of the client publish being offered to the links
+
+    def forget(self) -> None:
+        """Peering stopped: what waits for the links is dropped with them."""
+        self._commits_pending.clear()
+        self._confirms.clear()
+
+    # --- turns ---------------------------------------------------------------------------
+
+    def apply(self, actions: list[Action]) -> None:
+        """Apply the core's actions in order; ends the turn if this is the outermost call."""
+        if actions:
+            self._depth += 1
+            try:
+                self._apply(actions)
+            finally:
+                self._depth -= 1
+        if self._depth:
+            return
+        if self._confirms:
+            self._confirm_safe()
+        if self.durability.marks_pending:
+            self.durability.record_marks()
+        if self._delivered:
+            self._delivered = False
+            self._pump()
+        self._turn_ended()
+
+    def apply_published(self, actions: list[Action], publish_key: str) -> None:
+        """Apply what a client publish (with ``publish_key``, or "") produced: the
+        durable logs that take it journal the key with it."""
+        self._publish_key = publish_key
+        try:
+            self.apply(actions)
+        finally:
+            self._publish_key = ""
+
+    def flush(self) -> None:
+        """Send what the core asked for: consecutive maps of one connection go in
+        one ``peer`` frame (``peer.batch``) of at most about BATCH_BYTES, runs of
+        forwards as ``peer.forwards``, encoded by :mod:`amqlite.peering.cbor`."""
+        if not self._outbox:
+            return
+        outbox, self._outbox = self._outbox, {}
+        for conn, messages in outbox.items():
+            for frame in peering_cbor.encode_frames(messages, BATCH_BYTES):
+                conn.send_peer(frame)
+
+    # --- what arrives from the links and queues ----------------------------------------------
+
+    def receive(self, link: PeerLink, msg: dict[str, Any], now: float) -> None:
+        """One ``peer`` frame for ``link``: a peering map, or a batch of them."""
+        self._receive_frame(link, msg, now)
+        if link.queue_fed:
+            pq = self.registry.queues.get(link.id)
+            interest = link.interest
+            if pq is not None and interest is not None and interest.digest.hex != pq.applied_digest:
+                pq.sync_bindings()  # the subscriber's interest changed
+
+    def _receive_frame(self, link: PeerLink, msg: dict[str, Any], now: float) -> None:
+        if msg.get("type") != BATCH:
+            self.apply(link.receive(msg, now))
+            return
+        items = msg.get("msgs")
+        if not isinstance(items, list):
+            self.apply(link.receive({"type": BATCH}, now))  # malformed: the core says so
+            return
+        self._depth += 1  # one turn for the whole frame
+        try:
+            for item in items:
+                self.apply(link.receive(item, now))
+        finally:
+            self._depth -= 1
+        self.apply([])
+
+    def feed(self, pq: PeeringQueue) -> None:
+        """Hand a peering queue's new deliveries to its link end, in order."""
+        deliveries, cancelled = pq.take()
+        if cancelled and not pq.session.closed:  # the queue was deleted by hand
+            log.warning("peering_queue_deleted", queue=pq.name, link=pq.link.id)
+            pq.declare(trio.current_time())  # what it had taken still acks
+            pq.sync_bindings()
+            deliveries += pq.take()[0]
+        if not deliveries:
+            return
+        now = trio.current_time()
+        link = pq.link
+        self._depth += 1  # one turn for them all
+        try:
+            for d in deliveries:
+                seq, actions = link.take(envelope_of(pq.px, d.message), now)
+                if seq is None:
+                    pq.settle(d.dtag, now)  # skipped (the subscriber is on its path)
+                else:
+                    pq.taken.append((seq, d.dtag))
+                self.apply(actions)
+        finally:
+            self._depth -= 1
+        self.apply([])
+
+    # --- the actions -----------------------------------------------------------------------
+
+    def _apply(self, actions: list[Action]) -> None:
+        now = -INF  # for deliveries: read once per call (a run arrives at one instant)
+        registry = self.registry
+        for action in actions:
+            if isinstance(action, Send):
+                conn = registry.conns.get(action.link)
+                if conn is not None:
+                    self._outbox.setdefault(conn, []).append(action.message)
+            elif isinstance(action, Deliver):
+                if now == -INF:
+                    now = trio.current_time()
+                self._deliver(action, now)
+            elif isinstance(action, Connect):
+                self._dial(action.link, action.address)
+            elif isinstance(action, Disconnect):
+                old = registry.conns.pop(action.link, None)
+                if old is not None:
+                    old.close(action.reason)
+                log.info("peering_disconnected", link=action.link, reason=action.reason)
+            elif isinstance(action, Blocked):
+                held = registry.held.setdefault(action.link, HeldEnvelopes())
+                held.envelopes.append((action.envelope, False))
+                held.waiting = True
+            elif isinstance(action, BufferAvailable):
+                self._resume_held(action.link)
+            elif isinstance(action, Acked):
+                self._acked(action)
+            elif isinstance(action, Persist):
+                px = registry.owner.get(action.link)
+                if px is not None:
+                    self.durability.log_out(px, action, self._publish_key)
+            elif isinstance(action, StateChanged):
+                if action.new is LinkState.WAITING:
+                    registry.waiting_since[action.link] = trio.current_time()
+                else:
+                    registry.waiting_since.pop(action.link, None)
+                log.info(
+                    "peering_link_state",
+                    link=action.link,
+                    old=action.old.value,
+                    new=action.new.value,
+                    reason=action.reason,
+                )
+
+    def _deliver(self, action: Deliver, now: float) -> None:
+        px = self.registry.owner.get(action.link)
+        link = px.links.get(action.link) if px is not None else None
+        if px is None or link is None:
+            return
+        env = action.envelope
+        durability = self.durability
+        headers, properties = env.headers, env.properties
+        message = Message(
+            px.ctx.exchange,
+            env.routing_key,
+            env.body,
+            dict(headers) if headers else {},
+            dict(properties) if properties else {},
+        )
+        message.mesh = env  # a subscriber's peering queue here keeps its identity
+        bad = check_headers(message.headers) if headers else None
+        if bad is None and properties:
+            bad = check_props(message.properties)
+        session = self._session(px.ctx.vhost)
+        try:
+            if bad is not None:  # only a broken peer sends these: never store them
+                raise BrokerError(f"malformed headers or properties: {bad}")
+            outcome = session.publish(message, now=now)  # starts the delivery's span
+        except AmqliteError as exc:  # the exchange went away: nothing routes it
+            log.warning("peering_deliver_failed", link=action.link, error=exc.text)
+            outcome = PublishOutcome.UNROUTABLE
+        self._delivered = True
+        if len(px.links) > 1:  # it travels on to the other links (rings, meshes): first,
+            # so the records that keeps for them are in this delivery's span
+            routed = outcome is not _UNROUTABLE
+            self.apply(px.published(env, routed_locally=routed, now=now))
+        tag = action.tag
+        first, last = session.journal_span if bad is None else (0, 0)
+        wrote = last != 0
+        if wrote:
+            durability.marks_due(px)
+        if wrote or self._commits_pending.get(action.link):
+            self._commits_pending[action.link] = self._commits_pending.get(action.link, 0) + 1
+            if self._confirms:
+                self._confirm_safe()  # in order: what was safe before this goes first
+
+            def committed(stored: bool) -> None:
+                pending = self._commits_pending
+                pending[action.link] = pending.get(action.link, 1) - 1
+                if not stored:  # the disk dropped it: logged by storage
+                    log.error("peering_delivery_not_stored", link=action.link, tag=tag)
+                self.apply(link.confirm(tag, trio.current_time()))
+
+            # like a client's confirm: after the commit, and on an HA pair after the
+            # passive node holds it too; one that wrote nothing waits for what was
+            # appended before it, so confirms keep their order
+            if wrote:
+                durability.when_durable(first, last, committed)
+            else:
+                durability.when_durable(0, ALL_APPENDED, committed)
+        else:
+            self._confirms[action.link] = tag  # safe now: confirmed once the turn ends
+
+    def _confirm_safe(self) -> None:
+        """Confirm the deliveries that were safe at once (transient), one call per
+        link for a whole turn (confirms are cumulative)."""
+        now = trio.current_time()
+        self._depth += 1
+        try:
+            while self._confirms:
+                link_id, tag = self._confirms.popitem()
+                link = self.registry.link(link_id)
+                if link is not None:
+                    self._apply(link.confirm(tag, now))
+        finally:
+            self._depth -= 1
+
+    def _resume_held(self, link_id: str) -> None:
+        held = self.registry.held.get(link_id)
+        link = self.registry.link(link_id)
+        if held is None or link is None:
+            return
+        held.waiting = False
+        now = trio.current_time()
+        while held.envelopes and not held.waiting:
+            envelope, routed = held.envelopes.popleft()
+            actions = link.offer(envelope, routed_locally=routed, now=now)
+            blocked = [a for a in actions if isinstance(a, Blocked)]
+            if blocked:
+                held.envelopes.appendleft((envelope, routed))
+                held.waiting = True
+                actions = [a for a in actions if not isinstance(a, Blocked)]
+            self.apply(actions)
+
+    def _acked(self, action: Acked) -> None:
+        """Settle what a durable log or a peering queue kept, up to ``action.seq``."""
+        pq = self.registry.queues.get(action.link)
+        if pq is not None:
+            pq.acked(action.seq, trio.current_time())
+            self._delivered = True  # the freed credit lets the queue push more
+            return
+        px = self.registry.owner.get(action.link)
+        if px is not None:
+            self.durability.settle_out(px, action.link, action.seq)
