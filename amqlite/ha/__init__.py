@@ -26,6 +26,7 @@ from .heartbeat import Heartbeat
 from .machine import DEFAULT_FAILOVER_TIMEOUT, DEFAULT_HEARTBEAT, HaMachine
 from .progress import ReplicaProgress
 from .replication import (
+    FOLLOWED_LINKS,
     SYNC_CHUNK,
     SYNC_WINDOW,
     AckAfterCommit,
@@ -47,6 +48,7 @@ from .states import ILLEGAL, TRANSITIONS, Branch, Guard, HaEvent, HaRole, HaStat
 __all__ = [
     "DEFAULT_FAILOVER_TIMEOUT",
     "DEFAULT_HEARTBEAT",
+    "FOLLOWED_LINKS",
     "ILLEGAL",
     "SYNC_CHUNK",
     "SYNC_WINDOW",

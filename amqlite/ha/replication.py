@@ -256,64 +256,87 @@ class AckAfterCommit:
 FollowerAction = ApplySync | SendSynced | AckAfterCommit
 
 
+FOLLOWED_LINKS = 4  # links a follower remembers (one is live; the rest are leftovers)
+
+
 class Follower:
     """The passive node's side: apply, journal, acknowledge.
 
     Guarantees, for the active node's confirms to mean what they say:
 
-    - every sync with an ``upto`` is acknowledged twice, in this order: ``applied`` at
-      once, and again once the journal has committed it;
+    - every sync with an ``upto`` that is applied (or already held) is acknowledged
+      twice, in this order: ``applied`` at once, and again once the journal has
+      committed it;
     - a snapshot sent in several chunks is staged until its last chunk (the one with
       ``upto``) arrives, then applied whole: its first record clears the durable
       state, so applied chunk by chunk it would leave a passive node that takes over
       mid-way with half of it;
+    - syncs are followed per ``link`` (any hashable naming the connection they came
+      on): a link's tail syncs are applied only after its own snapshot, so neither
+      the end of a snapshot whose start was dropped nor an old link's chunks can
+      pass for something else;
     - what is applied is always contiguous: positions are the active journal's, and
       within one term (one ``epoch``) of one active node they only grow, so a sync
-      whose ``upto`` this node already holds is acknowledged but not applied again
-      (the remains of an older link, read after a newer link's snapshot), and syncs
-      from an older term are ignored;
-    - syncs are keyed by ``link`` (any hashable naming the connection they came on):
-      an old link's chunks never mix with a new link's snapshot.
+      whose ``upto`` this node already holds (the remains of an older link, read
+      after a newer link's snapshot) is acknowledged but not applied again, and
+      syncs from an older term are ignored.
+
+    It remembers the ``FOLLOWED_LINKS`` links it heard from last (staged snapshots
+    included): a link forgotten (long dead) is ignored until it starts a snapshot.
     """
 
-    __slots__ = ("_stages", "epoch", "holds_upto", "synced_upto", "syncs_received")
+    __slots__ = ("_links", "epoch", "holds_upto", "synced_upto", "syncs_received")
 
     def __init__(self) -> None:
         self.syncs_received = 0
         self.epoch = 0  # the term followed: the highest sync epoch seen
         self.holds_upto = 0  # applied everything up to here, in this term
         self.synced_upto = 0  # the highest position acknowledged as committed
-        self._stages: dict[Hashable, list[bytes]] = {}  # link -> snapshot chunks so far
+        #: link -> its snapshot's chunks so far, or None once its snapshot is applied
+        #: (tail syncs follow); least recently heard first
+        self._links: dict[Hashable, list[bytes] | None] = {}
 
     def on_sync(
         self, link: Hashable, data: bytes, upto: int, reset: bool, epoch: int
     ) -> list[FollowerAction]:
         """A ``ha.sync`` {upto, data, reset, epoch} arrived on ``link``."""
         self.syncs_received += 1
+        links = self._links
         if epoch != self.epoch:
             if epoch < self.epoch:
                 return []  # an older term's leftovers
             self.epoch, self.holds_upto = epoch, 0  # a new term: its own positions
-            self._stages.clear()
-        stages = self._stages
+            links.clear()
         if reset:
-            stages[link] = []
-        stage = stages.get(link)
-        if stage is not None:
+            links.pop(link, None)
+            stage: list[bytes] | None = []
+        elif link in links:
+            stage = links.pop(link)
+        else:
+            return []  # a link whose snapshot we did not see start: nothing is safe to apply
+        if stage is not None:  # a snapshot
             stage.append(data)
             if not upto:
+                self._follow(link, stage)
                 return []
-            del stages[link]
             chunks = tuple(stage)
         elif not upto:
-            return []  # a chunk of a snapshot whose start was dropped: useless alone
-        else:
+            self._follow(link, None)
+            return []  # not a tail sync (those always have an upto): ignore it
+        else:  # a tail sync
             chunks = (data,)
+        self._follow(link, None)
         acks: list[FollowerAction] = [SendSynced(upto, applied=True), AckAfterCommit(upto)]
         if upto <= self.holds_upto:
             return acks  # held already (contiguous from what gave holds_upto)
         self.holds_upto = upto
         return [ApplySync(chunks), *acks]
+
+    def _follow(self, link: Hashable, stage: list[bytes] | None) -> None:
+        links = self._links
+        links[link] = stage  # the most recently heard last
+        while len(links) > FOLLOWED_LINKS:
+            del links[next(iter(links))]
 
     def committed(self, upto: int) -> list[FollowerAction]:
         """The journal committed what was appended when :class:`AckAfterCommit`
@@ -322,8 +345,9 @@ class Follower:
         return [SendSynced(upto, applied=False)]
 
     def stop(self, epoch: int) -> None:
-        """This node became active in ``epoch``: drop the staged snapshots, and ignore
-        the syncs of every term before ours (an active peer that later outranks us
-        starts a new term, above ours, with a new snapshot)."""
-        self._stages.clear()
+        """This node became active in ``epoch``: forget every link (and the snapshots
+        they were staging), and ignore the syncs of every term before ours (an active
+        peer that later outranks us starts a new term, above ours, with a new
+        snapshot)."""
+        self._links.clear()
         self.epoch, self.holds_upto = epoch, 0

@@ -226,7 +226,12 @@ class HaService:
         self._signal_progress()
 
     async def _persist_then_drain(self, epoch: int) -> None:
-        await trio.to_thread.run_sync(self._persist_epoch, epoch)
+        try:
+            await trio.to_thread.run_sync(self._persist_epoch, epoch)
+        except OSError as exc:
+            # fatal: a node that cannot store its epoch cannot be fenced safely
+            log.critical("ha_epoch_write_failed", epoch=epoch, error=str(exc))
+            raise
         self._persisting = False
         self._drain()
 
@@ -561,6 +566,7 @@ class HaService:
                     storage.tee = None
                     storage.replica_required(False)
                 log.warning("ha_replication_stopped", synced_upto=action.synced_upto)
+                self._signal_progress()
 
     def _tee(self, position: int, frame: bytes) -> None:
         self.replicator.appended(position, frame)

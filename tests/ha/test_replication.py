@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from amqlite.ha import (
+    FOLLOWED_LINKS,
     SYNC_CHUNK,
     SYNC_WINDOW,
     AckAfterCommit,
@@ -240,14 +241,20 @@ def test_nothing_happens_before_the_first_start() -> None:
 
 def test_the_follower_applies_and_acks_applied_at_once_and_synced_after_commit() -> None:
     f = Follower()
-    assert f.on_sync("link", b"data", 7, False, EPOCH) == [
-        ApplySync((b"data",)),
+    assert f.on_sync("link", b"snapshot", 6, True, EPOCH) == [
+        ApplySync((b"snapshot",)),
+        SendSynced(6, applied=True),
+        AckAfterCommit(6),
+    ]
+    assert f.on_sync("link", b"tail", 7, False, EPOCH) == [
+        ApplySync((b"tail",)),
         SendSynced(7, applied=True),
         AckAfterCommit(7),
     ]
     assert f.synced_upto == 0  # not committed yet
+    assert f.committed(6) == [SendSynced(6, applied=False)]
     assert f.committed(7) == [SendSynced(7, applied=False)]
-    assert (f.synced_upto, f.holds_upto, f.syncs_received) == (7, 7, 1)
+    assert (f.synced_upto, f.holds_upto, f.syncs_received) == (7, 7, 2)
 
 
 def test_a_snapshot_in_chunks_is_staged_and_applied_whole_with_its_last_chunk() -> None:
@@ -320,10 +327,23 @@ def test_after_taking_over_the_follower_ignores_the_terms_before_its_own() -> No
     assert f.on_sync("peer", b"s", 1, True, EPOCH + 3)[0] == ApplySync((b"s",))
 
 
-def test_a_chunk_of_a_snapshot_whose_start_was_not_seen_is_dropped() -> None:
+def test_nothing_is_applied_from_a_link_whose_snapshot_was_not_seen_to_start() -> None:
+    """The last chunk of a snapshot looks like a tail sync: applied without the
+    chunks before it, the passive node would acknowledge a state it lacks."""
     f = Follower()
     assert f.on_sync("link", b"b", 0, False, EPOCH) == []
-    assert f.on_sync("link", b"c", 5, False, EPOCH)[0] == ApplySync((b"c",))  # a tail sync
+    assert f.on_sync("link", b"c", 5, False, EPOCH) == []
+    assert f.on_sync("link", b"s", 6, True, EPOCH)[0] == ApplySync((b"s",))
+    assert f.on_sync("link", b"?", 0, False, EPOCH) == []  # not a tail sync: ignored
+    assert f.on_sync("link", b"t", 7, False, EPOCH)[0] == ApplySync((b"t",))
+
+
+def test_a_follower_remembers_the_links_it_heard_last() -> None:
+    f = Follower()
+    for n in range(FOLLOWED_LINKS + 1):  # link 0 stages a snapshot, then goes quiet
+        f.on_sync(n, b"a", 0, True, EPOCH)
+    assert f.on_sync(0, b"z", 9, False, EPOCH) == []  # forgotten: its end is not applied
+    assert f.on_sync(FOLLOWED_LINKS, b"z", 9, False, EPOCH)[0] == ApplySync((b"a", b"z"))
 
 
 def test_the_follower_receives_exactly_what_the_replicator_sent() -> None:

@@ -382,6 +382,9 @@ STEP = st.sampled_from([name for name, weight in STEPS.items() for _ in range(we
 @given(script=st.lists(st.tuples(STEP, st.integers(1, 4)), min_size=20, max_size=120))
 @example(  # an old link's snapshot, read late, must not clear what the new link brought
     script=[
+        ("publish", 1),
+        ("peer_silent", 1),
+        ("peer_heard", 1),  # the old link's snapshot, at 1
         ("drop_link_lingering", 1),
         ("publish", 2),
         ("active_commit", 1),
