@@ -95,6 +95,9 @@ class HaService:
         self.replicator = Replicator()  # this node active: to the passive peer
         self._sender_wake = trio.Event()
         self.follower = Follower()  # this node passive: from the active peer
+        # the follower's actions not applied yet: those after a snapshot being applied
+        self._follow_queue: deque[tuple[FollowerAction, ClientConnection]] = deque()
+        self._applying = False  # a snapshot is being applied a chunk at a time
         self.inbound_links = 0  # peer-link connections the peer opened to us
         self.handing_over = False
         self._nursery: trio.Nursery | None = None
@@ -198,25 +201,28 @@ class HaService:
         A ``PersistEpoch`` is written in a worker thread (an fsync must not stall the
         event loop); the actions after it, and any applied meanwhile, wait for it,
         and :meth:`admit` admits no client meanwhile: a promotion is on disk before
-        this node acts as the new epoch's master."""
+        this node acts as the new epoch's master. A ``BecameActive`` also waits for
+        a snapshot being applied to be whole."""
         self._backlog.extend(actions)
-        if not self._persisting:
-            self._drain()
+        self._drain()
         if wake_ticker:
             self._wake.set()
 
     def _drain(self) -> None:
-        """Apply the backlog up to the next ``PersistEpoch``, which a task writes
-        before it drains the rest."""
+        """Apply the backlog up to the next ``PersistEpoch`` (a task writes it, then
+        drains the rest), or up to a ``BecameActive`` while a snapshot is being
+        applied (the task applying it drains the rest)."""
         backlog = self._backlog
-        while backlog:
+        while backlog and not self._persisting:
+            if self._applying and isinstance(backlog[0], BecameActive):
+                break
             action = backlog.popleft()
             if isinstance(action, PersistEpoch):
                 assert self._nursery is not None
                 self._persisting = True
                 self._nursery.start_soon(self._persist_then_drain, action.epoch)
-                break
-            self._apply_one(action)
+            else:
+                self._apply_one(action)
         machine = self.machine
         assert machine is not None
         if machine.state is HaState.ACTIVE:
@@ -315,14 +321,14 @@ class HaService:
         if self.handing_over:
             return False, "it is handing mastership over to its peer"
         while True:
-            # an epoch being written is not ours yet: ask once it is on disk
-            await self._wait_until(lambda: not self._persisting)
+            # a promotion is not ours until its epoch is stored (and its state whole)
+            await self._wait_until(lambda: not self._persisting and not self._backlog)
             machine = self.machine
             assert machine is not None
             decision = machine.on_client_request(trio.current_time())
             self.apply(decision.actions)
-            if self._persisting:
-                continue  # this very request promoted us: serve once the epoch is stored
+            if self._persisting or self._backlog:
+                continue  # this very request promoted us: serve once that is done
             if decision.verdict is Verdict.ACCEPT:
                 return True, ""
             if decision.verdict is Verdict.REFUSE:
@@ -522,7 +528,7 @@ class HaService:
         storage = self.node.storage
         if (
             self.replicator.replicating
-            or self._persisting  # not master until the epoch is stored
+            or self.node.state != HaState.ACTIVE.value  # BecameActive not applied yet
             or machine is None
             or storage is None
             or storage.journal is None
@@ -597,19 +603,49 @@ class HaService:
             log.warning("ha_sync_ignored", reason="this node is active", epoch=sync.epoch)
             return
         actions = self.follower.on_sync(conn, sync.data, sync.upto, sync.reset, sync.epoch)
-        self._apply_follower(actions, conn)
+        self._follow_queue.extend((action, conn) for action in actions)
+        self._drain_follow()
+
+    def _drain_follow(self) -> None:
+        """Apply the follower's actions in order. A snapshot of several chunks is
+        applied by a task, a chunk at a time (the loop runs between: heartbeats go
+        on); what follows waits for it, and so does a promotion (see :meth:`_drain`)."""
+        queue = self._follow_queue
+        while queue and not self._applying:
+            action, conn = queue.popleft()
+            if isinstance(action, ApplySync) and len(action.chunks) > 1:
+                assert self._nursery is not None
+                self._applying = True
+                self._nursery.start_soon(self._apply_in_chunks, action.chunks)
+            else:
+                self._apply_follower([action], conn)
+
+    async def _apply_in_chunks(self, chunks: tuple[bytes, ...]) -> None:
+        for chunk in chunks:
+            self._apply_chunk(chunk)
+            await trio.lowlevel.checkpoint()
+        self._applying = False
+        self._drain_follow()
+        self._drain()
+
+    def _apply_chunk(self, chunk: bytes) -> None:
+        """Apply the framed records in ``chunk`` to the broker, then journal each frame
+        as it came (not encoded again)."""
+        node = self.node
+        framed = parse_framed(chunk)
+        node.broker.apply([record for record, _ in framed], trio.current_time())
+        storage = node.storage
+        if storage is not None and storage.journal is not None:
+            journal = storage.journal
+            for record, frame in framed:
+                journal.append_framed(record, frame)
 
     def _apply_follower(self, actions: Sequence[FollowerAction], conn: ClientConnection) -> None:
-        node = self.node
-        storage = node.storage
-        journal = storage.journal if storage is not None else None
+        storage = self.node.storage
         for action in actions:
             if isinstance(action, ApplySync):
-                framed = [pair for chunk in action.chunks for pair in parse_framed(chunk)]
-                node.broker.apply([record for record, _ in framed], trio.current_time())
-                if journal is not None:
-                    for record, frame in framed:  # journaled as they came: not encoded again
-                        journal.append_framed(record, frame)
+                for chunk in action.chunks:
+                    self._apply_chunk(chunk)
             elif isinstance(action, SendSynced):
                 conn.send_reply(ev.HaSynced(upto=action.upto, applied=action.applied))
             elif isinstance(action, AckAfterCommit):
@@ -618,7 +654,7 @@ class HaService:
                 def committed(upto: int = upto) -> None:
                     self._apply_follower(self.follower.committed(upto), conn)
 
-                if storage is not None and journal is not None:
+                if storage is not None and storage.journal is not None:
                     storage.after_commit(committed)
                 else:
                     committed()
