@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+from .errors import HaError
 from .machine import HaMachine
 from .states import HaState
 
@@ -122,7 +123,7 @@ class Replicator:
 
     def __init__(self, *, chunk: int = SYNC_CHUNK, window: int = SYNC_WINDOW) -> None:
         if chunk <= 0 or window <= 0:
-            raise ValueError(f"chunk and window must be positive, got {chunk!r}, {window!r}")
+            raise HaError(f"chunk and window must be positive, got {chunk!r}, {window!r}")
         self._chunk = chunk
         self._window = window
         self.replicating = False

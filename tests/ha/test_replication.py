@@ -13,6 +13,7 @@ from amqlite.ha import (
     AckAfterCommit,
     ApplySync,
     Follower,
+    HaError,
     HaState,
     ReplicaApplied,
     ReplicaProgress,
@@ -151,7 +152,7 @@ def test_a_small_window_and_chunk_can_be_chosen() -> None:
     assert [s.upto for s in r.take()] == [2, 4, 6]  # 3 x 10 bytes: the window is passed
     r.synced(4)
     assert [s.upto for s in r.take()] == [8, 10]
-    with pytest.raises(ValueError):
+    with pytest.raises(HaError):
         Replicator(chunk=0)
 
 
