@@ -8,7 +8,7 @@ endpoints -> services) with no import circle in ``amqlite/server``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -25,6 +25,13 @@ if TYPE_CHECKING:
 Replier = Callable[["ev.Event"], None]
 
 
+class HaPeerEnd(Hashable, Protocol):
+    """The accepted end of the HA peer link, as the HA service sees it: what the
+    active node streams arrives on it, and ``ha.synced`` goes back on it."""
+
+    def send_reply(self, event: ev.Event) -> None: ...
+
+
 class HaView(Protocol):
     """The HA service, as connections and endpoints see it."""
 
@@ -34,7 +41,7 @@ class HaView(Protocol):
     def config(self) -> ClusterConfig: ...
     async def admit(self, deadline: float) -> tuple[bool, str]: ...
     def on_peer_heartbeat(self, hb: ev.HaHeartbeat) -> None: ...
-    def on_sync(self, sync: ev.HaSync, conn: Any) -> None: ...
+    def on_sync(self, sync: ev.HaSync, conn: HaPeerEnd) -> None: ...
     def heartbeat_event(self) -> ev.HaHeartbeat | None: ...
     def start_switchover(self, request: ev.HaSwitchover, reply: Replier) -> None: ...
 

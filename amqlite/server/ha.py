@@ -4,16 +4,16 @@ Each node of a pair dials the other (the *peer link*, a connection opened with
 ``hello`` {role: "ha-peer"}) and sends on it a heartbeat every interval, whatever
 it thinks of its peer; it hears its peer's heartbeats on the connection the peer
 opened to it. The sans-IO :class:`~amqlite.ha.HaMachine` turns heartbeats, client
-hellos and time into actions, applied here in order.
+hellos and time into actions, applied here in order. ``PersistEpoch`` (an fsync)
+runs in a worker thread; the actions after it wait for it, and no client is
+admitted meanwhile, so a node never serves in an epoch that is not on disk.
 
-Replication: while this node is ACTIVE and its link is up, it streams its journal
-to the peer with ``ha.sync``: first a snapshot of the durable state (``reset``),
-then every record appended since. The passive node applies them to its broker,
-appends them to its own journal and answers ``ha.synced`` once committed. While
-a passive peer is attached, a reply that waits for the disk (a persistent
-confirm, a durable declaration) also waits until the peer holds its records;
-when the peer goes silent or the link drops, replies wait for the local commit
-only. Transient messages and non-durable queues are not replicated.
+Replication is the sans-IO :class:`~amqlite.ha.Replicator` (this node active: a
+snapshot, then the journal's tail within a window) and
+:class:`~amqlite.ha.Follower` (this node passive: apply, journal, acknowledge);
+this shell moves their bytes, runs the journal and applies their actions. What the
+passive node holds is kept by the journal's shell (``NodeStorage.replica``), which
+holds replies and pushes until the passive node has them (docs/ha.md).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import random
 from collections import deque
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -29,9 +30,14 @@ import trio
 from amqlite.config import ClusterConfig
 from amqlite.errors import AmqliteError, ReplyCode
 from amqlite.ha import (
+    AckAfterCommit,
+    Action,
+    ApplySync,
     BecameActive,
     BecamePassive,
     CloseClients,
+    Follower,
+    FollowerAction,
     HaEvent,
     HaMachine,
     HaRole,
@@ -41,22 +47,31 @@ from amqlite.ha import (
     PeerSilent,
     PersistEpoch,
     RefusedHeartbeat,
+    ReplicaApplied,
+    ReplicaSynced,
+    ReplicationStarted,
+    ReplicationStopped,
+    Replicator,
+    ReplicatorAction,
     SendHeartbeat,
+    SendSync,
+    SendSynced,
     Verdict,
+    replication_wanted,
 )
 from amqlite.ha.errors import HeartbeatError
 from amqlite.protocol import NEED_DATA, Connection, Role
 from amqlite.protocol import events as ev
+from amqlite.store.durable_file import read_if_present, write_durably
 from amqlite.store.segment import frame_record, parse_framed
 
 if TYPE_CHECKING:
+    from .context import HaPeerEnd
     from .node import BrokerNode
 
 log = structlog.get_logger("amqlite.ha")
 
 EPOCH_FILE = "HA_EPOCH"
-SYNC_CHUNK = 512 * 1024  # bytes of records per ha.sync frame
-SYNC_WINDOW = 8 * 1024 * 1024  # bytes sent and not yet acknowledged
 LINK_BACKOFF = (0.05, 1.0)
 _LINK_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, AmqliteError)
 
@@ -75,22 +90,33 @@ class HaService:
         self._link_buffer = bytearray()
         self._link_wake = trio.Event()
         self.link_up = False
-        # replication, active side
-        self.replicating = False
-        self._pending: deque[tuple[int, bytes]] = deque()
-        self._in_flight = 0  # bytes sent, not yet acknowledged
-        self._unacked: deque[tuple[int, int]] = deque()  # (upto, bytes) sent
-        self._replicator_wake = trio.Event()
-        self._sent_upto = 0
-        self.synced_upto = 0
-        self._snapshot_sent = False
-        # replication, passive side
-        self.applied_upto = 0
-        self.syncs_received = 0
+        # the machine's actions not applied yet: those after a PersistEpoch wait for it
+        self._backlog: deque[Action] = deque()
+        self._persisting = False  # an epoch is being written (in a worker thread)
+        self.replicator = Replicator()  # this node active: to the passive peer
+        self._sender_wake = trio.Event()
+        self.follower = Follower()  # this node passive: from the active peer
+        # the follower's actions not applied yet: those after a snapshot being applied
+        self._follow_queue: deque[tuple[FollowerAction, HaPeerEnd]] = deque()
+        self._applying = False  # a snapshot is being applied a chunk at a time
         self.inbound_links = 0  # peer-link connections the peer opened to us
         self.handing_over = False
         self._nursery: trio.Nursery | None = None
         self._progress = trio.Event()  # set (and replaced) on every change of state or ack
+
+    @property
+    def replicating(self) -> bool:
+        return self.replicator.replicating
+
+    @property
+    def synced_upto(self) -> int:
+        """This node active: the passive peer has committed its journal up to here."""
+        return self.replicator.synced_upto
+
+    @property
+    def syncs_received(self) -> int:
+        """This node passive: the ``ha.sync`` frames received from the active peer."""
+        return self.follower.syncs_received
 
     # --- start ---------------------------------------------------------------------------
 
@@ -103,55 +129,44 @@ class HaService:
         if path is None:
             return 0
         try:
-            with open(path, encoding="ascii") as f:
-                return int(f.read().strip() or 0)
-        except FileNotFoundError:
-            return 0
+            data = read_if_present(path)
+            return int(data.strip() or 0) if data is not None else 0
         except (OSError, ValueError) as exc:
             raise AmqliteError(f"cannot read the HA epoch from {path}: {exc}") from exc
 
     def _persist_epoch(self, epoch: int) -> None:
+        """Blocks on the disk: run in a worker thread."""
         path = self._epoch_path()
-        if path is None:
-            return
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="ascii") as f:
-            f.write(f"{epoch}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        if path is not None:
+            write_durably(path, f"{epoch}\n".encode("ascii"))
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
-        self.machine = HaMachine(
-            self.role,
-            self.node.node_id,
-            cfg.vhost,
-            now=trio.current_time(),
-            epoch=self._load_epoch(),
-            heartbeat=cfg.heartbeat_ms / 1000,
-            failover_timeout=cfg.failover_timeout_ms / 1000,
-        )
-        self.node.state = self.machine.state.value
-        self.node.cluster_addresses = cfg.addresses
-        log.info(
-            "ha_starting",
-            role=self.role.value,
-            peer=cfg.peer,
-            epoch=self.machine.epoch,
-            heartbeat_ms=cfg.heartbeat_ms,
-            failover_timeout_ms=cfg.failover_timeout_ms,
-        )
+        epoch = await trio.to_thread.run_sync(self._load_epoch)
         async with trio.open_nursery() as nursery:
-            self._nursery = nursery
+            self._nursery = nursery  # before the machine: its actions may need it
+            self.machine = HaMachine(
+                self.role,
+                self.node.node_id,
+                cfg.vhost,
+                now=trio.current_time(),
+                epoch=epoch,
+                heartbeat=cfg.heartbeat_ms / 1000,
+                failover_timeout=cfg.failover_timeout_ms / 1000,
+            )
+            self.node.state = self.machine.state.value
+            self.node.cluster_addresses = cfg.addresses
+            log.info(
+                "ha_starting",
+                role=self.role.value,
+                peer=cfg.peer,
+                epoch=self.machine.epoch,
+                heartbeat_ms=cfg.heartbeat_ms,
+                failover_timeout_ms=cfg.failover_timeout_ms,
+            )
             nursery.start_soon(self._ticker)
             nursery.start_soon(self._link_loop)
-            nursery.start_soon(self._replicator)
+            nursery.start_soon(self._sender)
             task_status.started()
 
     # --- the machine ---------------------------------------------------------------------
@@ -168,65 +183,99 @@ class HaService:
             # the loop takes the new deadline itself: waking it again would spin
             self.apply(machine.tick(trio.current_time()), wake_ticker=False)
 
-    def apply(self, actions: Any, *, wake_ticker: bool = True) -> None:
-        """Carry out the machine's actions; ``wake_ticker`` makes the ticker take the
-        machine's next deadline (an event may have moved it)."""
+    def apply(self, actions: Sequence[Action], *, wake_ticker: bool = True) -> None:
+        """Carry out the machine's actions, in order; ``wake_ticker`` makes the ticker
+        take the machine's next deadline (an event may have moved it).
+
+        A ``PersistEpoch`` is written in a worker thread (an fsync must not stall the
+        event loop); the actions after it, and any applied meanwhile, wait for it,
+        and :meth:`admit` admits no client meanwhile: a promotion is on disk before
+        this node acts as the new epoch's master. A ``BecameActive`` also waits for
+        a snapshot being applied to be whole."""
+        self._backlog.extend(actions)
+        self._drain()
+        if wake_ticker:
+            self._wake.set()
+
+    def _drain(self) -> None:
+        """Apply the backlog up to the next ``PersistEpoch`` (a task writes it, then
+        drains the rest), or up to a ``BecameActive`` while a snapshot is being
+        applied (the task applying it drains the rest)."""
+        backlog = self._backlog
+        while backlog and not self._persisting:
+            if self._applying and isinstance(backlog[0], BecameActive):
+                break
+            action = backlog.popleft()
+            if isinstance(action, PersistEpoch):
+                assert self._nursery is not None
+                self._persisting = True
+                self._nursery.start_soon(self._persist_then_drain, action.epoch)
+            else:
+                self._apply_one(action)
         machine = self.machine
         assert machine is not None
-        for action in actions:
-            if isinstance(action, SendHeartbeat):
-                self._send_link(ev.HaHeartbeat(**action.heartbeat.to_map()))
-            elif isinstance(action, PersistEpoch):
-                self._persist_epoch(action.epoch)
-            elif isinstance(action, BecameActive):
-                self.node.state = HaState.ACTIVE.value
-                flagged = 0
-                if action.previous is HaState.PASSIVE and action.event is HaEvent.CLIENT_REQUEST:
-                    # a failover: the dead master's last deliveries may not be here
-                    flagged = self.node.broker.flag_redelivered()
-                log.warning(
-                    "ha_became_active",
-                    previous=action.previous.value,
-                    trigger=action.event.value,
-                    epoch=action.epoch,
-                    flagged_redelivered=flagged,
-                )
-                self._start_replication()
-            elif isinstance(action, BecamePassive):
-                was_active = action.previous is HaState.ACTIVE
-                self.node.state = HaState.PASSIVE.value
-                log.warning(
-                    "ha_became_passive",
-                    previous=action.previous.value,
-                    trigger=action.event.value,
-                    epoch=action.epoch,
-                    peer=action.peer_id,
-                )
-                self._stop_replication()
-                if was_active:
-                    self._reset_broker()
-            elif isinstance(action, CloseClients):
-                log.warning("ha_closing_clients", reason=action.reason)
-                self.node.close_clients(ReplyCode.CONNECTION_FORCED, action.reason)
-            elif isinstance(action, RefusedHeartbeat):
-                log.warning("ha_heartbeat_refused", text=action.text)
-            elif isinstance(action, PeerSilent):
-                log.warning("ha_peer_silent", peer=action.peer_id, since=action.since)
-                self._stop_replication()
-            elif isinstance(action, PeerHeard):
-                log.info(
-                    "ha_peer_heard",
-                    peer=action.peer_id,
-                    state=action.state.value,
-                    epoch=action.epoch,
-                )
         if machine.state is HaState.ACTIVE:
             self._start_replication()
         if self.node.peering is not None:
             self.node.peering.ha_state_changed()
-        if wake_ticker:
-            self._wake.set()
         self._signal_progress()
+
+    async def _persist_then_drain(self, epoch: int) -> None:
+        try:
+            await trio.to_thread.run_sync(self._persist_epoch, epoch)
+        except OSError as exc:
+            # fatal: a node that cannot store its epoch cannot be fenced safely
+            log.critical("ha_epoch_write_failed", epoch=epoch, error=str(exc))
+            raise
+        self._persisting = False
+        self._drain()
+
+    def _apply_one(self, action: Action) -> None:
+        if isinstance(action, SendHeartbeat):
+            self._send_link(ev.HaHeartbeat(**action.heartbeat.to_map()))
+        elif isinstance(action, BecameActive):
+            self.node.state = HaState.ACTIVE.value
+            self.follower.stop(action.epoch)
+            flagged = 0
+            if action.previous is HaState.PASSIVE and action.event is HaEvent.CLIENT_REQUEST:
+                # a failover: the dead master's last deliveries may not be here
+                flagged = self.node.broker.flag_redelivered()
+            log.warning(
+                "ha_became_active",
+                previous=action.previous.value,
+                trigger=action.event.value,
+                epoch=action.epoch,
+                flagged_redelivered=flagged,
+            )
+            self._start_replication()
+        elif isinstance(action, BecamePassive):
+            was_active = action.previous is HaState.ACTIVE
+            self.node.state = HaState.PASSIVE.value
+            log.warning(
+                "ha_became_passive",
+                previous=action.previous.value,
+                trigger=action.event.value,
+                epoch=action.epoch,
+                peer=action.peer_id,
+            )
+            self._stop_replication()
+            if was_active:
+                self._reset_broker()
+        elif isinstance(action, CloseClients):
+            log.warning("ha_closing_clients", reason=action.reason)
+            self.node.close_clients(ReplyCode.CONNECTION_FORCED, action.reason)
+        elif isinstance(action, RefusedHeartbeat):
+            log.warning("ha_heartbeat_refused", text=action.text)
+        elif isinstance(action, PeerSilent):
+            log.warning("ha_peer_silent", peer=action.peer_id, since=action.since)
+            self._stop_replication()
+        elif isinstance(action, PeerHeard):
+            log.info(
+                "ha_peer_heard",
+                peer=action.peer_id,
+                state=action.state.value,
+                epoch=action.epoch,
+            )
 
     def _signal_progress(self) -> None:
         self._progress.set()
@@ -261,10 +310,14 @@ class HaService:
         if self.handing_over:
             return False, "it is handing mastership over to its peer"
         while True:
+            # a promotion is not ours until its epoch is stored (and its state whole)
+            await self._wait_until(lambda: not self._persisting and not self._backlog)
             machine = self.machine
             assert machine is not None
             decision = machine.on_client_request(trio.current_time())
             self.apply(decision.actions)
+            if self._persisting or self._backlog:
+                continue  # this very request promoted us: serve once that is done
             if decision.verdict is Verdict.ACCEPT:
                 return True, ""
             if decision.verdict is Verdict.REFUSE:
@@ -322,7 +375,7 @@ class HaService:
                 ReplyCode.CONNECTION_FORCED, "switchover: the other node of the pair takes over"
             )
             target = storage.appended
-            self._wake_replicator()
+            self._sender_wake.set()
             with trio.move_on_after(request.timeout / 2):
                 await self._wait_until(lambda: self.synced_upto >= target or not self.replicating)
             if self.synced_upto < target or not self.replicating:
@@ -437,11 +490,7 @@ class HaService:
                 while True:
                     event = await self._receive(stream, proto)
                     if isinstance(event, ev.HaSynced):
-                        if event.applied:
-                            if self.node.storage is not None:
-                                self.node.storage.replica_applied(event.upto)
-                        else:
-                            self._on_synced(event.upto)
+                        self._on_synced(event)
                     elif isinstance(event, ev.HaHeartbeat):
                         self.on_peer_heartbeat(event)
                     elif isinstance(event, ev.Close | ev.EndOfStream):
@@ -474,122 +523,137 @@ class HaService:
         machine = self.machine
         storage = self.node.storage
         if (
-            self.replicating
+            self.replicator.replicating
+            or self.node.state != HaState.ACTIVE.value  # BecameActive not applied yet
             or machine is None
-            or machine.state is not HaState.ACTIVE
-            or not self.link_up
             or storage is None
             or storage.journal is None
-            or machine.peer_state is HaState.ACTIVE
-            or machine.peer_silent(trio.current_time())  # a dead peer holds up no confirm
+            or not replication_wanted(machine, link_up=self.link_up, now=trio.current_time())
         ):
             return
         journal = storage.journal
-        self.replicating = True
-        self._pending.clear()
-        self._unacked.clear()
-        self._in_flight = 0
-        self.synced_upto = 0
-        snapshot_at = journal.appended
-        frames = [frame_record(r) for r in journal.state.snapshot()]
-        storage.tee = self._tee
-        storage.replica_required(True)
-        first = True
-        chunk: list[bytes] = []
-        size = 0
-        for f in frames:
-            chunk.append(f)
-            size += len(f)
-            if size >= SYNC_CHUNK:
-                self._send_sync(b"".join(chunk), 0, reset=first)
-                first, chunk, size = False, [], 0
-        self._send_sync(b"".join(chunk), snapshot_at, reset=first)
-        self._sent_upto = snapshot_at
-        log.info("ha_replication_started", snapshot_records=len(frames), position=snapshot_at)
+        snapshot = [frame_record(r) for r in journal.state.snapshot()]
+        self._apply_replication(self.replicator.start(machine.epoch, snapshot, journal.appended))
 
     def _stop_replication(self) -> None:
-        if not self.replicating:
-            return
-        self.replicating = False
-        self._pending.clear()
+        self._apply_replication(self.replicator.stop())
+
+    def _apply_replication(self, actions: Sequence[ReplicatorAction]) -> None:
         storage = self.node.storage
-        if storage is not None:
-            storage.tee = None
-            storage.replica_required(False)
-        log.warning("ha_replication_stopped", synced_upto=self.synced_upto)
+        for action in actions:
+            if isinstance(action, SendSync):
+                self._send_link(
+                    ev.HaSync(
+                        upto=action.upto, data=action.data, reset=action.reset, epoch=action.epoch
+                    )
+                )
+            elif isinstance(action, ReplicaSynced):
+                if storage is not None:
+                    storage.replica_progress(action.upto)
+                self._signal_progress()
+            elif isinstance(action, ReplicaApplied):
+                if storage is not None:
+                    storage.replica_applied(action.upto)
+            elif isinstance(action, ReplicationStarted):
+                if storage is not None:
+                    storage.tee = self._tee
+                    storage.replica_required(True)
+                log.info(
+                    "ha_replication_started",
+                    snapshot_records=action.records,
+                    position=action.position,
+                )
+            elif isinstance(action, ReplicationStopped):
+                if storage is not None:
+                    storage.tee = None
+                    storage.replica_required(False)
+                log.warning("ha_replication_stopped", synced_upto=action.synced_upto)
+                self._signal_progress()
 
     def _tee(self, position: int, frame: bytes) -> None:
-        self._pending.append((position, frame))
-        self._wake_replicator()
+        self.replicator.appended(position, frame)
+        self._sender_wake.set()
 
-    def _wake_replicator(self) -> None:
-        self._replicator_wake.set()
-
-    async def _replicator(self) -> None:
+    async def _sender(self) -> None:
+        """Send what the replicator has for the peer. Woken by appends and acks; what
+        accumulates until it runs goes in one chunk."""
         while True:
-            await self._replicator_wake.wait()
-            self._replicator_wake = trio.Event()
-            while self.replicating and self._pending and self._in_flight < SYNC_WINDOW:
-                parts: list[bytes] = []
-                size = 0
-                upto = 0
-                while self._pending and size < SYNC_CHUNK:
-                    upto, frame = self._pending.popleft()
-                    parts.append(frame)
-                    size += len(frame)
-                self._send_sync(b"".join(parts), upto)
-                self._sent_upto = upto
+            await self._sender_wake.wait()
+            self._sender_wake = trio.Event()
+            self._apply_replication(self.replicator.take())
             await trio.lowlevel.checkpoint()
 
-    def _send_sync(self, data: bytes, upto: int, *, reset: bool = False) -> None:
-        machine = self.machine
-        epoch = machine.epoch if machine is not None else 0
-        self._in_flight += len(data)
-        self._unacked.append((upto, len(data)))
-        self._send_link(ev.HaSync(upto=upto, data=data, reset=reset, epoch=epoch))
-
-    def _on_synced(self, upto: int) -> None:
-        if not self.replicating:
-            return
-        unacked = self._unacked
-        while unacked and unacked[0][0] <= upto:
-            self._in_flight -= unacked.popleft()[1]
-        self.synced_upto = max(self.synced_upto, upto)
-        self._signal_progress()
-        storage = self.node.storage
-        if storage is not None:
-            storage.replica_progress(self.synced_upto)
-        self._wake_replicator()
+    def _on_synced(self, synced: ev.HaSynced) -> None:
+        replicator = self.replicator
+        if synced.applied:
+            self._apply_replication(replicator.applied(synced.upto))
+        else:
+            self._apply_replication(replicator.synced(synced.upto))
+            self._sender_wake.set()  # the window may have room again
 
     # --- replication: the passive side ---------------------------------------------------
 
-    def on_sync(self, sync: ev.HaSync, conn: Any) -> None:
+    def on_sync(self, sync: ev.HaSync, conn: HaPeerEnd) -> None:
         machine = self.machine
         if machine is None or machine.state is HaState.ACTIVE:
             log.warning("ha_sync_ignored", reason="this node is active", epoch=sync.epoch)
             return
-        framed = parse_framed(sync.data)
+        actions = self.follower.on_sync(conn, sync.data, sync.upto, sync.reset, sync.epoch)
+        self._follow_queue.extend((action, conn) for action in actions)
+        self._drain_follow()
+
+    def _drain_follow(self) -> None:
+        """Apply the follower's actions in order. A snapshot of several chunks is
+        applied by a task, a chunk at a time (the loop runs between: heartbeats go
+        on); what follows waits for it, and so does a promotion (see :meth:`_drain`)."""
+        queue = self._follow_queue
+        while queue and not self._applying:
+            action, conn = queue.popleft()
+            if isinstance(action, ApplySync) and len(action.chunks) > 1:
+                assert self._nursery is not None
+                self._applying = True
+                self._nursery.start_soon(self._apply_in_chunks, action.chunks)
+            else:
+                self._apply_follower([action], conn)
+
+    async def _apply_in_chunks(self, chunks: tuple[bytes, ...]) -> None:
+        for chunk in chunks:
+            self._apply_chunk(chunk)
+            await trio.lowlevel.checkpoint()
+        self._applying = False
+        self._drain_follow()
+        self._drain()
+
+    def _apply_chunk(self, chunk: bytes) -> None:
+        """Apply the framed records in ``chunk`` to the broker, then journal each frame
+        as it came (not encoded again)."""
         node = self.node
-        storage = node.storage
+        framed = parse_framed(chunk)
         node.broker.apply([record for record, _ in framed], trio.current_time())
-        self.syncs_received += 1
+        storage = node.storage
         if storage is not None and storage.journal is not None:
             journal = storage.journal
-            for record, frame in framed:  # journaled as they came: not encoded again
+            for record, frame in framed:
                 journal.append_framed(record, frame)
-        if not sync.upto:
-            return
-        upto = sync.upto
-        conn.send_reply(ev.HaSynced(upto=upto, applied=True))  # pushes may go
 
-        def synced() -> None:
-            self.applied_upto = upto
-            conn.send_reply(ev.HaSynced(upto=upto))
+    def _apply_follower(self, actions: Sequence[FollowerAction], conn: HaPeerEnd) -> None:
+        storage = self.node.storage
+        for action in actions:
+            if isinstance(action, ApplySync):
+                for chunk in action.chunks:
+                    self._apply_chunk(chunk)
+            elif isinstance(action, SendSynced):
+                conn.send_reply(ev.HaSynced(upto=action.upto, applied=action.applied))
+            elif isinstance(action, AckAfterCommit):
+                upto = action.upto
 
-        if storage is not None and storage.journal is not None:
-            storage.after_commit(synced)
-        else:
-            synced()
+                def committed(upto: int = upto) -> None:
+                    self._apply_follower(self.follower.committed(upto), conn)
+
+                if storage is not None and storage.journal is not None:
+                    storage.after_commit(committed)
+                else:
+                    committed()
 
     # --- status --------------------------------------------------------------------------
 
@@ -601,16 +665,15 @@ class HaService:
         status = machine.status(now)
         storage = self.node.storage
         appended = storage.appended if storage is not None else 0
+        replicator = self.replicator
         status.update(
             {
                 "peer_address": self.config.peer,
                 "link_up": self.link_up,
-                "replicating": self.replicating,
-                "replication_lag_records": (appended - self.synced_upto)
-                if self.replicating
-                else None,
-                "replication_in_flight_bytes": self._in_flight if self.replicating else 0,
-                "applied_upto": self.applied_upto,
+                "replicating": replicator.replicating,
+                "replication_lag_records": replicator.lag(appended),
+                "replication_in_flight_bytes": replicator.in_flight,
+                "applied_upto": self.follower.synced_upto,
             }
         )
         return status

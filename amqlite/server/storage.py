@@ -31,6 +31,7 @@ import trio
 
 from amqlite.broker import ALL_APPENDED
 from amqlite.config import StorageConfig
+from amqlite.ha.progress import ReplicaProgress
 from amqlite.store.errors import StoreWriteError
 from amqlite.store.files import FileLayer
 from amqlite.store.journal import Journal, RecoveryReport
@@ -74,17 +75,19 @@ class NodeStorage:
         #: HA: every appended record's (position, frame) also goes here while the
         #: active node replicates to its passive peer.
         self.tee: Callable[[int, bytes], None] | None = None
-        #: HA: the passive peer holds everything up to here; None when no peer is
-        #: being replicated to (held replies then wait for the local commit only).
-        self.replica_upto: int | None = None
+        #: HA: what the passive peer holds (the bookkeeping is sans-IO, in ``ha/``)
+        self.replica = replica = ReplicaProgress()
+        #: Whether the passive peer holds message ``message_id`` (True when no peer is
+        #: replicated to). A node pushes a journaled message to a consumer only then: a
+        #: consumer must never see a message the node that takes over does not hold,
+        #: or it would see it twice, the second time not flagged redelivered. (Bound
+        #: to ``replica``'s method, not wrapped: it is asked once per push.)
+        self.replicated: Callable[[int], bool] = replica.replicated
+        #: ``replicated`` for the message at ``offset`` of stream ``queue`` (vhost,
+        #: queue, offset): a stream reader must never read an offset that the node
+        #: taking over would give to another message.
+        self.stream_replicated: Callable[[str, str, int], bool] = replica.stream_replicated
         self._after_commit: deque[tuple[int, Callable[[], None]]] = deque()
-        #: HA: message id -> position of its ``message.enqueue``, for the messages the
-        #: passive peer may not hold yet (pushes of them wait: see ``replicated``)
-        self._unreplicated: dict[int, int] = {}
-        self._unreplicated_order: deque[tuple[int, int]] = deque()  # (position, id)
-        self._replica_applied = 0  # the passive peer applied up to here (pushes may go)
-        #: the same for stream appends: (vhost, stream) -> (offset, position), in order
-        self._unreplicated_streams: dict[tuple[str, str], deque[tuple[int, int]]] = {}
         self._replica_waiters: set[Callable[[], None]] = set()
 
     # --- opening -----------------------------------------------------------------------
@@ -165,16 +168,12 @@ class NodeStorage:
         position, frame = journal.append_framed(record)
         if self.tee is not None:
             self.tee(position, frame)
-            if self.replica_upto is not None:
+            replica = self.replica
+            if replica.upto is not None:
                 if isinstance(record, MessageEnqueue):
-                    self._unreplicated[record.id] = position
-                    self._unreplicated_order.append((position, record.id))
+                    replica.message_appended(record.id, position)
                 elif isinstance(record, StreamAppend):
-                    key = (record.vhost, record.queue)
-                    appends = self._unreplicated_streams.get(key)
-                    if appends is None:
-                        appends = self._unreplicated_streams[key] = deque()
-                    appends.append((record.offset, position))
+                    replica.offset_appended(record.vhost, record.queue, record.offset, position)
         self._dirty.set()
         return position
 
@@ -183,56 +182,26 @@ class NodeStorage:
         self._after_commit.append((self.appended, callback))
         self._dirty.set()
 
+    # --- HA: what the passive peer holds (thin: see amqlite.ha.progress) -----------------
+
+    @property
+    def replica_upto(self) -> int | None:
+        """HA: the passive peer holds everything up to here; None when no peer is
+        being replicated to (held replies then wait for the local commit only)."""
+        return self.replica.upto
+
     def replica_applied(self, upto: int) -> None:
         """HA: the passive peer has applied (not yet committed) everything up to
         ``upto``: enough to push those messages (its broker holds them)."""
-        if self.replica_upto is None:
-            return
-        if upto > self._replica_applied:
-            self._replica_applied = upto
-            self._replica_moved(upto)
+        if self.replica.peer_applied(upto):
+            self._wake_replica_waiters()
 
     def replica_progress(self, upto: int) -> None:
         """HA: the passive peer holds everything up to ``upto``."""
-        self.replica_upto = upto
+        moved = self.replica.peer_synced(upto)
         self._release(self._committed)
-        if upto > self._replica_applied:
-            self._replica_applied = upto
-        self._replica_moved(self._replica_applied)
-
-    def _replica_moved(self, upto: int) -> None:
-        pending = self._unreplicated
-        streams = self._unreplicated_streams
-        if pending or streams:
-            order = self._unreplicated_order
-            while order and order[0][0] <= upto:
-                pending.pop(order.popleft()[1], None)
-            for key, appends in list(streams.items()):
-                while appends and appends[0][1] <= upto:
-                    appends.popleft()
-                if not appends:
-                    del streams[key]
+        if moved:
             self._wake_replica_waiters()
-
-    def replicated(self, message_id: int) -> bool:
-        """Whether the passive peer holds message ``message_id`` (True when no peer is
-        replicated to). A node pushes a journaled message to a consumer only then: a
-        consumer must never see a message the node that takes over does not hold,
-        or it would see it twice, the second time not flagged redelivered."""
-        if self.replica_upto is None:
-            return True
-        upto = self._replica_applied
-        position = self._unreplicated.get(message_id)
-        return position is None or position <= upto
-
-    def stream_replicated(self, vhost: str, queue: str, offset: int) -> bool:
-        """``replicated`` for the message at ``offset`` of stream ``queue``: a stream
-        reader must never read an offset that the node taking over would give to
-        another message."""
-        if self.replica_upto is None:
-            return True
-        appends = self._unreplicated_streams.get((vhost, queue))
-        return not appends or offset < appends[0][0]
 
     def when_replicated(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` whenever the passive peer acks more (until it is
@@ -250,13 +219,9 @@ class NodeStorage:
         """HA: start (True) or stop (False) holding replies until the passive peer
         holds them too."""
         if required:
-            self.replica_upto = 0  # a (re)joining peer holds nothing until it acks
-            self._replica_applied = 0
+            self.replica.start()  # a (re)joining peer holds nothing until it acks
         else:
-            self.replica_upto = None
-            self._unreplicated.clear()
-            self._unreplicated_order.clear()
-            self._unreplicated_streams.clear()
+            self.replica.stop()
             self._release(self._committed)
             self._wake_replica_waiters()
 
@@ -270,8 +235,7 @@ class NodeStorage:
             last = self.appended
             if first <= 0:
                 first = last + 1  # it vouches for records, but none of its own to lose
-        replica = self.replica_upto
-        if self._committed >= last and (replica is None or replica >= last):
+        if self.replica.releasable(self._committed) >= last:
             callback(None)
             return
         self._waiting.append(_Waiter(last, first, callback))
@@ -312,8 +276,7 @@ class NodeStorage:
         waiting = self._after_commit
         while waiting and waiting[0][0] <= done:
             waiting.popleft()[1]()
-        if self.replica_upto is not None:
-            done = min(done, self.replica_upto)
+        done = self.replica.releasable(done)
         held = self._waiting
         while held and held[0].last <= done:
             held.popleft().callback(None)

@@ -1,0 +1,354 @@
+"""Replication between the nodes of an HA pair, sans-IO: a :class:`Replicator` on the
+active node, a :class:`Follower` on the passive one.
+
+The active node streams its journal to the passive one with ``ha.sync``: first a
+snapshot of its durable state (the first chunk flagged ``reset``; the records
+themselves start with ``snapshot.begin``), then every record as it is appended.
+The passive node applies each sync to its broker, journals its frames as they came
+and answers ``ha.synced`` twice: at once with ``applied`` (its broker holds the
+records: the active node may push them), then once its journal has committed them
+(confirms may go). Positions are the active journal's (a record count): a sync's
+``upto`` is the position of its last record, 0 for a snapshot chunk that is not
+the last one (those are not acknowledged).
+
+The shell moves the bytes, runs both journals and applies the actions in the order
+they are returned; :class:`~amqlite.ha.progress.ReplicaProgress` keeps what the
+passive node holds for the active node's replies and pushes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+
+from .errors import HaError
+from .machine import HaMachine
+from .states import HaState
+
+SYNC_CHUNK = 512 * 1024  # bytes of records per ha.sync
+SYNC_WINDOW = 8 * 1024 * 1024  # bytes of the tail sent and not yet acknowledged
+
+
+def replication_wanted(machine: HaMachine, *, link_up: bool, now: float) -> bool:
+    """Whether an active node should stream its journal to its peer now: it is
+    active, its link to the peer is up, and the peer is neither active (one of the
+    two is about to be fenced) nor silent (a dead peer holds up no confirm)."""
+    return (
+        machine.state is HaState.ACTIVE
+        and link_up
+        and machine.peer_state is not HaState.ACTIVE
+        and not machine.peer_silent(now)
+    )
+
+
+# --- the active side ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationStarted:
+    """Replication starts with a snapshot of ``records`` records taken at journal
+    position ``position``: from now on hand every appended record to
+    :meth:`Replicator.appended`, and hold replies and pushes for the passive node
+    (``ReplicaProgress.start``). Applied before the snapshot's sends."""
+
+    position: int
+    records: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicationStopped:
+    """Replication stopped: stop handing records over, and stop holding replies and
+    pushes for the passive node (``ReplicaProgress.stop``)."""
+
+    synced_upto: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendSync:
+    """Send ``ha.sync`` {upto, data, reset, epoch} to the passive node."""
+
+    upto: int
+    data: bytes
+    reset: bool
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaApplied:
+    """The passive node's broker holds everything up to ``upto`` (pushes may go:
+    ``ReplicaProgress.peer_applied``)."""
+
+    upto: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSynced:
+    """The passive node has committed everything up to ``upto`` (replies may go:
+    ``ReplicaProgress.peer_synced``)."""
+
+    upto: int
+
+
+ReplicatorAction = (
+    ReplicationStarted | ReplicationStopped | SendSync | ReplicaApplied | ReplicaSynced
+)
+
+
+class Replicator:
+    """The active node's side: snapshot, then the tail, within a window.
+
+    Guarantees: the snapshot goes at :meth:`start`, whole (its chunks before the last
+    carry ``upto`` 0 and are never acknowledged, so they cannot wait for a window),
+    in chunks of about ``chunk`` bytes, the first one flagged ``reset``; records
+    appended afterwards go in position order, in chunks of about ``chunk`` bytes,
+    while fewer than ``window`` bytes are sent and not yet acknowledged (a chunk may
+    overshoot either by one record); acknowledgements are cumulative, so repeated or
+    late ones are harmless; :meth:`stop` drops what was not sent and the window, and
+    everything but :meth:`start` is ignored until the next start.
+    """
+
+    __slots__ = (
+        "_chunk",
+        "_epoch",
+        "_pending",
+        "_unacked",
+        "_window",
+        "applied_upto",
+        "in_flight",
+        "replicating",
+        "sent_upto",
+        "synced_upto",
+    )
+
+    def __init__(self, *, chunk: int = SYNC_CHUNK, window: int = SYNC_WINDOW) -> None:
+        if chunk <= 0 or window <= 0:
+            raise HaError(f"chunk and window must be positive, got {chunk!r}, {window!r}")
+        self._chunk = chunk
+        self._window = window
+        self.replicating = False
+        self._epoch = 0
+        self._pending: deque[tuple[int, bytes]] = deque()  # (position, frame) not yet sent
+        self._unacked: deque[tuple[int, int]] = deque()  # (upto, bytes) sent, not yet acked
+        self.in_flight = 0  # bytes sent and not yet acknowledged
+        self.sent_upto = 0
+        self.synced_upto = 0  # the passive node committed up to here (this replication)
+        self.applied_upto = 0  # the passive node's broker holds up to here
+
+    def start(self, epoch: int, snapshot: Sequence[bytes], position: int) -> list[ReplicatorAction]:
+        """Start replicating in ``epoch`` with ``snapshot`` (the framed records of the
+        durable state as of journal ``position``). Nothing if already replicating."""
+        if self.replicating:
+            return []
+        self.replicating = True
+        self._epoch = epoch
+        self._pending.clear()
+        self._unacked.clear()
+        self.in_flight = 0
+        self.synced_upto = self.applied_upto = 0
+        actions: list[ReplicatorAction] = [ReplicationStarted(position, len(snapshot))]
+        first = True
+        chunk: list[bytes] = []
+        size = 0
+        for frame in snapshot:
+            chunk.append(frame)
+            size += len(frame)
+            if size >= self._chunk:
+                actions.append(self._send(b"".join(chunk), 0, reset=first))
+                first, chunk, size = False, [], 0
+        actions.append(self._send(b"".join(chunk), position, reset=first))
+        return actions
+
+    def appended(self, position: int, frame: bytes) -> None:
+        """The journal appended ``frame`` at ``position`` (every record, in order, from
+        :class:`ReplicationStarted` on); sent by a later :meth:`take`."""
+        if self.replicating:
+            self._pending.append((position, frame))
+
+    def take(self) -> list[SendSync]:
+        """The syncs to send now: what was appended and not sent, while the window
+        has room. Called after :meth:`appended` and acknowledgements; batching what
+        accumulated in between is what keeps the chunks large."""
+        pending = self._pending
+        sends: list[SendSync] = []
+        while self.replicating and pending and self.in_flight < self._window:
+            parts: list[bytes] = []
+            size = upto = 0
+            while pending and size < self._chunk:
+                upto, frame = pending.popleft()
+                parts.append(frame)
+                size += len(frame)
+            sends.append(self._send(b"".join(parts), upto, reset=False))
+        return sends
+
+    def synced(self, upto: int) -> list[ReplicatorAction]:
+        """``ha.synced``: the passive node committed everything up to ``upto``; frees
+        the window (call :meth:`take` after)."""
+        if not self.replicating:
+            return []
+        unacked = self._unacked
+        while unacked and unacked[0][0] <= upto:
+            self.in_flight -= unacked.popleft()[1]
+        if upto <= self.synced_upto:
+            return []
+        self.synced_upto = upto
+        self.applied_upto = max(self.applied_upto, upto)
+        return [ReplicaSynced(upto)]
+
+    def applied(self, upto: int) -> list[ReplicatorAction]:
+        """``ha.synced {applied}``: the passive node's broker holds everything up to
+        ``upto`` (not yet committed)."""
+        if not self.replicating or upto <= self.applied_upto:
+            return []
+        self.applied_upto = upto
+        return [ReplicaApplied(upto)]
+
+    def stop(self) -> list[ReplicatorAction]:
+        """Stop (the link dropped, the peer went silent, this node is no longer
+        active): what was not sent is dropped, the next start sends a new snapshot."""
+        if not self.replicating:
+            return []
+        self.replicating = False
+        self._pending.clear()
+        self._unacked.clear()
+        self.in_flight = 0
+        return [ReplicationStopped(self.synced_upto)]
+
+    def lag(self, appended: int) -> int | None:
+        """Records the passive node has not committed yet, of ``appended``; None when
+        not replicating."""
+        return appended - self.synced_upto if self.replicating else None
+
+    def _send(self, data: bytes, upto: int, *, reset: bool) -> SendSync:
+        self.in_flight += len(data)
+        self._unacked.append((upto, len(data)))
+        if upto:
+            self.sent_upto = upto
+        return SendSync(upto, data, reset, self._epoch)
+
+
+# --- the passive side ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ApplySync:
+    """Parse the framed records in ``chunks`` (in order), apply them to the broker,
+    then journal each frame as it came (not encoded again), all in one step."""
+
+    chunks: tuple[bytes, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SendSynced:
+    """Send ``ha.synced`` {upto, applied} on the link the sync came on."""
+
+    upto: int
+    applied: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AckAfterCommit:
+    """Once the journal has committed everything appended so far, call
+    :meth:`Follower.committed` with ``upto`` and apply what it returns."""
+
+    upto: int
+
+
+FollowerAction = ApplySync | SendSynced | AckAfterCommit
+
+
+FOLLOWED_LINKS = 4  # links a follower remembers (one is live; the rest are leftovers)
+
+
+class Follower:
+    """The passive node's side: apply, journal, acknowledge.
+
+    Guarantees, for the active node's confirms to mean what they say:
+
+    - every sync with an ``upto`` that is applied (or already held) is acknowledged
+      twice, in this order: ``applied`` at once, and again once the journal has
+      committed it;
+    - a snapshot sent in several chunks is staged until its last chunk (the one with
+      ``upto``) arrives, then applied whole: its first record clears the durable
+      state, so applied chunk by chunk it would leave a passive node that takes over
+      mid-way with half of it;
+    - syncs are followed per ``link`` (any hashable naming the connection they came
+      on): a link's tail syncs are applied only after its own snapshot, so neither
+      the end of a snapshot whose start was dropped nor an old link's chunks can
+      pass for something else;
+    - what is applied is always contiguous: positions are the active journal's, and
+      within one term (one ``epoch``) of one active node they only grow, so a sync
+      whose ``upto`` this node already holds (the remains of an older link, read
+      after a newer link's snapshot) is acknowledged but not applied again, and
+      syncs from an older term are ignored.
+
+    It remembers the ``FOLLOWED_LINKS`` links it heard from last (staged snapshots
+    included): a link forgotten (long dead) is ignored until it starts a snapshot.
+    """
+
+    __slots__ = ("_links", "epoch", "holds_upto", "synced_upto", "syncs_received")
+
+    def __init__(self) -> None:
+        self.syncs_received = 0
+        self.epoch = 0  # the term followed: the highest sync epoch seen
+        self.holds_upto = 0  # applied everything up to here, in this term
+        self.synced_upto = 0  # the highest position acknowledged as committed
+        #: link -> its snapshot's chunks so far, or None once its snapshot is applied
+        #: (tail syncs follow); least recently heard first
+        self._links: dict[Hashable, list[bytes] | None] = {}
+
+    def on_sync(
+        self, link: Hashable, data: bytes, upto: int, reset: bool, epoch: int
+    ) -> list[FollowerAction]:
+        """A ``ha.sync`` {upto, data, reset, epoch} arrived on ``link``."""
+        self.syncs_received += 1
+        links = self._links
+        if epoch != self.epoch:
+            if epoch < self.epoch:
+                return []  # an older term's leftovers
+            self.epoch, self.holds_upto = epoch, 0  # a new term: its own positions
+            links.clear()
+        if reset:
+            links.pop(link, None)
+            stage: list[bytes] | None = []
+        elif link in links:
+            stage = links.pop(link)
+        else:
+            return []  # a link whose snapshot we did not see start: nothing is safe to apply
+        if stage is not None:  # a snapshot
+            stage.append(data)
+            if not upto:
+                self._follow(link, stage)
+                return []
+            chunks = tuple(stage)
+        elif not upto:
+            self._follow(link, None)
+            return []  # not a tail sync (those always have an upto): ignore it
+        else:  # a tail sync
+            chunks = (data,)
+        self._follow(link, None)
+        acks: list[FollowerAction] = [SendSynced(upto, applied=True), AckAfterCommit(upto)]
+        if upto <= self.holds_upto:
+            return acks  # held already (contiguous from what gave holds_upto)
+        self.holds_upto = upto
+        return [ApplySync(chunks), *acks]
+
+    def _follow(self, link: Hashable, stage: list[bytes] | None) -> None:
+        links = self._links
+        links[link] = stage  # the most recently heard last
+        while len(links) > FOLLOWED_LINKS:
+            del links[next(iter(links))]
+
+    def committed(self, upto: int) -> list[FollowerAction]:
+        """The journal committed what was appended when :class:`AckAfterCommit`
+        ``upto`` was returned."""
+        self.synced_upto = max(self.synced_upto, upto)
+        return [SendSynced(upto, applied=False)]
+
+    def stop(self, epoch: int) -> None:
+        """This node became active in ``epoch``: forget every link (and the snapshots
+        they were staging), and ignore the syncs of every term before ours (an active
+        peer that later outranks us starts a new term, above ours, with a new
+        snapshot)."""
+        self._links.clear()
+        self.epoch, self.holds_upto = epoch, 0

@@ -1,0 +1,436 @@
+"""The replicator (active node) and the follower (passive node), sans-IO: chunking,
+the window, snapshot then tail, acknowledgements, stop and restart, and what the
+passive node holds (``ReplicaProgress``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from amqlite.ha import (
+    FOLLOWED_LINKS,
+    SYNC_CHUNK,
+    SYNC_WINDOW,
+    AckAfterCommit,
+    ApplySync,
+    Follower,
+    HaError,
+    HaState,
+    ReplicaApplied,
+    ReplicaProgress,
+    ReplicaSynced,
+    ReplicationStarted,
+    ReplicationStopped,
+    Replicator,
+    SendSync,
+    SendSynced,
+    replication_wanted,
+)
+
+from .support import B, P, exchange, hb, machine
+
+EPOCH = 3
+KB = 1024
+
+
+def frames(count: int, size: int, tag: bytes = b"r") -> list[bytes]:
+    """``count`` distinct frames of ``size`` bytes each."""
+    return [(tag + b"%08d" % i).ljust(size, b".") for i in range(count)]
+
+
+def sends(actions: list[object]) -> list[SendSync]:
+    return [a for a in actions if isinstance(a, SendSync)]
+
+
+def started(snapshot: list[bytes] | None = None, position: int = 100) -> Replicator:
+    r = Replicator()
+    r.start(EPOCH, [] if snapshot is None else snapshot, position)
+    return r
+
+
+# --- the snapshot ---------------------------------------------------------------------------
+
+
+def test_a_small_snapshot_goes_in_one_sync_flagged_reset() -> None:
+    snapshot = frames(3, 100)
+    actions = Replicator().start(EPOCH, snapshot, 42)
+    assert actions == [
+        ReplicationStarted(position=42, records=3),
+        SendSync(upto=42, data=b"".join(snapshot), reset=True, epoch=EPOCH),
+    ]
+
+
+def test_an_empty_journal_still_sends_a_snapshot_to_acknowledge() -> None:
+    assert sends(Replicator().start(EPOCH, [], 0)) == [SendSync(0, b"", True, EPOCH)]
+
+
+@pytest.mark.parametrize(
+    ("count", "size", "chunks"),
+    [
+        (12, 100 * KB, [6, 6, 0]),  # 6 x 100 KB reach SYNC_CHUNK: cut; the last is empty
+        (13, 100 * KB, [6, 6, 1]),
+        (2, SYNC_CHUNK, [1, 1, 0]),  # a frame as big as a chunk is a chunk
+        (1, 3 * SYNC_CHUNK, [1, 0]),  # a record is never split
+        (5, 100 * KB, [5]),
+    ],
+)
+def test_the_snapshot_is_cut_in_chunks_the_first_reset_only_the_last_with_upto(
+    count: int, size: int, chunks: list[int]
+) -> None:
+    snapshot = frames(count, size)
+    got = sends(Replicator().start(EPOCH, snapshot, 77))
+    assert [len(s.data) // size for s in got] == chunks
+    assert [s.reset for s in got] == [True] + [False] * (len(got) - 1)
+    assert [s.upto for s in got] == [0] * (len(got) - 1) + [77]
+    assert b"".join(s.data for s in got) == b"".join(snapshot)
+    assert all(s.epoch == EPOCH for s in got)
+
+
+def test_the_snapshot_is_not_held_by_the_window() -> None:
+    """Its chunks before the last are never acknowledged (upto 0): if they waited for
+    room in the window, a snapshot bigger than the window would never finish."""
+    snapshot = frames(40, 512 * KB)  # 20 MB > SYNC_WINDOW
+    r = Replicator()
+    got = sends(r.start(EPOCH, snapshot, 9))
+    assert b"".join(s.data for s in got) == b"".join(snapshot)
+    assert r.in_flight == 20 * 1024 * KB > SYNC_WINDOW
+    r.appended(10, b"tail")
+    assert r.take() == []  # the tail waits for the window
+    assert r.synced(9) == [ReplicaSynced(9)]
+    assert r.in_flight == 0
+    assert r.take() == [SendSync(10, b"tail", False, EPOCH)]
+
+
+# --- the tail -------------------------------------------------------------------------------
+
+
+def test_the_tail_goes_in_order_batched_into_one_sync() -> None:
+    r = started(position=10)
+    for position, frame in enumerate(frames(4, 50), start=11):
+        r.appended(position, frame)
+    assert r.take() == [SendSync(14, b"".join(frames(4, 50)), False, EPOCH)]
+    assert r.take() == []
+    assert r.sent_upto == 14
+
+
+def test_the_tail_is_cut_at_the_chunk_size() -> None:
+    r = started(position=0)
+    tail = frames(13, 100 * KB)
+    for position, frame in enumerate(tail, start=1):
+        r.appended(position, frame)
+    got = r.take()
+    assert [(s.upto, len(s.data) // (100 * KB)) for s in got] == [(6, 6), (12, 6), (13, 1)]
+    assert b"".join(s.data for s in got) == b"".join(tail)
+    assert not any(s.reset for s in got)
+
+
+def test_the_window_stops_the_tail_and_an_ack_resumes_it() -> None:
+    r = started(position=0)
+    r.synced(0)
+    tail = frames(40, 512 * KB)  # one chunk each, 20 MB
+    for position, frame in enumerate(tail, start=1):
+        r.appended(position, frame)
+    first = r.take()
+    assert [s.upto for s in first] == list(range(1, 17))  # 16 x 512 KB = SYNC_WINDOW
+    assert r.in_flight == SYNC_WINDOW
+    assert r.take() == []
+    assert r.synced(3) == [ReplicaSynced(3)]  # frees three chunks
+    assert [s.upto for s in r.take()] == [17, 18, 19]
+    assert r.take() == []
+    r.synced(19)
+    assert [s.upto for s in r.take()] == list(range(20, 36))
+    r.synced(40)
+    assert [s.upto for s in r.take()] == list(range(36, 41))
+    assert r.in_flight == 5 * 512 * KB  # sent after the ack that covered them: still counted
+
+
+def test_a_small_window_and_chunk_can_be_chosen() -> None:
+    r = Replicator(chunk=10, window=25)
+    r.start(EPOCH, [], 0)
+    r.synced(0)
+    for position in range(1, 11):
+        r.appended(position, b"12345")
+    assert [s.upto for s in r.take()] == [2, 4, 6]  # 3 x 10 bytes: the window is passed
+    r.synced(4)
+    assert [s.upto for s in r.take()] == [8, 10]
+    with pytest.raises(HaError):
+        Replicator(chunk=0)
+
+
+# --- acknowledgements -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("acks", "expected", "synced_upto", "applied_upto"),
+    [
+        ([("synced", 5)], [ReplicaSynced(5)], 5, 5),
+        ([("synced", 5), ("synced", 5)], [ReplicaSynced(5)], 5, 5),  # repeated
+        ([("synced", 7), ("synced", 5)], [ReplicaSynced(7)], 7, 7),  # out of order
+        ([("applied", 4), ("synced", 3)], [ReplicaApplied(4), ReplicaSynced(3)], 3, 4),
+        ([("applied", 6), ("applied", 2)], [ReplicaApplied(6)], 0, 6),
+        ([("synced", 6), ("applied", 5)], [ReplicaSynced(6)], 6, 6),  # applied was implied
+        ([("synced", 6), ("applied", 8)], [ReplicaSynced(6), ReplicaApplied(8)], 6, 8),
+    ],
+)
+def test_acks_are_cumulative_so_repeated_or_late_ones_change_nothing(
+    acks: list[tuple[str, int]],
+    expected: list[object],
+    synced_upto: int,
+    applied_upto: int,
+) -> None:
+    r = started(position=2)
+    got: list[object] = []
+    for kind, upto in acks:
+        got += r.synced(upto) if kind == "synced" else r.applied(upto)
+    assert got == expected
+    assert (r.synced_upto, r.applied_upto) == (synced_upto, applied_upto)
+
+
+def test_an_ack_frees_the_window_up_to_its_position_only() -> None:
+    r = started(frames(2, 10), position=2)
+    assert r.in_flight == 20
+    for position in (3, 4):
+        r.appended(position, b"x" * 100)
+        r.take()
+    assert r.in_flight == 220
+    r.synced(3)
+    assert r.in_flight == 100
+    r.synced(3)
+    assert r.in_flight == 100
+    assert r.lag(4) == 1
+
+
+# --- stop and restart -----------------------------------------------------------------------
+
+
+def test_stop_drops_the_unsent_tail_and_the_window_and_ignores_what_follows() -> None:
+    r = started(frames(2, 10), position=2)
+    r.appended(3, b"sent")
+    r.take()
+    r.appended(4, b"never sent")
+    r.synced(2)
+    assert r.stop() == [ReplicationStopped(synced_upto=2)]
+    assert (r.replicating, r.in_flight, r.lag(4)) == (False, 0, None)
+    assert r.stop() == []
+    r.appended(5, b"ignored")
+    assert r.take() == []
+    assert r.synced(3) == [] and r.applied(3) == []
+    assert r.synced_upto == 2
+
+
+def test_a_restart_sends_a_new_snapshot_and_forgets_the_old_acks() -> None:
+    r = started(frames(2, 10), position=2)
+    r.synced(2)
+    r.appended(3, b"lost")
+    r.stop()
+    actions = r.start(EPOCH + 2, frames(3, 10, b"s"), 5)
+    assert actions[0] == ReplicationStarted(5, 3)
+    assert sends(actions) == [SendSync(5, b"".join(frames(3, 10, b"s")), True, EPOCH + 2)]
+    assert (r.synced_upto, r.applied_upto, r.in_flight) == (0, 0, 30)
+    assert r.take() == []  # the old tail is gone: the snapshot covers it
+    assert r.start(EPOCH, [], 9) == []  # already replicating
+
+
+def test_nothing_happens_before_the_first_start() -> None:
+    r = Replicator()
+    r.appended(1, b"x")
+    assert r.take() == [] and r.synced(1) == [] and r.applied(1) == [] and r.stop() == []
+    assert r.lag(10) is None
+
+
+# --- the follower ---------------------------------------------------------------------------
+
+
+def test_the_follower_applies_and_acks_applied_at_once_and_synced_after_commit() -> None:
+    f = Follower()
+    assert f.on_sync("link", b"snapshot", 6, True, EPOCH) == [
+        ApplySync((b"snapshot",)),
+        SendSynced(6, applied=True),
+        AckAfterCommit(6),
+    ]
+    assert f.on_sync("link", b"tail", 7, False, EPOCH) == [
+        ApplySync((b"tail",)),
+        SendSynced(7, applied=True),
+        AckAfterCommit(7),
+    ]
+    assert f.synced_upto == 0  # not committed yet
+    assert f.committed(6) == [SendSynced(6, applied=False)]
+    assert f.committed(7) == [SendSynced(7, applied=False)]
+    assert (f.synced_upto, f.holds_upto, f.syncs_received) == (7, 7, 2)
+
+
+def test_a_snapshot_in_chunks_is_staged_and_applied_whole_with_its_last_chunk() -> None:
+    """The snapshot's first record clears the durable state: applied chunk by chunk,
+    a passive node taking over mid-way would hold half of it."""
+    f = Follower()
+    assert f.on_sync("link", b"a", 0, True, EPOCH) == []
+    assert f.on_sync("link", b"b", 0, False, EPOCH) == []
+    assert f.on_sync("link", b"c", 9, False, EPOCH) == [
+        ApplySync((b"a", b"b", b"c")),
+        SendSynced(9, applied=True),
+        AckAfterCommit(9),
+    ]
+    assert f.on_sync("link", b"tail", 10, False, EPOCH)[0] == ApplySync((b"tail",))
+    assert f.syncs_received == 4
+
+
+def test_a_new_snapshot_on_a_link_drops_its_unfinished_one() -> None:
+    f = Follower()
+    f.on_sync("link", b"a", 0, True, EPOCH)
+    f.on_sync("link", b"b", 0, False, EPOCH)  # replication restarted here
+    assert f.on_sync("link", b"x", 0, True, EPOCH) == []
+    assert f.on_sync("link", b"y", 4, False, EPOCH)[0] == ApplySync((b"x", b"y"))
+
+
+def test_what_is_left_of_an_old_link_neither_mixes_with_nor_undoes_a_new_snapshot() -> None:
+    """The old link's remains, read late, after the new link's snapshot began: its
+    own snapshot (taken earlier, at a lower position) must not clear the newer one,
+    nor its chunks join it."""
+    f = Follower()
+    f.on_sync("old", b"s1", 3, True, EPOCH)
+    f.on_sync("old", b"t4", 4, False, EPOCH)
+    f.on_sync("new", b"x", 0, True, EPOCH)  # the new link's snapshot, at 6
+    assert f.on_sync("old", b"t5", 5, False, EPOCH)[0] == ApplySync((b"t5",))  # contiguous
+    assert f.on_sync("new", b"y", 6, False, EPOCH)[0] == ApplySync((b"x", b"y"))
+    f.on_sync("old", b"a", 0, True, EPOCH)  # an old snapshot, read very late
+    assert f.on_sync("old", b"b", 5, False, EPOCH) == [  # held already: acked only
+        SendSynced(5, applied=True),
+        AckAfterCommit(5),
+    ]
+    assert f.holds_upto == 6
+
+
+def test_a_snapshot_at_a_position_already_held_is_acknowledged_not_applied() -> None:
+    """Replication restarted on the same link with nothing appended meanwhile."""
+    f = Follower()
+    f.on_sync("link", b"s", 5, True, EPOCH)
+    assert f.on_sync("link", b"s again", 5, True, EPOCH) == [
+        SendSynced(5, applied=True),
+        AckAfterCommit(5),
+    ]
+    assert f.on_sync("link", b"t", 6, False, EPOCH)[0] == ApplySync((b"t",))
+
+
+def test_a_new_term_starts_its_positions_over_and_an_older_term_is_ignored() -> None:
+    f = Follower()
+    f.on_sync("a", b"s", 50, True, EPOCH)
+    f.on_sync("a", b"half", 0, True, EPOCH)
+    assert f.on_sync("b", b"s", 2, True, EPOCH + 2)[0] == ApplySync((b"s",))
+    assert f.on_sync("a", b"rest", 51, False, EPOCH) == []  # the older term's remains
+    assert f.holds_upto == 2 and f.epoch == EPOCH + 2
+
+
+def test_after_taking_over_the_follower_ignores_the_terms_before_its_own() -> None:
+    f = Follower()
+    f.on_sync("link", b"a", 0, True, EPOCH)
+    f.stop(EPOCH + 1)  # this node took over mid-snapshot, in EPOCH + 1
+    assert f.on_sync("link", b"b", 0, False, EPOCH) == []
+    assert f.on_sync("link", b"c", 5, False, EPOCH) == []  # never applied alone
+    assert f.on_sync("peer", b"s", 1, True, EPOCH + 3)[0] == ApplySync((b"s",))
+
+
+def test_nothing_is_applied_from_a_link_whose_snapshot_was_not_seen_to_start() -> None:
+    """The last chunk of a snapshot looks like a tail sync: applied without the
+    chunks before it, the passive node would acknowledge a state it lacks."""
+    f = Follower()
+    assert f.on_sync("link", b"b", 0, False, EPOCH) == []
+    assert f.on_sync("link", b"c", 5, False, EPOCH) == []
+    assert f.on_sync("link", b"s", 6, True, EPOCH)[0] == ApplySync((b"s",))
+    assert f.on_sync("link", b"?", 0, False, EPOCH) == []  # not a tail sync: ignored
+    assert f.on_sync("link", b"t", 7, False, EPOCH)[0] == ApplySync((b"t",))
+
+
+def test_a_follower_remembers_the_links_it_heard_last() -> None:
+    f = Follower()
+    for n in range(FOLLOWED_LINKS + 1):  # link 0 stages a snapshot, then goes quiet
+        f.on_sync(n, b"a", 0, True, EPOCH)
+    assert f.on_sync(0, b"z", 9, False, EPOCH) == []  # forgotten: its end is not applied
+    assert f.on_sync(FOLLOWED_LINKS, b"z", 9, False, EPOCH)[0] == ApplySync((b"a", b"z"))
+
+
+def test_the_follower_receives_exactly_what_the_replicator_sent() -> None:
+    """Snapshot then tail, through the window, in memory: the follower applies every
+    byte once, in order, and its acks drive the replicator to the last position."""
+    r, f = Replicator(chunk=1000, window=3000), Follower()
+    snapshot, tail = frames(30, 150, b"s"), frames(60, 150, b"t")
+    wire = sends(r.start(EPOCH, snapshot, 30))
+    applied: list[bytes] = []
+    position = 30
+    while wire or position < 90:
+        if position < 90:
+            position += 1
+            r.appended(position, tail[position - 31])
+            wire += r.take()
+        if wire:
+            s = wire.pop(0)
+            for action in f.on_sync("link", s.data, s.upto, s.reset, s.epoch):
+                if isinstance(action, ApplySync):
+                    applied += action.chunks
+                elif isinstance(action, AckAfterCommit):
+                    for ack in f.committed(action.upto):
+                        assert isinstance(ack, SendSynced)
+                        r.synced(ack.upto)
+                    wire += r.take()
+    assert b"".join(applied) == b"".join(snapshot + tail)
+    assert r.synced_upto == f.synced_upto == 90
+    assert r.in_flight == 0
+
+
+# --- when to replicate ----------------------------------------------------------------------
+
+
+def test_an_active_node_replicates_to_a_live_passive_peer_over_an_up_link() -> None:
+    primary, backup = machine(P), machine(B)
+    exchange(primary, backup, 0.0)
+    assert (primary.state, backup.state) == (HaState.ACTIVE, HaState.PASSIVE)
+    assert replication_wanted(primary, link_up=True, now=0.5)
+    assert not replication_wanted(primary, link_up=False, now=0.5)
+    assert not replication_wanted(primary, link_up=True, now=5.0)  # the peer is silent
+    assert not replication_wanted(backup, link_up=True, now=0.5)  # not active
+    primary.on_heartbeat(hb(B, HaState.ACTIVE, epoch=0), 0.6)  # an active peer: a fence is near
+    assert primary.state is HaState.ACTIVE
+    assert not replication_wanted(primary, link_up=True, now=0.6)
+
+
+# --- what the passive node holds ------------------------------------------------------------
+
+
+def test_progress_holds_nothing_back_while_not_required() -> None:
+    p = ReplicaProgress()
+    assert not p.required
+    assert p.releasable(10) == 10
+    assert p.replicated(1) and p.stream_replicated("/", "s", 0)
+    assert not p.peer_synced(5) and not p.peer_applied(5)
+    assert p.upto is None
+
+
+def test_progress_holds_replies_until_synced_and_pushes_until_applied() -> None:
+    p = ReplicaProgress()
+    p.start()
+    p.message_appended(7, position=3)
+    p.offset_appended("/", "s", 0, position=4)
+    p.offset_appended("/", "s", 1, position=5)
+    assert p.releasable(5) == 0
+    assert not p.replicated(7) and p.replicated(8)  # 8 was never tracked
+    assert not p.stream_replicated("/", "s", 0) and p.stream_replicated("/", "other", 0)
+    assert p.peer_applied(4)  # pushes may go now
+    assert p.replicated(7) and p.stream_replicated("/", "s", 0)
+    assert not p.stream_replicated("/", "s", 1)
+    assert p.releasable(5) == 0  # applied is not committed
+    assert not p.peer_applied(3)  # backwards: nothing moves
+    assert p.peer_synced(5)
+    assert p.releasable(5) == 5 and p.releasable(9) == 5
+    assert p.stream_replicated("/", "s", 1)
+    assert not p.peer_synced(6)  # nothing tracked is left: no push to wake
+    assert p.upto == 6 and p.applied == 6
+
+
+def test_progress_stop_forgets_everything_and_start_begins_at_nothing() -> None:
+    p = ReplicaProgress()
+    p.start()
+    p.peer_synced(5)
+    p.message_appended(1, position=6)
+    p.stop()
+    assert p.replicated(1) and p.releasable(9) == 9
+    p.start()
+    assert p.releasable(9) == 0 and p.applied == 0
+    assert p.replicated(1)  # appended before this start: it comes with the snapshot
