@@ -22,6 +22,7 @@ import cbor2
 from amqlite.errors import ReplyCode
 
 from . import events as ev
+from .cbor import MAP_HEADS, TEXT, bytes_head, head, uint
 
 Checker = Callable[[Any], bool]
 
@@ -438,41 +439,6 @@ class WireMessage(Protocol):
     wire: bytes | None
 
 
-def _uint(n: int) -> bytes:
-    """The CBOR encoding of an integer, by hand for 0 <= n < 2**64 (negative or
-    bigger ones, e.g. a peer's odd request id, fall back to cbor2)."""
-    try:
-        if n < 24:
-            return bytes((n,))
-        if n < 0x100:
-            return bytes((0x18, n))
-        if n < 0x10000:
-            return b"\x19" + n.to_bytes(2, "big")
-        if n < 0x100000000:
-            return b"\x1a" + n.to_bytes(4, "big")
-        return b"\x1b" + n.to_bytes(8, "big")
-    except (ValueError, OverflowError):
-        return cbor2.dumps(n)
-
-
-def cbor_head(major: int, n: int) -> bytes:
-    """A CBOR item header: major type (shifted: 0x00 unsigned, 0x40 bytes, 0x60
-    text, 0x80 array, 0xA0 map) and its length or value. The hand-written
-    encoders (this module, the journal's, peering's) share it."""
-    if n < 24:
-        return bytes((major | n,))
-    if n < 0x100:
-        return bytes((major | 24, n))
-    if n < 0x10000:
-        return bytes((major | 25,)) + n.to_bytes(2, "big")
-    if n < 0x100000000:
-        return bytes((major | 26,)) + n.to_bytes(4, "big")
-    return bytes((major | 27,)) + n.to_bytes(8, "big")
-
-
-_head = cbor_head
-
-
 _K_EXCHANGE = cbor2.dumps("exchange")
 _K_KEY = cbor2.dumps("key")
 _K_BODY = cbor2.dumps("body")
@@ -492,7 +458,7 @@ def _route_prefix(exchange: str, key: str) -> bytes:
     if prefix is None:
         ex, k = exchange.encode(), key.encode()
         prefix = b"".join(
-            (_K_EXCHANGE, _head(0x60, len(ex)), ex, _K_KEY, _head(0x60, len(k)), k, _K_BODY)
+            (_K_EXCHANGE, head(TEXT, len(ex)), ex, _K_KEY, head(TEXT, len(k)), k, _K_BODY)
         )
         if len(_ROUTE_CACHE) >= _ROUTE_CACHE_MAX:
             _ROUTE_CACHE.clear()
@@ -510,7 +476,7 @@ def _message_pairs(msg: WireMessage) -> bytes:
     wire = msg.wire
     if wire is None:
         body = msg.body
-        wire = _route_prefix(msg.exchange, msg.routing_key) + _head(0x40, len(body)) + body
+        wire = _route_prefix(msg.exchange, msg.routing_key) + bytes_head(len(body)) + body
         if msg.headers:
             wire += _K_HEADERS + cbor2.dumps(msg.headers)
         if msg.properties:
@@ -533,7 +499,6 @@ _K_QUEUE = cbor2.dumps("queue")
 _K_OFFSET = cbor2.dumps("offset")
 _REDELIVERED = cbor2.dumps("redelivered") + b"\xf5"
 _CTAG_CACHE: dict[str, bytes] = {}
-_MAP_HEADS = [bytes((0xA0 + n,)) for n in range(24)]
 
 
 def encode_deliver(
@@ -550,15 +515,15 @@ def encode_deliver(
     n = _pair_count(msg) + 3
     if offset is not None:
         if redelivered:
-            head = _MAP_HEADS[n + 2] + ctag_enc + _uint(dtag) + _REDELIVERED
+            lead = MAP_HEADS[n + 2] + ctag_enc + uint(dtag) + _REDELIVERED
         else:
-            head = _MAP_HEADS[n + 1] + ctag_enc + _uint(dtag)
-        head += _K_OFFSET + _uint(offset)
+            lead = MAP_HEADS[n + 1] + ctag_enc + uint(dtag)
+        lead += _K_OFFSET + uint(offset)
     elif redelivered:
-        head = _MAP_HEADS[n + 1] + ctag_enc + _uint(dtag) + _REDELIVERED
+        lead = MAP_HEADS[n + 1] + ctag_enc + uint(dtag) + _REDELIVERED
     else:
-        head = _MAP_HEADS[n] + ctag_enc + _uint(dtag)
-    return _LEN.pack(len(head) + len(pairs)) + head + pairs
+        lead = MAP_HEADS[n] + ctag_enc + uint(dtag)
+    return _LEN.pack(len(lead) + len(pairs)) + lead + pairs
 
 
 def encode_get_ok(
@@ -567,21 +532,21 @@ def encode_get_ok(
     """One ``get-ok`` frame (the message fields spliced from the same cache)."""
     pairs = msg.wire or _message_pairs(msg)
     n = _pair_count(msg) + 5
-    head = (
+    lead = (
         _K_M_GETOK
         + _K_RE
-        + _uint(re)
+        + uint(re)
         + _K_DTAG
-        + _uint(dtag)
+        + uint(dtag)
         + _K_REMAINING
-        + _uint(remaining)
+        + uint(remaining)
         + _K_QUEUE
         + cbor2.dumps(queue)
     )
     if redelivered:
         n += 1
-        head += _REDELIVERED
-    payload = _MAP_HEADS[n] + head + pairs
+        lead += _REDELIVERED
+    payload = MAP_HEADS[n] + lead + pairs
     return _LEN.pack(len(payload)) + payload
 
 
@@ -621,10 +586,10 @@ def append_publish(
     confirm: bool,
 ) -> int:
     """Append one ``publish`` frame to ``out``; returns the payload size."""
-    rid_enc = _uint(rid)
+    rid_enc = uint(rid)
     if not (headers or props or mandatory or confirm):
         payload = b"".join(
-            (_PUBLISH_HEAD, rid_enc, _route_prefix(exchange, key), _head(0x40, len(body)), body)
+            (_PUBLISH_HEAD, rid_enc, _route_prefix(exchange, key), bytes_head(len(body)), body)
         )
     else:
         n = 5
@@ -648,7 +613,7 @@ def append_publish(
                 _K_ID,
                 rid_enc,
                 _route_prefix(exchange, key),
-                _head(0x40, len(body)),
+                bytes_head(len(body)),
                 body,
                 tail,
             )
@@ -661,8 +626,8 @@ def append_publish(
 def append_ack(out: bytearray, rid: int, dtag: int, multiple: bool) -> None:
     """Append one ``ack`` frame to ``out``."""
     if multiple:
-        payload = b"\xa4" + _K_M_ACK + _K_ID + _uint(rid) + _K_DTAG + _uint(dtag) + _MULTIPLE
+        payload = b"\xa4" + _K_M_ACK + _K_ID + uint(rid) + _K_DTAG + uint(dtag) + _MULTIPLE
     else:
-        payload = b"\xa3" + _K_M_ACK + _K_ID + _uint(rid) + _K_DTAG + _uint(dtag)
+        payload = b"\xa3" + _K_M_ACK + _K_ID + uint(rid) + _K_DTAG + uint(dtag)
     out += _LEN.pack(len(payload))
     out += payload
