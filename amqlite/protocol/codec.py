@@ -369,13 +369,19 @@ def _deliver_from_map(m: dict[Any, Any]) -> ev.Deliver:
     return ev.Deliver(ctag, dtag, exchange, key, body, headers, props, redelivered, queue, offset)
 
 
+_Deliver = ev.Deliver  # a global, not a module attribute, per message
+
+
 def _plain_deliver(m: dict[Any, Any]) -> ev.Deliver:
     """:func:`_deliver_from_map` for the usual map (``m``, ``ctag``, ``dtag``,
     ``exchange``, ``key``, ``body``), with the fewest steps: a consumer's per-message
     path. Any other map goes to the checked decoder."""
     if len(m) == 6:
         try:
-            ctag, dtag, exchange, key = m["ctag"], m["dtag"], m["exchange"], m["key"]
+            ctag = m["ctag"]
+            dtag = m["dtag"]
+            exchange = m["exchange"]
+            key = m["key"]
             body = m["body"]
         except KeyError:
             pass
@@ -387,7 +393,7 @@ def _plain_deliver(m: dict[Any, Any]) -> ev.Deliver:
                 and type(key) is str
                 and type(body) is bytes
             ):
-                return ev.Deliver(ctag, dtag, exchange, key, body, EMPTY, EMPTY, False, "", None)
+                return _Deliver(ctag, dtag, exchange, key, body, EMPTY, EMPTY, False, "", None)
     return _deliver_from_map(m)
 
 

@@ -97,8 +97,8 @@ class Connection:
         # table keeps an OPEN connection OPEN on any operation (set by _set_state)
         self._hot: dict[str, _HotDecoder] = {}
         # a bare ok (a publish confirm) read from its bytes; set with _hot, on a client
-        self._read_ok: Callable[[bytearray, int, int], ev.Ok | None] | None = None
-        self._buf = bytearray()
+        self._read_ok: Callable[[bytes | bytearray, int, int], ev.Ok | None] | None = None
+        self._buf: bytes | bytearray = b""  # the chunk being decoded, or chunks gathered
         self._pos = 0
         self._eof = False
         self._error: RemoteProtocolError | None = None
@@ -127,11 +127,22 @@ class Connection:
             return
         if self._eof:
             raise LocalProtocolError("receive_data after end of stream")
-        buf = self._buf
-        if self._pos >= _COMPACT_AT and self._pos * 2 >= len(buf):
-            del buf[: self._pos]
+        buf, pos = self._buf, self._pos
+        if pos == len(buf):
+            # everything before was decoded: take the chunk as it is (no copy; and
+            # cbor2 reads slices of bytes faster than slices of a bytearray)
+            self._buf = data if type(data) is bytes else bytes(data)
             self._pos = 0
-        buf += data
+        elif type(buf) is bytearray:
+            if pos >= _COMPACT_AT and pos * 2 >= len(buf):
+                del buf[:pos]
+                self._pos = 0
+            buf += data
+        else:  # a frame continues in this chunk: gather it
+            gathered = bytearray(memoryview(buf)[pos:])
+            gathered += data
+            self._buf = gathered
+            self._pos = 0
 
     def _set_state(self, state: ConnState) -> None:
         if state is not self._state:
