@@ -304,26 +304,25 @@ class FramedLink:
         stream, clock = self.stream, self.clock
         try:
             while True:
+                # always a checkpoint, even when kicked meanwhile: what the other
+                # tasks append in that turn goes out in the same send_all
+                await self._wake.wait()
+                self._wake = trio.Event()
+                self.kicked = False
                 if self.before_flush is not None:
                     self.before_flush()
                 data = self.out
-                if not data:
-                    self.kicked = False
-                    self._signal_drained()
-                    if self._closing:
-                        break
-                    self._wake = trio.Event()
-                    await self._wake.wait()
-                    continue
-                self.out = bytearray()
-                self.kicked = False
-                self._in_flight = len(data)
-                await stream.send_all(data)
-                self._in_flight = 0
-                clock.sent(trio.current_time())
-                if self.on_drained is not None and len(self.out) < self.low_water:
-                    self.on_drained()
+                if data:
+                    self.out = bytearray()
+                    self._in_flight = len(data)
+                    await stream.send_all(data)
+                    self._in_flight = 0
+                    clock.sent(trio.current_time())
+                    if self.on_drained is not None and len(self.out) < self.low_water:
+                        self.on_drained()
                 self._signal_drained()
+                if self._closing and not self.out:
+                    break
             await stream.aclose()
         except _STREAM_ERRORS as exc:
             self.fail(self._lost_error(exc))

@@ -42,6 +42,7 @@ NEED_DATA: Final = _NeedData()
 
 _LEN = struct.Struct(">I")
 _COMPACT_AT = 256 * 1024
+_GATHER_AS_BYTES = 64 * 1024  # a longer rest of a frame is gathered in a bytearray
 _BARE_OK_MAX = 19  # a bare ok is shorter (see codec.read_bare_ok)
 _CLOSED = ConnState.CLOSED  # an Enum attribute look-up costs ~0.1 us: not per frame
 
@@ -133,12 +134,16 @@ class Connection:
             # cbor2 reads slices of bytes faster than slices of a bytearray)
             self._buf = data if type(data) is bytes else bytes(data)
             self._pos = 0
+        elif type(buf) is bytes and len(buf) - pos <= _GATHER_AS_BYTES:
+            # a frame continues in this chunk: the usual case, as bytes again
+            self._buf = buf[pos:] + data
+            self._pos = 0
         elif type(buf) is bytearray:
             if pos >= _COMPACT_AT and pos * 2 >= len(buf):
                 del buf[:pos]
                 self._pos = 0
             buf += data
-        else:  # a frame continues in this chunk: gather it
+        else:  # a large frame arrives over many chunks: gather them in place
             gathered = bytearray(memoryview(buf)[pos:])
             gathered += data
             self._buf = gathered

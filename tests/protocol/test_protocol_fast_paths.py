@@ -326,3 +326,31 @@ def test_an_oversized_frame_is_refused_before_any_fast_path() -> None:
     client.receive_data((1000).to_bytes(4, "big") + b"\xa0")
     with pytest.raises(RemoteProtocolError, match="exceeds the maximum"):
         client.events()
+
+
+@pytest.mark.parametrize("piece", [1000, 10_000, 100_000])
+def test_a_large_frame_over_many_chunks(piece: int) -> None:
+    """The receive buffer gathers a long frame in place and small ones as bytes."""
+    server = server_in(ConnState.OPEN)
+    big = FakeMessage("", "k", bytes(range(256)) * 600)
+    data = b"".join(
+        [
+            server.send(ev.Ok(1)),
+            server.send_deliver("c", 1, False, big),
+            server.send(ev.Ok(2)),
+            server.send_deliver("c", 2, False, FakeMessage("", "k", b"small")),
+        ]
+    )
+    client = client_in(ConnState.OPEN)
+    got: list[ev.Event] = []
+    for pos in range(0, len(data), piece):
+        client.receive_data(
+            bytearray(data[pos : pos + piece]) if pos % 2 else data[pos : pos + piece]
+        )
+        got += client.events()
+    assert got == [
+        ev.Ok(1),
+        ev.Deliver("c", 1, "", "k", big.body),
+        ev.Ok(2),
+        ev.Deliver("c", 2, "", "k", b"small"),
+    ]
