@@ -29,9 +29,9 @@ from amqlite.errors import (
     code_name,
     error_for,
 )
+from amqlite.link import FramedLink
 from amqlite.log import get_logger
 from amqlite.protocol import DEFAULT_MAX_FRAME, ConnState, check_headers, check_props
-from amqlite.protocol import codec as wire
 from amqlite.protocol import events as ev
 
 from .acks import AckCoalescer
@@ -40,7 +40,6 @@ from .consumer import Consumer
 from .declarations import Declarations
 from .delivery import Delivery
 from .dial import HELLO_ID, Dialed, Dialer
-from .framing import Item
 from .link import Disconnected, LinkEvent, LinkState, Reconnected, next_state
 from .policy import ReconnectPolicy
 from .publisher import ConfirmWindow, PendingConfirm
@@ -192,10 +191,12 @@ class Connection(Declarations, StreamRequests):
         self.address: Address = dialed.address
         self.welcome: ev.Welcome = dialed.welcome
         self.max_frame: int = dialed.welcome.max_frame or DEFAULT_MAX_FRAME
-        self._proto = dialed.proto
+        link: FramedLink = dialed.link
+        self._link = link
+        self._proto = link.proto
         self._close_done = trio.Event()  # this link's close handshake
 
-        def on_events(events: list[Item]) -> None:
+        def on_events(events: list[ev.Event]) -> None:
             if self._gen == gen:
                 self._on_events(events)
 
@@ -207,15 +208,12 @@ class Connection(Declarations, StreamRequests):
             if self._gen == gen:
                 self._emit_acks()
 
-        t = self._transport = Transport(
-            dialed.stream,
-            dialed.proto,
-            heartbeat=dialed.welcome.heartbeat,
-            on_events=on_events,
-            on_lost=on_lost,
-            before_flush=before_flush,
-            peer=str(dialed.address),
-        )
+        link.peer = str(dialed.address)
+        link.high_water = HIGH_WATER
+        link.before_flush = before_flush
+        link.on_lost = on_lost
+        link.start_heartbeat(dialed.welcome.heartbeat)
+        t = self._transport = Transport(link, on_events)
         if self._nursery is not None:
             self._nursery.start_soon(t.run)
         return t
@@ -258,7 +256,7 @@ class Connection(Declarations, StreamRequests):
         """Queue a control frame; acks marked before it go first (wire order = call order)."""
         if self._acks.pending:
             self._emit_acks()
-        self._transport.write(self._proto.send(event))
+        self._link.send(event)
 
     async def _call(self, event: Any, hook: ReplyHook | None = None) -> ev.Event:
         """Send request ``event`` (its ``id`` fresh from _new_id) and await the reply.
@@ -278,20 +276,19 @@ class Connection(Declarations, StreamRequests):
 
     # --- the reader's side ----------------------------------------------------------
 
-    def _on_events(self, events: list[Item]) -> None:
+    def _on_events(self, events: list[ev.Event]) -> None:
         consumers = self._consumers
         delivered = self._acks.delivered
         confirm = self._confirms.confirm
         base = self._tag_base
         last = 0  # the server's highest tag in this batch (tags only increase)
         for e in events:
-            if type(e) is ev.Deliver:
+            t = type(e)
+            if t is ev.Deliver:
                 assert isinstance(e, ev.Deliver)
-                e = _deliver_map(e)
-            if type(e) is dict:  # a checked deliver map (see framing)
-                last = e["dtag"]
+                last = e.dtag
                 dtag = last + base
-                c = consumers.get(e["ctag"])
+                c = consumers.get(e.ctag)
                 if c is None or c._ended:
                     self._stray(e, dtag, c)
                     continue
@@ -299,11 +296,9 @@ class Connection(Declarations, StreamRequests):
                 if not no_ack:
                     delivered(dtag)
                 c._push(Delivery(self, e, dtag, c.tag, c.queue, no_ack))
-            elif type(e) is int:  # a bare ok: a confirm, or a request without info
-                if not confirm(e):
-                    self._on_control(ev.Ok(e))
+            elif t is ev.Ok and confirm(e.re):  # type: ignore[attr-defined]
+                continue  # a publish confirmed
             else:
-                assert isinstance(e, ev.Event)
                 if last:
                     self._last_dtag = last
                     last = 0
@@ -343,7 +338,7 @@ class Connection(Declarations, StreamRequests):
         else:
             log.warning("client_unexpected_frame", method=e.METHOD)
 
-    def _stray(self, e: dict[str, Any], dtag: int, c: Consumer | None) -> None:
+    def _stray(self, e: ev.Deliver, dtag: int, c: Consumer | None) -> None:
         """A delivery for a consumer we cancelled: give it back to the queue."""
         if c is not None and not c.no_ack and self.is_open:
             self._acks.delivered(dtag)
@@ -352,8 +347,8 @@ class Connection(Declarations, StreamRequests):
                 held.append(dtag)
             else:
                 self._settle(dtag, requeue=True, reject=False)
-        elif c is None and e["ctag"] not in self._cancelled:
-            log.warning("client_delivery_for_unknown_consumer", ctag=e["ctag"])
+        elif c is None and e.ctag not in self._cancelled:
+            log.warning("client_delivery_for_unknown_consumer", ctag=e.ctag)
 
     def _unmatched(self, e: ev.Event) -> None:
         """A reply nobody waits for: the failure of a publish or ack sent earlier."""
@@ -369,10 +364,10 @@ class Connection(Declarations, StreamRequests):
             self.nacked_count += 1
 
     def _on_server_close(self, e: ev.Close) -> None:
-        t = self._transport
+        link = self._link
         if self._closed is None:
             with suppress(AmqliteError):  # both sides closing at once is fine
-                t.write(self._proto.send(ev.CloseOk()))
+                link.send(ev.CloseOk())
         if e.code == ReplyCode.CONNECTION_FORCED:
             text = f"the server closed the connection: {e.text or 'shutting down'}"
         else:
@@ -380,7 +375,7 @@ class Connection(Declarations, StreamRequests):
         err = ConnectionClosed(text, e.code or ReplyCode.CONNECTION_FORCED)
         self._link_lost(err, recoverable=e.code in _RECOVERABLE_CLOSE)
         self._close_done.set()
-        t.shutdown_after_flush()
+        link.close()  # after the close-ok
 
     def _on_lost(self, exc: AmqliteError) -> None:
         self._link_lost(exc, recoverable=True)
@@ -421,10 +416,11 @@ class Connection(Declarations, StreamRequests):
         """Turn marked acks into frames (the writer calls this before each flush)."""
         if not self._acks.pending:
             return
-        out = self._transport.out
+        out = self._link.out
+        send_ack = self._proto.send_ack
         base = self._tag_base
         for dtag, multiple in self._acks.take():
-            wire.append_ack(out, self._new_id(), dtag - base, multiple)
+            out += send_ack(self._new_id(), dtag - base, multiple)
 
     def _ack_one(self, dtag: int) -> None:
         """Mark an unsettled delivery's tag for the next coalesced ack; a tag of a
@@ -433,9 +429,9 @@ class Connection(Declarations, StreamRequests):
             raise self._closed
         if dtag > self._tag_base:
             self._ack_marks.add(dtag)
-            t = self._transport
-            if not t.kicked:
-                t.kick()
+            link = self._link
+            if not link.kicked:
+                link.kick()
 
     def _settle(self, dtag: int, *, requeue: bool, reject: bool, multiple: bool = False) -> None:
         if self._closed is not None:
@@ -459,7 +455,7 @@ class Connection(Declarations, StreamRequests):
         if delivery_tag <= self._tag_base:
             return
         self._acks.ack(delivery_tag, multiple)
-        self._transport.kick()
+        self._link.kick()
 
     async def nack(
         self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True
@@ -473,7 +469,7 @@ class Connection(Declarations, StreamRequests):
 
     # --- publishing ---------------------------------------------------------------------
 
-    def _append_publish(
+    def _queue_publish(
         self,
         rid: int,
         exchange: str,
@@ -484,8 +480,8 @@ class Connection(Declarations, StreamRequests):
         persistent: bool,
         mandatory: bool,
         confirm: bool,
-    ) -> int:
-        """Append one publish frame to the transport; returns where it starts."""
+    ) -> bytes:
+        """Queue one publish frame on the link; returns the frame."""
         if type(body) is not bytes:
             body = body.encode() if isinstance(body, str) else bytes(body)
         if persistent:
@@ -494,22 +490,20 @@ class Connection(Declarations, StreamRequests):
             raise ValueError(f"publish headers: {why}")
         if properties and (why := check_props(properties)) is not None:
             raise ValueError(f"publish properties: {why}")
-        out = self._transport.out
-        start = len(out)
-        size = wire.append_publish(
-            out, rid, exchange, routing_key, body, headers, properties, mandatory, confirm
+        frame = self._proto.send_publish(
+            rid, exchange, routing_key, body, headers, properties, mandatory, confirm
         )
-        if size > self.max_frame:
-            del out[start:]
+        if len(frame) - 4 > self.max_frame:
             raise BrokerError(
                 f"message of {len(body)} bytes is too large: the server takes frames of "
                 f"at most {self.max_frame} bytes",
                 ReplyCode.CONTENT_TOO_LARGE,
             )
-        t = self._transport
-        if not t.kicked:
-            t.kick()
-        return start
+        link = self._link
+        link.out += frame
+        if not link.kicked:
+            link.kick()
+        return frame
 
     async def _before_publish(self) -> None:
         """The slow path of the publish calls: wait out a reconnect, raise a closed
@@ -558,12 +552,12 @@ class Connection(Declarations, StreamRequests):
             await self._before_publish()
         rid = self._next_id
         self._next_id = rid + 1
-        self._append_publish(
+        self._queue_publish(
             rid, exchange, routing_key, body, headers, properties, persistent, mandatory, False
         )
         n = self._published = self._published + 1
-        if len(self._transport.out) >= HIGH_WATER:
-            await self._transport.wait_writable()
+        if len(self._link.out) >= HIGH_WATER:
+            await self._link.wait_writable()
         elif n % PUBLISH_BATCH == 0:
             await trio.lowlevel.checkpoint()
 
@@ -593,18 +587,15 @@ class Connection(Declarations, StreamRequests):
             await confirms.wait_for_room()
         rid = self._next_id
         self._next_id = rid + 1
-        start = self._append_publish(
+        frame = self._queue_publish(
             rid, exchange, routing_key, body, headers, properties, persistent, mandatory, True
         )
-        frame = None
-        if self.reconnect_policy is not None:  # kept to be sent again after a reconnect
-            with memoryview(self._transport.out) as view:
-                frame = bytes(view[start:])
-        pending = PendingConfirm(rid, frame)
+        # the frame is kept to be sent again after a reconnect
+        pending = PendingConfirm(rid, frame if self.reconnect_policy is not None else None)
         confirms.outstanding[rid] = pending
         n = self._published = self._published + 1
-        if len(self._transport.out) >= HIGH_WATER:
-            await self._transport.wait_writable()
+        if len(self._link.out) >= HIGH_WATER:
+            await self._link.wait_writable()
         elif n % PUBLISH_BATCH == 0:
             await trio.lowlevel.checkpoint()
         return pending
@@ -612,7 +603,7 @@ class Connection(Declarations, StreamRequests):
     async def wait_for_confirms(self) -> None:
         """Wait until every confirmed publish is settled (across reconnects); raise
         the first failure not already raised by its ``PendingConfirm.wait()``."""
-        await self._transport.wait_flushed()
+        await self._link.wait_flushed()
         await self._confirms.wait_all()
         self._raise_unreported()
 
@@ -731,15 +722,19 @@ class Connection(Declarations, StreamRequests):
         reply = await self._call(ev.Get(self._new_id(), queue, no_ack), track)
         if not isinstance(reply, ev.GetOk):
             return None
-        frame = {
-            "body": reply.body,
-            "exchange": reply.exchange,
-            "key": reply.key,
-            "headers": reply.headers,
-            "props": reply.props,
-            "redelivered": reply.redelivered,
-        }
-        return Delivery(self, frame, tags[-1], "", reply.queue or queue, no_ack)
+        queue = reply.queue or queue
+        event = ev.Deliver(
+            "",
+            reply.dtag,
+            reply.exchange,
+            reply.key,
+            reply.body,
+            reply.headers,
+            reply.props,
+            reply.redelivered,
+            queue,
+        )
+        return Delivery(self, event, tags[-1], "", queue, no_ack)
 
     # --- closing --------------------------------------------------------------------
 
@@ -754,7 +749,7 @@ class Connection(Declarations, StreamRequests):
             if self._reconnector is not None:
                 self._reconnector.stop()
             # a link being restored is closed politely too: acks made meanwhile count
-            if not self._transport.dead and self._proto.state is ConnState.OPEN:
+            if not self._link.dead and self._proto.state is ConnState.OPEN:
                 with trio.move_on_after(self.close_timeout):
                     self._emit_acks()
                     with suppress(AmqliteError):
@@ -762,22 +757,7 @@ class Connection(Declarations, StreamRequests):
                     await self._close_done.wait()
             self._finish(closed, ours=True)
         with trio.move_on_after(self.close_timeout):
-            await self._transport.wait_flushed()  # e.g. our close-ok to the server's close
-        await self._transport.aclose()
+            await self._link.wait_flushed()  # e.g. our close-ok to the server's close
+        await self._link.aclose()
 
     close = aclose
-
-
-def _deliver_map(e: ev.Deliver) -> dict[str, Any]:
-    return {
-        "ctag": e.ctag,
-        "dtag": e.dtag,
-        "exchange": e.exchange,
-        "key": e.key,
-        "body": e.body,
-        "headers": e.headers,
-        "props": e.props,
-        "redelivered": e.redelivered,
-        "queue": e.queue,
-        "offset": e.offset,
-    }

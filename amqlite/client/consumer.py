@@ -139,7 +139,7 @@ class Consumer:
                 w = self._waiter = trio.Event()
             await w.wait()
         d = buf.popleft()
-        offset = d._m.get("offset")
+        offset = d.offset
         if offset is not None:  # from a stream: resume after it
             self.arguments[OFFSET_ARGUMENT] = offset + 1
         return d
@@ -149,7 +149,7 @@ class Consumer:
         buffered across the cut (``no_ack``) too, as those are handed out later."""
         buf = self._buffer
         if buf:
-            offset = buf[-1]._m.get("offset")
+            offset = buf[-1].offset
             if offset is not None:
                 self.arguments[OFFSET_ARGUMENT] = offset + 1
         return self.arguments

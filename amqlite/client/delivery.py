@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from amqlite.protocol import events as ev
+from amqlite.protocol.codec import EMPTY
+
 if TYPE_CHECKING:
     from .connection import Connection
 
@@ -34,21 +37,32 @@ class Delivery:
     ``redelivered`` set.
     """
 
-    # The fields live in the decoded frame map: building a delivery is then one
-    # small object per message, which matters at tens of thousands a second.
-    __slots__ = ("_conn", "_m", "_settled", "consumer_tag", "delivery_tag", "queue")
+    # The fields live in the decoded event: building a delivery is then one small
+    # object per message, which matters at tens of thousands a second.
+    __slots__ = (
+        "_conn",
+        "_event",
+        "_headers",
+        "_props",
+        "_settled",
+        "consumer_tag",
+        "delivery_tag",
+        "queue",
+    )
+    _headers: dict[str, Any]  # set on first use, when the event's are the shared EMPTY
+    _props: dict[str, Any]
 
     def __init__(
         self,
         conn: Connection | None,
-        frame: dict[str, Any],
+        event: ev.Deliver,
         delivery_tag: int,
         consumer_tag: str,
         queue: str,
         no_ack: bool,
     ) -> None:
         self._conn = conn
-        self._m = frame
+        self._event = event
         self.delivery_tag = delivery_tag
         self.consumer_tag = consumer_tag
         self.queue = queue
@@ -56,42 +70,44 @@ class Delivery:
 
     @property
     def body(self) -> bytes:
-        b: bytes = self._m["body"]
-        return b
+        return self._event.body
 
     @property
     def exchange(self) -> str:
-        e: str = self._m["exchange"]
-        return e
+        return self._event.exchange
 
     @property
     def routing_key(self) -> str:
-        k: str = self._m["key"]
-        return k
+        return self._event.key
 
     @property
     def headers(self) -> dict[str, Any]:
-        h: dict[str, Any] | None = self._m.get("headers")
-        if h is None:
-            h = self._m["headers"] = {}
+        h = self._event.headers
+        if h is EMPTY:  # shared by every event without headers: the application's own
+            try:
+                return self._headers
+            except AttributeError:
+                h = self._headers = {}
         return h
 
     @property
     def properties(self) -> dict[str, Any]:
-        p: dict[str, Any] | None = self._m.get("props")
-        if p is None:
-            p = self._m["props"] = {}
+        p = self._event.props
+        if p is EMPTY:  # as for headers
+            try:
+                return self._props
+            except AttributeError:
+                p = self._props = {}
         return p
 
     @property
     def redelivered(self) -> bool:
-        return bool(self._m.get("redelivered", False))
+        return self._event.redelivered
 
     @property
     def offset(self) -> int | None:
         """The message's offset when it comes from a stream queue, else None."""
-        o: int | None = self._m.get("offset")
-        return o
+        return self._event.offset
 
     def __repr__(self) -> str:
         body = self.body

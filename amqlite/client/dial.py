@@ -8,27 +8,19 @@ unknown vhost) is final: another address would say the same.
 from __future__ import annotations
 
 import math
-import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import trio
 
-from amqlite.errors import (
-    AmqliteError,
-    ConnectionClosed,
-    ConnectionRefused,
-    ProtocolError,
-    ReplyCode,
-    code_name,
-)
-from amqlite.protocol import NEED_DATA, Connection, Role
+from amqlite.errors import AmqliteError, ConnectionClosed, ConnectionRefused, ReplyCode, code_name
+from amqlite.link import DialFailed, FramedLink
+from amqlite.link import dial as dial_link
 from amqlite.protocol import events as ev
 
 from .addresses import Address
 
 HELLO_ID = 1
-_RECEIVE_SIZE = 256 * 1024
 
 #: How a TCP stream to ``(host, port)`` is opened; tests put in-memory brokers here.
 open_stream: Callable[[str, int], Awaitable[trio.abc.Stream]] = trio.open_tcp_stream
@@ -47,13 +39,25 @@ class HelloParams:
     #: kept across reconnects so the broker recognises publishes sent again
     instance: str = ""
 
+    def hello(self) -> ev.Hello:
+        return ev.Hello(
+            id=HELLO_ID,
+            vhost=self.vhost,
+            login=self.login,
+            password=self.password,
+            client=self.client_name,
+            heartbeat=float(self.heartbeat),
+            role=self.role,
+            instance=self.instance,
+        )
+
 
 @dataclass(slots=True)
 class Dialed:
-    """A stream past the handshake; ``proto`` may hold bytes that followed the welcome."""
+    """A link past the handshake; its protocol connection may hold bytes that
+    followed the welcome."""
 
-    stream: trio.abc.Stream
-    proto: Connection
+    link: FramedLink
     welcome: ev.Welcome
     address: Address
 
@@ -67,85 +71,26 @@ class _Skip(Exception):
         self.refused_code = refused_code
 
 
-def describe_os_error(exc: BaseException) -> str:
-    """A short reason for a failed TCP connect: ``connection refused``, ``unknown host``..."""
-    if isinstance(exc, socket.gaierror):
-        return "unknown host"
-    causes: list[BaseException] = [exc]
-    group = exc.__cause__
-    if isinstance(group, BaseExceptionGroup):
-        causes = list(group.exceptions)
-    for c in causes:
-        if isinstance(c, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(c, TimeoutError):
-            return "timed out"
-    for c in causes:
-        if isinstance(c, OSError) and c.strerror:
-            return c.strerror.lower()
-    return str(exc) or type(exc).__name__
-
-
-async def handshake(stream: trio.abc.Stream, params: HelloParams) -> tuple[Connection, ev.Welcome]:
-    """Send ``hello`` and read up to ``welcome``; raises ConnectionRefused on ``refused``."""
-    proto = Connection(Role.CLIENT)
-    hello = ev.Hello(
-        id=HELLO_ID,
-        vhost=params.vhost,
-        login=params.login,
-        password=params.password,
-        client=params.client_name,
-        heartbeat=float(params.heartbeat),
-        role=params.role,
-        instance=params.instance,
-    )
-    await stream.send_all(proto.send(hello))
-    while True:
-        event = proto.next_event()
-        if event is NEED_DATA:
-            data = await stream.receive_some(_RECEIVE_SIZE)
-            proto.receive_data(data)  # type: ignore[arg-type]  # bytearray works too
-            continue
-        t = type(event)
-        if t is ev.Welcome:
-            assert isinstance(event, ev.Welcome)
-            return proto, event
-        if t is ev.Refused:
-            assert isinstance(event, ev.Refused)
-            raise ConnectionRefused(event.text or "refused", event.code)
-        if t is ev.Close:
-            assert isinstance(event, ev.Close)
-            raise ConnectionClosed(f"closed during the handshake: {event.text}", event.code)
-        if t is ev.EndOfStream:
-            raise ConnectionClosed("the server closed the connection during the handshake")
-        # heartbeats before the welcome are fine; anything else was rejected by proto
+def handshake_error(exc: DialFailed) -> AmqliteError:
+    """What the application sees of a failed handshake: ConnectionRefused for a
+    refusal, ConnectionClosed for the rest."""
+    if exc.refused:
+        return ConnectionRefused(exc.text, exc.code)
+    return ConnectionClosed(exc.text, exc.code)
 
 
 async def _try_address(address: Address, limit_s: float, params: HelloParams) -> Dialed:
-    with trio.move_on_after(limit_s) as scope:
-        try:
-            stream: trio.abc.Stream = await open_stream(address.host, address.port)
-        except OSError as exc:
-            raise _Skip(describe_os_error(exc)) from None
-        try:
-            proto, welcome = await handshake(stream, params)
-        except ConnectionRefused as exc:
-            await trio.aclose_forcefully(stream)
-            if exc.code == ReplyCode.NOT_ACTIVE:
-                raise _Skip(f"passive HA node: {exc.text}", exc.code) from None
-            raise
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            await trio.aclose_forcefully(stream)
-            raise _Skip(describe_os_error(exc)) from None
-        except (ConnectionClosed, ProtocolError) as exc:
-            await trio.aclose_forcefully(stream)
+    try:
+        link, welcome = await dial_link(
+            address.host, address.port, params.hello(), timeout=limit_s, open_stream=open_stream
+        )
+    except DialFailed as exc:
+        if not exc.refused:
             raise _Skip(exc.text) from None
-        except BaseException:
-            await trio.aclose_forcefully(stream)
-            raise
-        return Dialed(stream, proto, welcome, address)
-    assert scope.cancelled_caught
-    raise _Skip(f"no answer within {limit_s:g}s")
+        if exc.code == ReplyCode.NOT_ACTIVE:
+            raise _Skip(f"passive HA node: {exc.text}", exc.code) from None
+        raise ConnectionRefused(exc.text, exc.code) from None
+    return Dialed(link, welcome, address)
 
 
 async def dial(addresses: list[Address], params: HelloParams, connect_timeout: float) -> Dialed:

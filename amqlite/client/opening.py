@@ -8,9 +8,11 @@ from contextlib import asynccontextmanager
 
 import trio
 
+from amqlite.link import DialFailed, open_link
+
 from .addresses import Address, parse_addresses
 from .connection import Connection
-from .dial import Dialed, Dialer, HelloParams, handshake
+from .dial import Dialed, Dialer, HelloParams, handshake_error
 from .link import Disconnected, Reconnected
 from .policy import ReconnectPolicy, resolve_policy
 
@@ -92,13 +94,15 @@ async def connect_stream(
     ConnectionRefused, a lost stream ConnectionClosed."""
     params = HelloParams(vhost, login, password, client_name, heartbeat)
     try:
-        proto, welcome = await handshake(stream, params)
-    except BaseException:
+        link, welcome = await open_link(stream, params.hello(), peer=peer)
+    except BaseException as exc:
         await trio.aclose_forcefully(stream)
+        if isinstance(exc, DialFailed):
+            raise handshake_error(exc) from None
         raise
     address = Address(peer, 0)
     conn = Connection(
-        Dialed(stream, proto, welcome, address),
+        Dialed(link, welcome, address),
         max_in_flight=max_in_flight,
         close_timeout=close_timeout,
     )

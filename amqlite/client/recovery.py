@@ -207,12 +207,11 @@ class Reconnector:
         self._give_up(None, attempt)
 
     async def _retire(self) -> None:
-        """Close the current transport (a dead link, or one that failed its restore)."""
-        t = self._conn._transport
+        """Close the current link (a dead one, or one that failed its restore)."""
+        link = self._conn._link
         with trio.move_on_after(_RETIRE_GRACE):
-            await t.wait_flushed()
-        await t.aclose()
-        t.cancel()
+            await link.wait_flushed()
+        await link.aclose()
 
     def _give_up(self, error: AmqliteError | None, attempts: int) -> None:
         c = self._conn
@@ -384,9 +383,9 @@ class Reconnector:
             text = f"message too large for {c.address} (frames of at most {c.max_frame} bytes)"
             c._confirms.resolve(rid, ev.Error(rid, ReplyCode.CONTENT_TOO_LARGE, text))
         items.sort(key=lambda item: item[0])
-        t = c._transport
+        link = c._link
         for _, data in items:
-            t.out += data
+            link.out += data
         if items:
-            t.kick()
+            link.kick()
         return len(items)

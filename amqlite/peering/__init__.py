@@ -20,7 +20,6 @@ from .backoff import Backoff
 from .errors import LinkStateError, PeeringProtocolError
 from .exchange import PeeredExchange
 from .forwarding import Decision, decide
-from .heartbeat import HeartbeatClock
 from .inbound import HighWaterMarks, SeenMessages
 from .interest import BindingKey, BindingMirror, RemoteInterest
 from .link import PeerLink
@@ -65,7 +64,6 @@ __all__ = [
     "Forward",
     "Forwards",
     "Heartbeat",
-    "HeartbeatClock",
     "Hello",
     "HighWaterMarks",
     "Interest",

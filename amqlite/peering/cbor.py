@@ -11,79 +11,38 @@ maps, in ``peer.batch`` frames. Pure functions, no I/O.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import cbor2
 
-from amqlite.protocol.codec import cbor_head as _head
+from amqlite.protocol.cbor import ARRAY, bytes_head, cached_text, head, text, uint
 
 from .wire import Envelope, Forward, Forwards, PeeringMessage
 
 BATCH = "peer.batch"
 
 
-_UINT8 = [_head(0, n) for n in range(0x100)]
-_BYTES8 = [_head(0x40, n) for n in range(0x100)]
-_PACK16 = struct.Struct(">BH").pack
-_PACK32 = struct.Struct(">BI").pack
-_PACK64 = struct.Struct(">BQ").pack
-
-
-def _uint(n: int) -> bytes:
-    """An encoded integer (one of our sequence numbers, epochs, counts)."""
-    if 0 <= n < 0x100:
-        return _UINT8[n]
-    if 0x100 <= n < 0x10000:
-        return _PACK16(0x19, n)
-    if 0x10000 <= n < 0x100000000:
-        return _PACK32(0x1A, n)
-    if 0x100000000 <= n < 0x10000000000000000:
-        return _PACK64(0x1B, n)
-    return cbor2.dumps(n)  # negative or a bignum (never in a valid map)
-
-
-def _bytes_head(n: int) -> bytes:
-    return _BYTES8[n] if n < 0x100 else _head(0x40, n)
-
-
-_TEXT_CACHE: dict[str, bytes] = {}
-_TEXT_CACHE_MAX = 4096
-
-
-def _text(s: str) -> bytes:
-    """An encoded text string; node ids, exchanges and routing keys repeat, so
-    they are cached (bounded)."""
-    enc = _TEXT_CACHE.get(s)
-    if enc is None:
-        raw = s.encode()
-        enc = _head(0x60, len(raw)) + raw
-        if len(_TEXT_CACHE) >= _TEXT_CACHE_MAX:
-            _TEXT_CACHE.clear()
-        _TEXT_CACHE[s] = enc
-    return enc
-
-
 _PATH_CACHE: dict[tuple[str, ...], bytes] = {}
+_PATH_CACHE_MAX = 4096
 
 
 def _path(path: tuple[str, ...]) -> bytes:
     enc = _PATH_CACHE.get(path)
     if enc is None:
-        enc = _head(0x80, len(path)) + b"".join(_text(p) for p in path)
-        if len(_PATH_CACHE) >= _TEXT_CACHE_MAX:
+        enc = head(ARRAY, len(path)) + b"".join(cached_text(p) for p in path)
+        if len(_PATH_CACHE) >= _PATH_CACHE_MAX:
             _PATH_CACHE.clear()
         _PATH_CACHE[path] = enc
     return enc
 
 
 _EMPTY_MAP = b"\xa0"
-_K_TYPE = _text("type")
-_K_PATH = _text("path")
-_K_HOPS = _text("hops")
-_K_EXCHANGE = _text("exchange")
-_BATCH_HEAD = b"\xa2" + _K_TYPE + _text(BATCH) + _text("msgs")
+_K_TYPE = text("type")
+_K_PATH = text("path")
+_K_HOPS = text("hops")
+_K_EXCHANGE = text("exchange")
+_BATCH_HEAD = b"\xa2" + _K_TYPE + text(BATCH) + text("msgs")
 
 
 def _fields(m: Mapping[str, Any]) -> bytes:
@@ -91,8 +50,8 @@ def _fields(m: Mapping[str, Any]) -> bytes:
 
 
 # map of 6 pairs, "type": "peer.forwards", "seq":
-_FORWARDS_HEAD = b"\xa6" + _K_TYPE + _text(Forwards.TYPE) + _text("seq")
-_K_MSGS = _text("msgs")
+_FORWARDS_HEAD = b"\xa6" + _K_TYPE + text(Forwards.TYPE) + text("seq")
+_K_MSGS = text("msgs")
 _ROW = b"\x87"  # each message: a 7-item array
 
 
@@ -102,15 +61,15 @@ def encode_forwards(seq: int, envelopes: Sequence[Envelope]) -> bytes:
     first = envelopes[0]
     out = [
         _FORWARDS_HEAD,
-        _uint(seq),
+        uint(seq),
         _K_EXCHANGE,
-        _text(first.exchange),
+        cached_text(first.exchange),
         _K_PATH,
         _path(first.path),
         _K_HOPS,
-        _uint(first.hops),
+        uint(first.hops),
         _K_MSGS,
-        _head(0x80, len(envelopes)),
+        head(ARRAY, len(envelopes)),
     ]
     extend = out.extend
     for env in envelopes:
@@ -119,13 +78,13 @@ def encode_forwards(seq: int, envelopes: Sequence[Envelope]) -> bytes:
         extend(
             (
                 _ROW,
-                _text(node),
-                _uint(epoch),
-                _uint(origin_seq),
-                _text(env.routing_key),
+                cached_text(node),
+                uint(epoch),
+                uint(origin_seq),
+                cached_text(env.routing_key),
                 _fields(headers) if headers else _EMPTY_MAP,
                 _fields(properties) if properties else _EMPTY_MAP,
-                _bytes_head(len(body)),
+                bytes_head(len(body)),
                 body,
             )
         )
@@ -182,4 +141,4 @@ def encode_frames(messages: Sequence[PeeringMessage], limit: int) -> list[bytes]
 
 def encode_batch(items: Sequence[bytes]) -> bytes:
     """A ``peer.batch`` map holding the already encoded messages ``items``, in order."""
-    return b"".join((_BATCH_HEAD, _head(0x80, len(items)), *items))
+    return b"".join((_BATCH_HEAD, head(ARRAY, len(items)), *items))

@@ -26,6 +26,8 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from amqlite.protocol.heartbeat import PeerClock, negotiate_heartbeat
+
 from .actions import (
     Acked,
     Action,
@@ -42,7 +44,6 @@ from .addresses import AddressRing
 from .backoff import Backoff
 from .errors import LinkStateError, PeeringProtocolError
 from .forwarding import Decision, decide
-from .heartbeat import HeartbeatClock, negotiate_heartbeat
 from .inbound import SenderMark
 from .interest import BindingKey, RemoteInterest
 from .mode import PeeringMode
@@ -121,7 +122,7 @@ class PeerLink:
             self.interest = RemoteInterest(ctx.exchange_type)
         self.addresses = AddressRing(settings.addresses) if role is Role.DIALER else None
         self.backoff = Backoff(rand, settings.backoff_initial, settings.backoff_max)
-        self.clock = HeartbeatClock(settings.heartbeat, settings.heartbeat_misses)
+        self.clock = PeerClock(settings.heartbeat, settings.heartbeat_misses)
         self.remote_node: str | None = None
         self.remote_epoch = 0
         self.remote_lease: float | None = None  # subscribe, acceptor: the dialer's wishes
@@ -234,7 +235,7 @@ class PeerLink:
             return []
         if state is _SYNCING and now >= self._connect_deadline:
             return self._drop(now, "handshake timed out")
-        if self.clock.remote_dead(now):
+        if self.clock.peer_dead(now):
             return self._drop(now, f"remote silent for {now - self.clock.last_received:.3f}s")
         sends: list[Action] = []
         if state is _UP and self.receives:

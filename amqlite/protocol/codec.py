@@ -22,6 +22,7 @@ import cbor2
 from amqlite.errors import ReplyCode
 
 from . import events as ev
+from .cbor import MAP_HEADS, TEXT, bytes_head, head, uint
 
 Checker = Callable[[Any], bool]
 
@@ -324,9 +325,21 @@ def _publish_from_map(m: dict[Any, Any]) -> ev.Publish:
     return ev.Publish(rid, exchange, key, body, headers, props, mandatory, confirm)
 
 
+#: The map a decoded ``deliver`` without headers or properties, or a bare ``ok``,
+#: holds: one shared empty dict instead of two new ones per message (a measurable
+#: part of a consumer's cost). Events are values: nobody mutates one.
+EMPTY: dict[str, Any] = {}
+
+
 def _deliver_from_map(m: dict[Any, Any]) -> ev.Deliver:
     get = m.get
-    ctag, dtag, exchange, key, body = (get(k) for k in ("ctag", "dtag", "exchange", "key", "body"))
+    ctag, dtag, exchange, key, body = (
+        get("ctag"),
+        get("dtag"),
+        get("exchange"),
+        get("key"),
+        get("body"),
+    )
     if (
         type(ctag) is not str
         or type(dtag) is not int
@@ -338,12 +351,12 @@ def _deliver_from_map(m: dict[Any, Any]) -> ev.Deliver:
                          "and 'body' bytes")  # fmt: skip
     headers = get("headers")
     if headers is None:
-        headers = {}
+        headers = EMPTY
     elif check_headers(headers) is not None:
         raise FieldError("deliver: bad 'headers'")
     props = get("props")
     if props is None:
-        props = {}
+        props = EMPTY
     elif check_props(props) is not None:
         raise FieldError("deliver: bad 'props'")
     redelivered = get("redelivered", False)
@@ -356,6 +369,44 @@ def _deliver_from_map(m: dict[Any, Any]) -> ev.Deliver:
     return ev.Deliver(ctag, dtag, exchange, key, body, headers, props, redelivered, queue, offset)
 
 
+_Deliver = ev.Deliver  # a global, not a module attribute, per message
+
+
+def _plain_deliver(m: dict[Any, Any]) -> ev.Deliver:
+    """:func:`_deliver_from_map` for the usual map (``m``, ``ctag``, ``dtag``,
+    ``exchange``, ``key``, ``body``), with the fewest steps: a consumer's per-message
+    path. Any other map goes to the checked decoder."""
+    if len(m) == 6:
+        try:
+            ctag = m["ctag"]
+            dtag = m["dtag"]
+            exchange = m["exchange"]
+            key = m["key"]
+            body = m["body"]
+        except KeyError:
+            pass
+        else:
+            if (
+                type(ctag) is str
+                and type(dtag) is int
+                and type(exchange) is str
+                and type(key) is str
+                and type(body) is bytes
+            ):
+                return _Deliver(ctag, dtag, exchange, key, body, EMPTY, EMPTY, False, "", None)
+    return _deliver_from_map(m)
+
+
+def _bare_ok(m: dict[Any, Any]) -> ev.Ok | None:
+    """An ``ok`` without ``info`` (a publish confirm, mostly); None for any other
+    map, which the checked decoder then reads."""
+    if len(m) == 2:
+        re = m.get("re")
+        if type(re) is int:
+            return ev.Ok(re, EMPTY)
+    return None
+
+
 def _ack_from_map(m: dict[Any, Any]) -> ev.Ack:
     rid = m.get("id")
     dtag = m.get("dtag")
@@ -365,8 +416,33 @@ def _ack_from_map(m: dict[Any, Any]) -> ev.Ack:
     return ev.Ack(rid, dtag, multiple)
 
 
+_BARE_OK = cbor2.dumps({"m": "ok", "re": 0})[:-1]  # what the server writes, up to the id
+_UINT_WIDTHS = {0x18: 1, 0x19: 2, 0x1A: 4, 0x1B: 8}
+
+
+def read_bare_ok(buf: bytes | bytearray, start: int, end: int) -> ev.Ok | None:
+    """The bare ``ok`` in ``buf[start:end]``, read without a CBOR decoder, when it
+    is the map the server writes (``{"m": "ok", "re": id}``, in that order, with an
+    unsigned ``re``): a publisher's per-message frame, 10 to 18 bytes, whose CBOR
+    decoding (a dict per confirm) cost more than the rest of its handling. None
+    for anything else, which the other paths then decode."""
+    at = start + len(_BARE_OK)
+    if end <= at or not buf.startswith(_BARE_OK, start):
+        return None
+    first = buf[at]
+    if first < 24:
+        return ev.Ok(first, EMPTY) if end == at + 1 else None
+    if end != at + 1 + _UINT_WIDTHS.get(first, -1):
+        return None
+    return ev.Ok(int.from_bytes(buf[at + 1 : end], "big"), EMPTY)
+
+
+# The per-message decoders :class:`~amqlite.protocol.Connection` runs while OPEN,
+# before the general path: each returns the event the general path would give, or
+# raises FieldError / returns None to leave the frame to it.
 decode_publish = _publish_from_map
-decode_deliver = _deliver_from_map
+decode_deliver = _plain_deliver
+decode_ok = _bare_ok
 decode_ack = _ack_from_map
 decode_peer = _peer_from_map
 
@@ -438,41 +514,6 @@ class WireMessage(Protocol):
     wire: bytes | None
 
 
-def _uint(n: int) -> bytes:
-    """The CBOR encoding of an integer, by hand for 0 <= n < 2**64 (negative or
-    bigger ones, e.g. a peer's odd request id, fall back to cbor2)."""
-    try:
-        if n < 24:
-            return bytes((n,))
-        if n < 0x100:
-            return bytes((0x18, n))
-        if n < 0x10000:
-            return b"\x19" + n.to_bytes(2, "big")
-        if n < 0x100000000:
-            return b"\x1a" + n.to_bytes(4, "big")
-        return b"\x1b" + n.to_bytes(8, "big")
-    except (ValueError, OverflowError):
-        return cbor2.dumps(n)
-
-
-def cbor_head(major: int, n: int) -> bytes:
-    """A CBOR item header: major type (shifted: 0x00 unsigned, 0x40 bytes, 0x60
-    text, 0x80 array, 0xA0 map) and its length or value. The hand-written
-    encoders (this module, the journal's, peering's) share it."""
-    if n < 24:
-        return bytes((major | n,))
-    if n < 0x100:
-        return bytes((major | 24, n))
-    if n < 0x10000:
-        return bytes((major | 25,)) + n.to_bytes(2, "big")
-    if n < 0x100000000:
-        return bytes((major | 26,)) + n.to_bytes(4, "big")
-    return bytes((major | 27,)) + n.to_bytes(8, "big")
-
-
-_head = cbor_head
-
-
 _K_EXCHANGE = cbor2.dumps("exchange")
 _K_KEY = cbor2.dumps("key")
 _K_BODY = cbor2.dumps("body")
@@ -492,7 +533,7 @@ def _route_prefix(exchange: str, key: str) -> bytes:
     if prefix is None:
         ex, k = exchange.encode(), key.encode()
         prefix = b"".join(
-            (_K_EXCHANGE, _head(0x60, len(ex)), ex, _K_KEY, _head(0x60, len(k)), k, _K_BODY)
+            (_K_EXCHANGE, head(TEXT, len(ex)), ex, _K_KEY, head(TEXT, len(k)), k, _K_BODY)
         )
         if len(_ROUTE_CACHE) >= _ROUTE_CACHE_MAX:
             _ROUTE_CACHE.clear()
@@ -510,7 +551,7 @@ def _message_pairs(msg: WireMessage) -> bytes:
     wire = msg.wire
     if wire is None:
         body = msg.body
-        wire = _route_prefix(msg.exchange, msg.routing_key) + _head(0x40, len(body)) + body
+        wire = _route_prefix(msg.exchange, msg.routing_key) + bytes_head(len(body)) + body
         if msg.headers:
             wire += _K_HEADERS + cbor2.dumps(msg.headers)
         if msg.properties:
@@ -533,7 +574,6 @@ _K_QUEUE = cbor2.dumps("queue")
 _K_OFFSET = cbor2.dumps("offset")
 _REDELIVERED = cbor2.dumps("redelivered") + b"\xf5"
 _CTAG_CACHE: dict[str, bytes] = {}
-_MAP_HEADS = [bytes((0xA0 + n,)) for n in range(24)]
 
 
 def encode_deliver(
@@ -550,15 +590,15 @@ def encode_deliver(
     n = _pair_count(msg) + 3
     if offset is not None:
         if redelivered:
-            head = _MAP_HEADS[n + 2] + ctag_enc + _uint(dtag) + _REDELIVERED
+            lead = MAP_HEADS[n + 2] + ctag_enc + uint(dtag) + _REDELIVERED
         else:
-            head = _MAP_HEADS[n + 1] + ctag_enc + _uint(dtag)
-        head += _K_OFFSET + _uint(offset)
+            lead = MAP_HEADS[n + 1] + ctag_enc + uint(dtag)
+        lead += _K_OFFSET + uint(offset)
     elif redelivered:
-        head = _MAP_HEADS[n + 1] + ctag_enc + _uint(dtag) + _REDELIVERED
+        lead = MAP_HEADS[n + 1] + ctag_enc + uint(dtag) + _REDELIVERED
     else:
-        head = _MAP_HEADS[n] + ctag_enc + _uint(dtag)
-    return _LEN.pack(len(head) + len(pairs)) + head + pairs
+        lead = MAP_HEADS[n] + ctag_enc + uint(dtag)
+    return _LEN.pack(len(lead) + len(pairs)) + lead + pairs
 
 
 def encode_get_ok(
@@ -567,21 +607,21 @@ def encode_get_ok(
     """One ``get-ok`` frame (the message fields spliced from the same cache)."""
     pairs = msg.wire or _message_pairs(msg)
     n = _pair_count(msg) + 5
-    head = (
+    lead = (
         _K_M_GETOK
         + _K_RE
-        + _uint(re)
+        + uint(re)
         + _K_DTAG
-        + _uint(dtag)
+        + uint(dtag)
         + _K_REMAINING
-        + _uint(remaining)
+        + uint(remaining)
         + _K_QUEUE
         + cbor2.dumps(queue)
     )
     if redelivered:
         n += 1
-        head += _REDELIVERED
-    payload = _MAP_HEADS[n] + head + pairs
+        lead += _REDELIVERED
+    payload = MAP_HEADS[n] + lead + pairs
     return _LEN.pack(len(payload)) + payload
 
 
@@ -596,9 +636,11 @@ def encode_peer(msg: bytes) -> bytes:
     return _LEN.pack(len(_PEER_HEAD) + len(msg)) + _PEER_HEAD + msg
 
 
-# --- the client's hot path: publish and ack frames appended to the out buffer --------
-# They are exactly what :func:`encode` would produce (key order aside, which CBOR
-# maps ignore), at a fraction of the cost.
+# --- the client's hot path: publish and ack frames ------------------------------------
+# Written by hand because a client publishes and acks per message: these are the
+# bytes :func:`encode` writes for the same ``Publish`` / ``Ack`` (the same keys in
+# the same order; tests/protocol/test_protocol_fast_paths.py checks it), at a
+# fraction of the cost. :meth:`Connection.send_publish` and ``send_ack`` call them.
 
 _K_M_PUBLISH = cbor2.dumps("m") + cbor2.dumps("publish")
 _K_M_ACK = cbor2.dumps("m") + cbor2.dumps("ack")
@@ -606,11 +648,12 @@ _K_ID = cbor2.dumps("id")
 _MANDATORY = cbor2.dumps("mandatory") + b"\xf5"
 _CONFIRM = cbor2.dumps("confirm") + b"\xf5"
 _MULTIPLE = cbor2.dumps("multiple") + b"\xf5"
-_PUBLISH_HEAD = b"\xa5" + _K_M_PUBLISH + _K_ID
+_PUBLISH_HEAD = MAP_HEADS[5] + _K_M_PUBLISH + _K_ID
+_ACK_HEAD = MAP_HEADS[3] + _K_M_ACK + _K_ID
+_ACK_MULTIPLE_HEAD = MAP_HEADS[4] + _K_M_ACK + _K_ID
 
 
-def append_publish(
-    out: bytearray,
+def encode_publish(
     rid: int,
     exchange: str,
     key: str,
@@ -619,50 +662,40 @@ def append_publish(
     props: dict[str, Any] | None,
     mandatory: bool,
     confirm: bool,
-) -> int:
-    """Append one ``publish`` frame to ``out``; returns the payload size."""
-    rid_enc = _uint(rid)
+) -> bytes:
+    """One ``publish`` frame: ``encode(Publish(rid, exchange, key, body, headers or
+    {}, props or {}, mandatory, confirm))``, by hand."""
+    rid_enc = uint(rid)
+    route = _route_prefix(exchange, key)
+    size = len(body)
+    body_head = bytes_head(size)
+    size += len(rid_enc) + len(route) + len(body_head)
     if not (headers or props or mandatory or confirm):
-        payload = b"".join(
-            (_PUBLISH_HEAD, rid_enc, _route_prefix(exchange, key), _head(0x40, len(body)), body)
-        )
-    else:
-        n = 5
-        tail = b""
-        if headers:
-            tail += _K_HEADERS + cbor2.dumps(headers)
-            n += 1
-        if props:
-            tail += _K_PROPS + cbor2.dumps(props)
-            n += 1
-        if mandatory:
-            tail += _MANDATORY
-            n += 1
-        if confirm:
-            tail += _CONFIRM
-            n += 1
-        payload = b"".join(
-            (
-                bytes((0xA0 + n,)),
-                _K_M_PUBLISH,
-                _K_ID,
-                rid_enc,
-                _route_prefix(exchange, key),
-                _head(0x40, len(body)),
-                body,
-                tail,
-            )
-        )
-    out += _LEN.pack(len(payload))
-    out += payload
-    return len(payload)
+        size += len(_PUBLISH_HEAD)
+        return b"".join((_LEN.pack(size), _PUBLISH_HEAD, rid_enc, route, body_head, body))
+    n = 5
+    tail = b""
+    if headers:
+        tail += _K_HEADERS + cbor2.dumps(headers)
+        n += 1
+    if props:
+        tail += _K_PROPS + cbor2.dumps(props)
+        n += 1
+    if mandatory:
+        tail += _MANDATORY
+        n += 1
+    if confirm:
+        tail += _CONFIRM
+        n += 1
+    lead = MAP_HEADS[n] + _K_M_PUBLISH + _K_ID
+    size += len(lead) + len(tail)
+    return b"".join((_LEN.pack(size), lead, rid_enc, route, body_head, body, tail))
 
 
-def append_ack(out: bytearray, rid: int, dtag: int, multiple: bool) -> None:
-    """Append one ``ack`` frame to ``out``."""
+def encode_ack(rid: int, dtag: int, multiple: bool) -> bytes:
+    """One ``ack`` frame: ``encode(Ack(rid, dtag, multiple))``, by hand."""
     if multiple:
-        payload = b"\xa4" + _K_M_ACK + _K_ID + _uint(rid) + _K_DTAG + _uint(dtag) + _MULTIPLE
+        payload = _ACK_MULTIPLE_HEAD + uint(rid) + _K_DTAG + uint(dtag) + _MULTIPLE
     else:
-        payload = b"\xa3" + _K_M_ACK + _K_ID + _uint(rid) + _K_DTAG + _uint(dtag)
-    out += _LEN.pack(len(payload))
-    out += payload
+        payload = _ACK_HEAD + uint(rid) + _K_DTAG + uint(dtag)
+    return _LEN.pack(len(payload)) + payload

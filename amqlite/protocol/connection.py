@@ -16,6 +16,7 @@ can fail that one request and carry on.
 """
 
 import struct
+import sys
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -41,14 +42,23 @@ NEED_DATA: Final = _NeedData()
 
 _LEN = struct.Struct(">I")
 _COMPACT_AT = 256 * 1024
+_GATHER_AS_BYTES = 64 * 1024  # a longer rest of a frame is gathered in a bytearray
+_BARE_OK_MAX = 19  # a bare ok is shorter (see codec.read_bare_ok)
+_CLOSED = ConnState.CLOSED  # an Enum attribute look-up costs ~0.1 us: not per frame
 
-_HOT_DECODERS: dict[ev.Role, dict[str, Callable[[dict[Any, Any]], ev.Event]]] = {
+_HotDecoder = Callable[[dict[Any, Any]], ev.Event | None]
+
+_HOT_DECODERS: dict[ev.Role, dict[str, _HotDecoder]] = {
     ev.Role.SERVER: {
         "publish": codec.decode_publish,
         "ack": codec.decode_ack,
         "peer": codec.decode_peer,
     },
-    ev.Role.CLIENT: {"deliver": codec.decode_deliver, "peer": codec.decode_peer},
+    ev.Role.CLIENT: {
+        "deliver": codec.decode_deliver,
+        "ok": codec.decode_ok,
+        "peer": codec.decode_peer,
+    },
 }
 
 _OWN_SENDER = {ev.Role.CLIENT: ev.Sender.CLIENT, ev.Role.SERVER: ev.Sender.SERVER}
@@ -86,13 +96,19 @@ class Connection:
         self._memo: dict[type[ev.Event], ConnState | None] = {}
         # per-message methods decoded without the general checks, only while the
         # table keeps an OPEN connection OPEN on any operation (set by _set_state)
-        self._hot: dict[str, Callable[[dict[Any, Any]], ev.Event]] = {}
-        self._buf = bytearray()
+        self._hot: dict[str, _HotDecoder] = {}
+        # a bare ok (a publish confirm) read from its bytes; set with _hot, on a client
+        self._read_ok: Callable[[bytes | bytearray, int, int], ev.Ok | None] | None = None
+        self._buf: bytes | bytearray = b""  # the chunk being decoded, or chunks gathered
         self._pos = 0
         self._eof = False
         self._error: RemoteProtocolError | None = None
-        # send_deliver/send_get_ok skip the table in this state (OPEN, on a server)
-        self._push_state = ConnState.OPEN if role is ev.Role.SERVER else None
+        self._one: list[ev.Event] = []  # next_event's batch of one
+        # the per-message senders skip the table in this state: OPEN for their role
+        # (send_deliver and send_get_ok on a server, send_publish and send_ack on a
+        # client), no state for the other role, which then fails the table's check
+        self._server_open = ConnState.OPEN if role is ev.Role.SERVER else None
+        self._client_open = ConnState.OPEN if role is ev.Role.CLIENT else None
 
     @property
     def state(self) -> ConnState:
@@ -105,18 +121,33 @@ class Connection:
 
     # --- receiving ----------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         """Feed bytes from the peer; ``b""`` marks the end of the stream."""
         if not data:
             self._eof = True
             return
         if self._eof:
             raise LocalProtocolError("receive_data after end of stream")
-        buf = self._buf
-        if self._pos >= _COMPACT_AT and self._pos * 2 >= len(buf):
-            del buf[: self._pos]
+        buf, pos = self._buf, self._pos
+        if pos == len(buf):
+            # everything before was decoded: take the chunk as it is (no copy; and
+            # cbor2 reads slices of bytes faster than slices of a bytearray)
+            self._buf = data if type(data) is bytes else bytes(data)
             self._pos = 0
-        buf += data
+        elif type(buf) is bytes and len(buf) - pos <= _GATHER_AS_BYTES:
+            # a frame continues in this chunk: the usual case, as bytes again
+            self._buf = buf[pos:] + data
+            self._pos = 0
+        elif type(buf) is bytearray:
+            if pos >= _COMPACT_AT and pos * 2 >= len(buf):
+                del buf[:pos]
+                self._pos = 0
+            buf += data
+        else:  # a large frame arrives over many chunks: gather them in place
+            gathered = bytearray(memoryview(buf)[pos:])
+            gathered += data
+            self._buf = gathered
+            self._pos = 0
 
     def _set_state(self, state: ConnState) -> None:
         if state is not self._state:
@@ -124,6 +155,8 @@ class Connection:
             self._memo = {}
             stays_open = next_state(state, Trigger.OPERATION) is state is ConnState.OPEN
             self._hot = _HOT_DECODERS[self.role] if stays_open else {}
+            client = stays_open and self.role is ev.Role.CLIENT
+            self._read_ok = codec.read_bare_ok if client else None
 
     def _next_state(self, cls: type[ev.Event]) -> ConnState | None:
         try:
@@ -139,44 +172,115 @@ class Connection:
 
     def next_event(self) -> ev.Event | _NeedData:
         """The next event from the peer, or ``NEED_DATA`` when a frame is incomplete."""
+        one = self._one
+        self._decode(one, 1)
+        return one.pop() if one else NEED_DATA
+
+    def events(self, limit: int = sys.maxsize) -> list[ev.Event]:
+        """The events :meth:`next_event` would return one by one, in one call: every
+        complete frame buffered now, or up to ``limit``. A batch ends after an
+        ``EndOfStream`` and after an event that changed the connection's state, so
+        that the caller answers it (a ``welcome`` to a ``hello``) before the frames
+        behind it are checked against the new state: ask again for those. A protocol
+        error behind events of the batch is raised by the next call; after the
+        ``EndOfStream``, every call returns it again."""
+        out: list[ev.Event] = []
+        self._decode(out, limit)
+        return out
+
+    def _decode(self, out: list[ev.Event], limit: int) -> None:
+        """The frame splitter, for :meth:`events` and :meth:`next_event`: decode up to
+        ``limit`` events into ``out``. While the connection is OPEN, the per-message
+        frames (publish and ack in, deliver and bare ok out) take their role's decoder
+        in ``_hot`` first, one call a frame; every other frame, and any the hot
+        decoder leaves, takes the checked path through the state table."""
         if self._error is not None:
             raise self._error
+        append = out.append
+        buf = self._buf
+        size = len(buf)
+        pos = self._pos
+        state = self._state
+        closed = state is _CLOSED
+        hot = self._hot
+        read_ok = self._read_ok
+        max_frame = self.max_frame_size
+        loads = cbor2.loads
+        unpack = _LEN.unpack_from
+        count = 0
+        try:
+            while count < limit:
+                if size - pos < 4 or closed:
+                    self._pos = pos
+                    self._at_end(out)
+                    return
+                (n,) = unpack(buf, pos)
+                end = pos + 4 + n
+                if end > size or n > max_frame:
+                    self._pos = pos
+                    self._at_end(out)
+                    return
+                if n < _BARE_OK_MAX and read_ok is not None:
+                    ok = read_ok(buf, pos + 4, end)
+                    if ok is not None:
+                        pos = end
+                        count += 1
+                        append(ok)
+                        continue
+                try:
+                    m = loads(buf[pos + 4 : end])
+                except Exception as exc:  # cbor2 raises several types for bad input
+                    self._pos = end
+                    code, text = ReplyCode.FRAME_ERROR, f"malformed CBOR frame: {exc}"
+                    raise self._fail(code, text) from None
+                pos = end
+                count += 1
+                if hot and type(m) is dict:
+                    method = m.get("m")
+                    decode = hot.get(method) if type(method) is str else None
+                    if decode is not None:
+                        try:
+                            event = decode(m)
+                        except codec.FieldError:
+                            event = None  # the checked path reports it with the right severity
+                        if event is not None:
+                            append(event)
+                            continue
+                self._pos = pos
+                append(self._event_from_map(m))
+                if self._state is not state:
+                    return
+            self._pos = pos
+        except RemoteProtocolError:
+            if not out:
+                raise
+            # the events before the error are the caller's; the next call raises it
+
+    def _at_end(self, out: list[ev.Event]) -> None:
+        """No complete frame at ``_pos``: nothing yet, the end of the stream, or a
+        frame that is too large or cut short by the end of the stream."""
         if self._state is ConnState.CLOSED:
-            return ev.EndOfStream() if self._eof else NEED_DATA
+            if self._eof:
+                out.append(ev.EndOfStream())
+            return
         buf, pos = self._buf, self._pos
         avail = len(buf) - pos
-        if avail < 4:
-            if self._eof:
-                if avail == 0:
-                    return ev.EndOfStream()
-                raise self._fail(ReplyCode.FRAME_ERROR, "stream ended inside a frame header")
-            return NEED_DATA
-        (n,) = _LEN.unpack_from(buf, pos)
-        if n > self.max_frame_size:
-            hint = _foreign_protocol_hint(bytes(buf[pos : pos + 4]))
-            raise self._fail(
-                ReplyCode.FRAME_ERROR,
-                f"frame of {n} bytes exceeds the maximum of {self.max_frame_size}{hint}",
-            )
-        end = pos + 4 + n
-        if len(buf) < end:
-            if self._eof:
-                raise self._fail(ReplyCode.FRAME_ERROR, "stream ended inside a frame")
-            return NEED_DATA
-        self._pos = end
-        try:
-            m = cbor2.loads(buf[pos + 4 : end])
-        except Exception as exc:  # cbor2 raises several types for bad input
-            raise self._fail(ReplyCode.FRAME_ERROR, f"malformed CBOR frame: {exc}") from None
-        if self._hot and type(m) is dict:
-            method = m.get("m")
-            decode = self._hot.get(method) if type(method) is str else None
-            if decode is not None:
-                try:
-                    return decode(m)
-                except codec.FieldError:
-                    pass  # the general path below reports it with the right severity
-        return self._event_from_map(m)
+        if avail >= 4:
+            (n,) = _LEN.unpack_from(buf, pos)
+            if n > self.max_frame_size:
+                hint = _foreign_protocol_hint(bytes(buf[pos : pos + 4]))
+                raise self._fail(
+                    ReplyCode.FRAME_ERROR,
+                    f"frame of {n} bytes exceeds the maximum of {self.max_frame_size}{hint}",
+                )
+        if not self._eof:
+            return
+        if avail == 0:
+            out.append(ev.EndOfStream())
+        elif avail < 4:
+            raise self._fail(ReplyCode.FRAME_ERROR, "stream ended inside a frame header")
+        else:
+            raise self._fail(ReplyCode.FRAME_ERROR, "stream ended inside a frame")
 
     def _event_from_map(self, m: Any) -> ev.Event:
         if type(m) is not dict:
@@ -212,18 +316,6 @@ class Connection:
         if new_state is not self._state:
             self._set_state(new_state)
         return event
-
-    def events(self) -> list[ev.Event]:
-        """Every complete event buffered now (empty when more data is needed)."""
-        out: list[ev.Event] = []
-        while True:
-            event = self.next_event()
-            if event is NEED_DATA:
-                return out
-            assert isinstance(event, ev.Event)
-            out.append(event)
-            if type(event) is ev.EndOfStream:
-                return out
 
     # --- sending ------------------------------------------------------------------
 
@@ -262,8 +354,8 @@ class Connection:
     ) -> bytes:
         """A ``deliver`` frame (the fast path: the message is encoded once, cached);
         ``offset`` for a message from a stream queue."""
-        if self._state is not self._push_state:
-            self._check_push(ev.Deliver)
+        if self._state is not self._server_open:
+            self._check_fast(ev.Deliver)
         return codec.encode_deliver(ctag, dtag, redelivered, msg, offset)
 
     def send_peer(self, msg: bytes) -> bytes:
@@ -289,13 +381,44 @@ class Connection:
         self, re: int, dtag: int, redelivered: bool, remaining: int, queue: str,
         msg: codec.WireMessage,
     ) -> bytes:  # fmt: skip
-        if self._state is not self._push_state:
-            self._check_push(ev.GetOk)
+        if self._state is not self._server_open:
+            self._check_fast(ev.GetOk)
         return codec.encode_get_ok(re, dtag, redelivered, remaining, queue, msg)
 
-    def _check_push(self, cls: type[ev.Event]) -> None:
-        """What :meth:`send` checks, for the fast paths outside their usual state."""
-        if self.role is not ev.Role.SERVER:
+    def send_publish(
+        self,
+        rid: int,
+        exchange: str,
+        key: str,
+        body: bytes,
+        headers: dict[str, Any] | None = None,
+        props: dict[str, Any] | None = None,
+        mandatory: bool = False,
+        confirm: bool = False,
+    ) -> bytes:
+        """A ``publish`` frame: what ``send(Publish(...))`` gives, encoded by hand
+        (a client publishes per message). ``headers`` and ``props`` must already
+        be valid (:func:`~amqlite.protocol.check_headers`, ``check_props``)."""
+        if self._state is not self._client_open:
+            self._check_fast(ev.Publish)
+        data = codec.encode_publish(rid, exchange, key, body, headers, props, mandatory, confirm)
+        limit = self.peer_max_frame_size
+        if limit is not None and len(data) - 4 > limit:
+            raise LocalProtocolError(
+                f"'publish' frame of {len(data) - 4} bytes exceeds the peer's maximum of {limit}",
+                ReplyCode.CONTENT_TOO_LARGE,
+            )
+        return data
+
+    def send_ack(self, rid: int, dtag: int, multiple: bool = False) -> bytes:
+        """An ``ack`` frame: what ``send(Ack(rid, dtag, multiple))`` gives, by hand."""
+        if self._state is not self._client_open:
+            self._check_fast(ev.Ack)
+        return codec.encode_ack(rid, dtag, multiple)
+
+    def _check_fast(self, cls: type[ev.Event]) -> None:
+        """What :meth:`send` checks, for the per-message senders outside OPEN."""
+        if cls.SENDER is not self._own:
             raise LocalProtocolError(f"a {self.role.value} does not send {cls.METHOD!r}")
         new_state = self._next_state(cls)
         if new_state is None:

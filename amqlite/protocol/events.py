@@ -32,9 +32,11 @@ Props = dict[str, Any]
 
 
 class Event:
-    """Base of every protocol event. Events are values: never mutate one. All are
-    frozen except the three that exist once per message (``Publish``, ``Deliver``,
-    ``Ack``), whose frozen ``__init__`` would cost about 1.5 us a message."""
+    """Base of every protocol event. Events are values: never mutate one (a decoded
+    ``Deliver`` or ``Ok`` may share its empty maps with others). All are frozen
+    except the four that exist once per message (``Publish``, ``Deliver``, ``Ack``
+    and ``Ok``, a publish confirm), whose frozen ``__init__`` would cost about
+    1.5 us a message."""
 
     __slots__ = ()
     METHOD: ClassVar[str] = ""
@@ -362,7 +364,7 @@ class Trace(Event):
 # --- replies and pushes (server -> client) ------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # per-message (publish confirms): not frozen; never mutate
 class Ok(Event):
     """Success; ``info`` holds what the request returns (see docs/protocol.md)."""
 

@@ -1,16 +1,23 @@
 """Heartbeat bookkeeping for one connection, sans-IO: time comes in as ``now``.
 
-Both sides send a ``heartbeat`` frame when they have sent nothing else for one
-interval, and declare the peer dead when nothing at all has arrived for
-``misses`` intervals. Any frame counts as a sign of life.
+Each end sends a heartbeat when it has sent nothing else for one interval, and
+declares the other end dead when nothing at all has arrived for ``misses``
+intervals. Any frame counts as a sign of life. An interval of 0 disables both.
+
+One clock serves every link: a client connection and the server's side of it
+(``heartbeat`` frames, driven by :class:`amqlite.link.FramedLink`) and a peering
+link (``peer.heartbeat`` maps, driven by :class:`amqlite.peering.PeerLink`). Both
+ends of a connection use the interval :func:`negotiate_heartbeat` gives.
 """
 
 from dataclasses import dataclass, field
 
+INF = float("inf")
+
 
 @dataclass(slots=True)
 class PeerClock:
-    """When to send the next heartbeat and whether the peer has gone silent."""
+    """When to send the next heartbeat and whether the other end has gone silent."""
 
     interval: float
     misses: int = 3
@@ -31,19 +38,29 @@ class PeerClock:
     def enabled(self) -> bool:
         return self.interval > 0
 
+    # Each test compares ``now`` with the very sum next_deadline() returns, so a
+    # shell that sleeps until the deadline always finds the event due (computing
+    # ``now - last >= interval`` instead can miss by a rounding error, and spin).
+
     def send_due(self, now: float) -> bool:
         """True when we have been quiet for a whole interval."""
-        # compared exactly as next_deadline computes it, so that waking at the
-        # deadline always finds the heartbeat due (``now - last >= interval``
-        # can be off by one rounding step and make a shell spin)
         return self.enabled and now >= self.last_sent + self.interval
 
     def peer_dead(self, now: float) -> bool:
-        """True when the peer has been silent for ``misses`` intervals."""
+        """True when the other end has been silent for ``misses`` intervals."""
         return self.enabled and now >= self.last_received + self.interval * self.misses
 
-    def next_deadline(self, now: float) -> float:
-        """The earliest time at which :meth:`send_due` or :meth:`peer_dead` may change."""
+    def next_deadline(self, now: float | None = None) -> float:
+        """The earliest time at which :meth:`send_due` or :meth:`peer_dead` may turn
+        true. It depends on the recorded times only: ``now`` is ignored (accepted
+        for the server connection's watchdog until it runs on FramedLink)."""
         if not self.enabled:
-            return float("inf")
+            return INF
         return min(self.last_sent + self.interval, self.last_received + self.interval * self.misses)
+
+
+def negotiate_heartbeat(ours: float, theirs: float) -> float:
+    """The interval both ends use: the smaller one, or whichever is nonzero (0: off)."""
+    if ours <= 0 or theirs <= 0:
+        return max(ours, theirs, 0.0)
+    return min(ours, theirs)

@@ -19,7 +19,9 @@ from typing import Any
 
 import cbor2
 
-from amqlite.protocol.codec import cbor_head as _head
+from amqlite.protocol.cbor import MAP_HEADS as _MAP_HEADS
+from amqlite.protocol.cbor import head as _head
+from amqlite.protocol.cbor import text as _text
 from amqlite.protocol.codec import check_headers, check_props
 
 from .errors import RecordError
@@ -34,11 +36,6 @@ from .records import (
 )
 
 _FLOAT = struct.Struct(">d")
-
-
-def _text(s: str) -> bytes:
-    b = s.encode()
-    return _head(0x60, len(b)) + b
 
 
 def _scalar(v: Any) -> bytes | None:
@@ -191,9 +188,6 @@ def _encode_enqueue(r: MessageEnqueue) -> bytes | None:
         pairs += 1
     parts[0] = _MAP_HEADS[pairs + 3]  # plus t, id, body
     return b"".join(parts)
-
-
-_MAP_HEADS = [bytes((0xA0 + n,)) for n in range(24)]
 
 
 def _encode_settle(prefix: bytes, mid: Any, queue: Any) -> bytes | None:

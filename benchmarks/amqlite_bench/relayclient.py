@@ -1,7 +1,7 @@
 """Plain-trio clients for the baseline relay, in amqlite's framing.
 
 The publisher builds its frames with the same hand-written encoder as
-:mod:`amqlite.client` (:func:`amqlite.protocol.codec.append_publish`) and sends a
+:mod:`amqlite.client` (:func:`amqlite.protocol.codec.encode_publish`) and sends a
 whole batch with one ``send_all``; the consumer reads up to 256 KiB at a time,
 decodes every frame with ``cbor2.loads`` and answers each read with one
 ``ack`` (``multiple``) for the last delivery tag, as a coalescing client would.
@@ -14,7 +14,7 @@ from typing import Any
 
 import trio
 
-from amqlite.protocol.codec import append_ack, append_publish
+from amqlite.protocol.codec import encode_ack, encode_publish
 
 from .baseline import RECEIVE_SIZE, FrameReader, frame
 from .plan import STAMP_HEADER, ConsumeTally
@@ -64,7 +64,7 @@ class RelayPublisher:
         self, exchange: str, key: str, body: bytes, headers: dict[str, Any] | None = None
     ) -> None:
         self._rid += 1
-        append_publish(self._out, self._rid, exchange, key, body, headers, None, False, False)
+        self._out += encode_publish(self._rid, exchange, key, body, headers, None, False, False)
 
     async def flush(self) -> None:
         if self._out:
@@ -114,7 +114,7 @@ async def consume(
                 tally.consumed += n
                 if tally.consumed >= expected:
                     tally.done_ns = clock()
-                append_ack(ack, 1, last, True)
+                ack += encode_ack(1, last, True)
                 await stream.send_all(ack)
                 del ack[:]
             frames = []

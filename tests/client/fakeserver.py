@@ -216,17 +216,18 @@ class FakeBroker:
         while True:
             data = await s.stream.receive_some(65536)
             s.proto.receive_data(data)
-            for e in s.proto.events():
-                if type(e) is ev.EndOfStream:
-                    return
-                self.frames.append(e)
-                s.frames.append(e)
-                if not self._handle(s, e):
-                    # let the writer flush the last reply, then hang up
-                    with trio.move_on_after(1):
-                        while s.out:
-                            await trio.lowlevel.checkpoint()
-                    return
+            while batch := s.proto.events():  # a batch ends at a state change
+                for e in batch:
+                    if type(e) is ev.EndOfStream:
+                        return
+                    self.frames.append(e)
+                    s.frames.append(e)
+                    if not self._handle(s, e):
+                        # let the writer flush the last reply, then hang up
+                        with trio.move_on_after(1):
+                            while s.out:
+                                await trio.lowlevel.checkpoint()
+                        return
             self._dispatch()
             self._changed.set()
             if not data:

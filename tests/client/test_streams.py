@@ -14,7 +14,6 @@ import trio
 
 import amqlite
 from amqlite.client import Consumer, Delivery, Reconnected, ReconnectPolicy
-from amqlite.client.connection import _deliver_map
 from amqlite.client.streams import offset_argument
 from amqlite.config import load_config
 from amqlite.errors import NotFound, PreconditionFailed
@@ -182,16 +181,12 @@ async def test_store_and_query_offsets(node: BrokerNode) -> None:
         assert await other.query_offset("s", "billing") == 7
 
 
-def test_offsets_decoded_by_the_protocol_path_reach_the_delivery() -> None:
-    """A deliver the fast path leaves to the codec (here: a key the client does not
-    know) still gives its offset to the Delivery."""
+def test_offsets_reach_the_delivery() -> None:
+    """A stream deliver's offset is the Delivery's; a plain queue's is None."""
     e = ev.Deliver("c", 1, "", "s", b"x", offset=41)
-    d = Delivery(None, _deliver_map(e), 1, "c", "s", True)
+    d = Delivery(None, e, 1, "c", "s", True)
     assert d.offset == 41
-    assert (
-        Delivery(None, _deliver_map(ev.Deliver("c", 2, "", "q", b"y")), 2, "c", "q", True).offset
-        is None
-    )
+    assert Delivery(None, ev.Deliver("c", 2, "", "q", b"y"), 2, "c", "q", True).offset is None
 
 
 # --- reconnecting -------------------------------------------------------------------

@@ -23,7 +23,7 @@ from amqlite.peering import (
     PeerLink,
     Send,
 )
-from amqlite.peering.heartbeat import negotiate_heartbeat
+from amqlite.protocol.heartbeat import negotiate_heartbeat
 
 S = LinkState
 INF = float("inf")

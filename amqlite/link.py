@@ -1,0 +1,450 @@
+"""One framed link: a trio stream carrying amqlite frames, for every shell that
+speaks the protocol (the client, the server's connections, the HA peer link, the
+peering dials). It imports neither :mod:`amqlite.client` nor
+:mod:`amqlite.server`.
+
+A :class:`FramedLink` is a stream, a sans-IO :class:`~amqlite.protocol.Connection`
+and the plumbing around them, written once:
+
+* **writing**: everything outgoing is appended to one ``bytearray``
+  (:attr:`FramedLink.out`); a writer task swaps it out and sends it with one
+  ``send_all``, so sending never schedules a task per frame. The hot paths append
+  encoded frames themselves and wake the writer with ``if not link.kicked:
+  link.kick()``. ``before_flush`` runs before each swap (the client turns its
+  marked acks into frames there). Flow control: :attr:`FramedLink.pending`,
+  :meth:`~FramedLink.wait_writable` (below ``high_water``), ``on_drained`` (called
+  after a send leaves less than ``low_water`` queued), :meth:`~FramedLink.wait_flushed`.
+* **reading**: :meth:`~FramedLink.receive` reads once, feeds the protocol and
+  marks the heartbeat clock; the caller's reader then takes the events
+  (``proto.events(limit)`` for batches, ``proto.next_event()`` one at a time).
+* **heartbeats**: a watchdog on one :class:`~amqlite.protocol.PeerClock` sends a
+  ``heartbeat`` when we have been quiet for an interval and fails the link when the
+  other end has been silent for ``misses`` intervals; before
+  :meth:`~FramedLink.start_heartbeat` it only enforces ``handshake_timeout``.
+* **lifetime**: :meth:`~FramedLink.run` owns the writer, the watchdog and the
+  caller's reader in one nursery; when the reader returns, the writer drains
+  (bounded by ``close_timeout``), and the stream is always closed (shielded,
+  bounded). A failure (the stream broke, the peer went silent, no handshake in
+  time) is recorded once in :attr:`~FramedLink.error`, reported once through
+  ``on_lost``, and aborts the link. Nothing here raises into the caller except
+  the reader's own exceptions.
+
+:func:`dial` opens TCP, says ``hello`` and waits for ``welcome``;
+:func:`open_link` does the same on a stream that is already open. Both raise
+:class:`DialFailed` (``refused`` with the server's code and text, or why the
+handshake never finished: unreachable, end of stream, timeout, protocol error).
+
+How each user drives it:
+
+* **client** (:mod:`amqlite.client.transport`): ``link, welcome = await
+  dial(...)``; ``link.start_heartbeat(welcome.heartbeat)``; ``await
+  link.run(reader)`` in the connection's nursery, where ``reader`` loops ``await
+  link.receive()`` + ``proto.events()`` into the connection; ``before_flush``
+  emits coalesced acks, ``on_lost`` starts a reconnect. Publishers append
+  ``proto.send_publish(...)`` to ``link.out`` and wait on ``wait_writable()``.
+* **server, a client's connection**: ``FramedLink(stream, Connection(Role.SERVER),
+  handshake_timeout=..., high_water=..., low_water=..., on_drained=...)``; its
+  reader runs ``proto.events(FRAMES_PER_TURN)`` batches with a checkpoint between
+  them, awaits authentication in a thread when the batch holds the ``hello``
+  (a batch ends at a state change, so nothing behind the hello is decoded
+  before the welcome), then calls ``link.start_heartbeat(negotiate_heartbeat(ours,
+  hello.heartbeat))``; deliveries are appended with ``send_deliver``;
+  ``on_drained`` resumes a session paused above ``high_water``; ``link.close()``
+  after a ``close`` or an error frame.
+* **HA peer link**: ``link, welcome = await dial(peer host, port, Hello(role=
+  "ha-peer"), ...)`` (the HA machine has its own heartbeats: no
+  ``start_heartbeat``); ``link.send(HaSync(...))``; a reader that hands
+  ``HaSynced`` / ``HaHeartbeat`` events to the replicator; ``run`` returns when
+  the link ends, and the caller backs off and dials again.
+* **peering dial**: ``dial(..., timeout=connect timeout)``; a ``refused`` is
+  ``DialFailed.refused`` (reported to the link core with its code); peering maps
+  go out with ``link.send_bytes(proto.send_peer(encoded))``; peering's own
+  ``peer.heartbeat`` maps keep the link alive; ``link.abort()`` when the core says
+  disconnect.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from amqlite.errors import AmqliteError, ConnectionClosed, ProtocolError, ReplyCode
+from amqlite.log import get_logger
+from amqlite.protocol import DEFAULT_MAX_FRAME, NEED_DATA, Connection, PeerClock, Role
+from amqlite.protocol import events as ev
+
+log = get_logger("amqlite.link")
+
+#: Bytes asked of the stream per read.
+RECEIVE_SIZE = 256 * 1024
+#: How long the writer may take to send what is queued when a link ends, and how
+#: long closing the stream may take.
+CLOSE_TIMEOUT = 2.0
+
+_STREAM_ERRORS = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
+
+#: How a TCP stream to ``(host, port)`` is opened (a parameter of :func:`dial`).
+OpenStream = Callable[[str, int], Awaitable[trio.abc.Stream]]
+
+
+class DialFailed(AmqliteError):
+    """The handshake did not end in a ``welcome``. With ``refused`` the server
+    refused us and ``code``/``text`` are its own; otherwise ``text`` says why
+    (unreachable, closed, timed out, a protocol error) and ``code`` is 320, or the
+    code of the server's ``close``."""
+
+    code = ReplyCode.CONNECTION_FORCED
+
+    def __init__(self, text: str, code: int | None = None, *, refused: bool = False) -> None:
+        super().__init__(text, code)
+        self.refused = refused
+
+
+def describe_os_error(exc: BaseException) -> str:
+    """A short reason for a failed connect or a broken stream: ``connection
+    refused``, ``unknown host``, ``timed out``..."""
+    if isinstance(exc, socket.gaierror):
+        return "unknown host"
+    causes: list[BaseException] = [exc]
+    group = exc.__cause__
+    if isinstance(group, BaseExceptionGroup):
+        causes = list(group.exceptions)
+    for c in causes:
+        if isinstance(c, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(c, TimeoutError):
+            return "timed out"
+    for c in causes:
+        if isinstance(c, OSError) and c.strerror:
+            return c.strerror.lower()
+    return str(exc) or type(exc).__name__
+
+
+class FramedLink:
+    """A stream, its protocol connection, a writer, a heartbeat watchdog (see the
+    module docstring). ``peer`` names the other end in errors and logs. The
+    callbacks are attributes too: a dialed link gets them after :func:`dial`."""
+
+    def __init__(
+        self,
+        stream: trio.abc.Stream,
+        proto: Connection,
+        *,
+        peer: str = "",
+        high_water: int = 1024 * 1024,
+        low_water: int = 256 * 1024,
+        before_flush: Callable[[], None] | None = None,
+        on_drained: Callable[[], None] | None = None,
+        on_lost: Callable[[AmqliteError], None] | None = None,
+        handshake_timeout: float | None = None,
+        close_timeout: float = CLOSE_TIMEOUT,
+    ) -> None:
+        self.stream = stream
+        self.proto = proto
+        self.peer = peer
+        #: Frames waiting for the writer; append and then :meth:`kick`.
+        self.out = bytearray()
+        self.clock = PeerClock(0.0)
+        self.high_water = high_water
+        self.low_water = low_water
+        self.close_timeout = close_timeout
+        #: True while the writer has been woken and has not taken ``out`` yet: the
+        #: hot paths skip :meth:`kick` then.
+        self.kicked = False
+        #: Why the link failed (None while it has not).
+        self.error: AmqliteError | None = None
+        #: True once the link failed or was aborted: nothing more will be sent.
+        self.dead = False
+        #: Called before each swap of :attr:`out` (it may append frames).
+        self.before_flush = before_flush
+        #: Called after a send leaves fewer than ``low_water`` bytes queued.
+        self.on_drained = on_drained
+        #: Called once, with :attr:`error`, when the link fails.
+        self.on_lost = on_lost
+        self._handshake_timeout = handshake_timeout
+        self._opened = trio.Event()
+        self._heartbeat_frame = b""
+        self._wake = trio.Event()
+        self._drained: trio.Event | None = None
+        self._in_flight = 0
+        self._closing = False
+        self._writer_done = trio.Event()
+        self._scope = trio.CancelScope()
+
+    # --- running --------------------------------------------------------------------
+
+    async def run(self, reader: Callable[[], Awaitable[object]]) -> None:
+        """Run the writer, the watchdog and ``reader`` until the reader returns or the
+        link is aborted; then let the writer send what is queued (at most
+        ``close_timeout``) and close the stream. Raises what ``reader`` raises."""
+        error: Exception | None = None
+        try:
+            with self._scope:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._writer)
+                    nursery.start_soon(self._watchdog)
+                    try:
+                        await reader()
+                    except Exception as exc:  # re-raised once the tasks are down
+                        error = exc
+                    else:
+                        self.close()
+                        with trio.move_on_after(self.close_timeout):
+                            await self._writer_done.wait()
+                    nursery.cancel_scope.cancel()
+        finally:
+            self.dead = True
+            self._signal_drained()
+            with trio.CancelScope(shield=True), trio.move_on_after(self.close_timeout):
+                await self.stream.aclose()
+        if error is not None:
+            raise error
+
+    def start_heartbeat(self, interval: float, misses: int = 3) -> None:
+        """The handshake is over: heartbeat every ``interval`` seconds (0: never) and
+        fail the link after ``misses`` silent intervals. Ends ``handshake_timeout``."""
+        clock = self.clock
+        clock.interval, clock.misses = interval, misses
+        clock.start(trio.current_time())
+        if clock.enabled:
+            # encoded now, while the connection is open: when the watchdog first
+            # sends it the reader may already have seen the peer's close
+            self._heartbeat_frame = self.proto.send(ev.Heartbeat())
+        self._opened.set()
+
+    def fail(self, error: AmqliteError) -> None:
+        """The link is lost for ``error`` (the first one counts): report it through
+        ``on_lost`` once. The caller aborts or lets the reader end."""
+        if self.dead:
+            return
+        self.dead = True
+        self.error = error
+        self._signal_drained()
+        if self.on_lost is not None:
+            self.on_lost(error)
+
+    def close(self) -> None:
+        """Send what is queued, then close the stream (the reader then ends)."""
+        self._closing = True
+        self.kick()
+
+    def abort(self) -> None:
+        """Stop now: the writer, the watchdog and the reader are cancelled, unsent
+        bytes are dropped, and :meth:`run` closes the stream."""
+        self.dead = True
+        self._signal_drained()
+        self._scope.cancel()
+
+    async def aclose(self) -> None:
+        """:meth:`abort`, and close the stream at once (also when :meth:`run` never ran)."""
+        self.abort()
+        await trio.aclose_forcefully(self.stream)
+
+    # --- writing --------------------------------------------------------------------
+
+    def send(self, event: ev.Event) -> None:
+        """Queue ``event`` (raises LocalProtocolError when it is not ours to send now)."""
+        self.out += self.proto.send(event)
+        if not self.kicked:
+            self.kick()
+
+    def send_bytes(self, data: bytes) -> None:
+        """Queue frames the protocol connection encoded (``send_deliver``,
+        ``send_publish``, ``send_peer``...)."""
+        self.out += data
+        if not self.kicked:
+            self.kick()
+
+    def kick(self) -> None:
+        """Wake the writer (after appending to :attr:`out`)."""
+        self.kicked = True
+        self._wake.set()
+
+    @property
+    def closing(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closing
+
+    @property
+    def pending(self) -> int:
+        """Bytes queued or being sent."""
+        return len(self.out) + self._in_flight
+
+    @property
+    def flushed(self) -> bool:
+        return not self.out and not self._in_flight
+
+    async def wait_writable(self) -> None:
+        """Wait while ``high_water`` bytes or more are queued (and the link lives)."""
+        while len(self.out) >= self.high_water and not self.dead:
+            await self._wait_drained()
+
+    async def wait_flushed(self) -> None:
+        """Wait until everything queued so far has been handed to the kernel (or the
+        link has died)."""
+        while not self.flushed and not self.dead and not self._writer_done.is_set():
+            self.kick()
+            await self._wait_drained()
+
+    async def _wait_drained(self) -> None:
+        if self._drained is None:
+            self._drained = trio.Event()
+        await self._drained.wait()
+
+    def _signal_drained(self) -> None:
+        d = self._drained
+        if d is not None:
+            self._drained = None
+            d.set()
+
+    async def _writer(self) -> None:
+        stream, clock = self.stream, self.clock
+        try:
+            while True:
+                # always a checkpoint, even when kicked meanwhile: what the other
+                # tasks append in that turn goes out in the same send_all
+                await self._wake.wait()
+                self._wake = trio.Event()
+                self.kicked = False
+                if self.before_flush is not None:
+                    self.before_flush()
+                data = self.out
+                if data:
+                    self.out = bytearray()
+                    self._in_flight = len(data)
+                    await stream.send_all(data)
+                    self._in_flight = 0
+                    clock.sent(trio.current_time())
+                    if self.on_drained is not None and len(self.out) < self.low_water:
+                        self.on_drained()
+                self._signal_drained()
+                if self._closing and not self.out:
+                    break
+            await stream.aclose()
+        except _STREAM_ERRORS as exc:
+            self.fail(self._lost_error(exc))
+            self.abort()
+        except Exception as exc:  # a bug (in before_flush, say): the link dies of it
+            log.exception("link_writer_failed", peer=self.peer)
+            err = ConnectionClosed(f"link writer failed: {exc!r}", ReplyCode.INTERNAL_ERROR)
+            err.__cause__ = exc
+            self.fail(err)
+            self.abort()
+        finally:
+            self._in_flight = 0
+            self._writer_done.set()
+            self._signal_drained()
+
+    def _lost_error(self, exc: BaseException) -> ConnectionClosed:
+        return ConnectionClosed(f"connection to {self.peer} lost ({describe_os_error(exc)})")
+
+    # --- reading --------------------------------------------------------------------
+
+    async def receive(self) -> bool:
+        """Read once (up to RECEIVE_SIZE), feed the protocol, mark the clock. False
+        when the stream ended (the protocol then yields ``EndOfStream``) or broke
+        (the link then fails: :attr:`error` says why)."""
+        try:
+            data = await self.stream.receive_some(RECEIVE_SIZE)
+        except _STREAM_ERRORS as exc:
+            if not (self._closing and isinstance(exc, trio.ClosedResourceError)):
+                self.fail(self._lost_error(exc))
+            return False
+        self.clock.received(trio.current_time())
+        self.proto.receive_data(data)
+        return bool(data)
+
+    # --- heartbeats -----------------------------------------------------------------
+
+    async def _watchdog(self) -> None:
+        if self._handshake_timeout is not None:
+            with trio.move_on_after(self._handshake_timeout):
+                await self._opened.wait()
+            if not self._opened.is_set():
+                text = f"no handshake from {self.peer} within {self._handshake_timeout:g}s"
+                self.fail(ConnectionClosed(text))
+                self.abort()
+                return
+        await self._opened.wait()
+        clock = self.clock
+        if not clock.enabled:
+            return
+        while True:
+            now = trio.current_time()
+            if clock.peer_dead(now):
+                silent = clock.interval * clock.misses
+                text = f"{self.peer} sent nothing for {silent:g}s (heartbeat timeout)"
+                self.fail(ConnectionClosed(text))
+                self.abort()
+                return
+            if clock.send_due(now):
+                self.send_bytes(self._heartbeat_frame)
+                clock.sent(now)
+            await trio.sleep_until(clock.next_deadline())
+
+
+# --- opening ----------------------------------------------------------------------------
+
+
+async def open_link(
+    stream: trio.abc.Stream,
+    hello: ev.Hello,
+    *,
+    max_frame_size: int = DEFAULT_MAX_FRAME,
+    peer: str = "",
+) -> tuple[FramedLink, ev.Welcome]:
+    """Say ``hello`` on ``stream`` and read up to the ``welcome``; raises DialFailed.
+    The stream is the caller's to close on failure. Bytes that came after the
+    welcome stay buffered in the link's protocol connection."""
+    proto = Connection(Role.CLIENT, max_frame_size=max_frame_size)
+    link = FramedLink(stream, proto, peer=peer)
+    try:
+        await stream.send_all(proto.send(hello))
+    except _STREAM_ERRORS as exc:
+        raise DialFailed(describe_os_error(exc)) from None
+    while True:
+        try:
+            event = proto.next_event()
+        except ProtocolError as exc:
+            raise DialFailed(f"protocol error during the handshake: {exc.text}", exc.code) from None
+        if event is NEED_DATA:
+            if not await link.receive() and link.error is not None:
+                raise DialFailed(link.error.text)
+            continue
+        if isinstance(event, ev.Welcome):
+            return link, event
+        if isinstance(event, ev.Refused):
+            raise DialFailed(event.text or "refused", event.code, refused=True)
+        if isinstance(event, ev.Close):
+            raise DialFailed(f"closed during the handshake: {event.text}", event.code)
+        if isinstance(event, ev.EndOfStream):
+            raise DialFailed("the server closed the connection during the handshake")
+        # heartbeats before the welcome are fine; anything else the protocol refused
+
+
+async def dial(
+    host: str,
+    port: int,
+    hello: ev.Hello,
+    *,
+    max_frame_size: int = DEFAULT_MAX_FRAME,
+    timeout: float = math.inf,  # noqa: ASYNC109 (a timeout becomes a DialFailed naming it)
+    open_stream: OpenStream = trio.open_tcp_stream,
+) -> tuple[FramedLink, ev.Welcome]:
+    """Open TCP to ``host:port`` and :func:`open_link`, all within ``timeout``
+    seconds; raises DialFailed (and leaves no stream open) when that fails."""
+    peer = f"{host}:{port}"
+    with trio.move_on_after(timeout):
+        try:
+            stream = await open_stream(host, port)
+        except OSError as exc:
+            raise DialFailed(describe_os_error(exc)) from None
+        try:
+            return await open_link(stream, hello, max_frame_size=max_frame_size, peer=peer)
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+    raise DialFailed(f"no answer within {timeout:g}s")

@@ -1,0 +1,356 @@
+"""Every per-message fast path of :class:`Connection` agrees with its general path.
+
+- ``send_publish`` / ``send_ack`` write the very bytes ``send(Publish(...))`` /
+  ``send(Ack(...))`` write;
+- a client decodes ``deliver`` frames and bare ``ok`` frames (the latter from their
+  bytes, without cbor2) to the events the checked decoder gives, and leaves every
+  frame it does not recognise to it;
+- ``events()`` returns what ``next_event()`` returns one by one, however the bytes
+  arrive, and a batch never spans a state change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import cbor2
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from amqlite.errors import RemoteProtocolError
+from amqlite.protocol import NEED_DATA, PROPERTY_TYPES, Connection, ConnState, Role, codec
+from amqlite.protocol import events as ev
+
+from .wire import FakeMessage, client_in, frame, open_pair, raw_frame, server_in
+
+CHECKS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+TEXT = st.text(max_size=12)
+UINTS = st.one_of(st.integers(0, 300), st.integers(0, 2**64 - 1))
+HEADERS = st.dictionaries(
+    TEXT,
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**63), 2**64 - 1),
+        st.floats(allow_nan=False),
+        TEXT,
+        st.binary(max_size=8),
+    ),
+    max_size=4,
+)
+PROPS = st.fixed_dictionaries(
+    {},
+    optional={
+        name: st.integers(0, 2**63 - 1) if t is int else st.booleans() if t is bool else TEXT
+        for name, t in PROPERTY_TYPES.items()
+    },
+)
+
+
+def _general(role: Role, payload: bytes) -> ev.Event:
+    """The checked decoder's event for one frame's payload (no fast path)."""
+    m = cbor2.loads(payload)
+    return codec.event_from_map(ev.BY_METHOD[m["m"]], m)
+
+
+def _payloads(data: bytes) -> list[bytes]:
+    out = []
+    while data:
+        n = int.from_bytes(data[:4], "big")
+        out.append(data[4 : 4 + n])
+        data = data[4 + n :]
+    return out
+
+
+# --- the client's encoders ------------------------------------------------------------
+
+
+@CHECKS
+@given(
+    rid=st.one_of(UINTS, st.integers(2**64, 2**70)),
+    exchange=TEXT,
+    key=TEXT,
+    body=st.binary(max_size=600),
+    headers=HEADERS,
+    props=PROPS,
+    mandatory=st.booleans(),
+    confirm=st.booleans(),
+)
+def test_send_publish_writes_what_send_writes(
+    rid: int,
+    exchange: str,
+    key: str,
+    body: bytes,
+    headers: dict[str, Any],
+    props: dict[str, Any],
+    mandatory: bool,
+    confirm: bool,
+) -> None:
+    fast, general = client_in(ConnState.OPEN), client_in(ConnState.OPEN)
+    event = ev.Publish(rid, exchange, key, body, headers, props, mandatory, confirm)
+    data = fast.send_publish(rid, exchange, key, body, headers, props, mandatory, confirm)
+    assert data == general.send(event)
+    server = server_in(ConnState.OPEN)
+    server.receive_data(data)
+    assert server.events() == [event]
+
+
+@CHECKS
+@given(rid=UINTS, dtag=UINTS, multiple=st.booleans())
+def test_send_ack_writes_what_send_writes(rid: int, dtag: int, multiple: bool) -> None:
+    fast, general = client_in(ConnState.OPEN), client_in(ConnState.OPEN)
+    assert fast.send_ack(rid, dtag, multiple) == general.send(ev.Ack(rid, dtag, multiple))
+
+
+# --- the client's decoders ------------------------------------------------------------
+
+
+@CHECKS
+@given(
+    ctag=TEXT,
+    dtag=UINTS,
+    redelivered=st.booleans(),
+    exchange=TEXT,
+    key=TEXT,
+    body=st.binary(max_size=300),
+    headers=st.one_of(st.just({}), HEADERS),
+    props=st.one_of(st.just({}), PROPS),
+    offset=st.one_of(st.none(), UINTS),
+)
+def test_deliveries_decode_as_the_checked_decoder_reads_them(
+    ctag: str,
+    dtag: int,
+    redelivered: bool,
+    exchange: str,
+    key: str,
+    body: bytes,
+    headers: dict[str, Any],
+    props: dict[str, Any],
+    offset: int | None,
+) -> None:
+    """The server's hand-built frame and the general encoder's, through the
+    client's fast decoder, give the checked decoder's event."""
+    server = server_in(ConnState.OPEN)
+    msg = FakeMessage(exchange, key, body, headers, props)
+    event = ev.Deliver(ctag, dtag, exchange, key, body, headers, props, redelivered, "", offset)
+    data = server.send_deliver(ctag, dtag, redelivered, msg, offset) + server.send(event)
+    client = client_in(ConnState.OPEN)
+    client.receive_data(data)
+    got = client.events()
+    assert got == [_general(Role.CLIENT, p) for p in _payloads(data)] == [event, event]
+
+
+_OK_PREFIX = cbor2.dumps({"m": "ok", "re": 0})[:-1]
+
+
+@CHECKS
+@given(
+    re=st.one_of(UINTS, st.integers(-(2**70), 2**70)),
+    info=st.one_of(st.none(), st.dictionaries(TEXT, st.integers(), max_size=2)),
+)
+def test_oks_decode_as_the_checked_decoder_reads_them(re: int, info: dict | None) -> None:
+    server = server_in(ConnState.OPEN)
+    data = server.send(ev.Ok(re) if info is None else ev.Ok(re, info))
+    data += frame({"re": re, "m": "ok"})  # another key order: not the bytes fast path
+    client = client_in(ConnState.OPEN)
+    client.receive_data(data)
+    got = client.events()
+    assert got == [_general(Role.CLIENT, p) for p in _payloads(data)]
+    assert got == [ev.Ok(re, info or {}), ev.Ok(re)]
+
+
+@CHECKS
+@given(tail=st.binary(max_size=12))
+def test_the_bare_ok_reader_agrees_with_cbor_or_declines(tail: bytes) -> None:
+    """Any bytes after the bare-ok prefix: the byte reader gives the checked
+    decoder's event, or leaves the frame to the other paths (which may refuse it)."""
+    payload = _OK_PREFIX + tail
+    read = codec.read_bare_ok(payload, 0, len(payload))
+    try:
+        expected: ev.Event | None = _general(Role.CLIENT, payload)
+    except Exception:
+        expected = None
+    if read is not None:
+        assert read == expected
+    client = client_in(ConnState.OPEN)
+    client.receive_data(raw_frame(payload))
+    try:
+        got = client.events()
+    except RemoteProtocolError:
+        assert expected is None
+    else:
+        if expected is not None:
+            assert got == [expected]
+
+
+def test_unusual_deliveries_take_the_checked_path() -> None:
+    base = {"m": "deliver", "ctag": "c", "dtag": 1, "exchange": "", "key": "s", "body": b"b"}
+    client = client_in(ConnState.OPEN)
+    # a key a newer server may add is ignored, an offset is kept
+    client.receive_data(frame({**base, "offset": 5, "x-future": [1, 2]}) + frame(base))
+    first, second = client.events()
+    assert isinstance(first, ev.Deliver) and (first.offset, first.body) == (5, b"b")
+    assert second == ev.Deliver("c", 1, "", "s", b"b")
+    # six keys, not the usual six
+    client.receive_data(frame({**{k: v for k, v in base.items() if k != "key"}, "queue": "q"}))
+    with pytest.raises(RemoteProtocolError, match="'key' must be text"):
+        client.events()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [("ctag", 1, "'ctag'"), ("offset", "5", "offset"), ("headers", [1], "headers")],
+)
+def test_ill_typed_deliveries_are_protocol_errors(field: str, value: Any, match: str) -> None:
+    base = {"m": "deliver", "ctag": "c", "dtag": 1, "exchange": "", "key": "s", "body": b""}
+    client = client_in(ConnState.OPEN)
+    client.receive_data(frame({**base, field: value}))
+    with pytest.raises(RemoteProtocolError, match=match):
+        client.events()
+
+
+def test_fast_paths_run_only_while_open() -> None:
+    """Before the welcome a deliver or an ok is refused by the state table."""
+    server = server_in(ConnState.OPEN)
+    for data in (server.send(ev.Ok(5)), server.send(ev.Deliver("c", 1, "", "k", b""))):
+        client = client_in(ConnState.AUTHENTICATING)
+        client.receive_data(data)
+        with pytest.raises(RemoteProtocolError, match="not allowed while the connection"):
+            client.events()
+
+
+def test_decoded_events_share_their_empty_maps() -> None:
+    """The fast paths' one saving beyond the splitter: no new empty dicts."""
+    client, server = open_pair()
+    msg = FakeMessage("", "k", b"")
+    client.receive_data(server.send_deliver("c", 1, False, msg) + server.send(ev.Ok(9)))
+    deliver, ok = client.events()
+    assert isinstance(deliver, ev.Deliver) and isinstance(ok, ev.Ok)
+    assert deliver.headers is deliver.props is ok.info is codec.EMPTY == {}
+
+
+# --- events() is next_event() in a loop -----------------------------------------------
+
+
+def _stream() -> bytes:
+    server = server_in(ConnState.OPEN)
+    msg = FakeMessage("amq.topic", "a.b", b"plain")
+    return b"".join(
+        [
+            server.send_deliver("c1", 1, False, msg),
+            server.send_deliver("c1", 300, True, FakeMessage("", "q", b"x" * 1000, {"h": 1})),
+            server.send(ev.Ok(re=5)),
+            server.send(ev.Ok(re=6, info={"tag": "c1"})),
+            server.send(ev.Heartbeat()),
+            server.send(ev.Error(re=7, code=404, text="no")),
+            server.send(ev.Deliver("c2", 301, "", "q", b"b", {}, {"priority": 1}, False, "q")),
+            server.send_deliver("c1", 302, False, msg, offset=17),
+            server.send(ev.Close(320, "bye")),
+            server.send(ev.Heartbeat()),
+        ]
+    )
+
+
+def _one_by_one(conn: Connection) -> list[ev.Event]:
+    out = []
+    while (event := conn.next_event()) is not NEED_DATA:
+        assert isinstance(event, ev.Event)
+        out.append(event)
+    return out
+
+
+@CHECKS
+@given(
+    cuts=st.lists(st.integers(min_value=1, max_value=1500), max_size=20),
+    limit=st.integers(1, 5),
+)
+def test_any_chunking_and_batching_gives_the_same_events(cuts: list[int], limit: int) -> None:
+    data = _stream()
+    whole = client_in(ConnState.OPEN)
+    whole.receive_data(data)
+    expected = _one_by_one(whole)
+    assert len(expected) == 10
+    batched = client_in(ConnState.OPEN)
+    got: list[ev.Event] = []
+    pos = 0
+    for c in [*cuts, len(data)]:
+        if data[pos : pos + c]:  # (b"" would mean the end of the stream)
+            batched.receive_data(data[pos : pos + c])
+        pos += c
+        while batch := batched.events(limit):
+            assert len(batch) <= limit
+            got += batch
+    assert got == expected
+
+
+def test_a_batch_ends_at_a_state_change() -> None:
+    """A server answers hello before the requests behind it are checked (they
+    would be refused before the welcome)."""
+    client, server = Connection(Role.CLIENT), Connection(Role.SERVER)
+    server.receive_data(client.send(ev.Hello(1)) + frame({"m": "status", "id": 2}))
+    assert server.events() == [ev.Hello(1)]
+    server.send(ev.Welcome(1))
+    assert server.events() == [ev.Status(2)]
+
+
+def test_an_error_behind_a_batch_comes_with_the_next_call() -> None:
+    client, server = open_pair()
+    server.receive_data(client.send(ev.Status(1)) + frame(["not", "a", "map"]))
+    assert server.events() == [ev.Status(1)]
+    with pytest.raises(RemoteProtocolError) as first:
+        server.events()
+    with pytest.raises(RemoteProtocolError) as again:
+        server.next_event()
+    assert again.value is first.value
+
+
+def test_end_of_stream() -> None:
+    client = client_in(ConnState.OPEN)
+    data = server_in(ConnState.OPEN).send(ev.Ok(1))
+    client.receive_data(data[:-1])
+    assert client.events() == []
+    client.receive_data(b"")
+    with pytest.raises(RemoteProtocolError, match="ended inside a frame"):
+        client.events()
+    clean = client_in(ConnState.OPEN)
+    clean.receive_data(data)
+    clean.receive_data(b"")
+    assert clean.events() == [ev.Ok(1), ev.EndOfStream()]
+
+
+def test_an_oversized_frame_is_refused_before_any_fast_path() -> None:
+    client = client_in(ConnState.OPEN)
+    client.max_frame_size = 100
+    client.receive_data((1000).to_bytes(4, "big") + b"\xa0")
+    with pytest.raises(RemoteProtocolError, match="exceeds the maximum"):
+        client.events()
+
+
+@pytest.mark.parametrize("piece", [1000, 10_000, 100_000])
+def test_a_large_frame_over_many_chunks(piece: int) -> None:
+    """The receive buffer gathers a long frame in place and small ones as bytes."""
+    server = server_in(ConnState.OPEN)
+    big = FakeMessage("", "k", bytes(range(256)) * 600)
+    data = b"".join(
+        [
+            server.send(ev.Ok(1)),
+            server.send_deliver("c", 1, False, big),
+            server.send(ev.Ok(2)),
+            server.send_deliver("c", 2, False, FakeMessage("", "k", b"small")),
+        ]
+    )
+    client = client_in(ConnState.OPEN)
+    got: list[ev.Event] = []
+    for pos in range(0, len(data), piece):
+        client.receive_data(
+            bytearray(data[pos : pos + piece]) if pos % 2 else data[pos : pos + piece]
+        )
+        got += client.events()
+    assert got == [
+        ev.Ok(1),
+        ev.Deliver("c", 1, "", "k", big.body),
+        ev.Ok(2),
+        ev.Deliver("c", 2, "", "k", b"small"),
+    ]
