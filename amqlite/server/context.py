@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from amqlite.config import ClusterConfig, Config
     from amqlite.protocol import events as ev
 
-    from .peering import PublishHook
+    from .peering import PeeringService, PublishHook
     from .peering.transport import AcceptedConnection
     from .storage import NodeStorage
 
@@ -82,3 +82,25 @@ class NodeView(Protocol):
 
     def pump(self) -> None: ...
     def status(self) -> dict[str, Any]: ...
+
+
+class HaNode(Protocol):
+    """The node, as its HA service drives it: the service sets its state and
+    cluster addresses, replaces its broker by a fresh one before a snapshot, and
+    closes its clients when fenced or handing over."""
+
+    state: str
+    cluster_addresses: list[str]
+    broker: Broker
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def storage(self) -> NodeStorage | None: ...
+    @property
+    def peering(self) -> PeeringService | None: ...
+
+    def new_broker(self) -> Broker: ...
+    def close_clients(self, code: int, text: str) -> None: ...

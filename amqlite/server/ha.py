@@ -66,8 +66,7 @@ from amqlite.store.durable_file import read_if_present, write_durably
 from amqlite.store.segment import frame_record, parse_framed
 
 if TYPE_CHECKING:
-    from .context import HaPeerEnd
-    from .node import BrokerNode
+    from .context import HaNode, HaPeerEnd
 
 log = structlog.get_logger("amqlite.ha")
 
@@ -79,7 +78,7 @@ _LINK_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, Amq
 class HaService:
     """One node's side of an HA pair; see the module docstring."""
 
-    def __init__(self, node: BrokerNode, config: ClusterConfig) -> None:
+    def __init__(self, node: HaNode, config: ClusterConfig) -> None:
         self.node = node
         self.config = config
         self.role = HaRole.PRIMARY if config.role == "primary" else HaRole.BACKUP
