@@ -24,12 +24,12 @@ from .mode import OverflowPolicy
 from .outbound import SpillStore
 from .settings import ExchangeContext, LinkSettings, Role
 from .states import LinkState as S
-from .wire import VERSION, Envelope, Hello, MessageId, PeeringMessage, Refused, from_map
+from .wire import VERSION, Envelope, Hello, MeshId, PeeringMessage, Refused, from_map
 
 INF = float("inf")
 SNAPSHOT_VERSION = 1
 QUEUE_FED_LOG_BYTES = 1 << 60  # no cap of its own: the shell bounds it by the queue's prefetch
-_new_id = tuple.__new__  # MessageId(...) without the Python-level __new__
+_new_mesh_id = tuple.__new__  # MeshId(...) without the Python-level __new__
 
 
 class PeeredExchange:
@@ -198,7 +198,7 @@ class PeeredExchange:
         self._minted += 1
         ctx = self.ctx
         return Envelope(
-            _new_id(MessageId, (ctx.node_id, ctx.epoch, self._minted)),
+            _new_mesh_id(MeshId, (ctx.node_id, ctx.epoch, self._minted)),
             routing_key,
             body,
             dict(headers) if headers else {},

@@ -58,7 +58,7 @@ from .wire import (
     Heartbeat,
     Hello,
     Interest,
-    MessageId,
+    MeshId,
     PeeringMessage,
     Refused,
     ResyncRequest,
@@ -81,7 +81,7 @@ class _Pending(NamedTuple):
     tag: int
     epoch: int
     seq: int
-    mid: MessageId
+    mesh_id: MeshId
 
 
 class PeerLink:
@@ -467,11 +467,13 @@ class PeerLink:
         env = fwd.envelope
         if ctx.node_id in env.path or env.hops > ctx.max_hops:
             self.counters["loops_dropped"] += 1
-        elif not ctx.seen.claim(env.id):
+        elif not ctx.seen.claim(env.mesh_id):
             self.counters["duplicates_other_path"] += 1  # reached us along another path
         else:
             self._tags += 1
-            self._pending.append(_new_pending(_Pending, (self._tags, mark.epoch, fwd.seq, env.id)))
+            self._pending.append(
+                _new_pending(_Pending, (self._tags, mark.epoch, fwd.seq, env.mesh_id))
+            )
             self.counters["received"] += 1
             return [Deliver(self.id, self._tags, env), *self._settle(mark, now)]
         return self._settle(mark, now)
@@ -508,12 +510,12 @@ class PeerLink:
         deliver = actions.append
         dups = 0
         for seq, env in enumerate(envelopes, first):
-            mid = env.id
-            if not claim(mid):
+            mesh_id = env.mesh_id
+            if not claim(mesh_id):
                 dups += 1  # reached us along another path
                 continue
             tag += 1
-            pending_append(_new_pending(_Pending, (tag, epoch, seq, mid)))
+            pending_append(_new_pending(_Pending, (tag, epoch, seq, mesh_id)))
             deliver(Deliver(link_id, tag, env))
         self._tags = tag
         if dups:
@@ -526,7 +528,7 @@ class PeerLink:
         safe; they may now be acknowledged to the sender."""
         pending, seen = self._pending, self.ctx.seen
         while pending and pending[0].tag <= tag:
-            seen.settle(pending.popleft().mid)
+            seen.settle(pending.popleft().mesh_id)
         if self.remote_node is None:
             return []
         mark = self.ctx.marks.mark(self.remote_node, self.name, self.remote_epoch)
