@@ -22,7 +22,7 @@ from .exchange import PeeredExchange
 from .forwarding import Decision, decide
 from .inbound import HighWaterMarks, SeenMessages
 from .interest import BindingKey, BindingMirror, RemoteInterest
-from .link import PeerLink
+from .link import PeeringLink
 from .mode import OverflowPolicy, PeeringMode, parse_mode, parse_overflow
 from .outbound import Entry, MemorySpill, OutboundLog, SpillStore
 from .settings import ExchangeContext, LinkSettings, Role
@@ -75,8 +75,8 @@ __all__ = [
     "MeshId",
     "OutboundLog",
     "OverflowPolicy",
-    "PeerLink",
     "PeeredExchange",
+    "PeeringLink",
     "PeeringMessage",
     "PeeringMode",
     "PeeringProtocolError",

@@ -19,7 +19,7 @@ from .actions import Action, Disconnect, Send
 from .errors import PeeringProtocolError
 from .inbound import HighWaterMarks, SeenMessages
 from .interest import EXCHANGE_TYPES, BindingKey, BindingMirror
-from .link import PeerLink
+from .link import PeeringLink
 from .mode import OverflowPolicy
 from .outbound import SpillStore
 from .settings import ExchangeContext, LinkSettings, Role
@@ -81,7 +81,7 @@ class PeeredExchange:
             name="acceptor", overflow=OverflowPolicy.DROP_OLDEST
         )
         self.spill_store = spill_store
-        self.links: dict[str, PeerLink] = {}
+        self.links: dict[str, PeeringLink] = {}
         self.taken = 0  # links that took the last published message
         self._minted = 0
 
@@ -98,13 +98,13 @@ class PeeredExchange:
 
     # --- links --------------------------------------------------------------------------
 
-    def add_link(self, settings: LinkSettings) -> PeerLink:
+    def add_link(self, settings: LinkSettings) -> PeeringLink:
         """A dialer end, from a ``[[cluster_mta]]`` entry; call ``start(now)`` on it."""
         if settings.name in self.links:
             raise ValueError(f"a link named {settings.name!r} already exists")
         if not settings.addresses:
             raise ValueError(f"link {settings.name!r} needs at least one remote address")
-        link = PeerLink(
+        link = PeeringLink(
             settings,
             self.ctx,
             Role.DIALER,
@@ -120,7 +120,7 @@ class PeeredExchange:
 
     def attach(
         self, hello: Mapping[str, Any] | PeeringMessage, now: float
-    ) -> tuple[PeerLink | None, list[Action]]:
+    ) -> tuple[PeeringLink | None, list[Action]]:
         """The first message on an incoming peering connection. Finds or creates the
         acceptor end for that dialer and link and attaches it; returns it with the
         actions. A hello that does not fit this exchange gets a ``peer.refused`` and
@@ -158,7 +158,7 @@ class PeeredExchange:
                 settings = dataclasses.replace(
                     settings, buffer_bytes=QUEUE_FED_LOG_BYTES, overflow=OverflowPolicy.BLOCK
                 )
-            link = PeerLink(
+            link = PeeringLink(
                 settings,
                 self.ctx,
                 Role.ACCEPTOR,

@@ -10,7 +10,7 @@ that receives advertises its interest (its exchange's bindings), delivers, and a
 
 The accepting end of a ``subscribe`` link is *queue-fed*: the shell keeps a durable
 peering queue on the exchange, bound with the subscriber's interest, and hands what
-the queue delivers to :meth:`PeerLink.take` (messages published meanwhile are not
+the queue delivers to :meth:`PeeringLink.take` (messages published meanwhile are not
 offered to it); an :class:`~amqlite.peering.actions.Acked` action says which of
 those the subscriber has made safe, so the shell settles them in the queue. The
 queue, not the link's memory, holds what waits while the subscriber is away.
@@ -84,7 +84,7 @@ class _Pending(NamedTuple):
     mesh_id: MeshId
 
 
-class PeerLink:
+class PeeringLink:
     """One end of one peering link. Build it through
     :class:`~amqlite.peering.exchange.PeeredExchange` (``add_link`` or ``attach``)."""
 
@@ -143,7 +143,7 @@ class PeerLink:
         self.took = False  # whether the last offer() took the message
 
     def __repr__(self) -> str:
-        return f"PeerLink({self.id!r}, {self.role.value}, {self.mode.label}, {self.state.value})"
+        return f"PeeringLink({self.id!r}, {self.role.value}, {self.mode.label}, {self.state.value})"
 
     @property
     def receives(self) -> bool:

@@ -23,9 +23,9 @@ from amqlite.peering import (
     MeshId,
     OverflowPolicy,
     PeeredExchange,
+    PeeringLink,
     PeeringMode,
     PeeringProtocolError,
-    PeerLink,
     Persist,
     Send,
 )
@@ -66,7 +66,7 @@ def test_stats_report_lag_in_flight_and_counts() -> None:
     assert remote["remote_address"] is None and remote["link"] == "A/A->B"
 
 
-def _up_dialer(mode: PeeringMode = PeeringMode.PUBLISH) -> tuple[PeeredExchange, PeerLink]:
+def _up_dialer(mode: PeeringMode = PeeringMode.PUBLISH) -> tuple[PeeredExchange, PeeringLink]:
     px = PeeredExchange(
         node_id="A", epoch=2, exchange="x", exchange_type="topic", rand=random.Random(0).random
     )
