@@ -3,7 +3,7 @@
 Every message is a frozen dataclass with ``to_map()``; :func:`from_map` validates
 a received map and returns the message, or raises
 :class:`~amqlite.peering.errors.PeeringProtocolError` naming the message type and
-the field. Unknown keys are ignored (a newer peer may add some). This module is
+the field. Unknown keys are ignored (a newer remote may add some). This module is
 independent of :mod:`amqlite.protocol`; a later step maps these maps onto protocol
 methods. Shapes (``?`` = may be null):
 

@@ -116,7 +116,7 @@ def test_a_peer_frame_is_what_the_generic_encoder_writes() -> None:
     data = client.send_peer(msg)
     server.receive_data(data)
     assert server.next_event() == ev.PeerMessage(cbor2.loads(msg))
-    small = Connection(Role.CLIENT, peer_max_frame_size=len(msg))
+    small = Connection(Role.CLIENT, remote_max_frame_size=len(msg))
     small._set_state(client.state)
     with pytest.raises(LocalProtocolError, match="exceeds the peer's maximum"):
         small.send_peer(msg)

@@ -248,7 +248,7 @@ class ActionApplier:
             bad = check_props(message.properties)
         session = self._session(px.ctx.vhost)
         try:
-            if bad is not None:  # only a broken peer sends these: never store them
+            if bad is not None:  # only a broken remote sends these: never store them
                 raise BrokerError(f"malformed headers or properties: {bad}")
             outcome = session.publish(message, now=now)  # starts the delivery's span
         except AmqliteError as exc:  # the exchange went away: nothing routes it

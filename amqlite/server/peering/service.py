@@ -157,7 +157,7 @@ class PeeringService:
             self._deactivate()
 
     def peering_node_id(self) -> str:
-        """An HA pair is one broker to its peers: both members use the pair's
+        """An HA pair is one broker to its remotes: both members use the pair's
         addresses as their peering id."""
         cluster = self.node.config.cluster
         if cluster.enabled:
