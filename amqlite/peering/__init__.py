@@ -25,7 +25,7 @@ from .interest import BindingKey, BindingMirror, RemoteInterest
 from .link import PeeringLink
 from .mode import OverflowPolicy, PeeringMode, parse_mode, parse_overflow
 from .outbound import Entry, MemorySpill, OutboundLog, SpillStore
-from .settings import ExchangeContext, LinkSettings, Role
+from .settings import ExchangeContext, LinkRole, LinkSettings
 from .states import TRANSITIONS, LinkEvent, LinkState, next_state
 from .wire import (
     Ack,
@@ -68,6 +68,7 @@ __all__ = [
     "HighWaterMarks",
     "Interest",
     "LinkEvent",
+    "LinkRole",
     "LinkSettings",
     "LinkState",
     "LinkStateError",
@@ -84,7 +85,6 @@ __all__ = [
     "Refused",
     "RemoteInterest",
     "ResyncRequest",
-    "Role",
     "SeenMessages",
     "Send",
     "SpillStore",

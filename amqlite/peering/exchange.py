@@ -22,7 +22,7 @@ from .interest import EXCHANGE_TYPES, BindingKey, BindingMirror
 from .link import PeeringLink
 from .mode import OverflowPolicy
 from .outbound import SpillStore
-from .settings import ExchangeContext, LinkSettings, Role
+from .settings import ExchangeContext, LinkRole, LinkSettings
 from .states import LinkState as S
 from .wire import VERSION, Envelope, Hello, MeshId, PeeringMessage, Refused, from_map
 
@@ -107,7 +107,7 @@ class PeeredExchange:
         link = PeeringLink(
             settings,
             self.ctx,
-            Role.DIALER,
+            LinkRole.DIALER,
             rand=self.rand,
             spill=self._spill_for(settings.name, settings),
         )
@@ -146,7 +146,9 @@ class PeeredExchange:
         link_id = self.acceptor_id(msg.node, msg.link)
         link = self.links.get(link_id)
         if link is not None and (
-            link.mode is not msg.mode or link.role is not Role.ACCEPTOR or link.state is S.CLOSED
+            link.mode is not msg.mode
+            or link.role is not LinkRole.ACCEPTOR
+            or link.state is S.CLOSED
         ):
             self.links.pop(link_id).close(now)  # the dialer was reconfigured, or we closed it
             link = None
@@ -161,7 +163,7 @@ class PeeredExchange:
             link = PeeringLink(
                 settings,
                 self.ctx,
-                Role.ACCEPTOR,
+                LinkRole.ACCEPTOR,
                 rand=self.rand,
                 spill=self._spill_for(link_id, settings),
                 link_id=link_id,

@@ -48,7 +48,7 @@ from .inbound import SenderMark
 from .interest import BindingKey, RemoteInterest
 from .mode import PeeringMode
 from .outbound import OutboundLog, SpillStore
-from .settings import ExchangeContext, LinkSettings, Role
+from .settings import ExchangeContext, LinkRole, LinkSettings
 from .states import LinkEvent, LinkState, next_state
 from .wire import (
     Ack,
@@ -92,7 +92,7 @@ class PeeringLink:
         self,
         settings: LinkSettings,
         ctx: ExchangeContext,
-        role: Role,
+        role: LinkRole,
         *,
         rand: Callable[[], float],
         spill: SpillStore | None = None,
@@ -105,8 +105,8 @@ class PeeringLink:
         self.name = settings.name
         self.mode = settings.mode
         self.state = S.IDLE
-        self.sends = (role is Role.DIALER) == settings.mode.dialer_sends
-        self.queue_fed = self.sends and role is Role.ACCEPTOR  # subscribe: see the module doc
+        self.sends = (role is LinkRole.DIALER) == settings.mode.dialer_sends
+        self.queue_fed = self.sends and role is LinkRole.ACCEPTOR  # subscribe: see the module doc
         #: the shell keeps persistent messages of this sending log durably
         #: (:class:`~amqlite.peering.actions.Persist` / ``Acked`` / :meth:`restore`)
         self.durable_log = False
@@ -120,7 +120,7 @@ class PeeringLink:
                 spill=spill,
             )
             self.interest = RemoteInterest(ctx.exchange_type)
-        self.addresses = AddressRing(settings.addresses) if role is Role.DIALER else None
+        self.addresses = AddressRing(settings.addresses) if role is LinkRole.DIALER else None
         self.backoff = Backoff(rand, settings.backoff_initial, settings.backoff_max)
         self.clock = PeerClock(settings.heartbeat, settings.heartbeat_misses)
         self.remote_node: str | None = None
@@ -156,13 +156,13 @@ class PeeringLink:
         self.state = next_state(old, event)
         return [StateChanged(self.id, old, self.state, reason)]
 
-    def _require(self, role: Role, what: str) -> None:
+    def _require(self, role: LinkRole, what: str) -> None:
         if self.role is not role:
             raise LinkStateError(f"{what} is for a {role.value} link end; {self.id!r} is not")
 
     def start(self, now: float) -> list[Action]:
         """Dialer: begin connecting to the first address."""
-        self._require(Role.DIALER, "start")
+        self._require(LinkRole.DIALER, "start")
         actions = self._fire(E.START)
         return actions + self._connect(now)
 
@@ -173,7 +173,7 @@ class PeeringLink:
 
     def connected(self, now: float) -> list[Action]:
         """Dialer: the transport connection is open; says hello."""
-        self._require(Role.DIALER, "connected")
+        self._require(LinkRole.DIALER, "connected")
         actions = self._fire(E.CONNECTED)
         self._connect_deadline = now + self.settings.connect_timeout  # now for the handshake
         self.clock.interval = self.settings.heartbeat
@@ -183,7 +183,7 @@ class PeeringLink:
     def connection_lost(self, now: float, reason: str = "connection lost") -> list[Action]:
         """The transport failed or closed. A no-op when the link has no connection
         (after it asked for a ``Disconnect`` itself, for instance)."""
-        if self.role is Role.DIALER:
+        if self.role is LinkRole.DIALER:
             if self.state not in (S.CONNECTING, *_CONNECTED):
                 return []
             return self._lose(now, E.LOST, reason)
@@ -207,7 +207,7 @@ class PeeringLink:
     def _drop(self, now: float, reason: str, event: LinkEvent | None = None) -> list[Action]:
         """We end the connection ourselves: tell the shell, then move on."""
         if event is None:
-            event = E.LOST if self.role is Role.DIALER else E.DETACHED
+            event = E.LOST if self.role is LinkRole.DIALER else E.DETACHED
         return [Disconnect(self.id, reason), *self._lose(now, event, reason)]
 
     def close(self, now: float) -> list[Action]:
@@ -272,7 +272,7 @@ class PeeringLink:
             resume = ctx.marks.position(node, self.name) if node is not None else None
             if node is not None and resume is not None:
                 self._resume_sent = (node, *resume)
-        subscriber = self.role is Role.DIALER and self.receives
+        subscriber = self.role is LinkRole.DIALER and self.receives
         return Hello(
             node=ctx.node_id,
             link=self.name,
@@ -308,7 +308,7 @@ class PeeringLink:
     def attach(self, hello: Hello, now: float) -> list[Action]:
         """Acceptor: the dialer's hello arrived on a (new) connection; answer it and
         sync. The shell closes any older connection of this link first."""
-        self._require(Role.ACCEPTOR, "attach")
+        self._require(LinkRole.ACCEPTOR, "attach")
         mismatch = self.hello_mismatch(hello)
         if mismatch:
             raise LinkStateError(f"attach with a hello that does not fit: {mismatch}")
