@@ -280,14 +280,14 @@ class Authenticator:
         """True when no users are configured and the loopback-only guest applies."""
         return not self._users
 
-    def authenticate(self, login: str, password: str, vhost: str, peer_host: str) -> AuthResult:
+    def authenticate(self, login: str, password: str, vhost: str, remote_host: str) -> AuthResult:
         """Check credentials, then vhost access. Slow (scrypt): run in a worker thread.
 
-        ``peer_host`` is the numeric address of the connecting peer (IPv4, IPv6,
+        ``remote_host`` is the numeric address of the connecting side (IPv4, IPv6,
         optionally in brackets); it matters only for the guest rule.
         """
         if self.guest_only:
-            return self._authenticate_guest(login, password, vhost, peer_host)
+            return self._authenticate_guest(login, password, vhost, remote_host)
         record = self._users.get(login)
         if record is None:
             if self._timing_decoy is not None:
@@ -303,14 +303,14 @@ class Authenticator:
         return AuthenticatedUser(login, permissions)
 
     def _authenticate_guest(
-        self, login: str, password: str, vhost: str, peer_host: str
+        self, login: str, password: str, vhost: str, remote_host: str
     ) -> AuthResult:
         if login != GUEST_LOGIN:
             return _refused(f"unknown user {login!r} (no users configured: only guest)")
         if not hmac.compare_digest(password.encode("utf-8", "replace"), _GUEST_PASSWORD.encode()):
             return _refused("wrong password for user 'guest'")
-        if not is_loopback(peer_host):
-            return _refused(f"guest is loopback-only (peer {peer_host!r})")
+        if not is_loopback(remote_host):
+            return _refused(f"guest is loopback-only (peer {remote_host!r})")
         if vhost not in self._vhosts:
             return _refused(f"unknown vhost {vhost!r}", vhost=vhost)
         return AuthenticatedUser(GUEST_LOGIN, Permissions.full())
@@ -321,9 +321,9 @@ def _refused(log_reason: str, *, vhost: str | None = None) -> AuthRefused:
     return AuthRefused(int(ReplyCode.ACCESS_REFUSED), text, log_reason)
 
 
-def is_loopback(peer_host: str) -> bool:
+def is_loopback(remote_host: str) -> bool:
     """True for 127.0.0.0/8, ::1 and IPv4-mapped loopback; False for names and junk."""
-    host = peer_host.strip()
+    host = remote_host.strip()
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     try:

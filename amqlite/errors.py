@@ -87,7 +87,7 @@ class LocalProtocolError(ProtocolError):
 
 
 class RemoteProtocolError(ProtocolError):
-    """The peer sent something the protocol does not allow."""
+    """The other end sent something the protocol does not allow."""
 
 
 class BrokerError(AmqliteError):
@@ -137,7 +137,7 @@ class ConnectionRefused(AmqliteError):
 
 
 class ConnectionClosed(AmqliteError):
-    """The connection is closed (by us, by the peer, or lost)."""
+    """The connection is closed (by us, by the other end, or lost)."""
 
     code = ReplyCode.CONNECTION_FORCED
 

@@ -24,7 +24,7 @@ and the plumbing around them, written once:
 * **lifetime**: :meth:`~FramedLink.run` owns the writer, the watchdog and the
   caller's reader in one nursery; when the reader returns, the writer drains
   (bounded by ``close_timeout``), and the stream is always closed (shielded,
-  bounded). A failure (the stream broke, the peer went silent, no handshake in
+  bounded). A failure (the stream broke, the other end went silent, no handshake in
   time) is recorded once in :attr:`~FramedLink.error`, reported once through
   ``on_lost``, and aborts the link. Nothing here raises into the caller except
   the reader's own exceptions.
@@ -211,7 +211,7 @@ class FramedLink:
         clock.start(trio.current_time())
         if clock.enabled:
             # encoded now, while the connection is open: when the watchdog first
-            # sends it the reader may already have seen the peer's close
+            # sends it the reader may already have seen the other end's close
             self._heartbeat_frame = self.proto.send(ev.Heartbeat())
         self._opened.set()
 

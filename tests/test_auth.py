@@ -216,17 +216,19 @@ def test_invalid_regex_raises_at_construction() -> None:
 GUEST_ONLY = Authenticator(users=(), vhosts=("/", "prod"))
 
 
-@pytest.mark.parametrize("peer", ["127.0.0.1", "127.5.5.5", "::1", "[::1]", "::ffff:127.0.0.1"])
-def test_guest_is_accepted_from_loopback(peer: str) -> None:
-    result = GUEST_ONLY.authenticate("guest", "guest", "/", peer)
+@pytest.mark.parametrize(
+    "remote_host", ["127.0.0.1", "127.5.5.5", "::1", "[::1]", "::ffff:127.0.0.1"]
+)
+def test_guest_is_accepted_from_loopback(remote_host: str) -> None:
+    result = GUEST_ONLY.authenticate("guest", "guest", "/", remote_host)
     assert result == AuthenticatedUser("guest", Permissions.full())
 
 
 @pytest.mark.parametrize(
-    "peer", ["10.0.0.1", "192.168.1.2", "::ffff:10.0.0.1", "2001:db8::1", "localhost", ""]
+    "remote_host", ["10.0.0.1", "192.168.1.2", "::ffff:10.0.0.1", "2001:db8::1", "localhost", ""]
 )
-def test_guest_is_refused_from_elsewhere(peer: str) -> None:
-    result = GUEST_ONLY.authenticate("guest", "guest", "/", peer)
+def test_guest_is_refused_from_elsewhere(remote_host: str) -> None:
+    result = GUEST_ONLY.authenticate("guest", "guest", "/", remote_host)
     assert isinstance(result, AuthRefused)
     assert result.code == ReplyCode.ACCESS_REFUSED
     assert result.text == BAD_CREDENTIALS
@@ -332,7 +334,7 @@ def test_empty_patterns_still_grant_vhost_access() -> None:
 
 
 @pytest.mark.parametrize(
-    ("peer", "loopback"),
+    ("remote_host", "loopback"),
     [
         ("127.0.0.1", True),
         ("127.255.255.254", True),
@@ -346,8 +348,8 @@ def test_empty_patterns_still_grant_vhost_access() -> None:
         ("not-an-address", False),
     ],
 )
-def test_is_loopback(peer: str, loopback: bool) -> None:
-    assert is_loopback(peer) is loopback
+def test_is_loopback(remote_host: str, loopback: bool) -> None:
+    assert is_loopback(remote_host) is loopback
 
 
 # --- check ------------------------------------------------------------------------

@@ -73,8 +73,16 @@ def test_delivery_row_columns() -> None:
         b"body",
         {"timestamp": 0, "message_id": "m", "correlation_id": 5, "content_type": "t"},
     )
-    offset, exchange, key, headers, body, when, mid, cid, ctype = row
-    assert (offset, exchange, key, body, mid, cid, ctype) == (7, "ex", "rk", b"body", "m", "5", "t")
+    offset, exchange, key, headers, body, when, message_id, cid, ctype = row
+    assert (offset, exchange, key, body, message_id, cid, ctype) == (
+        7,
+        "ex",
+        "rk",
+        b"body",
+        "m",
+        "5",
+        "t",
+    )
     assert headers == {"n": "1", "ok": "True"}
     assert when is not None and when.timestamp() == 0
 

@@ -45,7 +45,7 @@ class Message:
     Never mutate a message once published: queues share it, and the codec caches
     its encoding in ``wire`` (which the broker never reads). ``deaths`` records
     ``(queue, reason)`` pairs of earlier dead-letterings, oldest first, so cycles
-    are caught without touching user headers. ``pid`` is the id under which the
+    are caught without touching user headers. ``journal_id`` is the id under which the
     journal holds a persistent message (0 when it does not). ``publish_key`` names
     one publish of one client (``""`` when the client gave none): the broker routes
     a key it has seen recently only once (:class:`~amqlite.broker.dedup.PublishKeys`).
@@ -61,8 +61,8 @@ class Message:
         "deaths",
         "exchange",
         "headers",
+        "journal_id",
         "mesh",
-        "pid",
         "properties",
         "publish_key",
         "routing_key",
@@ -83,7 +83,7 @@ class Message:
         self.headers: dict[str, Any] = headers if headers is not None else {}
         self.properties: dict[str, Any] = properties if properties is not None else {}
         self.wire: bytes | None = None
-        self.pid = 0  # the journal's message id; 0 = not journaled
+        self.journal_id = 0  # 0 = not journaled
         self.publish_key = ""
         self.mesh: Any = None
         self.deaths: tuple[tuple[str, str], ...] = ()

@@ -271,8 +271,8 @@ class Queue:
         ready.append((message, expires, False))
         self.ready_bytes += len(message.body)
 
-    def _find(self, pid: int, start: int = 0) -> int:
-        """The index of ready message ``pid`` (-1: not here), looking from ``start``
+    def _find(self, journal_id: int, start: int = 0) -> int:
+        """The index of ready message ``journal_id`` (-1: not here), looking from ``start``
         on, then before it. A passive HA node applies ``message.delivered`` records
         in queue order, so a hint just past the last one makes each find O(1)
         instead of a scan as deep as the consumers' prefetch."""
@@ -280,16 +280,16 @@ class Queue:
         if start >= len(ready):
             start = 0
         for i, entry in enumerate(itertools.islice(ready, start, None), start):
-            if entry[0].pid == pid:
+            if entry[0].journal_id == journal_id:
                 return i
         for i, entry in enumerate(itertools.islice(ready, 0, start)):
-            if entry[0].pid == pid:
+            if entry[0].journal_id == journal_id:
                 return i
         return -1
 
-    def mark_delivered(self, pid: int) -> None:
-        """Flag the ready message ``pid`` redelivered (a journaled first delivery)."""
-        i = self._find(pid, self._mark_hint)
+    def mark_delivered(self, journal_id: int) -> None:
+        """Flag the ready message ``journal_id`` redelivered (a journaled first delivery)."""
+        i = self._find(journal_id, self._mark_hint)
         if i >= 0:
             message, expires, _ = self.ready[i]
             self.ready[i] = (message, expires, True)
@@ -303,9 +303,9 @@ class Queue:
             self.ready = deque((message, expires, True) for message, expires, _ in ready)
         return fresh
 
-    def remove(self, pid: int) -> bool:
-        """Drop the ready message ``pid`` (a journaled ack); False when not here."""
-        i = self._find(pid)
+    def remove(self, journal_id: int) -> bool:
+        """Drop the ready message ``journal_id`` (a journaled ack); False when not here."""
+        i = self._find(journal_id)
         if i < 0:
             return False
         message = self.ready[i][0]
@@ -382,8 +382,8 @@ class Queue:
         recorder = self.recorder
         if recorder is not None:
             for message, _, _ in self.ready:
-                if message.pid:
-                    recorder.ack(message.pid, self.name)
+                if message.journal_id:
+                    recorder.ack(message.journal_id, self.name)
         self.ready.clear()
         self.ready_bytes = 0
         self._earliest = INF
@@ -392,10 +392,10 @@ class Queue:
 
     def _dead_letter(self, message: Message, reason: str, now: float) -> None:
         """``message`` leaves this queue for ``reason``: journal that, dead-letter it."""
-        if message.pid:
+        if message.journal_id:
             recorder = self.recorder
             if recorder is not None:
-                recorder.ack(message.pid, self.name)
+                recorder.ack(message.journal_id, self.name)
         if self.settings.dead_letter_exchange is not None:
             self.vhost.dead_letter(message, self, reason, now)
 

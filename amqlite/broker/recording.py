@@ -8,7 +8,7 @@ the journal's contract (``docs/storage.md``, "The fold and the caller's contract
 - durable exchanges other than the predeclared ones; durable, non-exclusive queues;
   bindings whose queue is recorded and whose exchange is durable;
 - persistent messages, naming only the recorded queues they reached, each under a
-  message id the recorder assigns (``Message.pid``; 0 = not recorded);
+  journal id the recorder assigns (``Message.journal_id``; 0 = not recorded);
 - ``message.delivered`` the first time a recorded message is handed out from a
   queue, ``message.ack`` when it leaves that queue for good (acked, rejected,
   expired, dropped, dead-lettered, purged; a no-ack delivery is an ack at once).
@@ -58,7 +58,7 @@ ALL_APPENDED = -1
 class Recorder:
     """Turns durable changes into records for ``sink``; one per broker.
 
-    ``last_id`` is the highest message id handed out (a restarted node continues
+    ``last_journal_id`` is the highest journal id handed out (a restarted node continues
     above the journal's); ``wall_offset`` turns the shell's monotonic ``now`` into
     wall-clock seconds for ``message.enqueue``'s ``at`` (the shell sets it: the core
     never reads a clock).
@@ -71,11 +71,11 @@ class Recorder:
     dropped refuses it. 0 / 0: the request recorded nothing and waits for nothing.
     """
 
-    __slots__ = ("last_id", "paused", "sink", "span_first", "span_last", "wall_offset")
+    __slots__ = ("last_journal_id", "paused", "sink", "span_first", "span_last", "wall_offset")
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink
-        self.last_id = 0
+        self.last_journal_id = 0
         self.wall_offset = 0.0
         self.paused = False
         self.span_first = 0
@@ -165,11 +165,11 @@ class Recorder:
         names = tuple(q.name for q in queues if q.recorder is not None)
         if not names or self.paused:
             return
-        self.last_id = mid = self.last_id + 1
-        message.pid = mid
+        self.last_journal_id = journal_id = self.last_journal_id + 1
+        message.journal_id = journal_id
         self._put(
             MessageEnqueue(
-                id=mid,
+                id=journal_id,
                 vhost=vhost,
                 queues=names,
                 exchange=message.exchange,
@@ -211,13 +211,13 @@ class Recorder:
         if not self.paused:
             self._put(StreamTrack(vhost=vhost, queue=queue, name=name, offset=offset))
 
-    def delivered(self, mid: int, queue: str) -> None:
+    def delivered(self, journal_id: int, queue: str) -> None:
         if not self.paused:
-            self._put(MessageDelivered(id=mid, queue=queue))
+            self._put(MessageDelivered(id=journal_id, queue=queue))
 
-    def ack(self, mid: int, queue: str) -> None:
+    def ack(self, journal_id: int, queue: str) -> None:
         if not self.paused:
-            self._put(MessageAck(id=mid, queue=queue))
+            self._put(MessageAck(id=journal_id, queue=queue))
 
 
 def is_persistent(message: Message) -> bool:

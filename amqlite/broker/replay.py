@@ -97,7 +97,7 @@ class Replay:
             _clear_durable(host)
         recorder = self.broker.recorder
         if recorder is not None:
-            recorder.last_id = max(recorder.last_id, r.last_message_id)
+            recorder.last_journal_id = max(recorder.last_journal_id, r.last_journal_id)
 
     def _snapshot_end(self, r: SnapshotEnd) -> None:
         pass
@@ -167,10 +167,10 @@ class Replay:
         recorder = self.broker.recorder
         wall_offset = 0.0
         if recorder is not None:
-            recorder.last_id = max(recorder.last_id, r.id)
+            recorder.last_journal_id = max(recorder.last_journal_id, r.id)
             wall_offset = recorder.wall_offset
         message = Message(r.exchange, r.routing_key, r.body, dict(r.headers), dict(r.props))
-        message.pid = r.id
+        message.journal_id = r.id
         message.deaths = r.deaths
         if r.mesh:
             message.mesh = r.mesh

@@ -52,7 +52,7 @@ class Session:
         "_flagged",
         "_last_ctag",
         "_last_dtag",
-        "_noack_pids",
+        "_noack_journal_ids",
         "_owned",
         "_pending",
         "_unacked",
@@ -74,7 +74,7 @@ class Session:
         self._pending: list[Delivery] = []
         # Journaled messages pushed to no-ack consumers: recorded as acked once the
         # shell takes the push (an untaken push is requeued by close()).
-        self._noack_pids: list[tuple[Queue, int]] = []
+        self._noack_journal_ids: list[tuple[Queue, int]] = []
         self._cancellations: list[tuple[str, int, str]] = []
         self._consumers: dict[str, Consumer] = {}
         self._owned: set[Queue] = set()
@@ -318,11 +318,11 @@ class Session:
         if not no_ack:
             self._unacked[dtag] = delivery
             q.unacked += 1
-        if message.pid and q.recorder is not None:
+        if message.journal_id and q.recorder is not None:
             if no_ack:
-                q.recorder.ack(message.pid, q.name)
+                q.recorder.ack(message.journal_id, q.name)
             elif not redelivered:
-                q.recorder.delivered(message.pid, q.name)
+                q.recorder.delivered(message.journal_id, q.name)
         return delivery, len(q.ready)
 
     # --- settling -----------------------------------------------------------------
@@ -343,9 +343,9 @@ class Session:
                 queue.unacked -= 1
                 if self._broker.tracer is not None:  # trace hook (amq.trace)
                     self._broker.tracer.acked(queue, delivery.message, self._now(now))
-                pid = delivery.message.pid
-                if pid and queue.recorder is not None:
-                    queue.recorder.ack(pid, queue.name)
+                journal_id = delivery.message.journal_id
+                if journal_id and queue.recorder is not None:
+                    queue.recorder.ack(journal_id, queue.name)
                 if queue.ready or queue.is_stream:
                     queue.dispatch(self._now(now))
             return
@@ -408,8 +408,8 @@ class Session:
                 entries.append((delivery.message, delivery._expires, redelivered))
             elif requeue is not None:
                 queue.dead_letter_rejected(delivery.message, now)
-            elif delivery.message.pid and queue.recorder is not None:
-                queue.recorder.ack(delivery.message.pid, queue.name)
+            elif delivery.message.journal_id and queue.recorder is not None:
+                queue.recorder.ack(delivery.message.journal_id, queue.name)
             if requeue is None and self._broker.tracer is not None:  # trace hook (amq.trace)
                 self._broker.tracer.acked(queue, delivery.message, now)
         for queue, entries in touched.items():
@@ -446,11 +446,11 @@ class Session:
         if not pending:
             return []
         self._pending = []
-        if self._noack_pids:
-            for queue, pid in self._noack_pids:
+        if self._noack_journal_ids:
+            for queue, journal_id in self._noack_journal_ids:
                 if queue.recorder is not None:
-                    queue.recorder.ack(pid, queue.name)
-            self._noack_pids = []
+                    queue.recorder.ack(journal_id, queue.name)
+            self._noack_journal_ids = []
         return pending
 
     def take_cancellations(self) -> list[tuple[str, int, str]]:
@@ -478,13 +478,13 @@ class Session:
             self._unacked[dtag] = delivery
             consumer.inflight += 1
             queue.unacked += 1
-        if message.pid:
+        if message.journal_id:
             recorder = queue.recorder
             if recorder is not None:
                 if consumer.no_ack:
-                    self._noack_pids.append((queue, message.pid))
+                    self._noack_journal_ids.append((queue, message.journal_id))
                 elif not redelivered:
-                    recorder.delivered(message.pid, queue.name)
+                    recorder.delivered(message.journal_id, queue.name)
         if self._broker.tracer is not None:  # trace hook (amq.trace)
             self._broker.tracer.delivered(queue, message, redelivered, self._broker.now)
         self._pending.append(delivery)
@@ -517,7 +517,7 @@ class Session:
         self._closed = True
         pending = self._pending
         self._pending = []
-        self._noack_pids = []
+        self._noack_journal_ids = []
         self._cancellations = []
         for consumer in list(self._consumers.values()):
             if self._consumers.pop(consumer.tag, None) is consumer:

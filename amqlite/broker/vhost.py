@@ -418,8 +418,8 @@ class VirtualHost:
                 recorder.enqueue(self.name, message, (target,), now)
             if target.offer(message, now, expiration):
                 return PublishOutcome.ROUTED
-            if message.pid and recorder is not None:
-                recorder.ack(message.pid, target.name)
+            if message.journal_id and recorder is not None:
+                recorder.ack(message.journal_id, target.name)
             return PublishOutcome.REJECTED
         exchange = self.exchanges.get(message.exchange)
         if exchange is None:
@@ -438,8 +438,8 @@ class VirtualHost:
         for queue in queues:
             if not queue.offer(message, now, expiration):
                 rejected = True
-                if message.pid and queue.recorder is not None:
-                    queue.recorder.ack(message.pid, queue.name)
+                if message.journal_id and queue.recorder is not None:
+                    queue.recorder.ack(message.journal_id, queue.name)
         return PublishOutcome.REJECTED if rejected else PublishOutcome.ROUTED
 
     def dead_letter(self, message: Message, queue: Queue, reason: str, now: float) -> None:
@@ -474,8 +474,8 @@ class VirtualHost:
                 if recorder is not None and targets and is_persistent(letter):
                     recorder.enqueue(self.name, letter, targets, at)
                 for target in targets:
-                    if not target.offer(letter, at, None) and letter.pid and target.recorder:
-                        target.recorder.ack(letter.pid, target.name)
+                    if not target.offer(letter, at, None) and letter.journal_id and target.recorder:
+                        target.recorder.ack(letter.journal_id, target.name)
         finally:
             self._dead_lettering = False
 

@@ -32,9 +32,9 @@ class ReplicaProgress:
         self.upto: int | None = None
         #: the passive node's broker has applied everything up to here (pushes may go)
         self.applied = 0
-        #: message id -> position of its ``message.enqueue``, until the peer applied it
+        #: journal id -> position of its ``message.enqueue``, until the peer applied it
         self._messages: dict[int, int] = {}
-        self._order: deque[tuple[int, int]] = deque()  # (position, message id)
+        self._order: deque[tuple[int, int]] = deque()  # (position, journal id)
         #: (vhost, stream) -> (offset, position) of its appends not yet applied, in order
         self._streams: dict[tuple[str, str], deque[tuple[int, int]]] = {}
 
@@ -59,10 +59,10 @@ class ReplicaProgress:
 
     # --- what the active node appends (only while required) -----------------------------
 
-    def message_appended(self, message_id: int, position: int) -> None:
-        """A ``message.enqueue`` of ``message_id`` was journaled at ``position``."""
-        self._messages[message_id] = position
-        self._order.append((position, message_id))
+    def message_appended(self, journal_id: int, position: int) -> None:
+        """A ``message.enqueue`` of ``journal_id`` was journaled at ``position``."""
+        self._messages[journal_id] = position
+        self._order.append((position, journal_id))
 
     def offset_appended(self, vhost: str, queue: str, offset: int, position: int) -> None:
         """A ``stream.append`` at ``offset`` of stream ``queue`` was journaled at
@@ -114,13 +114,13 @@ class ReplicaProgress:
         upto = self.upto
         return committed if upto is None or upto >= committed else upto
 
-    def replicated(self, message_id: int) -> bool:
-        """Whether the passive node holds message ``message_id`` (True when no passive
+    def replicated(self, journal_id: int) -> bool:
+        """Whether the passive node holds message ``journal_id`` (True when no passive
         node is replicated to, or when the message was journaled before it joined:
         then it came in the snapshot, or was confirmed without it)."""
         if self.upto is None:
             return True
-        position = self._messages.get(message_id)
+        position = self._messages.get(journal_id)
         return position is None or position <= self.applied
 
     def stream_replicated(self, vhost: str, queue: str, offset: int) -> bool:

@@ -22,10 +22,10 @@ from .exchange import PeeredExchange
 from .forwarding import Decision, decide
 from .inbound import HighWaterMarks, SeenMessages
 from .interest import BindingKey, BindingMirror, RemoteInterest
-from .link import PeerLink
+from .link import PeeringLink
 from .mode import OverflowPolicy, PeeringMode, parse_mode, parse_overflow
 from .outbound import Entry, MemorySpill, OutboundLog, SpillStore
-from .settings import ExchangeContext, LinkSettings, Role
+from .settings import ExchangeContext, LinkRole, LinkSettings
 from .states import TRANSITIONS, LinkEvent, LinkState, next_state
 from .wire import (
     Ack,
@@ -35,7 +35,7 @@ from .wire import (
     Heartbeat,
     Hello,
     Interest,
-    MessageId,
+    MeshId,
     PeeringMessage,
     Refused,
     ResyncRequest,
@@ -68,15 +68,16 @@ __all__ = [
     "HighWaterMarks",
     "Interest",
     "LinkEvent",
+    "LinkRole",
     "LinkSettings",
     "LinkState",
     "LinkStateError",
     "MemorySpill",
-    "MessageId",
+    "MeshId",
     "OutboundLog",
     "OverflowPolicy",
-    "PeerLink",
     "PeeredExchange",
+    "PeeringLink",
     "PeeringMessage",
     "PeeringMode",
     "PeeringProtocolError",
@@ -84,7 +85,6 @@ __all__ = [
     "Refused",
     "RemoteInterest",
     "ResyncRequest",
-    "Role",
     "SeenMessages",
     "Send",
     "SpillStore",

@@ -1,6 +1,6 @@
 """What the core asks its shell to do. Every link method returns a list of these,
 in the order the shell must apply them; ``link`` names the link end (its
-:attr:`~amqlite.peering.link.PeerLink.id`)."""
+:attr:`~amqlite.peering.link.PeeringLink.id`)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ class Acked:
     """Everything up to ``seq`` has left the sending log of a link end that keeps
     it durably (acknowledged by the remote, or dropped by ``drop-oldest``): settle
     what was kept for those sequence numbers (a queue-fed end's peering-queue
-    deliveries, see ``PeerLink.take``; a durable log's journaled messages, see
+    deliveries, see ``PeeringLink.take``; a durable log's journaled messages, see
     :class:`Persist`)."""
 
     link: str
@@ -82,7 +82,7 @@ class Acked:
 class Persist:
     """A link end with ``durable_log`` set took a persistent message under ``seq``:
     keep it (journal it) until an :class:`Acked` covers ``seq``, and give it back
-    with ``PeerLink.restore`` after a restart or failover."""
+    with ``PeeringLink.restore`` after a restart or failover."""
 
     link: str
     seq: int

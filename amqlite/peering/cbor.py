@@ -73,7 +73,7 @@ def encode_forwards(seq: int, envelopes: Sequence[Envelope]) -> bytes:
     ]
     extend = out.extend
     for env in envelopes:
-        node, epoch, origin_seq = env.id
+        node, epoch, origin_seq = env.mesh_id
         headers, properties, body = env.headers, env.properties, env.body
         extend(
             (

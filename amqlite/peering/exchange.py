@@ -19,17 +19,17 @@ from .actions import Action, Disconnect, Send
 from .errors import PeeringProtocolError
 from .inbound import HighWaterMarks, SeenMessages
 from .interest import EXCHANGE_TYPES, BindingKey, BindingMirror
-from .link import PeerLink
+from .link import PeeringLink
 from .mode import OverflowPolicy
 from .outbound import SpillStore
-from .settings import ExchangeContext, LinkSettings, Role
+from .settings import ExchangeContext, LinkRole, LinkSettings
 from .states import LinkState as S
-from .wire import VERSION, Envelope, Hello, MessageId, PeeringMessage, Refused, from_map
+from .wire import VERSION, Envelope, Hello, MeshId, PeeringMessage, Refused, from_map
 
 INF = float("inf")
 SNAPSHOT_VERSION = 1
 QUEUE_FED_LOG_BYTES = 1 << 60  # no cap of its own: the shell bounds it by the queue's prefetch
-_new_id = tuple.__new__  # MessageId(...) without the Python-level __new__
+_new_mesh_id = tuple.__new__  # MeshId(...) without the Python-level __new__
 
 
 class PeeredExchange:
@@ -81,7 +81,7 @@ class PeeredExchange:
             name="acceptor", overflow=OverflowPolicy.DROP_OLDEST
         )
         self.spill_store = spill_store
-        self.links: dict[str, PeerLink] = {}
+        self.links: dict[str, PeeringLink] = {}
         self.taken = 0  # links that took the last published message
         self._minted = 0
 
@@ -98,16 +98,16 @@ class PeeredExchange:
 
     # --- links --------------------------------------------------------------------------
 
-    def add_link(self, settings: LinkSettings) -> PeerLink:
+    def add_link(self, settings: LinkSettings) -> PeeringLink:
         """A dialer end, from a ``[[cluster_mta]]`` entry; call ``start(now)`` on it."""
         if settings.name in self.links:
             raise ValueError(f"a link named {settings.name!r} already exists")
         if not settings.addresses:
             raise ValueError(f"link {settings.name!r} needs at least one remote address")
-        link = PeerLink(
+        link = PeeringLink(
             settings,
             self.ctx,
-            Role.DIALER,
+            LinkRole.DIALER,
             rand=self.rand,
             spill=self._spill_for(settings.name, settings),
         )
@@ -120,7 +120,7 @@ class PeeredExchange:
 
     def attach(
         self, hello: Mapping[str, Any] | PeeringMessage, now: float
-    ) -> tuple[PeerLink | None, list[Action]]:
+    ) -> tuple[PeeringLink | None, list[Action]]:
         """The first message on an incoming peering connection. Finds or creates the
         acceptor end for that dialer and link and attaches it; returns it with the
         actions. A hello that does not fit this exchange gets a ``peer.refused`` and
@@ -146,7 +146,9 @@ class PeeredExchange:
         link_id = self.acceptor_id(msg.node, msg.link)
         link = self.links.get(link_id)
         if link is not None and (
-            link.mode is not msg.mode or link.role is not Role.ACCEPTOR or link.state is S.CLOSED
+            link.mode is not msg.mode
+            or link.role is not LinkRole.ACCEPTOR
+            or link.state is S.CLOSED
         ):
             self.links.pop(link_id).close(now)  # the dialer was reconfigured, or we closed it
             link = None
@@ -158,10 +160,10 @@ class PeeredExchange:
                 settings = dataclasses.replace(
                     settings, buffer_bytes=QUEUE_FED_LOG_BYTES, overflow=OverflowPolicy.BLOCK
                 )
-            link = PeerLink(
+            link = PeeringLink(
                 settings,
                 self.ctx,
-                Role.ACCEPTOR,
+                LinkRole.ACCEPTOR,
                 rand=self.rand,
                 spill=self._spill_for(link_id, settings),
                 link_id=link_id,
@@ -198,7 +200,7 @@ class PeeredExchange:
         self._minted += 1
         ctx = self.ctx
         return Envelope(
-            _new_id(MessageId, (ctx.node_id, ctx.epoch, self._minted)),
+            _new_mesh_id(MeshId, (ctx.node_id, ctx.epoch, self._minted)),
             routing_key,
             body,
             dict(headers) if headers else {},

@@ -8,7 +8,7 @@ Two marks, for two ways a copy can arrive twice:
   below the mark. A sender that restarted with a new (higher) epoch starts a new
   mark; a lower epoch is stale.
 * :class:`SeenMessages`, per exchange, across links: the mesh identities
-  (:class:`~amqlite.peering.wire.MessageId`) already delivered. In a ring or a mesh
+  (:class:`~amqlite.peering.wire.MeshId`) already delivered. In a ring or a mesh
   one publish can reach a broker along two paths; the second copy is dropped here.
   Copies along different paths are not ordered, so this is a set: per origin, a
   floor (everything at or below it was seen) and the seen ids above it, at most
@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .wire import MessageId
+from .wire import MeshId
 
 
 @dataclass(slots=True)
@@ -142,18 +142,18 @@ class SeenMessages:
                 del epochs[min(epochs)]
         return origin
 
-    def claim(self, mid: MessageId) -> bool:
-        """True for the first copy of ``mid`` (now pending); False for a duplicate."""
-        origin = self._origin(mid.node, mid.epoch)
-        if origin is None or origin.seen(mid.seq):
+    def claim(self, mesh_id: MeshId) -> bool:
+        """True for the first copy of ``mesh_id`` (now pending); False for a duplicate."""
+        origin = self._origin(mesh_id.node, mesh_id.epoch)
+        if origin is None or origin.seen(mesh_id.seq):
             return False
-        origin.pending.add(mid.seq)
+        origin.pending.add(mesh_id.seq)
         return True
 
-    def settle(self, mid: MessageId) -> None:
-        origin = self._origins.get(mid.node, {}).get(mid.epoch)
+    def settle(self, mesh_id: MeshId) -> None:
+        origin = self._origins.get(mesh_id.node, {}).get(mesh_id.epoch)
         if origin is not None:
-            origin.settle(mid.seq, self.window)
+            origin.settle(mesh_id.seq, self.window)
 
     def snapshot(self) -> list[list[Any]]:
         """``[[node, epoch, floor, [seq above the floor...]], ...]`` (settled only)."""

@@ -10,7 +10,7 @@ that receives advertises its interest (its exchange's bindings), delivers, and a
 
 The accepting end of a ``subscribe`` link is *queue-fed*: the shell keeps a durable
 peering queue on the exchange, bound with the subscriber's interest, and hands what
-the queue delivers to :meth:`PeerLink.take` (messages published meanwhile are not
+the queue delivers to :meth:`PeeringLink.take` (messages published meanwhile are not
 offered to it); an :class:`~amqlite.peering.actions.Acked` action says which of
 those the subscriber has made safe, so the shell settles them in the queue. The
 queue, not the link's memory, holds what waits while the subscriber is away.
@@ -48,7 +48,7 @@ from .inbound import SenderMark
 from .interest import BindingKey, RemoteInterest
 from .mode import PeeringMode
 from .outbound import OutboundLog, SpillStore
-from .settings import ExchangeContext, LinkSettings, Role
+from .settings import ExchangeContext, LinkRole, LinkSettings
 from .states import LinkEvent, LinkState, next_state
 from .wire import (
     Ack,
@@ -58,7 +58,7 @@ from .wire import (
     Heartbeat,
     Hello,
     Interest,
-    MessageId,
+    MeshId,
     PeeringMessage,
     Refused,
     ResyncRequest,
@@ -81,10 +81,10 @@ class _Pending(NamedTuple):
     tag: int
     epoch: int
     seq: int
-    mid: MessageId
+    mesh_id: MeshId
 
 
-class PeerLink:
+class PeeringLink:
     """One end of one peering link. Build it through
     :class:`~amqlite.peering.exchange.PeeredExchange` (``add_link`` or ``attach``)."""
 
@@ -92,7 +92,7 @@ class PeerLink:
         self,
         settings: LinkSettings,
         ctx: ExchangeContext,
-        role: Role,
+        role: LinkRole,
         *,
         rand: Callable[[], float],
         spill: SpillStore | None = None,
@@ -105,8 +105,8 @@ class PeerLink:
         self.name = settings.name
         self.mode = settings.mode
         self.state = S.IDLE
-        self.sends = (role is Role.DIALER) == settings.mode.dialer_sends
-        self.queue_fed = self.sends and role is Role.ACCEPTOR  # subscribe: see the module doc
+        self.sends = (role is LinkRole.DIALER) == settings.mode.dialer_sends
+        self.queue_fed = self.sends and role is LinkRole.ACCEPTOR  # subscribe: see the module doc
         #: the shell keeps persistent messages of this sending log durably
         #: (:class:`~amqlite.peering.actions.Persist` / ``Acked`` / :meth:`restore`)
         self.durable_log = False
@@ -120,7 +120,7 @@ class PeerLink:
                 spill=spill,
             )
             self.interest = RemoteInterest(ctx.exchange_type)
-        self.addresses = AddressRing(settings.addresses) if role is Role.DIALER else None
+        self.addresses = AddressRing(settings.addresses) if role is LinkRole.DIALER else None
         self.backoff = Backoff(rand, settings.backoff_initial, settings.backoff_max)
         self.clock = PeerClock(settings.heartbeat, settings.heartbeat_misses)
         self.remote_node: str | None = None
@@ -143,7 +143,7 @@ class PeerLink:
         self.took = False  # whether the last offer() took the message
 
     def __repr__(self) -> str:
-        return f"PeerLink({self.id!r}, {self.role.value}, {self.mode.label}, {self.state.value})"
+        return f"PeeringLink({self.id!r}, {self.role.value}, {self.mode.label}, {self.state.value})"
 
     @property
     def receives(self) -> bool:
@@ -156,13 +156,13 @@ class PeerLink:
         self.state = next_state(old, event)
         return [StateChanged(self.id, old, self.state, reason)]
 
-    def _require(self, role: Role, what: str) -> None:
+    def _require(self, role: LinkRole, what: str) -> None:
         if self.role is not role:
             raise LinkStateError(f"{what} is for a {role.value} link end; {self.id!r} is not")
 
     def start(self, now: float) -> list[Action]:
         """Dialer: begin connecting to the first address."""
-        self._require(Role.DIALER, "start")
+        self._require(LinkRole.DIALER, "start")
         actions = self._fire(E.START)
         return actions + self._connect(now)
 
@@ -173,7 +173,7 @@ class PeerLink:
 
     def connected(self, now: float) -> list[Action]:
         """Dialer: the transport connection is open; says hello."""
-        self._require(Role.DIALER, "connected")
+        self._require(LinkRole.DIALER, "connected")
         actions = self._fire(E.CONNECTED)
         self._connect_deadline = now + self.settings.connect_timeout  # now for the handshake
         self.clock.interval = self.settings.heartbeat
@@ -183,7 +183,7 @@ class PeerLink:
     def connection_lost(self, now: float, reason: str = "connection lost") -> list[Action]:
         """The transport failed or closed. A no-op when the link has no connection
         (after it asked for a ``Disconnect`` itself, for instance)."""
-        if self.role is Role.DIALER:
+        if self.role is LinkRole.DIALER:
             if self.state not in (S.CONNECTING, *_CONNECTED):
                 return []
             return self._lose(now, E.LOST, reason)
@@ -207,7 +207,7 @@ class PeerLink:
     def _drop(self, now: float, reason: str, event: LinkEvent | None = None) -> list[Action]:
         """We end the connection ourselves: tell the shell, then move on."""
         if event is None:
-            event = E.LOST if self.role is Role.DIALER else E.DETACHED
+            event = E.LOST if self.role is LinkRole.DIALER else E.DETACHED
         return [Disconnect(self.id, reason), *self._lose(now, event, reason)]
 
     def close(self, now: float) -> list[Action]:
@@ -272,7 +272,7 @@ class PeerLink:
             resume = ctx.marks.position(node, self.name) if node is not None else None
             if node is not None and resume is not None:
                 self._resume_sent = (node, *resume)
-        subscriber = self.role is Role.DIALER and self.receives
+        subscriber = self.role is LinkRole.DIALER and self.receives
         return Hello(
             node=ctx.node_id,
             link=self.name,
@@ -308,7 +308,7 @@ class PeerLink:
     def attach(self, hello: Hello, now: float) -> list[Action]:
         """Acceptor: the dialer's hello arrived on a (new) connection; answer it and
         sync. The shell closes any older connection of this link first."""
-        self._require(Role.ACCEPTOR, "attach")
+        self._require(LinkRole.ACCEPTOR, "attach")
         mismatch = self.hello_mismatch(hello)
         if mismatch:
             raise LinkStateError(f"attach with a hello that does not fit: {mismatch}")
@@ -467,11 +467,13 @@ class PeerLink:
         env = fwd.envelope
         if ctx.node_id in env.path or env.hops > ctx.max_hops:
             self.counters["loops_dropped"] += 1
-        elif not ctx.seen.claim(env.id):
+        elif not ctx.seen.claim(env.mesh_id):
             self.counters["duplicates_other_path"] += 1  # reached us along another path
         else:
             self._tags += 1
-            self._pending.append(_new_pending(_Pending, (self._tags, mark.epoch, fwd.seq, env.id)))
+            self._pending.append(
+                _new_pending(_Pending, (self._tags, mark.epoch, fwd.seq, env.mesh_id))
+            )
             self.counters["received"] += 1
             return [Deliver(self.id, self._tags, env), *self._settle(mark, now)]
         return self._settle(mark, now)
@@ -508,12 +510,12 @@ class PeerLink:
         deliver = actions.append
         dups = 0
         for seq, env in enumerate(envelopes, first):
-            mid = env.id
-            if not claim(mid):
+            mesh_id = env.mesh_id
+            if not claim(mesh_id):
                 dups += 1  # reached us along another path
                 continue
             tag += 1
-            pending_append(_new_pending(_Pending, (tag, epoch, seq, mid)))
+            pending_append(_new_pending(_Pending, (tag, epoch, seq, mesh_id)))
             deliver(Deliver(link_id, tag, env))
         self._tags = tag
         if dups:
@@ -526,7 +528,7 @@ class PeerLink:
         safe; they may now be acknowledged to the sender."""
         pending, seen = self._pending, self.ctx.seen
         while pending and pending[0].tag <= tag:
-            seen.settle(pending.popleft().mid)
+            seen.settle(pending.popleft().mesh_id)
         if self.remote_node is None:
             return []
         mark = self.ctx.marks.mark(self.remote_node, self.name, self.remote_epoch)

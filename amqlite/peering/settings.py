@@ -11,7 +11,7 @@ from .interest import BindingMirror
 from .mode import OverflowPolicy, PeeringMode
 
 
-class Role(Enum):
+class LinkRole(Enum):
     DIALER = "dialer"
     ACCEPTOR = "acceptor"
 

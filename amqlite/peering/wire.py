@@ -3,7 +3,7 @@
 Every message is a frozen dataclass with ``to_map()``; :func:`from_map` validates
 a received map and returns the message, or raises
 :class:`~amqlite.peering.errors.PeeringProtocolError` naming the message type and
-the field. Unknown keys are ignored (a newer peer may add some). This module is
+the field. Unknown keys are ignored (a newer remote may add some). This module is
 independent of :mod:`amqlite.protocol`; a later step maps these maps onto protocol
 methods. Shapes (``?`` = may be null):
 
@@ -41,7 +41,7 @@ VERSION = 2  # 2: peer.forwards
 _EMPTY: Mapping[str, Any] = {}
 
 
-class MessageId(NamedTuple):
+class MeshId(NamedTuple):
     """A message's identity across the whole mesh: minted once, where it was
     first published, and carried unchanged on every hop."""
 
@@ -55,7 +55,7 @@ class Envelope:
     """A message as peering moves it: the broker message plus its mesh identity,
     the brokers it passed (``path``) and the links it crossed (``hops``)."""
 
-    id: MessageId
+    mesh_id: MeshId
     routing_key: str
     body: bytes
     headers: Mapping[str, Any] = field(default_factory=dict)
@@ -68,7 +68,7 @@ class Envelope:
     def onward(self, node: str) -> Envelope:
         """The envelope as ``node`` sends it on: one more broker on the path, one more hop."""
         return Envelope(
-            self.id,
+            self.mesh_id,
             self.routing_key,
             self.body,
             self.headers,
@@ -82,8 +82,12 @@ class Envelope:
     def mesh_map(self) -> dict[str, Any]:
         """The identity, path and hops as plain data (kept with a message in a
         peering queue: ``Message.mesh``); :meth:`from_mesh_map` reads it back."""
-        mid = self.id
-        return {"id": [mid.node, mid.epoch, mid.seq], "path": list(self.path), "hops": self.hops}
+        mesh_id = self.mesh_id
+        return {
+            "id": [mesh_id.node, mesh_id.epoch, mesh_id.seq],
+            "path": list(self.path),
+            "hops": self.hops,
+        }
 
     @classmethod
     def from_mesh_map(
@@ -97,12 +101,12 @@ class Envelope:
     ) -> Envelope:
         """The envelope of a message kept with :meth:`mesh_map`; raises
         PeeringProtocolError when ``m`` is not such a map."""
-        mid, path, hops = m.get("id"), m.get("path"), m.get("hops")
+        mesh_id, path, hops = m.get("id"), m.get("path"), m.get("hops")
         ok = (
-            isinstance(mid, list | tuple)
-            and len(mid) == 3
-            and isinstance(mid[0], str)
-            and all(type(v) is int and v >= 0 for v in mid[1:])
+            isinstance(mesh_id, list | tuple)
+            and len(mesh_id) == 3
+            and isinstance(mesh_id[0], str)
+            and all(type(v) is int and v >= 0 for v in mesh_id[1:])
             and isinstance(path, list | tuple)
             and all(isinstance(p, str) for p in path)
             and type(hops) is int
@@ -110,9 +114,9 @@ class Envelope:
         )
         if not ok:
             raise PeeringProtocolError(f"not a peering identity: {dict(m)!r}")
-        assert isinstance(mid, list | tuple) and isinstance(path, list | tuple)
+        assert isinstance(mesh_id, list | tuple) and isinstance(path, list | tuple)
         return cls(
-            MessageId(mid[0], mid[1], mid[2]),
+            MeshId(mesh_id[0], mesh_id[1], mesh_id[2]),
             routing_key,
             body,
             headers,
@@ -229,7 +233,7 @@ class Forward:
         return {
             "type": self.TYPE,
             "seq": self.seq,
-            "id": list(env.id),
+            "id": list(env.mesh_id),
             "path": list(env.path),
             "hops": env.hops,
             "exchange": env.exchange,
@@ -259,7 +263,7 @@ class Forwards:
             "hops": first.hops,
             "msgs": [
                 [
-                    *e.id,
+                    *e.mesh_id,
                     e.routing_key,
                     dict(e.headers),
                     dict(e.properties),
@@ -429,7 +433,7 @@ def _forward(r: _Reader) -> Forward:
     if not isinstance(body, bytes):
         raise r.fail("body", "bytes")
     env = Envelope(
-        id=MessageId(node, epoch, seq),
+        mesh_id=MeshId(node, epoch, seq),
         routing_key=r.text("routing_key"),
         body=body,
         headers=r.fields("headers"),
@@ -473,7 +477,7 @@ def _forwards(r: _Reader) -> Forwards:
             raise r.fail("msgs", want)
         envelopes.append(
             Envelope(
-                MessageId(node, epoch, origin_seq),
+                MeshId(node, epoch, origin_seq),
                 routing_key,
                 body,
                 dict(headers),
@@ -486,7 +490,7 @@ def _forwards(r: _Reader) -> Forwards:
     return Forwards(seq, envelopes)
 
 
-_new_id = tuple.__new__  # MessageId(...) without the Python-level __new__
+_new_mesh_id = tuple.__new__  # MeshId(...) without the Python-level __new__
 
 
 def forwards_fast(m: dict[str, Any]) -> Forwards | None:
@@ -545,7 +549,7 @@ def forwards_fast(m: dict[str, Any]) -> Forwards | None:
                     return None
         append(
             Envelope(
-                _new_id(MessageId, (node, epoch, origin_seq)),
+                _new_mesh_id(MeshId, (node, epoch, origin_seq)),
                 routing_key,
                 body,
                 headers,

@@ -51,7 +51,7 @@ _PACK64 = struct.Struct(">BQ").pack
 
 def uint(n: int) -> bytes:
     """An encoded integer: by hand for 0 <= n < 2**64 (ids, tags, sequence numbers,
-    epochs, counts), by cbor2 otherwise (negative, or a bignum a peer may send)."""
+    epochs, counts), by cbor2 otherwise (negative, or a bignum the other end may send)."""
     if 0 <= n < 0x100:
         return _UINT8[n]
     if 0x100 <= n < 0x10000:

@@ -3,7 +3,7 @@
 ::
 
     conn = Connection(Role.SERVER)
-    conn.receive_data(data)            # b"" means the peer closed its side
+    conn.receive_data(data)            # b"" means the other end closed its side
     while (event := conn.next_event()) is not NEED_DATA:
         ...
     wire_bytes = conn.send(Ok(re=7))
@@ -62,7 +62,7 @@ _HOT_DECODERS: dict[ev.Role, dict[str, _HotDecoder]] = {
 }
 
 _OWN_SENDER = {ev.Role.CLIENT: ev.Sender.CLIENT, ev.Role.SERVER: ev.Sender.SERVER}
-_PEER_SENDER = {ev.Role.CLIENT: ev.Sender.SERVER, ev.Role.SERVER: ev.Sender.CLIENT}
+_REMOTE_SENDER = {ev.Role.CLIENT: ev.Sender.SERVER, ev.Role.SERVER: ev.Sender.CLIENT}
 
 
 def _foreign_protocol_hint(prefix: bytes) -> str:
@@ -83,13 +83,13 @@ class Connection:
         role: ev.Role,
         *,
         max_frame_size: int = DEFAULT_MAX_FRAME,
-        peer_max_frame_size: int | None = None,
+        remote_max_frame_size: int | None = None,
     ) -> None:
         self.role: Final = role
         self.max_frame_size = max_frame_size
-        self.peer_max_frame_size = peer_max_frame_size
+        self.remote_max_frame_size = remote_max_frame_size
         self._own: Final = _OWN_SENDER[role]
-        self._peer: Final = _PEER_SENDER[role]
+        self._remote: Final = _REMOTE_SENDER[role]
         self._state = ConnState.HANDSHAKE
         # (frame class -> next state) for the current state, looked up in the one
         # table and memoised: Enum hashing is too slow to do per message.
@@ -122,7 +122,7 @@ class Connection:
     # --- receiving ----------------------------------------------------------------
 
     def receive_data(self, data: bytes | bytearray) -> None:
-        """Feed bytes from the peer; ``b""`` marks the end of the stream."""
+        """Feed bytes from the other end; ``b""`` marks the end of the stream."""
         if not data:
             self._eof = True
             return
@@ -171,7 +171,7 @@ class Connection:
         return self._error
 
     def next_event(self) -> ev.Event | _NeedData:
-        """The next event from the peer, or ``NEED_DATA`` when a frame is incomplete."""
+        """The next event from the other end, or ``NEED_DATA`` when a frame is incomplete."""
         one = self._one
         self._decode(one, 1)
         return one.pop() if one else NEED_DATA
@@ -295,10 +295,10 @@ class Connection:
             if soft_ok:
                 return ev.BadRequest(rid, ReplyCode.NOT_IMPLEMENTED, f"unknown method {method!r}")
             raise self._fail(ReplyCode.COMMAND_INVALID, f"unknown method {method!r}")
-        if cls.SENDER is not self._peer and cls.SENDER is not ev.Sender.BOTH:
+        if cls.SENDER is not self._remote and cls.SENDER is not ev.Sender.BOTH:
             raise self._fail(
                 ReplyCode.COMMAND_INVALID,
-                f"{method!r} is sent by a {cls.SENDER.value}, not by a {self._peer.value}",
+                f"{method!r} is sent by a {cls.SENDER.value}, not by a {self._remote.value}",
             )
         new_state = self._next_state(cls)
         if new_state is None:
@@ -333,7 +333,7 @@ class Connection:
             data = codec.encode(event)
         except KeyError:  # a local pseudo-event (BadRequest, EndOfStream)
             raise LocalProtocolError(f"{cls.__name__} is not a wire event") from None
-        limit = self.peer_max_frame_size
+        limit = self.remote_max_frame_size
         if limit is not None and len(data) - 4 > limit:
             raise LocalProtocolError(
                 f"{cls.METHOD!r} frame of {len(data) - 4} bytes exceeds the peer's maximum "
@@ -367,7 +367,7 @@ class Connection:
                 f"cannot send 'peer' while the connection is {self._state.value}"
             )
         data = codec.encode_peer(msg)
-        limit = self.peer_max_frame_size
+        limit = self.remote_max_frame_size
         if limit is not None and len(data) - 4 > limit:
             raise LocalProtocolError(
                 f"'peer' frame of {len(data) - 4} bytes exceeds the peer's maximum of {limit}",
@@ -402,7 +402,7 @@ class Connection:
         if self._state is not self._client_open:
             self._check_fast(ev.Publish)
         data = codec.encode_publish(rid, exchange, key, body, headers, props, mandatory, confirm)
-        limit = self.peer_max_frame_size
+        limit = self.remote_max_frame_size
         if limit is not None and len(data) - 4 > limit:
             raise LocalProtocolError(
                 f"'publish' frame of {len(data) - 4} bytes exceeds the peer's maximum of {limit}",

@@ -476,7 +476,7 @@ class BadRequest(Event):
 
 @dataclass(frozen=True, slots=True)
 class EndOfStream(Event):
-    """The peer closed its side of the byte stream (``receive_data(b"")``)."""
+    """The other end closed its side of the byte stream (``receive_data(b"")``)."""
 
 
 REQUESTS: tuple[type[Event], ...] = (

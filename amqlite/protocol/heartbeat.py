@@ -6,7 +6,7 @@ intervals. Any frame counts as a sign of life. An interval of 0 disables both.
 
 One clock serves every link: a client connection and the server's side of it
 (``heartbeat`` frames, driven by :class:`amqlite.link.FramedLink`) and a peering
-link (``peer.heartbeat`` maps, driven by :class:`amqlite.peering.PeerLink`). Both
+link (``peer.heartbeat`` maps, driven by :class:`amqlite.peering.PeeringLink`). Both
 ends of a connection use the interval :func:`negotiate_heartbeat` gives.
 """
 

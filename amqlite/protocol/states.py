@@ -52,7 +52,7 @@ TRANSITIONS: dict[tuple[ConnState, Trigger], ConnState] = {
     (S.OPEN, T.HEARTBEAT): S.OPEN,
     (S.OPEN, T.CLOSE): S.CLOSING,
     (S.OPEN, T.PROTOCOL_ERROR): S.ERROR,
-    # frames the peer sent before it saw our close are still read (and dropped)
+    # frames the other end sent before it saw our close are still read (and dropped)
     (S.CLOSING, T.OPERATION): S.CLOSING,
     (S.CLOSING, T.HEARTBEAT): S.CLOSING,
     (S.CLOSING, T.CLOSE): S.CLOSING,  # both sides closed at once: answer close-ok

@@ -77,7 +77,7 @@ class NodeStorage:
         self.tee: Callable[[int, bytes], None] | None = None
         #: HA: what the passive peer holds (the bookkeeping is sans-IO, in ``ha/``)
         self.replica = replica = ReplicaProgress()
-        #: Whether the passive peer holds message ``message_id`` (True when no peer is
+        #: Whether the passive peer holds message ``journal_id`` (True when no peer is
         #: replicated to). A node pushes a journaled message to a consumer only then: a
         #: consumer must never see a message the node that takes over does not hold,
         #: or it would see it twice, the second time not flagged redelivered. (Bound

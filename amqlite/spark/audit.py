@@ -391,11 +391,11 @@ def run_from_args(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"amqlite: error: {exc}", file=sys.stderr)
         return 2
-    from .bridge import Endpoint, stream_bounds
+    from .bridge import ServerAccess, stream_bounds
 
-    endpoint = Endpoint(args.servers, args.vhost, args.login, args.password, args.connect_timeout)
+    access = ServerAccess(args.servers, args.vhost, args.login, args.password, args.connect_timeout)
     try:  # before starting a JVM: unreachable servers or no trace fail in a moment
-        bounds = stream_bounds(endpoint, TRACE_QUEUE)
+        bounds = stream_bounds(access, TRACE_QUEUE)
     except SparkSourceError as exc:
         hint = " (turn the trace on with `amqlite trace on`)" if "no queue" in str(exc) else ""
         print(f"amqlite: error: {str(exc).removeprefix('amqlite: ')}{hint}", file=sys.stderr)

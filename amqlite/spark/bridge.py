@@ -36,7 +36,7 @@ class SparkSourceError(ValueError):
 
 
 @dataclass(frozen=True)
-class Endpoint:
+class ServerAccess:
     """Where and as whom to connect: the ``servers`` list and credentials."""
 
     servers: str
@@ -64,38 +64,38 @@ class StreamBounds:
     next: int
 
 
-def _unreachable(endpoint: Endpoint, exc: AmqliteError) -> SparkSourceError:
-    return SparkSourceError(f"amqlite: cannot connect to servers {endpoint.servers!r}: {exc}")
+def _unreachable(access: ServerAccess, exc: AmqliteError) -> SparkSourceError:
+    return SparkSourceError(f"amqlite: cannot connect to servers {access.servers!r}: {exc}")
 
 
-def stream_bounds(endpoint: Endpoint, queue: str) -> StreamBounds:
+def stream_bounds(access: ServerAccess, queue: str) -> StreamBounds:
     """The offsets kept by stream ``queue``; raises SparkSourceError when it is
     missing, not a stream, or the servers cannot be reached."""
 
     async def run() -> dict[str, Any]:
-        async with endpoint._connect("amqlite-spark-plan") as conn:
+        async with access._connect("amqlite-spark-plan") as conn:
             status: dict[str, Any] = await conn.status()
             return status
 
     try:
         status = trio.run(run)
     except AmqliteError as exc:
-        raise _unreachable(endpoint, exc) from None
+        raise _unreachable(access, exc) from None
     for host in status.get("vhosts", []):
-        if host.get("name") != endpoint.vhost:
+        if host.get("name") != access.vhost:
             continue
         for q in host.get("queues", []):
             if q.get("name") != queue:
                 continue
             if q.get("type") != "stream":
                 raise SparkSourceError(
-                    f"amqlite: queue {queue!r} in vhost {endpoint.vhost!r} is a "
+                    f"amqlite: queue {queue!r} in vhost {access.vhost!r} is a "
                     f"{q.get('type')} queue, not a stream: declare it with "
                     f'arguments {{"x-queue-type": "stream"}} to read it from Spark'
                 )
             return StreamBounds(int(q["first_offset"]), int(q["next_offset"]))
     raise SparkSourceError(
-        f"amqlite: no queue {queue!r} in vhost {endpoint.vhost!r} on {endpoint.servers}"
+        f"amqlite: no queue {queue!r} in vhost {access.vhost!r} on {access.servers}"
     )
 
 
@@ -198,7 +198,7 @@ _DONE = object()
 
 
 def read_range(
-    endpoint: Endpoint, queue: str, start: int, end: int, *, idle_timeout: float = 30.0
+    access: ServerAccess, queue: str, start: int, end: int, *, idle_timeout: float = 30.0
 ) -> Iterator[Row]:
     """Yield the rows of offsets ``[start, end)`` of stream ``queue``, in order.
 
@@ -206,12 +206,12 @@ def read_range(
     oldest). Raises SparkSourceError when nothing arrives for ``idle_timeout``
     seconds while offsets below ``end`` are still missing.
     """
-    for chunk in read_chunks(endpoint, queue, start, end, idle_timeout=idle_timeout):
+    for chunk in read_chunks(access, queue, start, end, idle_timeout=idle_timeout):
         yield from chunk
 
 
 def read_chunks(
-    endpoint: Endpoint, queue: str, start: int, end: int, *, idle_timeout: float = 30.0
+    access: ServerAccess, queue: str, start: int, end: int, *, idle_timeout: float = 30.0
 ) -> Iterator[list[Row]]:
     """:func:`read_range` in lists of up to ``CHUNK`` rows."""
     if start >= end:
@@ -224,7 +224,7 @@ def read_chunks(
         token.append(trio.lowlevel.current_trio_token())
         with trio.CancelScope() as scope:
             cancel.append(scope)
-            async with endpoint._connect("amqlite-spark-read") as conn:
+            async with access._connect("amqlite-spark-read") as conn:
                 # acked consumer with credit: the broker pushes at most ``prefetch``
                 # ahead of what this task took, however slowly Spark pulls rows
                 prefetch = min(CHUNK * 2, end - start)
@@ -253,15 +253,9 @@ def read_chunks(
                     offset = d.offset
                     if offset is None or offset >= end:
                         break
-                    m = d._m
                     chunk.append(
                         delivery_row(
-                            offset,
-                            m["exchange"],
-                            m["key"],
-                            m.get("headers") or {},
-                            m["body"],
-                            m.get("props") or {},
+                            offset, d.exchange, d.routing_key, d.headers, d.body, d.properties
                         )
                     )
                     if offset == end - 1:
@@ -290,7 +284,7 @@ def read_chunks(
             if isinstance(item, SparkSourceError):
                 raise item
             if isinstance(item, AmqliteError):
-                raise _unreachable(endpoint, item) if _is_link_error(item) else item
+                raise _unreachable(access, item) if _is_link_error(item) else item
             if isinstance(item, BaseException):
                 raise item
             yield item
@@ -315,7 +309,7 @@ class PublishSummary:
 
 
 def publish_rows(
-    endpoint: Endpoint,
+    access: ServerAccess,
     exchange: str,
     rows: Iterable[Mapping[str, Any]],
     *,
@@ -339,7 +333,7 @@ def publish_rows(
 
     async def run() -> int:
         count = 0
-        async with endpoint._connect("amqlite-spark-write") as conn:
+        async with access._connect("amqlite-spark-write") as conn:
             pendings = []
             while True:
                 rows_now = await trio.to_thread.run_sync(take)
@@ -377,5 +371,5 @@ def publish_rows(
         raise SparkSourceError(f"amqlite: cannot publish to exchange {exchange!r}: {exc}") from exc
     except AmqliteError as exc:
         if _is_link_error(exc):
-            raise _unreachable(endpoint, exc) from exc
+            raise _unreachable(access, exc) from exc
         raise

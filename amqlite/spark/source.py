@@ -36,7 +36,7 @@ from pyspark.sql.types import (
 )
 
 from .bridge import (
-    Endpoint,
+    ServerAccess,
     SparkSourceError,
     publish_rows,
     read_chunks,
@@ -81,7 +81,7 @@ _READ_SCHEMA = StructType(
 class ReadOptions:
     """The read options, parsed once on the driver (see ``docs/spark.md``)."""
 
-    endpoint: Endpoint
+    access: ServerAccess
     queue: str
     starting: str
     ending: str | None
@@ -93,7 +93,7 @@ class ReadOptions:
 
 @dataclass(frozen=True)
 class WriteOptions:
-    endpoint: Endpoint
+    access: ServerAccess
     exchange: str
     mandatory: bool
     persistent: bool
@@ -129,13 +129,13 @@ def _flag(options: Any, name: str, default: bool) -> bool:
     raise SparkSourceError(f"amqlite: option {name} must be true or false, got {text!r}")
 
 
-def _endpoint(options: Any) -> Endpoint:
+def _server_access(options: Any) -> ServerAccess:
     servers = _option(options, "servers")
     if not servers:
         raise SparkSourceError(
             "amqlite: option servers is required, e.g. .option('servers', 'host:5555,host:6666')"
         )
-    return Endpoint(
+    return ServerAccess(
         servers=servers,
         vhost=_option(options, "vhost", "/") or "/",
         login=_option(options, "login", "guest") or "guest",
@@ -145,13 +145,13 @@ def _endpoint(options: Any) -> Endpoint:
 
 
 def read_options(options: Any) -> ReadOptions:
-    endpoint = _endpoint(options)
+    access = _server_access(options)
     queue = _option(options, "queue")
     if not queue:
         raise SparkSourceError("amqlite: option queue (a stream queue to read) is required")
     per_batch = _number(options, "maxMessagesPerBatch", None, 1)
     return ReadOptions(
-        endpoint=endpoint,
+        access=access,
         queue=queue,
         starting=_option(options, "startingOffset", "first") or "first",
         ending=_option(options, "endingOffset"),
@@ -169,7 +169,7 @@ def write_options(options: Any) -> WriteOptions:
             'amqlite: option exchange is required ("" names the default exchange)'
         )
     return WriteOptions(
-        endpoint=_endpoint(options),
+        access=_server_access(options),
         exchange=exchange,
         mandatory=_flag(options, "mandatory", True),
         persistent=_flag(options, "persistent", False),
@@ -218,7 +218,7 @@ def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[Any]:
     schema = to_arrow_schema(_READ_SCHEMA, timezone="UTC")
     types = [f.type for f in schema]
     for chunk in read_chunks(
-        opts.endpoint, opts.queue, partition.start, partition.end, idle_timeout=opts.idle_timeout
+        opts.access, opts.queue, partition.start, partition.end, idle_timeout=opts.idle_timeout
     ):
         columns = list(zip(*chunk, strict=True))
         headers = columns[3]
@@ -233,7 +233,7 @@ class AmqliteBatchReader(DataSourceReader):
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
-        bounds = stream_bounds(opts.endpoint, opts.queue)
+        bounds = stream_bounds(opts.access, opts.queue)
         self.start = resolve_start(opts.starting, bounds)
         self.end = max(self.start, resolve_end(opts.ending, bounds))
 
@@ -254,13 +254,13 @@ class AmqliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
-        bounds = stream_bounds(opts.endpoint, opts.queue)  # fails fast on a bad queue
+        bounds = stream_bounds(opts.access, opts.queue)  # fails fast on a bad queue
         self._initial = resolve_start(opts.starting, bounds)
         self._planned = self._initial  # Spark 4.0/4.1 call latestOffset() without a start
         self._target: int | None = None  # Trigger.AvailableNow: read no further
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = stream_bounds(self.opts.endpoint, self.opts.queue).next
+        self._target = stream_bounds(self.opts.access, self.opts.queue).next
 
     def initialOffset(self) -> dict[str, int]:
         return {"offset": self._initial}
@@ -269,7 +269,7 @@ class AmqliteStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self, start: dict[str, int] | None = None, limit: Any = None
     ) -> dict[str, int]:
         begin = self._planned if start is None else int(start["offset"])
-        bounds = stream_bounds(self.opts.endpoint, self.opts.queue)
+        bounds = stream_bounds(self.opts.access, self.opts.queue)
         end = max(begin, bounds.next)
         if self._target is not None:
             end = max(begin, min(end, self._target))
@@ -329,7 +329,7 @@ def _check_write_schema(schema: StructType) -> list[str]:
 def _publish(opts: WriteOptions, iterator: Iterator[Any]) -> Published:
     rows = (row.asDict() for row in iterator)
     summary = publish_rows(
-        opts.endpoint,
+        opts.access,
         opts.exchange,
         rows,
         mandatory=opts.mandatory,

@@ -26,7 +26,7 @@ from amqlite.protocol.codec import check_headers, check_props
 
 from .errors import RecordError
 from .records import (
-    MAX_MESSAGE_ID,
+    MAX_JOURNAL_ID,
     MessageAck,
     MessageDelivered,
     MessageEnqueue,
@@ -151,12 +151,12 @@ def _checked_map(d: Any, check: Callable[[Any], str | None]) -> bytes | None:
 
 
 def _encode_enqueue(r: MessageEnqueue) -> bytes | None:
-    mid, body, headers, props, at = r.id, r.body, r.headers, r.props, r.enqueued_at
+    journal_id, body, headers, props, at = r.id, r.body, r.headers, r.props, r.enqueued_at
     pk = r.publish_key
     if (
         type(pk) is not str
-        or type(mid) is not int
-        or not 0 <= mid <= MAX_MESSAGE_ID
+        or type(journal_id) is not int
+        or not 0 <= journal_id <= MAX_JOURNAL_ID
         or type(body) is not bytes
         or r.deaths
         or r.mesh
@@ -167,7 +167,16 @@ def _encode_enqueue(r: MessageEnqueue) -> bytes | None:
     if route is None:
         return None
     prefix, pairs = route
-    parts = [b"", _ENQUEUE, _K_ID, _head(0x00, mid), prefix, _K_BODY, _head(0x40, len(body)), body]
+    parts = [
+        b"",
+        _ENQUEUE,
+        _K_ID,
+        _head(0x00, journal_id),
+        prefix,
+        _K_BODY,
+        _head(0x40, len(body)),
+        body,
+    ]
     if headers or type(headers) is not dict:
         encoded = _checked_map(headers, check_headers)
         if encoded is None:
@@ -190,10 +199,14 @@ def _encode_enqueue(r: MessageEnqueue) -> bytes | None:
     return b"".join(parts)
 
 
-def _encode_settle(prefix: bytes, mid: Any, queue: Any) -> bytes | None:
-    if type(mid) is not int or not 0 <= mid <= MAX_MESSAGE_ID or type(queue) is not str:
+def _encode_settle(prefix: bytes, journal_id: Any, queue: Any) -> bytes | None:
+    if (
+        type(journal_id) is not int
+        or not 0 <= journal_id <= MAX_JOURNAL_ID
+        or type(queue) is not str
+    ):
         return None
-    return b"\xa3" + prefix + _K_ID + _head(0x00, mid) + _K_QUEUE + _text(queue)
+    return b"\xa3" + prefix + _K_ID + _head(0x00, journal_id) + _K_QUEUE + _text(queue)
 
 
 def encode_record(record: Record) -> bytes:
@@ -232,13 +245,13 @@ _ABSENT: Any = object()
 
 def _decode_enqueue(m: dict[Any, Any]) -> MessageEnqueue | None:
     get = m.get
-    mid, queues, exchange, body = get("id"), get("queues"), get("exchange"), get("body")
+    journal_id, queues, exchange, body = get("id"), get("queues"), get("exchange"), get("body")
     vhost, key, at = get("vhost", "/"), get("key", ""), get("at", 0.0)
     headers, props, pk = get("headers", _ABSENT), get("props", _ABSENT), get("pk", "")
     if (
         type(pk) is not str
-        or type(mid) is not int
-        or not 0 <= mid <= MAX_MESSAGE_ID
+        or type(journal_id) is not int
+        or not 0 <= journal_id <= MAX_JOURNAL_ID
         or type(queues) is not list
         or not queues
         or type(exchange) is not str
@@ -277,7 +290,7 @@ def _decode_enqueue(m: dict[Any, Any]) -> MessageEnqueue | None:
         s_pk,
         s_mesh,
     ) = _ENQUEUE_SETTERS
-    s_id(record, mid)
+    s_id(record, journal_id)
     s_vhost(record, vhost)
     s_queues(record, tuple(queues))
     s_exchange(record, exchange)
@@ -292,10 +305,10 @@ def _decode_enqueue(m: dict[Any, Any]) -> MessageEnqueue | None:
     return record
 
 
-def _settle_record(cls: type[MessageAck | MessageDelivered], mid: int, queue: str) -> Record:
+def _settle_record(cls: type[MessageAck | MessageDelivered], journal_id: int, queue: str) -> Record:
     record = _new(cls)
     set_id, set_queue = _SETTLE_SETTERS[cls]
-    set_id(record, mid)
+    set_id(record, journal_id)
     set_queue(record, queue)
     return record
 
@@ -312,10 +325,10 @@ def decode_record(payload: bytes | memoryview) -> Record:
         if kind == MessageEnqueue.TYPE:
             fast = _decode_enqueue(m)
         elif (kind == MessageAck.TYPE or kind == MessageDelivered.TYPE) and len(m) == 3:
-            mid, queue = m.get("id"), m.get("queue")
-            if type(mid) is int and 0 <= mid <= MAX_MESSAGE_ID and type(queue) is str:
+            journal_id, queue = m.get("id"), m.get("queue")
+            if type(journal_id) is int and 0 <= journal_id <= MAX_JOURNAL_ID and type(queue) is str:
                 cls = MessageAck if kind == MessageAck.TYPE else MessageDelivered
-                fast = _settle_record(cls, mid, queue)
+                fast = _settle_record(cls, journal_id, queue)
         if fast is not None:
             return fast
     return record_from_map(m)

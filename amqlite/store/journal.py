@@ -114,7 +114,7 @@ class RecoveryReport:
 class CompactionReport:
     """What :meth:`Journal.compact` did: the snapshot ``segment`` holding ``records``,
     the ``removed`` segment files, the journal's size before and after, and how
-    many messages were ``forgotten`` because ``live_message_ids`` lacked them."""
+    many messages were ``forgotten`` because ``live_journal_ids`` lacked them."""
 
     segment: str
     records: int
@@ -549,11 +549,11 @@ class Journal:
         floor = min(self.segment_bytes, self.compact_after_bytes)
         return total >= floor and total > 2 * estimate
 
-    def compact(self, live_message_ids: Collection[int] | None = None) -> CompactionReport:
+    def compact(self, live_journal_ids: Collection[int] | None = None) -> CompactionReport:
         """Replace every segment by one snapshot of :attr:`state` (protocol in the module
         docstring); returns what it did.
 
-        ``live_message_ids``, when given, is the broker's word on which journaled
+        ``live_journal_ids``, when given, is the broker's word on which journaled
         messages are still live: the others are dropped too (e.g. expired without
         an ack record). Raises :class:`StoreWriteError` like :meth:`commit` (the
         records appended since the last commit are the ones at stake); the old
@@ -567,11 +567,11 @@ class Journal:
             self._check_open()
             forgotten = 0
             with self._mutex:
-                if live_message_ids is not None:
-                    keep = set(live_message_ids)
-                    for mid in self._state.live_message_ids():
-                        if mid not in keep:
-                            self._state.forget_message(mid)
+                if live_journal_ids is not None:
+                    keep = set(live_journal_ids)
+                    for journal_id in self._state.live_journal_ids():
+                        if journal_id not in keep:
+                            self._state.forget_message(journal_id)
                             forgotten += 1
                 snapshot = self._state.snapshot()
                 batch, self._pending = self._pending, []

@@ -45,8 +45,8 @@ from amqlite.protocol.codec import check_headers, check_props
 
 from .errors import RecordError
 
-#: Largest message id: ids travel as CBOR unsigned integers below 2**63.
-MAX_MESSAGE_ID = (1 << 63) - 1
+#: Largest journal id (and record integer): they travel as CBOR unsigned integers below 2**63.
+MAX_JOURNAL_ID = (1 << 63) - 1
 _MAX_NESTING = 8
 
 
@@ -136,7 +136,7 @@ class MessageEnqueue:
     however many queues hold it).
 
     ``id`` is chosen by the node, unique among its live messages and increasing
-    (:attr:`StoreState.last_message_id` says where to continue after a restart).
+    (:attr:`StoreState.last_journal_id` says where to continue after a restart).
     ``enqueued_at`` is wall-clock Unix time in seconds, so TTLs can be recomputed
     after a restart; ``deaths`` keeps earlier dead-letterings, oldest first, as
     ``(queue, reason)`` pairs; ``publish_key`` is the publisher's key for it (see
@@ -276,7 +276,7 @@ class SnapshotBegin:
     (as the first record of a segment) and by HA when a peer rejoins."""
 
     TYPE: ClassVar[str] = "snapshot.begin"
-    last_message_id: int = _wire("last_id", default=0)
+    last_journal_id: int = _wire("last_id", default=0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -352,8 +352,8 @@ def _number(v: Any) -> str | None:
     return None if type(v) is float or type(v) is int else "must be a number"
 
 
-def _message_id(v: Any) -> str | None:
-    if type(v) is not int or not 0 <= v <= MAX_MESSAGE_ID:
+def _unsigned(v: Any) -> str | None:
+    if type(v) is not int or not 0 <= v <= MAX_JOURNAL_ID:
         return "must be an integer in [0, 2**63)"
     return None
 
@@ -427,7 +427,7 @@ _CHECKS: dict[str, tuple[_Check, Callable[[Any], Any]]] = {
     "bool": (_flag, _same),
     "bytes": (_bytes, _same),
     "float": (_number, _as_float),
-    "int": (_message_id, _same),
+    "int": (_unsigned, _same),
     "dict[str, Any]": (_arguments, _same),
     "tuple[str, ...]": (_queue_names, _as_tuple),
     "tuple[tuple[str, str], ...]": (_deaths, _as_pairs),

@@ -137,8 +137,8 @@ class StoreState:
         self.peering_out: dict[tuple[str, str, str], dict[int, PeeringOut]] = {}
         #: Highest ``peering.out`` id seen: a restarted node continues above it.
         self.last_peering_out = 0
-        #: Highest message id seen: a restarted node continues above it.
-        self.last_message_id = 0
+        #: Highest journal id seen: a restarted node continues above it.
+        self.last_journal_id = 0
         #: True between ``snapshot.begin`` and ``snapshot.end``.
         self.snapshot_open = False
         #: Body bytes of the live messages (each counted once).
@@ -194,8 +194,8 @@ class StoreState:
 
     def _purge(self, key: _Key) -> None:
         ids = self._queue_messages[key]
-        for mid in ids:
-            self._leave(self._messages[mid], mid, key[1])
+        for journal_id in ids:
+            self._leave(self._messages[journal_id], journal_id, key[1])
         ids.clear()
 
     def _binding_key(self, r: QueueBind | QueueUnbind) -> _BindingKey:
@@ -214,8 +214,8 @@ class StoreState:
         self._bindings.pop(self._binding_key(r), None)
 
     def _message_enqueue(self, r: MessageEnqueue) -> None:
-        if r.id > self.last_message_id:
-            self.last_message_id = r.id
+        if r.id > self.last_journal_id:
+            self.last_journal_id = r.id
         if r.id in self._messages:
             return
         queues = [q for q in r.queues if (r.vhost, q) in self._queues]
@@ -237,11 +237,11 @@ class StoreState:
             del self._queue_messages[(live.record.vhost, r.queue)][r.id]
             self._leave(live, r.id, r.queue)
 
-    def _leave(self, live: _Live, mid: int, queue: str) -> None:
+    def _leave(self, live: _Live, journal_id: int, queue: str) -> None:
         """Take a message off one queue (its per-queue index is the caller's job)."""
         del live.queues[queue]
         if not live.queues:
-            del self._messages[mid]
+            del self._messages[journal_id]
             self.message_bytes -= len(live.record.body)
 
     def _stream_append(self, r: StreamAppend) -> None:
@@ -286,21 +286,21 @@ class StoreState:
 
     def _snapshot_begin(self, r: SnapshotBegin) -> None:
         self._reset()
-        self.last_message_id = r.last_message_id
+        self.last_journal_id = r.last_journal_id
         self.snapshot_open = True
 
     def _snapshot_end(self, r: SnapshotEnd) -> None:
         self.snapshot_open = False
 
-    def forget_message(self, mid: int) -> None:
+    def forget_message(self, journal_id: int) -> None:
         """Drop a message from every queue without a record (its enqueue record was
         never stored, or the broker says it is gone; see ``Journal.compact``)."""
-        live = self._messages.get(mid)
+        live = self._messages.get(journal_id)
         if live is None:
             return
         for q in list(live.queues):
-            del self._queue_messages[(live.record.vhost, q)][mid]
-            self._leave(live, mid, q)
+            del self._queue_messages[(live.record.vhost, q)][journal_id]
+            self._leave(live, journal_id, q)
 
     # --- snapshots -------------------------------------------------------------------
 
@@ -310,14 +310,14 @@ class StoreState:
         open, so the rest of it can follow): exchanges, queues, bindings, then the live messages in
         enqueue order (each naming only the queues still holding it, followed by its
         ``message.delivered`` flags)."""
-        out: list[Record] = [SnapshotBegin(last_message_id=self.last_message_id)]
+        out: list[Record] = [SnapshotBegin(last_journal_id=self.last_journal_id)]
         out.extend(self._exchanges.values())
         out.extend(self._queues.values())
         out.extend(self._bindings.values())
-        for mid, live in self._messages.items():
+        for journal_id, live in self._messages.items():
             out.append(_current(live))
             out.extend(
-                MessageDelivered(id=mid, queue=q)
+                MessageDelivered(id=journal_id, queue=q)
                 for q, delivered in live.queues.items()
                 if delivered
             )
@@ -357,8 +357,8 @@ class StoreState:
         """The live messages of a queue in enqueue order; [] for an unknown queue."""
         ids = self._queue_messages.get((vhost, queue), {})
         out = []
-        for mid in ids:
-            live = self._messages[mid]
+        for journal_id in ids:
+            live = self._messages[journal_id]
             out.append(StoredMessage(live.record, live.queues[queue]))
         return out
 
@@ -387,7 +387,7 @@ class StoreState:
         """Live messages (a message on several queues counts once)."""
         return len(self._messages)
 
-    def live_message_ids(self) -> list[int]:
+    def live_journal_ids(self) -> list[int]:
         return list(self._messages)
 
     def _canonical(self) -> tuple[Any, ...]:
@@ -395,9 +395,12 @@ class StoreState:
             self._exchanges,
             self._queues,
             set(self._bindings),
-            [(mid, _current(live), live.queues) for mid, live in self._messages.items()],
+            [
+                (journal_id, _current(live), live.queues)
+                for journal_id, live in self._messages.items()
+            ],
             {key: list(ids) for key, ids in self._queue_messages.items()},
-            self.last_message_id,
+            self.last_journal_id,
             self.snapshot_open,
             self.message_bytes,
             {key: stream.canonical() for key, stream in self._streams.items()},
@@ -412,7 +415,7 @@ class StoreState:
         return (
             f"StoreState(exchanges={len(self._exchanges)}, queues={len(self._queues)}, "
             f"bindings={len(self._bindings)}, messages={len(self._messages)}, "
-            f"last_message_id={self.last_message_id})"
+            f"last_journal_id={self.last_journal_id})"
         )
 
 

@@ -2,8 +2,9 @@
 
 A state machine drives random publishes, consumes, gets, acks, nacks, rejects,
 cancels, flow-control flips and session closes against one queue (whose rejected
-messages are dead-lettered into a second queue) and accounts for every message id:
-each is exactly once ready, unacknowledged in one session, consumed, or dead.
+messages are dead-lettered into a second queue) and accounts for every message
+(numbered in its body): each is exactly once ready, unacknowledged in one session,
+consumed, or dead.
 """
 
 from __future__ import annotations
@@ -45,16 +46,16 @@ class NoLoss(RuleBasedStateMachine):
     def _received(
         self, s: Session, dtag: int, body: bytes, redelivered: bool, no_ack: bool
     ) -> None:
-        mid = body.decode()
-        assert redelivered or mid not in self.seen, f"{mid} delivered twice as new"
-        self.seen.add(mid)
+        number = body.decode()
+        assert redelivered or number not in self.seen, f"{number} delivered twice as new"
+        self.seen.add(number)
         for held in self.outstanding.values():
-            assert mid not in held.values(), f"{mid} is already out with a session"
-        assert not self.consumed[mid], f"{mid} was already consumed"
+            assert number not in held.values(), f"{number} is already out with a session"
+        assert not self.consumed[number], f"{number} was already consumed"
         if no_ack:
-            self.consumed[mid] += 1
+            self.consumed[number] += 1
         else:
-            self.outstanding[s][dtag] = mid
+            self.outstanding[s][dtag] = number
 
     def _collect(self) -> None:
         for s in self.broker.take_ready():

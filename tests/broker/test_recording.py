@@ -51,9 +51,9 @@ def persistent(key: str, body: bytes, exchange: str = "", **props: Any) -> Messa
 
 
 def live(queue: Queue) -> list[tuple[int, bool]]:
-    """(pid, redelivered) of the journaled messages a queue holds, in pid order,
+    """(journal_id, redelivered) of the journaled messages a queue holds, in journal id order,
     counting unacked deliveries (they come back after a restart)."""
-    out = {m.pid: red for m, _, red in queue.ready if m.pid}
+    out = {m.journal_id: red for m, _, red in queue.ready if m.journal_id}
     return sorted(out.items())
 
 
@@ -249,7 +249,7 @@ def test_restart_rebuilds_topology_and_messages_with_redelivered_flags() -> None
     b.bind("other", "orders", "eu.*")
     b.publish(persistent("eu.de", b"new", exchange="orders"), now=0)
     assert b.get("eu", now=0) is not None  # the binding survived
-    new_ids = [m.pid for m, _, _ in back.vhost("/").queues["other"].ready]  # type: ignore[union-attr]
+    new_ids = [m.journal_id for m, _, _ in back.vhost("/").queues["other"].ready]  # type: ignore[union-attr]
     assert new_ids == [6]  # ids continue above the journal's
 
 
@@ -437,8 +437,8 @@ class ReplayMatches(RuleBasedStateMachine):
             expect = dict(live(queue))
             for s in [self.admin, *self.sessions]:
                 for d in list(s._unacked.values()) + list(s._pending):
-                    if d._origin is queue and d.message.pid:
-                        expect[d.message.pid] = True
+                    if d._origin is queue and d.message.journal_id:
+                        expect[d.message.journal_id] = True
             assert live(rebuilt[name]) == sorted(expect.items()), name
             bindings = {
                 (e.name, b.key) for e, ident in rebuilt[name].bindings for b in [e.bindings[ident]]
@@ -460,7 +460,7 @@ def replayed(records: list[Record]) -> Broker:
 
 
 def durable_picture(broker: Broker) -> dict[str, Any]:
-    """Durable exchanges, queues, bindings, and per queue its messages' (pid,
+    """Durable exchanges, queues, bindings, and per queue its messages' (journal_id,
     redelivered) in order, as a broker holds them."""
     host = broker.vhost("/")
     assert host is not None
@@ -469,7 +469,8 @@ def durable_picture(broker: Broker) -> dict[str, Any]:
             (e.name, e.kind) for e in host.exchanges.values() if e.durable and e.name
         ),
         "queues": {
-            name: [(m.pid, red) for m, _, red in queue.ready] for name, queue in host.queues.items()
+            name: [(m.journal_id, red) for m, _, red in queue.ready]
+            for name, queue in host.queues.items()
         },
         "bindings": sorted(
             (e.name, name, e.bindings[ident].key)

@@ -24,8 +24,8 @@ def brief(records: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     return [(r["event"], r["message_id"], r["queue"]) for r in records]
 
 
-def publish(s: Session, key: str, mid: str, exchange: str = "", now: float = 1.0) -> None:
-    s.publish(Message(exchange, key, b"x", {}, {"message_id": mid}), now=now)
+def publish(s: Session, key: str, message_id: str, exchange: str = "", now: float = 1.0) -> None:
+    s.publish(Message(exchange, key, b"x", {}, {"message_id": message_id}), now=now)
 
 
 def test_off_by_default_records_nothing(broker: Broker, s: Session) -> None:

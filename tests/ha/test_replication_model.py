@@ -53,7 +53,7 @@ EPOCH = 1
 CHUNK, WINDOW = 40, 120  # bytes: a few records per sync, a few syncs in flight
 STREAM = ("/", "s")
 
-Record = tuple[str, int]  # ("enq", message id) | ("stream", offset) | ("other", 0) | ("begin", 0)
+Record = tuple[str, int]  # ("enq", journal id) | ("stream", offset) | ("other", 0) | ("begin", 0)
 
 
 def frame(record: Record, position: int) -> bytes:
@@ -109,7 +109,7 @@ class ReplicatingPair:
         # the active node
         self.log: list[Record] = []  # position = index + 1
         self.committed = 0
-        self.held: list[tuple[int, int]] = []  # (position, message id) confirms waiting
+        self.held: list[tuple[int, int]] = []  # (position, journal id) confirms waiting
         self.replicator = Replicator(chunk=CHUNK, window=WINDOW)
         self.progress = ReplicaProgress()
         self.tracked: set[int] = set()  # messages appended during this replication

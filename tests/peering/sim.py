@@ -33,8 +33,8 @@ from amqlite.peering import (
     MemorySpill,
     OverflowPolicy,
     PeeredExchange,
+    PeeringLink,
     PeeringMode,
-    PeerLink,
     Send,
     StateChanged,
 )
@@ -118,7 +118,7 @@ class SimNode:
     def address(self) -> Address:
         return Address(self.node_id, 5555)
 
-    def link(self, link_id: str) -> PeerLink:
+    def link(self, link_id: str) -> PeeringLink:
         return self.px.links[link_id]
 
     # --- set-up ------------------------------------------------------------------------
@@ -134,7 +134,7 @@ class SimNode:
         self.bindings.remove((queue, key, arguments))
         self.net.apply(self, self.px.unbind(queue, key, arguments, now=self.net.now))
 
-    def dial(self, remote: SimNode, mode: PeeringMode, **overrides: Any) -> PeerLink:
+    def dial(self, remote: SimNode, mode: PeeringMode, **overrides: Any) -> PeeringLink:
         name = overrides.pop("name", f"{self.node_id}->{remote.node_id}")
         settings = replace(SIM_LINK, name=name, mode=mode, addresses=(remote.address,), **overrides)
         self.dialers.append(settings)

@@ -19,8 +19,8 @@ from amqlite.peering import (
     LinkSettings,
     LinkState,
     PeeredExchange,
+    PeeringLink,
     PeeringMode,
-    PeerLink,
     Send,
 )
 from amqlite.protocol.heartbeat import negotiate_heartbeat
@@ -96,7 +96,7 @@ def test_bad_bounds() -> None:
 P, B = Address("primary", 5555), Address("backup", 6666)
 
 
-def _dialer(**options: object) -> PeerLink:
+def _dialer(**options: object) -> PeeringLink:
     px = PeeredExchange(
         node_id="A", epoch=1, exchange="x", exchange_type="topic", rand=random.Random(1).random
     )
@@ -104,7 +104,7 @@ def _dialer(**options: object) -> PeerLink:
     return px.add_link(settings)
 
 
-def _up(link: PeerLink, now: float, heartbeat: float = 1.0) -> None:
+def _up(link: PeeringLink, now: float, heartbeat: float = 1.0) -> None:
     link.start(now)
     link.connected(now)
     hello = Hello("B", "l", "/", "x", "topic", PeeringMode.PUBLISH, 1, heartbeat=heartbeat)

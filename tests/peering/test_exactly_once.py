@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amqlite.peering import LinkState, PeeringMode, PeerLink
+from amqlite.peering import LinkState, PeeringLink, PeeringMode
 
 from .sim import SIM_LINK, Net, SimNode
 
@@ -35,7 +35,7 @@ OPS = st.one_of(
 )
 
 
-def _sender_link(sender: SimNode) -> PeerLink:
+def _sender_link(sender: SimNode) -> PeeringLink:
     (link,) = sender.px.links.values()
     assert link.sends
     return link

@@ -36,7 +36,7 @@ from amqlite.peering import (
     LinkSettings,
     LinkState,
     MemorySpill,
-    MessageId,
+    MeshId,
     OverflowPolicy,
     PeeredExchange,
     PeeringMode,
@@ -76,7 +76,7 @@ properties = st.fixed_dictionaries(
 )
 envelopes = st.builds(
     Envelope,
-    id=st.builds(MessageId, node_ids, counters, counters),
+    mesh_id=st.builds(MeshId, node_ids, counters, counters),
     routing_key=texts,
     body=st.one_of(st.binary(max_size=300), st.binary(min_size=65536, max_size=65536)),
     headers=headers,
@@ -116,7 +116,7 @@ def test_a_peer_frame_is_what_the_generic_encoder_writes() -> None:
     data = client.send_peer(msg)
     server.receive_data(data)
     assert server.next_event() == ev.PeerMessage(cbor2.loads(msg))
-    small = Connection(Role.CLIENT, peer_max_frame_size=len(msg))
+    small = Connection(Role.CLIENT, remote_max_frame_size=len(msg))
     small._set_state(client.state)
     with pytest.raises(LocalProtocolError, match="exceeds the peer's maximum"):
         small.send_peer(msg)
@@ -128,7 +128,9 @@ def _run_of(
     return Forwards(
         seq,
         [
-            Envelope(e.id, e.routing_key, e.body, e.headers, e.properties, exchange, path, hops)
+            Envelope(
+                e.mesh_id, e.routing_key, e.body, e.headers, e.properties, exchange, path, hops
+            )
             for e in envs
         ],
     )
@@ -191,8 +193,8 @@ def test_frames_carry_exactly_the_messages_in_order(items: list[Any], limit: int
 
 
 def test_consecutive_forwards_go_as_one_run_until_something_differs() -> None:
-    env = Envelope(MessageId("A", 1, 1), "k", b"x" * 10, {}, {}, "x", ("A",), 1)
-    other = Envelope(MessageId("A", 1, 9), "k", b"", {}, {}, "x", ("A", "C"), 2)
+    env = Envelope(MeshId("A", 1, 1), "k", b"x" * 10, {}, {}, "x", ("A",), 1)
+    other = Envelope(MeshId("A", 1, 9), "k", b"", {}, {}, "x", ("A", "C"), 2)
     messages: list[Any] = [Forward(seq, env) for seq in range(1, 6)]
     (frame,) = peering_cbor.encode_frames(messages, 1 << 18)
     assert from_map(cbor2.loads(frame)) == Forwards(1, [env] * 5)
@@ -215,7 +217,7 @@ def test_an_onward_envelope_knows_its_size(env: Envelope, node: str, known: bool
         env.size()
     out = env.onward(node)
     fresh = Envelope(
-        out.id, out.routing_key, out.body, out.headers, out.properties, out.exchange, out.path,
+        out.mesh_id, out.routing_key, out.body, out.headers, out.properties, out.exchange, out.path,
         out.hops,
     )  # fmt: skip
     assert out.size() == fresh.size() and out == fresh
@@ -301,7 +303,7 @@ def test_a_link_takes_a_run_as_the_single_forwards(
     for step, origins, path, hops in runs_:
         first = max(1, seq + step)
         envs = [
-            Envelope(MessageId("Z", 1, o), "k", b"%d" % o, {}, {}, "x", path, hops) for o in origins
+            Envelope(MeshId("Z", 1, o), "k", b"%d" % o, {}, {}, "x", path, hops) for o in origins
         ]
         run = Forwards(first, envs)
         one: list[Any] = []
@@ -362,7 +364,7 @@ def test_an_offer_takes_exactly_what_decide_sends(
     px, link = _up_link(mode, keys)
     seq = 0
     for key, path, hops, routed in offers:
-        env = Envelope(MessageId("Z", 1, len(path) + hops), key, b"", {}, {}, "x", path, hops)
+        env = Envelope(MeshId("Z", 1, len(path) + hops), key, b"", {}, {}, "x", path, hops)
         want = decide(
             sends=True, mode=mode, routed_locally=routed, remote_node="B", path=path, hops=hops,
             max_hops=3, interest=link.interest, routing_key=key, headers={},
@@ -400,7 +402,7 @@ def test_taking_the_last_one_is_what_taking_the_one_due_gives(
     fast, ref = logs
     for i, op in enumerate(ops):
         if op == "accept":
-            env = Envelope(MessageId("A", 1, i), "k", b"x" * 100)
+            env = Envelope(MeshId("A", 1, i), "k", b"x" * 100)
             assert fast.accept(env, 0.0) == ref.accept(env, 0.0)
             want = ref.take_unsent(1) if ref.unsent == 1 and ref.in_flight < max_in_flight else []
             got = fast.take_last(max_in_flight)

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amqlite.peering import HighWaterMarks, MessageId, PeeredExchange, SeenMessages
+from amqlite.peering import HighWaterMarks, MeshId, PeeredExchange, SeenMessages
 
 
 def test_marks_per_sender_and_epoch() -> None:
@@ -41,13 +41,13 @@ def test_marks_snapshot_keeps_only_what_was_settled() -> None:
 
 def test_seen_claims_once_and_pending_counts_as_seen() -> None:
     seen = SeenMessages(window=4)
-    a1 = MessageId("A", 1, 1)
+    a1 = MeshId("A", 1, 1)
     assert seen.claim(a1)
     assert not seen.claim(a1)  # a second copy before the first settled
     seen.settle(a1)
     assert not seen.claim(a1)
-    assert seen.claim(MessageId("A", 2, 1))  # another epoch, another origin
-    assert seen.claim(MessageId("B", 1, 1))
+    assert seen.claim(MeshId("A", 2, 1))  # another epoch, another origin
+    assert seen.claim(MeshId("B", 1, 1))
 
 
 @given(st.lists(st.integers(1, 60), max_size=120))
@@ -57,42 +57,42 @@ def test_seen_within_the_window_is_exact(arrivals: list[int]) -> None:
     seen = SeenMessages(window=64)
     claimed: set[int] = set()
     for seq in arrivals:
-        first = seen.claim(MessageId("A", 1, seq))
+        first = seen.claim(MeshId("A", 1, seq))
         assert first is (seq not in claimed)
         if first:
             claimed.add(seq)
-            seen.settle(MessageId("A", 1, seq))
+            seen.settle(MeshId("A", 1, seq))
 
 
 def test_the_window_moves_the_floor_past_the_oldest() -> None:
     seen = SeenMessages(window=3)
     for seq in (2, 4, 6, 8):  # gaps: 1, 3, 5, 7 went elsewhere
-        assert seen.claim(MessageId("A", 1, seq))
-        seen.settle(MessageId("A", 1, seq))
-    assert not seen.claim(MessageId("A", 1, 1))  # below the floor (2): assumed seen
-    assert seen.claim(MessageId("A", 1, 5))  # within the window: still exact
+        assert seen.claim(MeshId("A", 1, seq))
+        seen.settle(MeshId("A", 1, seq))
+    assert not seen.claim(MeshId("A", 1, 1))  # below the floor (2): assumed seen
+    assert seen.claim(MeshId("A", 1, 5))  # within the window: still exact
     assert seen.snapshot() == [["A", 1, 2, [4, 6, 8]]]
 
 
 def test_only_the_latest_epochs_are_kept() -> None:
     seen = SeenMessages(epochs_kept=2)
     for epoch in (1, 2, 3):
-        assert seen.claim(MessageId("A", epoch, 1))
-    assert not seen.claim(MessageId("A", 1, 2))  # epoch 1 forgotten: stale
-    assert seen.claim(MessageId("A", 2, 2))
+        assert seen.claim(MeshId("A", epoch, 1))
+    assert not seen.claim(MeshId("A", 1, 2))  # epoch 1 forgotten: stale
+    assert seen.claim(MeshId("A", 2, 2))
 
 
 def test_seen_snapshot_round_trip_skips_pending() -> None:
     seen = SeenMessages()
     for seq in (1, 2, 3, 5, 9):
-        seen.claim(MessageId("A", 1, seq))
+        seen.claim(MeshId("A", 1, seq))
         if seq != 9:
-            seen.settle(MessageId("A", 1, seq))
+            seen.settle(MeshId("A", 1, seq))
     snap = seen.snapshot()
     assert snap == [["A", 1, 3, [5]]]
     back = SeenMessages.restore(snap)
-    assert not back.claim(MessageId("A", 1, 2)) and not back.claim(MessageId("A", 1, 5))
-    assert back.claim(MessageId("A", 1, 9)) and back.claim(MessageId("A", 1, 4))
+    assert not back.claim(MeshId("A", 1, 2)) and not back.claim(MeshId("A", 1, 5))
+    assert back.claim(MeshId("A", 1, 9)) and back.claim(MeshId("A", 1, 4))
     with pytest.raises(ValueError):
         SeenMessages.restore([["A", 1, 3, [0]]])
 

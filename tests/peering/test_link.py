@@ -20,12 +20,12 @@ from amqlite.peering import (
     LinkSettings,
     LinkState,
     LinkStateError,
-    MessageId,
+    MeshId,
     OverflowPolicy,
     PeeredExchange,
+    PeeringLink,
     PeeringMode,
     PeeringProtocolError,
-    PeerLink,
     Persist,
     Send,
 )
@@ -66,7 +66,7 @@ def test_stats_report_lag_in_flight_and_counts() -> None:
     assert remote["remote_address"] is None and remote["link"] == "A/A->B"
 
 
-def _up_dialer(mode: PeeringMode = PeeringMode.PUBLISH) -> tuple[PeeredExchange, PeerLink]:
+def _up_dialer(mode: PeeringMode = PeeringMode.PUBLISH) -> tuple[PeeredExchange, PeeringLink]:
     px = PeeredExchange(
         node_id="A", epoch=2, exchange="x", exchange_type="topic", rand=random.Random(0).random
     )
@@ -235,8 +235,8 @@ def test_a_queue_fed_end_takes_from_its_queue_only_and_reports_what_was_acked() 
     seq, actions = end.take(env, 0.0)
     assert seq == 1
     (fwd,) = _sent(actions, Forward)
-    assert (fwd.seq, fwd.envelope.id, fwd.envelope.path) == (1, env.id, ("B",))
-    looped = Envelope(MessageId("C", 1, 1), "k", b"from a", path=("A",), hops=1)
+    assert (fwd.seq, fwd.envelope.mesh_id, fwd.envelope.path) == (1, env.mesh_id, ("B",))
+    looped = Envelope(MeshId("C", 1, 1), "k", b"from a", path=("A",), hops=1)
     assert end.take(looped, 0.0) == (None, [])  # the subscriber is on its path: skipped
     assert end.skipped["remote-on-path"] == 1
     seq2, _ = end.take(px.envelope("k", b"two"), 0.0)
@@ -258,7 +258,7 @@ def test_take_is_for_queue_fed_ends_only() -> None:
 
 
 def test_the_mesh_identity_survives_as_plain_data() -> None:
-    env = Envelope(MessageId("B", 7, 41), "k", b"m", {"h": 1}, {}, "x", ("C",), 1)
+    env = Envelope(MeshId("B", 7, 41), "k", b"m", {"h": 1}, {}, "x", ("C",), 1)
     plain = env.mesh_map()
     assert plain == {"id": ["B", 7, 41], "path": ["C"], "hops": 1}
     assert Envelope.from_mesh_map(plain, "k", b"m", {"h": 1}, {}, "x") == env

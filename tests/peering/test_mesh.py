@@ -21,7 +21,7 @@ from amqlite.peering import (
     Envelope,
     Forward,
     Hello,
-    MessageId,
+    MeshId,
     PeeredExchange,
     PeeringMode,
     Send,
@@ -195,7 +195,7 @@ def _receiver() -> tuple[PeeredExchange, Any]:
 
 
 def _forward(seq: int, path: tuple[str, ...], hops: int, n: int = 1) -> Forward:
-    return Forward(seq, Envelope(MessageId("Z", 1, n), "k", b"", path=path, hops=hops))
+    return Forward(seq, Envelope(MeshId("Z", 1, n), "k", b"", path=path, hops=hops))
 
 
 def test_receiver_drops_what_passed_it_already_or_went_too_far() -> None:

@@ -12,7 +12,7 @@ from amqlite.peering import (
     Entry,
     Envelope,
     MemorySpill,
-    MessageId,
+    MeshId,
     OutboundLog,
     OverflowPolicy,
     PeeringMode,
@@ -22,8 +22,8 @@ from .sim import Net
 
 
 def env(n: int, size: int = 100) -> Envelope:
-    e = Envelope(MessageId("A", 1, n), "k", b"")
-    return Envelope(MessageId("A", 1, n), "k", b"x" * (size - e.size()))
+    e = Envelope(MeshId("A", 1, n), "k", b"")
+    return Envelope(MeshId("A", 1, n), "k", b"x" * (size - e.size()))
 
 
 def seqs(entries: list[Entry]) -> list[int]:

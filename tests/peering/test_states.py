@@ -22,8 +22,8 @@ from amqlite.peering import (
     LinkState,
     LinkStateError,
     PeeredExchange,
+    PeeringLink,
     PeeringMode,
-    PeerLink,
     Refused,
     Send,
     StateChanged,
@@ -94,7 +94,7 @@ def _exchange(node: str = "A") -> PeeredExchange:
     )
 
 
-def _dialer(mode: PeeringMode = PeeringMode.PUBLISH) -> PeerLink:
+def _dialer(mode: PeeringMode = PeeringMode.PUBLISH) -> PeeringLink:
     settings = LinkSettings(name="l", mode=mode, addresses=(REMOTE, Address("backup", 6666)))
     return _exchange().add_link(settings)
 
@@ -107,7 +107,7 @@ def _states(actions: list[object]) -> list[tuple[LinkState, LinkState]]:
     return [(a.old, a.new) for a in actions if isinstance(a, StateChanged)]
 
 
-def _dialer_in(state: LinkState) -> PeerLink:
+def _dialer_in(state: LinkState) -> PeeringLink:
     link = _dialer()
     steps = {
         S.IDLE: [],

@@ -16,7 +16,7 @@ from amqlite.peering import (
     Heartbeat,
     Hello,
     Interest,
-    MessageId,
+    MeshId,
     PeeringMode,
     PeeringProtocolError,
     Refused,
@@ -26,7 +26,7 @@ from amqlite.peering import (
 from amqlite.peering.wire import PeeringMessage
 
 ENV = Envelope(
-    MessageId("A", 3, 17),
+    MeshId("A", 3, 17),
     "a.b",
     b"\x00body",
     {"h": 1, "s": "x", "f": 1.5, "n": None, "b": True},
@@ -51,11 +51,11 @@ SAMPLES: list[PeeringMessage] = [
     Interest(False, (BindingKey.of("b"),), (BindingKey.of("c"),), 1, "0123456789abcdef"),
     ResyncRequest(),
     Forward(1, ENV),
-    Forward(12, Envelope(MessageId("N", 0, 0), "", b"", exchange="x")),
+    Forward(12, Envelope(MeshId("N", 0, 0), "", b"", exchange="x")),
     Forwards(3, [ENV]),
     Forwards(
         9,
-        [ENV, Envelope(MessageId("B", 0, 1), "", b"", {}, {}, "x", ("A", "B"), 2)],
+        [ENV, Envelope(MeshId("B", 0, 1), "", b"", {}, {}, "x", ("A", "B"), 2)],
     ),
     Ack(5, 0),
     Ack(5, 123456789),
@@ -177,7 +177,7 @@ def test_unknown_keys_are_ignored() -> None:
 def test_envelope_onward_and_size() -> None:
     onward = ENV.onward("C")
     assert onward.path == ("A", "B", "C") and onward.hops == 3
-    assert onward.id == ENV.id and onward.body == ENV.body
+    assert onward.mesh_id == ENV.mesh_id and onward.body == ENV.body
     assert ENV.size() > len(ENV.body)
-    big = Envelope(MessageId("A", 1, 1), "k", b"x" * 10_000)
+    big = Envelope(MeshId("A", 1, 1), "k", b"x" * 10_000)
     assert 10_000 < big.size() < 10_200

@@ -67,7 +67,7 @@ def test_the_state_table_governs_the_hand_built_frames() -> None:
 
 def test_a_publish_over_the_peers_frame_limit_is_refused() -> None:
     client = client_in(ConnState.OPEN)
-    client.peer_max_frame_size = 100
+    client.remote_max_frame_size = 100
     client.send_publish(1, "", "k", b"x" * 50)
     with pytest.raises(LocalProtocolError, match="exceeds the peer's maximum"):
         client.send_publish(2, "", "k", b"x" * 200)

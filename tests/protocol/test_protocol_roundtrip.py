@@ -227,7 +227,7 @@ def test_fast_path_frames_match_the_generic_encoder() -> None:
 
 def test_peer_max_frame_size_is_enforced_on_send() -> None:
     client, _ = open_pair()
-    client.peer_max_frame_size = 100
+    client.remote_max_frame_size = 100
     small = client.send(ev.Publish(id=1, exchange="", key="q", body=b"x" * 10))
     assert len(small) < 104
     with pytest.raises(LocalProtocolError) as info:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from amqlite.peering import Entry, Envelope, MessageId
+from amqlite.peering import Entry, Envelope, MeshId
 from amqlite.server.peering.spill import FileSpill
 
 
 def _entry(seq: int, body: bytes = b"b") -> Entry:
-    env = Envelope(MessageId("a", 1, seq), "k", body, {"h": seq}, {"persistent": True}, "x")
+    env = Envelope(MeshId("a", 1, seq), "k", body, {"h": seq}, {"persistent": True}, "x")
     return Entry(seq, env, env.size(), 10.0 + seq)
 
 

@@ -27,9 +27,9 @@ def test_audit_finds_a_dropped_and_a_duplicated_message(
             await conn.declare_queue(name)
             await conn.bind(name, "amq.direct", name)
             ids = [f"{name}-m{i}" for i in range(5)]
-            for mid in [*ids, ids[3]]:  # ids[3] published twice: a duplicate
+            for message_id in [*ids, ids[3]]:  # ids[3] published twice: a duplicate
                 await conn.publish(
-                    "amq.direct", name, b"x", properties={"message_id": mid}, confirm=True
+                    "amq.direct", name, b"x", properties={"message_id": message_id}, confirm=True
                 )
             got = 0
             async with await conn.consume(name) as consumer:

@@ -179,25 +179,27 @@ def recovered_state(directory: Path) -> StoreState:
         journal.close()
 
 
-def enq(mid: int, *queues: str, body: bytes | None = None, vhost: str = "/") -> MessageEnqueue:
+def enq(
+    journal_id: int, *queues: str, body: bytes | None = None, vhost: str = "/"
+) -> MessageEnqueue:
     return MessageEnqueue(
-        id=mid,
+        id=journal_id,
         vhost=vhost,
         queues=queues or ("q",),
         exchange="",
         routing_key=queues[0] if queues else "q",
-        body=body if body is not None else b"m%d" % mid,
+        body=body if body is not None else b"m%d" % journal_id,
         props={"persistent": True},
-        enqueued_at=1_700_000_000.0 + mid,
+        enqueued_at=1_700_000_000.0 + journal_id,
     )
 
 
-def ack(mid: int, queue: str = "q") -> MessageAck:
-    return MessageAck(id=mid, queue=queue)
+def ack(journal_id: int, queue: str = "q") -> MessageAck:
+    return MessageAck(id=journal_id, queue=queue)
 
 
-def delivered(mid: int, queue: str = "q") -> MessageDelivered:
-    return MessageDelivered(id=mid, queue=queue)
+def delivered(journal_id: int, queue: str = "q") -> MessageDelivered:
+    return MessageDelivered(id=journal_id, queue=queue)
 
 
 def queue(name: str = "q", vhost: str = "/") -> QueueDeclare:

@@ -87,7 +87,7 @@ def test_compaction_keeps_exactly_the_live_state(tmp_path: Path) -> None:
         (i, i == 7) for i in range(7, 61, 7)
     ]
     assert [m.record.id for m in state.messages("/", "b")] == [11, 22, 33, 44, 55]
-    assert len(state.bindings()) == 2 and state.last_message_id == 60
+    assert len(state.bindings()) == 2 and state.last_journal_id == 60
 
 
 def test_appends_after_compaction_follow_the_snapshot(tmp_path: Path) -> None:
@@ -107,14 +107,14 @@ def test_appends_after_compaction_follow_the_snapshot(tmp_path: Path) -> None:
     assert recovered_state(tmp_path) == expected
 
 
-def test_live_message_ids_drop_what_the_broker_no_longer_has(tmp_path: Path) -> None:
+def test_live_journal_ids_drop_what_the_broker_no_longer_has(tmp_path: Path) -> None:
     _build(tmp_path, _history())
     journal = open_journal(tmp_path)
-    report = journal.compact(live_message_ids={14, 21, 22, 999})
-    assert report.forgotten == len(fold(_history()).live_message_ids()) - 3
+    report = journal.compact(live_journal_ids={14, 21, 22, 999})
+    assert report.forgotten == len(fold(_history()).live_journal_ids()) - 3
     journal.close()
     state = recovered_state(tmp_path)
-    assert sorted(state.live_message_ids()) == [14, 21, 22]
+    assert sorted(state.live_journal_ids()) == [14, 21, 22]
 
 
 def test_compacting_twice_and_an_empty_journal(tmp_path: Path) -> None:
@@ -127,7 +127,7 @@ def test_compacting_twice_and_an_empty_journal(tmp_path: Path) -> None:
         journal.compact()
         assert segments(tmp_path) == [segment_name(3)]
     state = recovered_state(tmp_path)
-    assert state.live_messages == 0 and state.last_message_id == 1
+    assert state.live_messages == 0 and state.last_journal_id == 1
     assert [q.name for q in state.queues()] == ["a"]
 
 

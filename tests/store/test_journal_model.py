@@ -94,8 +94,8 @@ class JournalMachine(RuleBasedStateMachine):
         state = self.journal.state
         live = [(m.record.id, q) for q in QUEUES for m in state.messages("/", q)]
         if live:
-            mid, name = data.draw(st.sampled_from(live))
-            self._append(ack(mid, name) if acked else delivered(mid, name))
+            journal_id, name = data.draw(st.sampled_from(live))
+            self._append(ack(journal_id, name) if acked else delivered(journal_id, name))
 
     # --- what the shell does -------------------------------------------------------
 
@@ -173,8 +173,8 @@ def _assert_holds(journal: Journal, records: list[Record]) -> None:
     """The journal's state is the fold of ``records``, less the messages dropped by
     write errors, whose ids stay used (a compaction may have recorded them)."""
     expected = fold(records)
-    assert journal.state.last_message_id >= expected.last_message_id
-    expected.last_message_id = journal.state.last_message_id
+    assert journal.state.last_journal_id >= expected.last_journal_id
+    expected.last_journal_id = journal.state.last_journal_id
     assert journal.state == expected
 
 

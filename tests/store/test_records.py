@@ -113,7 +113,7 @@ FULL: list[Record] = [
         mesh={"id": ["a", 1, 3], "path": ["a"], "hops": 1},
     ),
     PeeringOutAck(vhost="v", exchange="events", link="events->b", id=3),
-    SnapshotBegin(last_message_id=42),
+    SnapshotBegin(last_journal_id=42),
     SnapshotEnd(),
 ]
 
@@ -157,7 +157,7 @@ def test_defaults_are_left_out_and_short_keys_used() -> None:
     m = record_to_map(FULL[7])
     assert {"key", "at"} <= m.keys()
     assert "routing_key" not in m and "enqueued_at" not in m
-    assert record_to_map(SnapshotBegin(last_message_id=3)) == {"t": "snapshot.begin", "last_id": 3}
+    assert record_to_map(SnapshotBegin(last_journal_id=3)) == {"t": "snapshot.begin", "last_id": 3}
 
 
 def test_records_are_frozen() -> None:
@@ -263,7 +263,7 @@ _scalar = st.one_of(
 
 @settings(max_examples=150, deadline=None, database=None)
 @given(
-    mid=st.integers(0, 2**63 - 1),
+    journal_id=st.integers(0, 2**63 - 1),
     vhost=_text,
     queues=st.lists(_text, min_size=1, max_size=4, unique=True),
     exchange=_text,
@@ -275,7 +275,7 @@ _scalar = st.one_of(
     deaths=st.lists(st.tuples(_text, _text), max_size=3),
 )
 def test_message_enqueue_round_trips(
-    mid: int,
+    journal_id: int,
     vhost: str,
     queues: list[str],
     exchange: str,
@@ -290,7 +290,7 @@ def test_message_enqueue_round_trips(
     if priority is not None:
         props["priority"] = priority
     record = MessageEnqueue(
-        id=mid,
+        id=journal_id,
         vhost=vhost,
         queues=tuple(queues),
         exchange=exchange,

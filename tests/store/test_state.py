@@ -77,7 +77,7 @@ def test_queue_delete_drops_its_messages_and_bindings() -> None:
     )
     assert [q.name for q in state.queues()] == ["b"]
     assert [b.queue for b in state.bindings()] == ["b"]
-    assert state.live_message_ids() == [1]
+    assert state.live_journal_ids() == [1]
     assert state.messages("/", "a") == []
     state.apply(queue("a"))  # a new queue of the same name starts empty
     assert state.messages("/", "a") == []
@@ -144,9 +144,9 @@ def test_what_cannot_be_placed_is_ignored() -> None:
         ]
     )
     assert state.bindings() == []
-    assert state.live_message_ids() == [6]
+    assert state.live_journal_ids() == [6]
     assert state.messages("/", "a")[0].record.queues == ("a", "nowhere")
-    assert state.last_message_id == 6
+    assert state.last_journal_id == 6
     assert state.snapshot()[-2] == enq(6, "a")  # names only the queue that holds it
 
 
@@ -168,7 +168,7 @@ def test_snapshot_layout() -> None:
         ]
     )
     assert state.snapshot() == [
-        SnapshotBegin(last_message_id=3),
+        SnapshotBegin(last_journal_id=3),
         ExchangeDeclare(name="e", type="topic"),
         queue("a"),
         QueueBind(queue="a", exchange="e", key="#"),
@@ -179,11 +179,11 @@ def test_snapshot_layout() -> None:
 
 
 def test_snapshot_begin_resets_and_keeps_the_id_counter() -> None:
-    state = fold([queue("a"), enq(7, "a"), SnapshotBegin(last_message_id=9)])
-    assert state.snapshot_open and state.queues() == [] and state.last_message_id == 9
+    state = fold([queue("a"), enq(7, "a"), SnapshotBegin(last_journal_id=9)])
+    assert state.snapshot_open and state.queues() == [] and state.last_journal_id == 9
     state.apply(SnapshotEnd())
     assert not state.snapshot_open
-    assert state == fold([SnapshotBegin(last_message_id=9), SnapshotEnd()])
+    assert state == fold([SnapshotBegin(last_journal_id=9), SnapshotEnd()])
 
 
 def test_forget_message() -> None:
@@ -220,7 +220,7 @@ def _build(kind: str, n: int) -> Record:
     """A record of ``kind`` whose names and ids are picked by the digits of ``n`` (drawing
     plain integers keeps generation fast; hypothesis still shrinks them)."""
     vhost, name, queue = _pick(_VHOSTS, n), _pick(_EXCHANGES, n // 4), _pick(_QUEUES, n // 8)
-    mid = 1 + (n // 32) % 12
+    journal_id = 1 + (n // 32) % 12
     binding = {
         "vhost": vhost,
         "queue": queue,
@@ -246,16 +246,16 @@ def _build(kind: str, n: int) -> Record:
             return QueueUnbind(**binding)
         case "message.enqueue":
             return MessageEnqueue(
-                id=mid,
+                id=journal_id,
                 vhost=vhost,
                 queues=_pick(_TARGETS, n // 4),
                 exchange="",
                 body=bytes([n % 251]) * (n % 3),
             )
         case "message.delivered":
-            return MessageDelivered(id=mid, queue=queue)
+            return MessageDelivered(id=journal_id, queue=queue)
         case "message.ack":
-            return MessageAck(id=mid, queue=queue)
+            return MessageAck(id=journal_id, queue=queue)
         case "stream.append":
             return StreamAppend(
                 vhost=vhost, queue=queue, offset=n % 97, exchange="x", body=bytes([n % 251])
@@ -265,7 +265,7 @@ def _build(kind: str, n: int) -> Record:
         case "stream.track":
             return StreamTrack(vhost=vhost, queue=queue, name=_pick(["a", "b"], n), offset=n % 50)
         case "snapshot.begin":
-            return SnapshotBegin(last_message_id=n % 20)
+            return SnapshotBegin(last_journal_id=n % 20)
         case _:
             return SnapshotEnd()
 
@@ -305,15 +305,15 @@ class ReferenceModel:
         self.queues: dict[tuple[str, str], list[list[Any]]] = {}  # [id, delivered]
         self.bindings: list[tuple[str, str, str, str, Any]] = []
         self.messages: dict[int, MessageEnqueue] = {}
-        self.last_id = 0
+        self.last_journal_id = 0
 
-    def holders(self, mid: int) -> list[tuple[str, str]]:
-        return [k for k, entries in self.queues.items() if any(e[0] == mid for e in entries)]
+    def holders(self, journal_id: int) -> list[tuple[str, str]]:
+        return [k for k, entries in self.queues.items() if any(e[0] == journal_id for e in entries)]
 
-    def drop(self, key: tuple[str, str], mid: int) -> None:
-        self.queues[key] = [e for e in self.queues[key] if e[0] != mid]
-        if not self.holders(mid):
-            del self.messages[mid]
+    def drop(self, key: tuple[str, str], journal_id: int) -> None:
+        self.queues[key] = [e for e in self.queues[key] if e[0] != journal_id]
+        if not self.holders(journal_id):
+            del self.messages[journal_id]
 
     def apply(self, r: Record) -> None:
         if isinstance(r, ExchangeDeclare):
@@ -326,8 +326,8 @@ class ReferenceModel:
         elif isinstance(r, QueueDelete | QueuePurge):
             key = (r.vhost, r.name)
             if key in self.queues:
-                for mid, _ in list(self.queues[key]):
-                    self.drop(key, mid)
+                for journal_id, _ in list(self.queues[key]):
+                    self.drop(key, journal_id)
                 if isinstance(r, QueueDelete):
                     del self.queues[key]
                     self.bindings = [b for b in self.bindings if (b[0], b[2]) != key]
@@ -340,7 +340,7 @@ class ReferenceModel:
             ident = (r.vhost, r.exchange, r.queue, r.key, repr(r.arguments))
             self.bindings = [b for b in self.bindings if b != ident]
         elif isinstance(r, MessageEnqueue):
-            self.last_id = max(self.last_id, r.id)
+            self.last_journal_id = max(self.last_journal_id, r.id)
             targets = [(r.vhost, q) for q in r.queues if (r.vhost, q) in self.queues]
             if r.id not in self.messages and targets:
                 self.messages[r.id] = r
@@ -360,7 +360,7 @@ class ReferenceModel:
                         entry[1] = True
         elif isinstance(r, SnapshotBegin):
             self.__init__()  # type: ignore[misc]
-            self.last_id = r.last_message_id
+            self.last_journal_id = r.last_journal_id
 
 
 def _view(state: StoreState) -> dict[str, Any]:
@@ -372,7 +372,7 @@ def _view(state: StoreState) -> dict[str, Any]:
             (b.vhost, b.exchange, b.queue, b.key, repr(b.arguments)) for b in state.bindings()
         ),
         "bodies": {m.record.id: m.record.body for ms in queues.values() for m in ms},
-        "last_id": state.last_message_id,
+        "last_id": state.last_journal_id,
     }
 
 
@@ -386,8 +386,8 @@ def test_fold_matches_the_reference_model(records: list[Record]) -> None:
     assert view["exchanges"] == model.exchanges
     assert view["queues"] == model.queues
     assert view["bindings"] == sorted(model.bindings)
-    assert view["bodies"] == {mid: m.body for mid, m in model.messages.items()}
-    assert view["last_id"] == model.last_id
+    assert view["bodies"] == {journal_id: m.body for journal_id, m in model.messages.items()}
+    assert view["last_id"] == model.last_journal_id
 
 
 @settings(max_examples=100, deadline=None, database=None)

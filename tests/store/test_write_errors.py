@@ -53,7 +53,7 @@ def test_disk_full_mid_write(tmp_path: Path) -> None:
     assert "3 message(s) not stored" in error.text and "No space left" in error.text
     assert journal.committed == journal.synced == 3  # nothing new claimed
     assert (tmp_path / segments(tmp_path)[-1]).stat().st_size == size  # cut back
-    assert journal.state.live_message_ids() == [1, 2]  # the dropped ones are forgotten
+    assert journal.state.live_journal_ids() == [1, 2]  # the dropped ones are forgotten
     assert journal.stats().pending == 1  # the binding waits for the next commit
 
     layer.space = None  # space comes back

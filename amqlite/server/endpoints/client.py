@@ -87,7 +87,7 @@ class ClientEndpoint:
         self._paused = False
         self._released = False
         # HA: pushes waiting until the passive node holds their message, in order:
-        # (message id, stream, offset, frame); a message id of 0 and no stream = a
+        # (journal id, stream, offset, frame); a journal id of 0 and no stream = a
         # frame that only keeps its place behind them
         self._held_pushes: deque[tuple[int, str, int, bytes]] = deque()
 
@@ -173,13 +173,13 @@ class ClientEndpoint:
             vhost = self.vhost
             for d in session.take_deliveries():
                 frame = send_deliver(d.ctag, d.dtag, d.redelivered, d.message, d.offset)
-                pid, offset = d.message.pid, d.offset
+                journal_id, offset = d.message.journal_id, d.offset
                 if offset is not None:
                     if held or not storage.stream_replicated(vhost, d.queue, offset):
                         held.append((0, d.queue, offset, frame))
                         continue
-                elif held or (pid and not storage.replicated(pid)):
-                    held.append((pid, "", 0, frame))
+                elif held or (journal_id and not storage.replicated(journal_id)):
+                    held.append((journal_id, "", 0, frame))
                     continue
                 out += frame
             for tag, code, text in session.take_cancellations():
@@ -200,9 +200,9 @@ class ClientEndpoint:
         storage = self.node.storage
         out = self.link.out
         while held:
-            pid, stream, offset, _ = held[0]
+            journal_id, stream, offset, _ = held[0]
             if storage is not None and (
-                (pid and not storage.replicated(pid))
+                (journal_id and not storage.replicated(journal_id))
                 or (stream and not storage.stream_replicated(self.vhost, stream, offset))
             ):
                 break

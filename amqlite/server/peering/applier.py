@@ -30,7 +30,7 @@ from amqlite.peering import (
     Deliver,
     Disconnect,
     LinkState,
-    PeerLink,
+    PeeringLink,
     Persist,
     Send,
     StateChanged,
@@ -131,7 +131,7 @@ class ActionApplier:
 
     # --- what arrives from the links and queues ----------------------------------------------
 
-    def receive(self, link: PeerLink, msg: dict[str, Any], now: float) -> None:
+    def receive(self, link: PeeringLink, msg: dict[str, Any], now: float) -> None:
         """One ``peer`` frame for ``link``: a peering map, or a batch of them."""
         self._receive_frame(link, msg, now)
         if link.queue_fed:
@@ -140,7 +140,7 @@ class ActionApplier:
             if pq is not None and interest is not None and interest.digest.hex != pq.applied_digest:
                 pq.sync_bindings()  # the subscriber's interest changed
 
-    def _receive_frame(self, link: PeerLink, msg: dict[str, Any], now: float) -> None:
+    def _receive_frame(self, link: PeeringLink, msg: dict[str, Any], now: float) -> None:
         if msg.get("type") != BATCH:
             self.apply(link.receive(msg, now))
             return
@@ -248,7 +248,7 @@ class ActionApplier:
             bad = check_props(message.properties)
         session = self._session(px.ctx.vhost)
         try:
-            if bad is not None:  # only a broken peer sends these: never store them
+            if bad is not None:  # only a broken remote sends these: never store them
                 raise BrokerError(f"malformed headers or properties: {bad}")
             outcome = session.publish(message, now=now)  # starts the delivery's span
         except AmqliteError as exc:  # the exchange went away: nothing routes it

@@ -34,7 +34,7 @@ import trio
 
 from amqlite.broker import Message
 from amqlite.errors import AmqliteError
-from amqlite.peering import MemorySpill, PeeredExchange, PeerLink, Persist, SpillStore
+from amqlite.peering import MemorySpill, PeeredExchange, PeeringLink, Persist, SpillStore
 from amqlite.store import PeeringMarks, PeeringOut, PeeringOutAck
 from amqlite.store.durable_file import read_if_present, write_durably
 
@@ -180,7 +180,7 @@ class PeeringDurability:
         return {key: dict(backlog) for key, backlog in journal.state.peering_out.items()}
 
     def restore_log(
-        self, px: PeeredExchange, link: PeerLink, backlog: Mapping[int, PeeringOut], now: float
+        self, px: PeeredExchange, link: PeeringLink, backlog: Mapping[int, PeeringOut], now: float
     ) -> None:
         """Give a dialer link back what its durable log held."""
         envelopes = []

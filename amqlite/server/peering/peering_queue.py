@@ -13,7 +13,7 @@ subscriber link, ``amq.peering.<exchange>.<link id>``, so that:
   (told in its hello, kept in the queue's arguments), it is deleted with what it
   holds. A restart starts the lease again.
 
-The link end takes the queue's deliveries in order (``PeerLink.take``) and the
+The link end takes the queue's deliveries in order (``PeeringLink.take``) and the
 queue's messages are settled only once the subscriber acknowledged them
 (``Acked``), so a cut, a restart or a failover sends them again; their peering
 identity travels with them in the journal (``Message.mesh``), so the subscriber
@@ -35,7 +35,7 @@ import structlog
 
 from amqlite.broker import PEERING_QUEUE_PREFIX, Broker, Delivery, Message, Session
 from amqlite.errors import AmqliteError
-from amqlite.peering import BindingKey, Envelope, PeeredExchange, PeeringProtocolError, PeerLink
+from amqlite.peering import BindingKey, Envelope, PeeredExchange, PeeringLink, PeeringProtocolError
 
 ARG_EXCHANGE = "x-peering-exchange"
 ARG_LINK = "x-peering-link"
@@ -91,7 +91,7 @@ class PeeringQueue:
         self,
         broker: Broker,
         px: PeeredExchange,
-        link: PeerLink,
+        link: PeeringLink,
         *,
         prefetch: int,
         now: float,
@@ -250,7 +250,7 @@ class PeeringQueues:
                 if queue.name.startswith(PEERING_QUEUE_PREFIX) and ARG_LINK in queue.arguments:
                     self._orphans[(host.name, queue.name)] = (now, lease_of(queue.arguments))
 
-    def attach(self, px: PeeredExchange, link: PeerLink, now: float) -> None:
+    def attach(self, px: PeeredExchange, link: PeeringLink, now: float) -> None:
         """After an acceptor end attached: a subscribe end consumes from its peering
         queue (declared on first use, kept across cuts and restarts)."""
         pq = self.by_link.get(link.id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from amqlite.peering import Envelope, PeeredExchange, PeerLink
+from amqlite.peering import Envelope, PeeredExchange, PeeringLink
 
 from .peering_queue import PeeringQueue
 from .transport import LinkConnection
@@ -34,7 +34,7 @@ class LinkRegistry:
         self.held: dict[str, HeldEnvelopes] = {}
         self.waiting_since: dict[str, float] = {}  # acceptor ends whose dialer is away
 
-    def link(self, link_id: str) -> PeerLink | None:
+    def link(self, link_id: str) -> PeeringLink | None:
         px = self.owner.get(link_id)
         return px.links.get(link_id) if px is not None else None
 

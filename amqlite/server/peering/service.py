@@ -132,7 +132,7 @@ class PeeringService:
     # --- start and stop ------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Peer while this node serves (standalone, or the active node of its HA
+        """Run the peering links while this node serves (standalone, or the active node of its HA
         pair): :meth:`ha_state_changed` starts and stops the links."""
         await self.durability.open()
         async with trio.open_nursery() as nursery:
@@ -157,7 +157,7 @@ class PeeringService:
             self._deactivate()
 
     def peering_node_id(self) -> str:
-        """An HA pair is one broker to its peers: both members use the pair's
+        """An HA pair is one broker to its remotes: both members use the pair's
         addresses as their peering id."""
         cluster = self.node.config.cluster
         if cluster.enabled:
