@@ -17,7 +17,7 @@ and the plumbing around them, written once:
 * **reading**: :meth:`~FramedLink.receive` reads once, feeds the protocol and
   marks the heartbeat clock; the caller's reader then takes the events
   (``proto.events(limit)`` for batches, ``proto.next_event()`` one at a time).
-* **heartbeats**: a watchdog on one :class:`~amqlite.protocol.PeerClock` sends a
+* **heartbeats**: a watchdog on one :class:`~amqlite.protocol.HeartbeatClock` sends a
   ``heartbeat`` when we have been quiet for an interval and fails the link when the
   other end has been silent for ``misses`` intervals; before
   :meth:`~FramedLink.start_heartbeat` it only enforces ``handshake_timeout``.
@@ -73,7 +73,7 @@ import trio
 
 from amqlite.errors import AmqliteError, ConnectionClosed, ProtocolError, ReplyCode
 from amqlite.log import get_logger
-from amqlite.protocol import DEFAULT_MAX_FRAME, NEED_DATA, Connection, PeerClock, Role
+from amqlite.protocol import DEFAULT_MAX_FRAME, NEED_DATA, Connection, HeartbeatClock, Role
 from amqlite.protocol import events as ev
 
 log = get_logger("amqlite.link")
@@ -125,7 +125,7 @@ def describe_os_error(exc: BaseException) -> str:
 
 class FramedLink:
     """A stream, its protocol connection, a writer, a heartbeat watchdog (see the
-    module docstring). ``peer`` names the other end in errors and logs. The
+    module docstring). ``remote_address`` names the other end in errors and logs. The
     callbacks are attributes too: a dialed link gets them after :func:`dial`."""
 
     def __init__(
@@ -133,7 +133,7 @@ class FramedLink:
         stream: trio.abc.Stream,
         proto: Connection,
         *,
-        peer: str = "",
+        remote_address: str = "",
         high_water: int = 1024 * 1024,
         low_water: int = 256 * 1024,
         before_flush: Callable[[], None] | None = None,
@@ -144,10 +144,10 @@ class FramedLink:
     ) -> None:
         self.stream = stream
         self.proto = proto
-        self.peer = peer
+        self.remote_address = remote_address
         #: Frames waiting for the writer; append and then :meth:`kick`.
         self.out = bytearray()
-        self.clock = PeerClock(0.0)
+        self.clock = HeartbeatClock(0.0)
         self.high_water = high_water
         self.low_water = low_water
         self.close_timeout = close_timeout
@@ -328,7 +328,7 @@ class FramedLink:
             self.fail(self._lost_error(exc))
             self.abort()
         except Exception as exc:  # a bug (in before_flush, say): the link dies of it
-            log.exception("link_writer_failed", peer=self.peer)
+            log.exception("link_writer_failed", remote=self.remote_address)
             err = ConnectionClosed(f"link writer failed: {exc!r}", ReplyCode.INTERNAL_ERROR)
             err.__cause__ = exc
             self.fail(err)
@@ -339,7 +339,9 @@ class FramedLink:
             self._signal_drained()
 
     def _lost_error(self, exc: BaseException) -> ConnectionClosed:
-        return ConnectionClosed(f"connection to {self.peer} lost ({describe_os_error(exc)})")
+        return ConnectionClosed(
+            f"connection to {self.remote_address} lost ({describe_os_error(exc)})"
+        )
 
     # --- reading --------------------------------------------------------------------
 
@@ -364,7 +366,9 @@ class FramedLink:
             with trio.move_on_after(self._handshake_timeout):
                 await self._opened.wait()
             if not self._opened.is_set():
-                text = f"no handshake from {self.peer} within {self._handshake_timeout:g}s"
+                text = (
+                    f"no handshake from {self.remote_address} within {self._handshake_timeout:g}s"
+                )
                 self.fail(ConnectionClosed(text))
                 self.abort()
                 return
@@ -374,9 +378,9 @@ class FramedLink:
             return
         while True:
             now = trio.current_time()
-            if clock.peer_dead(now):
+            if clock.remote_silent(now):
                 silent = clock.interval * clock.misses
-                text = f"{self.peer} sent nothing for {silent:g}s (heartbeat timeout)"
+                text = f"{self.remote_address} sent nothing for {silent:g}s (heartbeat timeout)"
                 self.fail(ConnectionClosed(text))
                 self.abort()
                 return
@@ -394,13 +398,13 @@ async def open_link(
     hello: ev.Hello,
     *,
     max_frame_size: int = DEFAULT_MAX_FRAME,
-    peer: str = "",
+    remote_address: str = "",
 ) -> tuple[FramedLink, ev.Welcome]:
     """Say ``hello`` on ``stream`` and read up to the ``welcome``; raises DialFailed.
     The stream is the caller's to close on failure. Bytes that came after the
     welcome stay buffered in the link's protocol connection."""
     proto = Connection(Role.CLIENT, max_frame_size=max_frame_size)
-    link = FramedLink(stream, proto, peer=peer)
+    link = FramedLink(stream, proto, remote_address=remote_address)
     try:
         await stream.send_all(proto.send(hello))
     except _STREAM_ERRORS as exc:
@@ -436,14 +440,16 @@ async def dial(
 ) -> tuple[FramedLink, ev.Welcome]:
     """Open TCP to ``host:port`` and :func:`open_link`, all within ``timeout``
     seconds; raises DialFailed (and leaves no stream open) when that fails."""
-    peer = f"{host}:{port}"
+    remote_address = f"{host}:{port}"
     with trio.move_on_after(timeout):
         try:
             stream = await open_stream(host, port)
         except OSError as exc:
             raise DialFailed(describe_os_error(exc)) from None
         try:
-            return await open_link(stream, hello, max_frame_size=max_frame_size, peer=peer)
+            return await open_link(
+                stream, hello, max_frame_size=max_frame_size, remote_address=remote_address
+            )
         except BaseException:
             await trio.aclose_forcefully(stream)
             raise

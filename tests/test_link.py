@@ -60,7 +60,7 @@ async def _opened(nursery: trio.Nursery, **link_args: object) -> tuple[FramedLin
         await peer.send(ev.Welcome(1, heartbeat=1.0))
 
     nursery.start_soon(welcome)
-    link, welcome_event = await open_link(ours, HELLO, peer="memory")
+    link, welcome_event = await open_link(ours, HELLO, remote_address="memory")
     assert welcome_event.heartbeat == 1.0
     for name, value in link_args.items():
         setattr(link, name, value)
@@ -164,7 +164,7 @@ async def test_dial_keeps_what_came_after_the_welcome() -> None:
         link, _ = await dial("h", 1, HELLO, open_stream=open_stream)
     assert link.proto.state is ConnState.OPEN
     assert link.proto.events() == [ev.Ok(7)]
-    assert link.peer == "h:1"
+    assert link.remote_address == "h:1"
 
 
 # --- heartbeats ---------------------------------------------------------------------------
@@ -216,7 +216,7 @@ async def test_a_talking_peer_stays_alive(autojump_clock: trio.testing.MockClock
 
 async def test_no_handshake_in_time_fails_the_link(autojump_clock: trio.testing.MockClock) -> None:
     ours, _theirs = trio.testing.memory_stream_pair()
-    link = FramedLink(ours, Connection(Role.SERVER), peer="p", handshake_timeout=10.0)
+    link = FramedLink(ours, Connection(Role.SERVER), remote_address="p", handshake_timeout=10.0)
     await link.run(lambda: _read_until_end(link))
     assert link.error is not None and "no handshake from p within 10s" in link.error.text
     assert trio.current_time() == pytest.approx(10.0)

@@ -36,13 +36,13 @@ def test_json_lines_carry_event_level_timestamp_and_context() -> None:
     stream = io.StringIO()
     configure_logging("json", "info", stream)
 
-    get_logger("amqlite.server").info("connection_opened", peer="127.0.0.1:5123", user="guest")
+    get_logger("amqlite.server").info("connection_opened", remote="127.0.0.1:5123", user="guest")
 
     (line,) = json_lines(stream)
     assert line["event"] == "connection_opened"
     assert line["level"] == "info"
     assert line["logger"] == "amqlite.server"
-    assert line["peer"] == "127.0.0.1:5123"
+    assert line["remote"] == "127.0.0.1:5123"
     assert line["user"] == "guest"
     timestamp = str(line["timestamp"])
     assert timestamp.endswith("Z")
@@ -101,7 +101,7 @@ def test_console_output_is_plain_text_off_a_terminal() -> None:
     stream = io.StringIO()
     configure_logging("console", "info", stream)
 
-    get_logger("amqlite.server").info("connection_opened", peer="127.0.0.1:5123")
+    get_logger("amqlite.server").info("connection_opened", remote="127.0.0.1:5123")
 
     text = stream.getvalue()
     assert "connection_opened" in text

@@ -208,7 +208,7 @@ class Connection(Declarations, StreamRequests):
             if self._gen == gen:
                 self._emit_acks()
 
-        link.peer = str(dialed.address)
+        link.remote_address = str(dialed.address)
         link.high_water = HIGH_WATER
         link.before_flush = before_flush
         link.on_lost = on_lost

@@ -87,20 +87,20 @@ async def connect_stream(
     heartbeat: float = 5.0,
     max_in_flight: int = 1000,
     close_timeout: float = 5.0,
-    peer: str = "stream",
+    remote_address: str = "stream",
 ) -> AsyncIterator[Connection]:
     """Like :func:`connect` over a stream that is already open (a tunnel, an
     in-memory pair in tests). No failover and no reconnect: a refusal raises
     ConnectionRefused, a lost stream ConnectionClosed."""
     params = HelloParams(vhost, login, password, client_name, heartbeat)
     try:
-        link, welcome = await open_link(stream, params.hello(), peer=peer)
+        link, welcome = await open_link(stream, params.hello(), remote_address=remote_address)
     except BaseException as exc:
         await trio.aclose_forcefully(stream)
         if isinstance(exc, DialFailed):
             raise handshake_error(exc) from None
         raise
-    address = Address(peer, 0)
+    address = Address(remote_address, 0)
     conn = Connection(
         Dialed(link, welcome, address),
         max_in_flight=max_in_flight,

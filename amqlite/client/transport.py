@@ -52,7 +52,7 @@ class Transport:
                 if link.dead:
                     return
                 if ended:
-                    link.fail(ConnectionClosed(f"{link.peer} closed the connection"))
+                    link.fail(ConnectionClosed(f"{link.remote_address} closed the connection"))
                     return
                 if not await link.receive():
                     if link.dead or link.closing:  # broke (reported) or we hung up
@@ -62,10 +62,12 @@ class Transport:
             # the server broke the protocol: tell it why, then hang up
             with contextlib.suppress(ProtocolError):
                 link.send(ev.Close(code=exc.code, text=exc.text))
-            link.fail(ConnectionClosed(f"protocol error from {link.peer}: {exc}", exc.code))
+            link.fail(
+                ConnectionClosed(f"protocol error from {link.remote_address}: {exc}", exc.code)
+            )
             link.close()
         except Exception as exc:  # a bug: surface it as a dead connection, with the cause
-            log.exception("client_reader_failed", peer=link.peer)
+            log.exception("client_reader_failed", remote=link.remote_address)
             err = ConnectionClosed(f"client reader failed: {exc!r}", ReplyCode.INTERNAL_ERROR)
             err.__cause__ = exc
             link.fail(err)

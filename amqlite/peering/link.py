@@ -26,7 +26,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from amqlite.protocol.heartbeat import PeerClock, negotiate_heartbeat
+from amqlite.protocol.heartbeat import HeartbeatClock, negotiate_heartbeat
 
 from .actions import (
     Acked,
@@ -122,7 +122,7 @@ class PeeringLink:
             self.interest = RemoteInterest(ctx.exchange_type)
         self.addresses = AddressRing(settings.addresses) if role is LinkRole.DIALER else None
         self.backoff = Backoff(rand, settings.backoff_initial, settings.backoff_max)
-        self.clock = PeerClock(settings.heartbeat, settings.heartbeat_misses)
+        self.clock = HeartbeatClock(settings.heartbeat, settings.heartbeat_misses)
         self.remote_node: str | None = None
         self.remote_epoch = 0
         self.remote_lease: float | None = None  # subscribe, acceptor: the dialer's wishes
@@ -235,7 +235,7 @@ class PeeringLink:
             return []
         if state is _SYNCING and now >= self._connect_deadline:
             return self._drop(now, "handshake timed out")
-        if self.clock.peer_dead(now):
+        if self.clock.remote_silent(now):
             return self._drop(now, f"remote silent for {now - self.clock.last_received:.3f}s")
         sends: list[Action] = []
         if state is _UP and self.receives:

@@ -8,7 +8,7 @@ from .codec import PROPERTY_TYPES, WireMessage, check_headers, check_props
 from .connection import DEFAULT_MAX_FRAME, NEED_DATA, Connection
 from .events import *  # noqa: F403
 from .events import BY_METHOD, PROTOCOL_VERSION, REPLIES, REQUESTS, WIRE_EVENTS, Role, Sender
-from .heartbeat import PeerClock
+from .heartbeat import HeartbeatClock
 from .states import TRANSITIONS, ConnState, Trigger
 
 __all__ = [
@@ -23,7 +23,7 @@ __all__ = [
     "WIRE_EVENTS",
     "ConnState",
     "Connection",
-    "PeerClock",
+    "HeartbeatClock",
     "Role",
     "Sender",
     "Trigger",

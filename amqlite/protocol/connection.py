@@ -370,7 +370,7 @@ class Connection:
         limit = self.remote_max_frame_size
         if limit is not None and len(data) - 4 > limit:
             raise LocalProtocolError(
-                f"'peer' frame of {len(data) - 4} bytes exceeds the peer's maximum of {limit}",
+                f"'peer' frame of {len(data) - 4} bytes exceeds the other end's maximum of {limit}",
                 ReplyCode.CONTENT_TOO_LARGE,
             )
         if new_state is not self._state:

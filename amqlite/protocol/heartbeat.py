@@ -16,7 +16,7 @@ INF = float("inf")
 
 
 @dataclass(slots=True)
-class PeerClock:
+class HeartbeatClock:
     """When to send the next heartbeat and whether the other end has gone silent."""
 
     interval: float
@@ -46,12 +46,12 @@ class PeerClock:
         """True when we have been quiet for a whole interval."""
         return self.enabled and now >= self.last_sent + self.interval
 
-    def peer_dead(self, now: float) -> bool:
+    def remote_silent(self, now: float) -> bool:
         """True when the other end has been silent for ``misses`` intervals."""
         return self.enabled and now >= self.last_received + self.interval * self.misses
 
     def next_deadline(self, now: float | None = None) -> float:
-        """The earliest time at which :meth:`send_due` or :meth:`peer_dead` may turn
+        """The earliest time at which :meth:`send_due` or :meth:`remote_silent` may turn
         true. It depends on the recorded times only: ``now`` is ignored (accepted
         for the server connection's watchdog until it runs on FramedLink)."""
         if not self.enabled:

@@ -4,7 +4,7 @@ Three tasks per connection, owned by one nursery: the reader turns whole batches
 of bytes into events and hands each request to the connection's role endpoint
 (:mod:`.endpoints`) without a checkpoint per message; the writer sends everything
 queued in one ``send_all``; the watchdog sends heartbeats when we are quiet and
-drops a peer that went silent.
+drops a client that went silent.
 
 The handshake (protocol version, role, credentials, the HA pair's admission)
 chooses the endpoint; after it, this module knows nothing of what a request
@@ -21,7 +21,7 @@ import trio
 
 from amqlite.auth import AuthenticatedUser
 from amqlite.errors import AmqliteError, RemoteProtocolError, ReplyCode
-from amqlite.protocol import NEED_DATA, PROTOCOL_VERSION, Connection, PeerClock, Role
+from amqlite.protocol import NEED_DATA, PROTOCOL_VERSION, Connection, HeartbeatClock, Role
 from amqlite.protocol import events as ev
 
 from .dispatch import RequestDispatcher
@@ -52,13 +52,15 @@ class NativeConnection:
     """Serves one native connection until it leaves, breaks the protocol, or the
     server stops; after the handshake its requests go to one role endpoint."""
 
-    def __init__(self, node: NodeView, stream: trio.SocketStream, peer: str, peer_host: str):
+    def __init__(
+        self, node: NodeView, stream: trio.SocketStream, remote_address: str, remote_host: str
+    ):
         self.node = node
         self.stream = stream
-        self.peer = peer
-        self.peer_host = peer_host
+        self.remote_address = remote_address
+        self.remote_host = remote_host
         self.proto = Connection(Role.SERVER, max_frame_size=node.config.server.max_frame_bytes)
-        self.clock = PeerClock(0.0)
+        self.clock = HeartbeatClock(0.0)
         self.connected_at = trio.current_time()
         self.user = ""
         self.endpoint: Endpoint | None = None
@@ -129,13 +131,13 @@ class NativeConnection:
         with trio.move_on_at(self.connected_at + HANDSHAKE_TIMEOUT):
             await self._opened.wait()
         if not self._opened.is_set():
-            log.warning("handshake_timeout", peer=self.peer)
+            log.warning("handshake_timeout", remote=self.remote_address)
             self._abort()
             return
         while True:
             now = trio.current_time()
-            if self.clock.peer_dead(now):
-                log.warning("heartbeat_missed", peer=self.peer, user=self.user)
+            if self.clock.remote_silent(now):
+                log.warning("heartbeat_missed", remote=self.remote_address, user=self.user)
                 self._abort()
                 return
             if self.clock.send_due(now):
@@ -156,11 +158,13 @@ class NativeConnection:
             try:
                 keep_going = await self._handle_buffered(now)
             except RemoteProtocolError as exc:
-                log.warning("protocol_error", peer=self.peer, code=exc.code, text=exc.text)
+                log.warning(
+                    "protocol_error", remote=self.remote_address, code=exc.code, text=exc.text
+                )
                 self._queue(proto.send(ev.Close(exc.code, exc.text)))
                 return
             except Exception:
-                log.exception("request_crashed", peer=self.peer, user=self.user)
+                log.exception("request_crashed", remote=self.remote_address, user=self.user)
                 with contextlib.suppress(AmqliteError):
                     text = "internal error: the broker logged it; the connection is closed"
                     self._queue(proto.send(ev.Close(ReplyCode.INTERNAL_ERROR, text)))
@@ -197,12 +201,14 @@ class NativeConnection:
                 self._queue(proto.send(ev.CloseOk()))
                 return False
             elif self._closing or t is ev.Heartbeat:
-                continue  # after our close, drop what the peer sent before it saw it
+                continue  # after our close, drop what the other end sent before it saw it
             elif isinstance(event, ev.Hello):
                 if not await self._handshake(event):
                     return False
             elif isinstance(event, ev.BadRequest):
-                log.info("bad_request", peer=self.peer, code=event.code, text=event.text)
+                log.info(
+                    "bad_request", remote=self.remote_address, code=event.code, text=event.text
+                )
                 self._queue(proto.send(ev.Error(event.id, event.code, event.text)))
 
     # --- handshake -----------------------------------------------------------------
@@ -226,7 +232,7 @@ class NativeConnection:
             refusal = (ReplyCode.NOT_ALLOWED, "too many connections", "max_connections reached")
         else:
             auth = node.authenticator
-            args = (hello.login, hello.password, hello.vhost, self.peer_host)
+            args = (hello.login, hello.password, hello.vhost, self.remote_host)
             if auth.guest_only:  # no scrypt to run: a plain comparison
                 result = auth.authenticate(*args)
             else:  # scrypt takes ~50 ms on purpose: keep it off the event loop
@@ -240,14 +246,18 @@ class NativeConnection:
                         self._queue(
                             self.proto.send(ev.Refused(hello.id, ReplyCode.NOT_ACTIVE, text))
                         )
-                        log.info("connection_refused_not_active", peer=self.peer, state=node.state)
+                        log.info(
+                            "connection_refused_not_active",
+                            remote=self.remote_address,
+                            state=node.state,
+                        )
                         return False
                 return self._open(hello, result)
             refusal = (result.code, result.text, result.log_reason)
         code, text, reason = refusal
         log.warning(
             "connection_refused",
-            peer=self.peer,
+            remote=self.remote_address,
             login=hello.login,
             vhost=hello.vhost,
             code=code,
@@ -303,7 +313,7 @@ class NativeConnection:
         self.endpoint = endpoint
         ours, theirs = node.config.server.heartbeat, hello.heartbeat
         heartbeat = min(ours, theirs) if ours > 0 and theirs > 0 else max(ours, theirs)
-        self.clock = PeerClock(heartbeat)
+        self.clock = HeartbeatClock(heartbeat)
         self.clock.start(trio.current_time())
         self._opened.set()
         self._queue(
@@ -322,7 +332,7 @@ class NativeConnection:
         endpoint.opened()
         log.info(
             "connection_opened",
-            peer=self.peer,
+            remote=self.remote_address,
             user=user.name,
             vhost=hello.vhost,
             client=hello.client,
@@ -343,7 +353,7 @@ class NativeConnection:
         self._wake.set()
 
     def close_from_server(self, code: int, text: str) -> None:
-        """Tell the peer we are closing (e.g. 320 at shutdown); run() then ends."""
+        """Tell the other end we are closing (e.g. 320 at shutdown); run() then ends."""
         if self._closing:
             return
         self._closing = True

@@ -98,7 +98,7 @@ class HaService:
         # the follower's actions not applied yet: those after a snapshot being applied
         self._follow_queue: deque[tuple[FollowerAction, HaPeerEnd]] = deque()
         self._applying = False  # a snapshot is being applied a chunk at a time
-        self.inbound_links = 0  # peer-link connections the peer opened to us
+        self.inbound_links = 0  # ha-peer connections the peer opened to us
         self.handing_over = False
         self._nursery: trio.Nursery | None = None
         self._progress = trio.Event()  # set (and replaced) on every change of state or ack

@@ -147,14 +147,14 @@ class BrokerNode:
         except OSError:
             await stream.aclose()
             return
-        peer = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        conn = NativeConnection(self, stream, peer, host)
+        remote = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        conn = NativeConnection(self, stream, remote, host)
         self.connections.add(conn)
         try:
             await conn.run()
         except Exception:
             # A bug must cost one connection, never the node and its other clients.
-            log.exception("connection_crashed", peer=peer, user=conn.user)
+            log.exception("connection_crashed", remote=remote, user=conn.user)
         finally:
             self.connections.discard(conn)
             if not self.connections:

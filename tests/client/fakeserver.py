@@ -539,7 +539,7 @@ class FakeBroker:
             ],
             "connections": [
                 {
-                    "peer": "127.0.0.1:1",
+                    "remote": "127.0.0.1:1",
                     "user": "guest",
                     "vhost": "/",
                     "client": s.client_hello.client if s.client_hello else "",

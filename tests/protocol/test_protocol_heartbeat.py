@@ -1,4 +1,4 @@
-"""PeerClock: heartbeats due after one quiet interval, the peer dead after
+"""HeartbeatClock: heartbeats due after one quiet interval, the peer dead after
 ``misses`` silent intervals; time only ever comes in as ``now``."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from amqlite.protocol import PeerClock
+from amqlite.protocol import HeartbeatClock
 
 
 def test_send_due_after_one_quiet_interval() -> None:
-    clock = PeerClock(interval=10.0)
+    clock = HeartbeatClock(interval=10.0)
     clock.start(100.0)
     assert not clock.send_due(100.0)
     assert not clock.send_due(109.999)
@@ -20,7 +20,7 @@ def test_send_due_after_one_quiet_interval() -> None:
 
 
 def test_sending_anything_restarts_the_quiet_interval() -> None:
-    clock = PeerClock(interval=10.0)
+    clock = HeartbeatClock(interval=10.0)
     clock.start(100.0)
     clock.sent(108.0)
     assert not clock.send_due(110.0)
@@ -29,47 +29,47 @@ def test_sending_anything_restarts_the_quiet_interval() -> None:
 
 
 def test_receiving_does_not_make_a_heartbeat_unnecessary() -> None:
-    clock = PeerClock(interval=10.0)
+    clock = HeartbeatClock(interval=10.0)
     clock.start(100.0)
     clock.received(109.0)
     assert clock.send_due(110.0)
 
 
 def test_peer_dead_after_three_silent_intervals_by_default() -> None:
-    clock = PeerClock(interval=10.0)
+    clock = HeartbeatClock(interval=10.0)
     assert clock.misses == 3
     clock.start(100.0)
-    assert not clock.peer_dead(129.999)
-    assert clock.peer_dead(130.0)
+    assert not clock.remote_silent(129.999)
+    assert clock.remote_silent(130.0)
 
 
 def test_any_frame_from_the_peer_keeps_it_alive() -> None:
-    clock = PeerClock(interval=10.0)
+    clock = HeartbeatClock(interval=10.0)
     clock.start(100.0)
     clock.received(125.0)
-    assert not clock.peer_dead(130.0)
-    assert not clock.peer_dead(154.999)
-    assert clock.peer_dead(155.0)
+    assert not clock.remote_silent(130.0)
+    assert not clock.remote_silent(154.999)
+    assert clock.remote_silent(155.0)
 
 
 def test_sending_does_not_keep_the_peer_alive() -> None:
-    clock = PeerClock(interval=10.0)
+    clock = HeartbeatClock(interval=10.0)
     clock.start(100.0)
     for t in range(101, 131):
         clock.sent(float(t))
-    assert clock.peer_dead(130.0)
+    assert clock.remote_silent(130.0)
 
 
 @pytest.mark.parametrize("misses", [1, 2, 5])
 def test_misses_is_configurable(misses: int) -> None:
-    clock = PeerClock(interval=2.0, misses=misses)
+    clock = HeartbeatClock(interval=2.0, misses=misses)
     clock.start(0.0)
-    assert not clock.peer_dead(2.0 * misses - 0.001)
-    assert clock.peer_dead(2.0 * misses)
+    assert not clock.remote_silent(2.0 * misses - 0.001)
+    assert clock.remote_silent(2.0 * misses)
 
 
 def test_next_deadline_is_the_earlier_of_send_and_death() -> None:
-    clock = PeerClock(interval=10.0)
+    clock = HeartbeatClock(interval=10.0)
     clock.start(100.0)
     assert clock.next_deadline() == 110.0  # our heartbeat first
     clock.sent(125.0)
@@ -79,7 +79,7 @@ def test_next_deadline_is_the_earlier_of_send_and_death() -> None:
 
 
 def test_next_deadline_is_when_the_answers_change() -> None:
-    clock = PeerClock(interval=5.0)
+    clock = HeartbeatClock(interval=5.0)
     clock.start(0.0)
     clock.sent(3.0)
     clock.received(4.0)
@@ -93,35 +93,35 @@ def test_next_deadline_is_when_the_answers_change() -> None:
     assert clock.next_deadline() == 18.0
     clock.sent(18.0)
     assert clock.next_deadline() == 19.0  # 4.0 + 3 * 5.0
-    assert not clock.peer_dead(18.999) and clock.peer_dead(19.0)
+    assert not clock.remote_silent(18.999) and clock.remote_silent(19.0)
 
 
 @pytest.mark.parametrize("interval", [0.0, -1.0])
 def test_disabled_clock_never_fires(interval: float) -> None:
-    clock = PeerClock(interval=interval)
+    clock = HeartbeatClock(interval=interval)
     clock.start(0.0)
     assert not clock.enabled
     assert not clock.send_due(1e12)
-    assert not clock.peer_dead(1e12)
+    assert not clock.remote_silent(1e12)
     assert math.isinf(clock.next_deadline())
 
 
 def test_enabled_with_a_positive_interval() -> None:
-    assert PeerClock(interval=0.2).enabled
+    assert HeartbeatClock(interval=0.2).enabled
 
 
 def test_waking_at_the_deadline_always_finds_it_due() -> None:
     """0.7 + 0.1 - 0.7 < 0.1 in floating point: a deadline computed one way and a
     check done the other way would make the watchdog spin."""
-    from amqlite.protocol import PeerClock
+    from amqlite.protocol import HeartbeatClock
 
     for last in (0.7, 1.1, 3.3, 1e6 + 0.7):
         for interval in (0.1, 0.2, 0.3):
-            clock = PeerClock(interval)
+            clock = HeartbeatClock(interval)
             clock.start(last)
             deadline = clock.next_deadline()
             assert clock.send_due(deadline)
             clock.sent(deadline)
             clock.received(deadline)
             dead_at = deadline + interval * clock.misses
-            assert clock.peer_dead(dead_at)
+            assert clock.remote_silent(dead_at)

@@ -18,7 +18,7 @@ from amqlite.protocol import events as ev
 class Link(Protocol):
     """The connection under an endpoint (the native connection's side of it)."""
 
-    peer: str
+    remote_address: str
     proto: Connection
     #: bytes queued for the writer: an endpoint may append encoded frames to it and
     #: then call :meth:`kick`

@@ -108,7 +108,7 @@ class ClientEndpoint:
             assert isinstance(reply, ev.Error)
             log.info(
                 "request_failed",
-                peer=self.link.peer,
+                remote=self.link.remote_address,
                 method=event.METHOD,
                 code=reply.code,
                 text=reply.text,
@@ -239,13 +239,18 @@ class ClientEndpoint:
             self.session.close(now)
             self.session = None
             self.node.pump()
-            log.info("connection_closed", peer=self.link.peer, user=self.user, vhost=self.vhost)
+            log.info(
+                "connection_closed",
+                remote=self.link.remote_address,
+                user=self.user,
+                vhost=self.vhost,
+            )
 
     def info(self) -> dict[str, Any] | None:
         if self.session is None:
             return None
         return {
-            "peer": self.link.peer,
+            "remote": self.link.remote_address,
             "user": self.user,
             "vhost": self.vhost,
             "client": self.client_name,

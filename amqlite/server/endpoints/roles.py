@@ -106,7 +106,7 @@ class PeeringEndpoint(_RoleEndpoint):
         super().__init__(link)
         self.peering = peering
         self.permissions = permissions
-        self.peer = link.peer
+        self.remote_address = link.remote_address
         self.user = user
         self.vhost = vhost
 

@@ -426,7 +426,7 @@ class PeeringService:
         registry.owner[attached.id] = px
         registry.conns[attached.id] = conn
         self._accepted[conn] = attached.id
-        log.info("peering_link_accepted", link=attached.id, peer=conn.peer)
+        log.info("peering_link_accepted", link=attached.id, remote=conn.remote_address)
         self.applier.apply(actions)
         self.queues.attach(px, attached, now)
 
