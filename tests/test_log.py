@@ -105,7 +105,7 @@ def test_console_output_is_plain_text_off_a_terminal() -> None:
 
     text = stream.getvalue()
     assert "connection_opened" in text
-    assert "peer=127.0.0.1:5123" in text
+    assert "remote=127.0.0.1:5123" in text
     assert "info" in text
     assert "\x1b[" not in text
     assert re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", text)

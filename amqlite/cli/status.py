@@ -93,11 +93,11 @@ def print_status(status: dict[str, Any], file: Any = None) -> None:
     console.print(exchanges)
     if conns:
         table = Table(title="connections", title_justify="left", show_edge=False)
-        for col in ("peer", "user", "vhost", "client", "since"):
+        for col in ("remote", "user", "vhost", "client", "since"):
             table.add_column(col)
         for c in conns:
             table.add_row(
-                str(c.get("peer", "")),
+                str(c.get("remote", "")),
                 str(c.get("user", "")),
                 str(c.get("vhost", "")),
                 str(c.get("client", "")),

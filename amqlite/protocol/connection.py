@@ -336,7 +336,7 @@ class Connection:
         limit = self.remote_max_frame_size
         if limit is not None and len(data) - 4 > limit:
             raise LocalProtocolError(
-                f"{cls.METHOD!r} frame of {len(data) - 4} bytes exceeds the peer's maximum "
+                f"{cls.METHOD!r} frame of {len(data) - 4} bytes exceeds the other end's maximum "
                 f"of {limit}",
                 ReplyCode.CONTENT_TOO_LARGE,
             )
@@ -405,7 +405,7 @@ class Connection:
         limit = self.remote_max_frame_size
         if limit is not None and len(data) - 4 > limit:
             raise LocalProtocolError(
-                f"'publish' frame of {len(data) - 4} bytes exceeds the peer's maximum of {limit}",
+                f"'publish' frame of {len(data) - 4} bytes exceeds the other end's maximum of {limit}",
                 ReplyCode.CONTENT_TOO_LARGE,
             )
         return data

@@ -118,7 +118,7 @@ def test_a_peer_frame_is_what_the_generic_encoder_writes() -> None:
     assert server.next_event() == ev.PeerMessage(cbor2.loads(msg))
     small = Connection(Role.CLIENT, remote_max_frame_size=len(msg))
     small._set_state(client.state)
-    with pytest.raises(LocalProtocolError, match="exceeds the peer's maximum"):
+    with pytest.raises(LocalProtocolError, match="exceeds the other end's maximum"):
         small.send_peer(msg)
 
 

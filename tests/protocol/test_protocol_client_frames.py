@@ -69,5 +69,5 @@ def test_a_publish_over_the_peers_frame_limit_is_refused() -> None:
     client = client_in(ConnState.OPEN)
     client.remote_max_frame_size = 100
     client.send_publish(1, "", "k", b"x" * 50)
-    with pytest.raises(LocalProtocolError, match="exceeds the peer's maximum"):
+    with pytest.raises(LocalProtocolError, match="exceeds the other end's maximum"):
         client.send_publish(2, "", "k", b"x" * 200)
