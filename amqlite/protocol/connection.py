@@ -405,7 +405,8 @@ class Connection:
         limit = self.remote_max_frame_size
         if limit is not None and len(data) - 4 > limit:
             raise LocalProtocolError(
-                f"'publish' frame of {len(data) - 4} bytes exceeds the other end's maximum of {limit}",
+                f"'publish' frame of {len(data) - 4} bytes exceeds the other end's "
+                f"maximum of {limit}",
                 ReplyCode.CONTENT_TOO_LARGE,
             )
         return data
