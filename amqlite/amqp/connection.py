@@ -403,11 +403,18 @@ class AmqpConnection:
     def send_close_for(self, error: AmqpError) -> bytes:
         """What ``error`` calls for: ``channel.close`` for a soft error on an open
         channel, ``connection.close`` otherwise, or (a server facing a wrong
-        protocol header) our own protocol header, after which the socket closes."""
+        protocol header) our own protocol header, after which the socket closes.
+        ``b""`` means no frame can be sent (before ``connection.start``, or while
+        already closing): close the socket."""
         if isinstance(error, ProtocolHeaderMismatch):
             return PROTOCOL_HEADER if self.role is Role.SERVER else b""
         text = _fit(error.text)
-        if error.closes_connection or self.channel_state(error.channel) is C.CLOSED:
+        closes_connection = error.closes_connection or (
+            (self.channel_state(error.channel), CT.SEND_CLOSE) not in CHANNEL_TRANSITIONS
+        )
+        if closes_connection and (self.state, T.SEND_CLOSE) not in CONNECTION_TRANSITIONS:
+            return b""  # before connection.start, or already closing: just drop the socket
+        if closes_connection:
             close: Method = m.ConnectionClose(error.code, text, error.class_id, error.method_id)
             return self.send_method(0, close)
         close = m.ChannelClose(error.code, text, error.class_id, error.method_id)
