@@ -64,9 +64,12 @@ def encode_shortstr(value: str) -> bytes:
 
 
 def decode_shortstr(data: bytes, offset: int) -> tuple[str, int]:
-    _short_of(data, offset, 1)
+    # the hottest decoder (names, keys, properties): bounds checked inline
+    if offset >= len(data):
+        raise syntax_error("short string runs past the end of its frame")
     end = offset + 1 + data[offset]
-    _short_of(data, offset + 1, end - offset - 1)
+    if end > len(data):
+        raise syntax_error("short string runs past the end of its frame")
     try:
         return data[offset + 1 : end].decode("utf-8"), end
     except UnicodeDecodeError:
@@ -79,11 +82,14 @@ def encode_longstr(value: str | bytes) -> bytes:
 
 
 def decode_longbytes(data: bytes, offset: int) -> tuple[bytes, int]:
-    _short_of(data, offset, 4)
-    (size,) = _LONG.unpack_from(data, offset)
     start = offset + 4
-    _short_of(data, start, size)
-    return data[start : start + size], start + size
+    if start > len(data):
+        raise syntax_error("long string runs past the end of its frame")
+    (size,) = _LONG.unpack_from(data, offset)
+    end = start + size
+    if end > len(data):
+        raise syntax_error("long string runs past the end of its frame")
+    return data[start:end], end
 
 
 def decode_longstr(data: bytes, offset: int) -> tuple[str, int]:
