@@ -3,9 +3,10 @@
 Each node of a pair dials the other (the *peer link*, a
 :class:`~amqlite.link.FramedLink` opened by :func:`~amqlite.link.dial` with
 ``hello`` {role: "ha-peer"}; when it ends, the node backs off and dials again)
-and sends on it a heartbeat every interval, whatever it thinks of its peer; it hears its peer's heartbeats on the connection the peer
-opened to it. The sans-IO :class:`~amqlite.ha.HaMachine` turns heartbeats, client
-hellos and time into actions, applied here in order. ``PersistEpoch`` (an fsync)
+and sends on it a heartbeat every interval, whatever it thinks of its peer; it
+hears its peer's heartbeats on the connection the peer opened to it. The sans-IO
+:class:`~amqlite.ha.HaMachine` turns heartbeats, client hellos and time into
+actions, applied here in order. ``PersistEpoch`` (an fsync)
 runs in a worker thread; the actions after it wait for it, and no client is
 admitted meanwhile, so a node never serves in an epoch that is not on disk.
 
