@@ -5,18 +5,20 @@ without ``confirm`` and acks get no reply unless they fail; such a failure (an
 ``error`` whose ``re`` is nobody's request) is kept and raised by the next
 publish or ``wait_for_confirms``, or when the connection's context exits.
 
-A connection outlives its links when it reconnects (see :mod:`.recovery`): each
-link (transport, protocol state) has a generation, and the callbacks of a link
-that is no longer current are ignored. Delivery tags restart on every link, so
-the tags the application sees are offset by ``_tag_base`` (the highest tag of the
-earlier links): they keep increasing across links, and a tag at or below the base
-belongs to a dead link, whose ack must not be sent.
+A connection outlives its links when it reconnects (see :mod:`.recovery`). The
+connection owns its parts and hands each what it needs, so that no part imports it:
+the current link, its generation and delivery-tag space and the coalesced acks
+(:class:`.settling.Settler`, which each delivery holds), the requests waiting for a
+reply (:class:`.replies.PendingRequests`), the confirm window
+(:class:`.publisher.ConfirmWindow`), the consumers
+(:class:`.consumer.Subscriptions`) and the declared topology; its reconnector gets
+them as :class:`.recovery.ConnectionParts`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
 from typing import Any
 
 import trio
@@ -34,17 +36,17 @@ from amqlite.log import get_logger
 from amqlite.protocol import DEFAULT_MAX_FRAME, ConnState, check_headers, check_props
 from amqlite.protocol import events as ev
 
-from .acks import AckCoalescer
 from .addresses import Address
-from .consumer import Consumer
+from .consumer import Consumer, Subscriptions
 from .declarations import Declarations
 from .delivery import Delivery
 from .dial import HELLO_ID, Dialed, Dialer
 from .link import Disconnected, LinkEvent, LinkState, Reconnected, next_state
 from .policy import ReconnectPolicy
 from .publisher import ConfirmWindow, PendingConfirm
-from .recovery import Reconnector
-from .replies import PendingReply, ReplyHook
+from .recovery import ConnectionParts, Reconnector
+from .replies import PendingReply, PendingRequests, ReplyHook
+from .settling import Settler
 from .streams import OFFSET_ARGUMENT, StreamOffset, StreamRequests, offset_argument
 from .topology import Topology
 from .transport import HIGH_WATER, Transport
@@ -96,24 +98,15 @@ class Connection(Declarations, StreamRequests):
         self.reconnect_policy: ReconnectPolicy | None = policy if dialer is not None else None
         self._state = LinkState.OPEN
         self._ready = True  # state is OPEN: the hot paths test this one flag
-        self._gen = 0
-        self._tag_base = 0  # the highest delivery tag of the links before this one
-        self._last_dtag = 0  # the highest tag the server gave on this link
         self._nursery: trio.Nursery | None = None
         self._next_id = HELLO_ID + 1
-        self._requests: dict[int, PendingReply] = {}
+        self._settler = Settler(dialed.link, self._new_id)
+        self._requests = PendingRequests()
         self._confirms = ConfirmWindow(max_in_flight)
-        self._consumers: dict[str, Consumer] = {}
-        # tags of consumers cancelled lately: a delivery the server sent after the
-        # cancel's ok is expected, not worth a warning (it stays unacked until the
-        # link closes, then the server requeues it, in order)
-        self._cancelled: set[str] = set()
+        self._consumers = Subscriptions()
         self._requeue_after_cancel: dict[str, list[int]] = {}  # ctag -> dtags
-        self._acks = AckCoalescer()
-        self._ack_marks = self._acks.marks
         self._topology = Topology()
         self._unreported: AmqliteError | None = None
-        self._closed: AmqliteError | None = None
         self._close_done = trio.Event()
         self._published = 0
         #: Mandatory publishes without confirm that came back unroutable.
@@ -127,11 +120,19 @@ class Connection(Declarations, StreamRequests):
         self.on_disconnect = on_disconnect
         #: Called once the connection is back, topology and consumers restored.
         self.on_reconnect = on_reconnect
-        self._reconnector = (
-            None
-            if self.reconnect_policy is None or dialer is None
-            else Reconnector(self, self.reconnect_policy, dialer)
-        )
+        self._reconnector: Reconnector | None = None
+        if self.reconnect_policy is not None and dialer is not None:
+            parts = ConnectionParts(
+                settler=self._settler,
+                requests=self._requests,
+                confirms=self._confirms,
+                consumers=self._consumers,
+                topology=self._topology,
+                attach=self._attach,
+                fire=self._fire,
+                finish=self._end,
+            )
+            self._reconnector = Reconnector(self, parts, self.reconnect_policy, dialer)
         self._attach(dialed)
 
     def __repr__(self) -> str:
@@ -173,40 +174,65 @@ class Connection(Declarations, StreamRequests):
         return [c for c in self._consumers.values() if c.active]
 
     @property
+    def _closed(self) -> AmqliteError | None:
+        """Why the connection ended (None while it has not)."""
+        return self._settler.closed
+
+    @property
     def unconfirmed(self) -> int:
         """Confirmed publishes sent and not answered yet."""
         return len(self._confirms)
 
     # --- plumbing -----------------------------------------------------------------------
 
-    def _start(self, nursery: trio.Nursery) -> None:
-        self._nursery = nursery
-        nursery.start_soon(self._transport.run)
-        if self._reconnector is not None:
-            nursery.start_soon(self._reconnector.run)
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Connection]:
+        """Run the connection's tasks for the block, then close it (what
+        :func:`connect` does; not for the application). Raises the body's
+        exception, else a failure nothing has reported yet."""
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._transport.run)
+                if self._reconnector is not None:
+                    nursery.start_soon(self._reconnector.run)
+                try:
+                    yield self
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await self.aclose()
+                    nursery.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # our tasks never raise, so this is the body's one exception: unwrap it
+            if len(group.exceptions) != 1:
+                raise
+            exc = group.exceptions[0]
+            raise exc from exc.__cause__
+        self._raise_unreported()
 
     def _attach(self, dialed: Dialed) -> Transport:
-        """Make ``dialed`` the current link (generation ``_gen``) and start it."""
-        gen = self._gen
+        """Make ``dialed`` the current link (of the settler's generation) and start it."""
+        settler = self._settler
+        gen = settler.gen
         self.address: Address = dialed.address
         self.welcome: ev.Welcome = dialed.welcome
         self.max_frame: int = dialed.welcome.max_frame or DEFAULT_MAX_FRAME
         link: FramedLink = dialed.link
-        self._link = link
+        self._link = settler.link = link
         self._proto = link.proto
         self._close_done = trio.Event()  # this link's close handshake
 
         def on_events(events: list[ev.Event]) -> None:
-            if self._gen == gen:
+            if settler.gen == gen:
                 self._on_events(events)
 
         def on_lost(exc: AmqliteError) -> None:
-            if self._gen == gen:
+            if settler.gen == gen:
                 self._on_lost(exc)
 
         def before_flush() -> None:
-            if self._gen == gen:
-                self._emit_acks()
+            if settler.gen == gen:
+                settler.emit_acks()
 
         link.remote_address = str(dialed.address)
         link.high_water = HIGH_WATER
@@ -254,9 +280,7 @@ class Connection(Declarations, StreamRequests):
 
     def _send(self, event: ev.Event) -> None:
         """Queue a control frame; acks marked before it go first (wire order = call order)."""
-        if self._acks.pending:
-            self._emit_acks()
-        self._link.send(event)
+        self._settler.send(event)
 
     async def _call(self, event: Any, hook: ReplyHook | None = None) -> ev.Event:
         """Send request ``event`` (its ``id`` fresh from _new_id) and await the reply.
@@ -277,10 +301,11 @@ class Connection(Declarations, StreamRequests):
     # --- the reader's side ----------------------------------------------------------
 
     def _on_events(self, events: list[ev.Event]) -> None:
-        consumers = self._consumers
-        delivered = self._acks.delivered
+        consumer_for = self._consumers.get  # bound once: a dict subclass looks up slower
+        settler = self._settler
+        delivered = settler.acks.delivered
         confirm = self._confirms.confirm
-        base = self._tag_base
+        base = settler.tag_base
         last = 0  # the server's highest tag in this batch (tags only increase)
         for e in events:
             t = type(e)
@@ -288,26 +313,26 @@ class Connection(Declarations, StreamRequests):
                 assert isinstance(e, ev.Deliver)
                 last = e.dtag
                 dtag = last + base
-                c = consumers.get(e.ctag)
-                if c is None or c._ended:
+                c = consumer_for(e.ctag)
+                if c is None or not c.active:
                     self._stray(e, dtag, c)
                     continue
                 no_ack = c.no_ack
                 if not no_ack:
                     delivered(dtag)
-                c._push(Delivery(self, e, dtag, c.tag, c.queue, no_ack))
+                c.push(Delivery(settler, e, dtag, c.tag, c.queue, no_ack))
             elif t is ev.Ok and confirm(e.re):  # type: ignore[attr-defined]
                 continue  # a publish confirmed
             else:
                 if last:
-                    self._last_dtag = last
+                    settler.last_dtag = last
                     last = 0
-                gen = self._gen
+                gen = settler.gen
                 self._on_control(e)
-                if self._gen != gen:  # that frame ended the link: the rest is void
+                if settler.gen != gen:  # that frame ended the link: the rest is void
                     return
         if last:
-            self._last_dtag = last
+            settler.last_dtag = last
 
     def _on_control(self, e: ev.Event) -> None:
         t = type(e)
@@ -329,7 +354,7 @@ class Connection(Declarations, StreamRequests):
             if c is not None:
                 code = e.code or ReplyCode.NOT_FOUND
                 text = e.text or f"consumer {e.tag!r} was cancelled by the server"
-                c._finish(error_for(code, text), drop_buffer=False)
+                c.finish(error_for(code, text), drop_buffer=False)
         elif t is ev.Close:
             assert isinstance(e, ev.Close)
             self._on_server_close(e)
@@ -341,13 +366,13 @@ class Connection(Declarations, StreamRequests):
     def _stray(self, e: ev.Deliver, dtag: int, c: Consumer | None) -> None:
         """A delivery for a consumer we cancelled: give it back to the queue."""
         if c is not None and not c.no_ack and self.is_open:
-            self._acks.delivered(dtag)
+            self._settler.acks.delivered(dtag)
             held = self._requeue_after_cancel.get(c.tag)
             if held is not None:  # cancelling: given back, in order, after the ok
                 held.append(dtag)
             else:
-                self._settle(dtag, requeue=True, reject=False)
-        elif c is None and e.ctag not in self._cancelled:
+                self._settler.settle(dtag, requeue=True, reject=False)
+        elif c is None and e.ctag not in self._consumers.cancelled:
             log.warning("client_delivery_for_unknown_consumer", ctag=e.ctag)
 
     def _unmatched(self, e: ev.Event) -> None:
@@ -393,79 +418,42 @@ class Connection(Declarations, StreamRequests):
         else:
             self._finish(exc, ours=False)
 
+    def _end(self, exc: AmqliteError) -> None:
+        """End the connection for a cause of the remote's (the reconnector's finish)."""
+        self._finish(exc, ours=False)
+
     def _finish(self, exc: AmqliteError, *, ours: bool) -> None:
         """Fail everything still waiting; end consumers (quietly when we closed)."""
         if self._state is LinkState.CLOSED:
             return
         self._fire(LinkEvent.ENDED)
-        self._closed = exc
-        requests, self._requests = self._requests, {}
-        for req in requests.values():
-            req.fail(exc)
+        self._settler.closed = exc
+        self._requests.fail_all(exc)
         self._confirms.fail_all(exc)
-        for c in self._consumers.values():
-            c._finish(None if ours else exc, drop_buffer=True)
-        self._acks.forget()
+        self._consumers.finish_all(None if ours else exc)
+        self._settler.acks.forget()
         self._close_done.set()
         if self._reconnector is not None:
             self._reconnector.stop()
 
     # --- acks ---------------------------------------------------------------------------
 
-    def _emit_acks(self) -> None:
-        """Turn marked acks into frames (the writer calls this before each flush)."""
-        if not self._acks.pending:
-            return
-        out = self._link.out
-        send_ack = self._proto.send_ack
-        base = self._tag_base
-        for dtag, multiple in self._acks.take():
-            out += send_ack(self._new_id(), dtag - base, multiple)
-
-    def _ack_one(self, dtag: int) -> None:
-        """Mark an unsettled delivery's tag for the next coalesced ack; a tag of a
-        dead link is dropped (its message comes again, flagged ``redelivered``)."""
-        if self._closed is not None:
-            raise self._closed
-        if dtag > self._tag_base:
-            self._ack_marks.add(dtag)
-            link = self._link
-            if not link.kicked:
-                link.kick()
-
-    def _settle(self, dtag: int, *, requeue: bool, reject: bool, multiple: bool = False) -> None:
-        if self._closed is not None:
-            raise self._closed
-        base = self._tag_base
-        if dtag <= base:
-            return  # a dead link's tag: the server has requeued that message already
-        self._emit_acks()  # earlier acks first: a nack must not overtake them
-        rid = self._new_id()
-        if reject:
-            self._send(ev.Reject(rid, dtag - base, requeue))
-        else:
-            self._send(ev.Nack(rid, dtag - base, multiple, requeue))
-        self._acks.settle(dtag, multiple)
-
     async def ack(self, delivery_tag: int, *, multiple: bool = False) -> None:
         """Acknowledge by tag (with ``multiple``, every delivery up to it). Coalesced.
 
         A tag received before a reconnect is ignored (see :attr:`Delivery.stale`)."""
         self._check_open()
-        if delivery_tag <= self._tag_base:
-            return
-        self._acks.ack(delivery_tag, multiple)
-        self._link.kick()
+        self._settler.ack(delivery_tag, multiple)
 
     async def nack(
         self, delivery_tag: int, *, multiple: bool = False, requeue: bool = True
     ) -> None:
         self._check_open()
-        self._settle(delivery_tag, requeue=requeue, reject=False, multiple=multiple)
+        self._settler.settle(delivery_tag, requeue=requeue, reject=False, multiple=multiple)
 
     async def reject(self, delivery_tag: int, *, requeue: bool = True) -> None:
         self._check_open()
-        self._settle(delivery_tag, requeue=requeue, reject=True)
+        self._settler.settle(delivery_tag, requeue=requeue, reject=True)
 
     # --- publishing ---------------------------------------------------------------------
 
@@ -634,6 +622,7 @@ class Connection(Declarations, StreamRequests):
             args[OFFSET_ARGUMENT] = offset_argument(offset)
         consumer = Consumer(
             self,
+            self._cancel_consumer,
             queue,
             tag=tag,
             prefetch=prefetch,
@@ -650,7 +639,7 @@ class Connection(Declarations, StreamRequests):
             consumer.tag = str(reply.info.get("tag", tag))
             self._consumers[consumer.tag] = consumer
             if pending is not None and pending.abandoned:  # the caller gave up waiting
-                consumer._finish(None, drop_buffer=True)
+                consumer.finish(None, drop_buffer=True)
                 self._send_cancel(consumer)
 
         if not self._ready:
@@ -671,9 +660,7 @@ class Connection(Declarations, StreamRequests):
         def gone(reply: ev.Event) -> None:
             if self._consumers.get(tag) is consumer:
                 del self._consumers[tag]
-                if len(self._cancelled) >= 256:
-                    self._cancelled.clear()
-                self._cancelled.add(tag)
+                self._consumers.note_cancelled(tag)
 
         rid = self._new_id()
         request = ev.Cancel(rid, tag)
@@ -686,7 +673,7 @@ class Connection(Declarations, StreamRequests):
         if not consumer.active:
             return
         self._check_open()
-        dropped = consumer._finish(None, drop_buffer=True)
+        dropped = consumer.finish(None, drop_buffer=True)
         queue = consumer.queue
         if not any(c.queue == queue and c.active for c in self._consumers.values()):
             self._topology.queue_auto_deleted(queue)
@@ -704,20 +691,21 @@ class Connection(Declarations, StreamRequests):
             self._requeue_after_cancel.pop(consumer.tag, None)
             if self.is_open and self.connected:
                 for dtag in sorted(held, reverse=True):
-                    self._settle(dtag, requeue=True, reject=False)
+                    self._settler.settle(dtag, requeue=True, reject=False)
 
     async def get(self, queue: str, *, no_ack: bool = False) -> Delivery | None:
         """One message from ``queue``, or None when it is empty."""
 
         tags: list[int] = []
+        settler = self._settler
 
         def track(reply: ev.Event) -> None:
             if type(reply) is ev.GetOk:
                 assert isinstance(reply, ev.GetOk)
-                self._last_dtag = reply.dtag
-                tags.append(reply.dtag + self._tag_base)  # the tag space of this link
+                settler.last_dtag = reply.dtag
+                tags.append(reply.dtag + settler.tag_base)  # the tag space of this link
                 if not no_ack:
-                    self._acks.delivered(tags[-1])
+                    settler.acks.delivered(tags[-1])
 
         reply = await self._call(ev.Get(self._new_id(), queue, no_ack), track)
         if not isinstance(reply, ev.GetOk):
@@ -734,7 +722,7 @@ class Connection(Declarations, StreamRequests):
             reply.redelivered,
             queue,
         )
-        return Delivery(self, event, tags[-1], "", queue, no_ack)
+        return Delivery(settler, event, tags[-1], "", queue, no_ack)
 
     # --- closing --------------------------------------------------------------------
 
@@ -751,7 +739,7 @@ class Connection(Declarations, StreamRequests):
             # a link being restored is closed politely too: acks made meanwhile count
             if not self._link.dead and self._proto.state is ConnState.OPEN:
                 with trio.move_on_after(self.close_timeout):
-                    self._emit_acks()
+                    self._settler.emit_acks()
                     with suppress(AmqliteError):
                         self._send(ev.Close(code=200, text="client closing"))
                     await self._close_done.wait()

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
@@ -13,8 +14,14 @@ from amqlite.errors import AmqliteError
 from .delivery import Delivery
 from .streams import OFFSET_ARGUMENT
 
-if TYPE_CHECKING:
-    from .connection import Connection
+
+class ConsumerHost(Protocol):
+    """What a consumer needs of its connection (for ``async with``)."""
+
+    @property
+    def is_open(self) -> bool: ...
+    @property
+    def close_timeout(self) -> float: ...
 
 
 class Consumer:
@@ -39,14 +46,19 @@ class Consumer:
     nor skips. Until its first delivery it resumes with the start it was given.
 
     Use it as ``async with await conn.consume(q) as consumer:`` to cancel on exit.
+
+    ``active`` is False once cancelled (by us or by the broker) or the connection is
+    gone. :meth:`push`, :meth:`drop_buffer`, :meth:`finish` and
+    :meth:`resume_arguments` are the connection's side (its reader and reconnector).
     """
 
     __slots__ = (
         "_buffer",
-        "_conn",
+        "_cancel",
         "_end",
-        "_ended",
+        "_host",
         "_waiter",
+        "active",
         "arguments",
         "exclusive",
         "no_ack",
@@ -57,7 +69,8 @@ class Consumer:
 
     def __init__(
         self,
-        conn: Connection,
+        host: ConsumerHost,
+        cancel: Callable[[Consumer], Awaitable[None]],
         queue: str,
         *,
         tag: str,
@@ -66,7 +79,8 @@ class Consumer:
         exclusive: bool,
         arguments: dict[str, Any],
     ) -> None:
-        self._conn = conn
+        self._host = host
+        self._cancel = cancel  # the connection's cancel of a consumer
         self.queue = queue
         self.tag = tag
         self.prefetch = prefetch
@@ -75,16 +89,11 @@ class Consumer:
         self.arguments = arguments
         self._buffer: deque[Delivery] = deque()
         self._waiter: trio.Event | None = None
-        self._ended = False
+        self.active = True
         self._end: AmqliteError | None = None
 
     def __repr__(self) -> str:
         return f"Consumer(queue={self.queue!r}, tag={self.tag!r}, buffered={len(self._buffer)})"
-
-    @property
-    def active(self) -> bool:
-        """False once cancelled (by us or by the broker) or the connection is gone."""
-        return not self._ended
 
     @property
     def buffered(self) -> int:
@@ -93,28 +102,28 @@ class Consumer:
 
     # --- fed by the connection's reader ---------------------------------------------
 
-    def _push(self, d: Delivery) -> None:
+    def push(self, d: Delivery) -> None:
         self._buffer.append(d)
         w = self._waiter
         if w is not None:
             self._waiter = None
             w.set()
 
-    def _drop_buffer(self) -> int:
+    def drop_buffer(self) -> int:
         """The link broke: forget what it delivered and we have not handed out (the
         server delivers it again); returns how many."""
         n = len(self._buffer)
         self._buffer.clear()
         return n
 
-    def _finish(self, error: AmqliteError | None, *, drop_buffer: bool) -> list[Delivery]:
+    def finish(self, error: AmqliteError | None, *, drop_buffer: bool) -> list[Delivery]:
         """End the subscription; returns the buffered deliveries it dropped."""
         dropped: list[Delivery] = []
         if drop_buffer:
             dropped = list(self._buffer)
             self._buffer.clear()
-        if not self._ended:
-            self._ended = True
+        if self.active:
+            self.active = False
             self._end = error
         w = self._waiter
         if w is not None:
@@ -130,7 +139,7 @@ class Consumer:
     async def __anext__(self) -> Delivery:
         buf = self._buffer
         while not buf:
-            if self._ended:
+            if not self.active:
                 if self._end is not None:
                     raise self._end
                 raise StopAsyncIteration
@@ -144,7 +153,7 @@ class Consumer:
             self.arguments[OFFSET_ARGUMENT] = offset + 1
         return d
 
-    def _resume_arguments(self) -> dict[str, Any]:
+    def resume_arguments(self) -> dict[str, Any]:
         """The arguments to resume with on a new link: past the deliveries kept
         buffered across the cut (``no_ack``) too, as those are handed out later."""
         buf = self._buffer
@@ -157,7 +166,7 @@ class Consumer:
     async def cancel(self) -> None:
         """Stop the subscription. Deliveries buffered and not yet returned go back
         to the queue (nack with requeue); iteration then ends."""
-        await self._conn._cancel_consumer(self)
+        await self._cancel(self)
 
     async def __aenter__(self) -> Consumer:
         return self
@@ -168,11 +177,46 @@ class Consumer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._ended or not self._conn.is_open:
+        if not self.active or not self._host.is_open:
             return
         try:
-            with trio.CancelScope(shield=True), trio.move_on_after(self._conn.close_timeout):
+            with trio.CancelScope(shield=True), trio.move_on_after(self._host.close_timeout):
                 await self.cancel()
         except AmqliteError:
             if exc is None:
                 raise  # otherwise the block's own exception says more
+
+
+class Subscriptions(dict[str, Consumer]):
+    """A connection's consumers by tag (the reader looks them up as a plain dict),
+    and the tags cancelled lately: a delivery the server sent after a cancel's ok is
+    expected, not worth a warning (it stays unacked until the link closes, then the
+    server requeues it, in order)."""
+
+    __slots__ = ("cancelled",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cancelled: set[str] = set()
+
+    def note_cancelled(self, tag: str) -> None:
+        cancelled = self.cancelled
+        if len(cancelled) >= 256:
+            cancelled.clear()
+        cancelled.add(tag)
+
+    def drop_buffers(self) -> int:
+        """The link broke: manual-ack consumers forget what it delivered and they have
+        not handed out (the server delivers it again); returns how many."""
+        return sum(c.drop_buffer() for c in self.values() if not c.no_ack)
+
+    def rename_queue(self, old: str, new: str) -> None:
+        """A server-named queue was declared again under a new name."""
+        for c in self.values():
+            if c.queue == old:
+                c.queue = new
+
+    def finish_all(self, error: AmqliteError | None) -> None:
+        """The connection ended: end every consumer (quietly when ``error`` is None)."""
+        for c in self.values():
+            c.finish(error, drop_buffer=True)

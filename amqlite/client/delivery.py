@@ -9,7 +9,7 @@ from amqlite.protocol import events as ev
 from amqlite.protocol.codec import EMPTY
 
 if TYPE_CHECKING:
-    from .connection import Connection
+    from .settling import Settler
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,11 +40,11 @@ class Delivery:
     # The fields live in the decoded event: building a delivery is then one small
     # object per message, which matters at tens of thousands a second.
     __slots__ = (
-        "_conn",
         "_event",
         "_headers",
         "_props",
         "_settled",
+        "_settler",
         "consumer_tag",
         "delivery_tag",
         "queue",
@@ -54,14 +54,14 @@ class Delivery:
 
     def __init__(
         self,
-        conn: Connection | None,
+        settler: Settler | None,
         event: ev.Deliver,
         delivery_tag: int,
         consumer_tag: str,
         queue: str,
         no_ack: bool,
     ) -> None:
-        self._conn = conn
+        self._settler = settler  # the connection's: settling goes through it
         self._event = event
         self.delivery_tag = delivery_tag
         self.consumer_tag = consumer_tag
@@ -126,8 +126,8 @@ class Delivery:
     @property
     def stale(self) -> bool:
         """True when it came over a link that has since broken (see the class doc)."""
-        c = self._conn
-        return c is not None and self.delivery_tag <= c._tag_base
+        s = self._settler
+        return s is not None and self.delivery_tag <= s.tag_base
 
     @property
     def settled(self) -> bool:
@@ -138,21 +138,21 @@ class Delivery:
         """Acknowledge: the broker forgets the message. Coalesced with other acks;
         raises ConnectionClosed when the connection is gone; a no-op when
         :attr:`stale`."""
-        if self._settled or self._conn is None:
+        if self._settled or self._settler is None:
             return
-        self._conn._ack_one(self.delivery_tag)
+        self._settler.ack_one(self.delivery_tag)
         self._settled = True
 
     async def nack(self, requeue: bool = True) -> None:
         """Give the message back (``requeue``) or drop / dead-letter it."""
-        if self._settled or self._conn is None:
+        if self._settled or self._settler is None:
             return
-        self._conn._settle(self.delivery_tag, requeue=requeue, reject=False)
+        self._settler.settle(self.delivery_tag, requeue=requeue, reject=False)
         self._settled = True
 
     async def reject(self, requeue: bool = True) -> None:
         """Like :meth:`nack` for this one message."""
-        if self._settled or self._conn is None:
+        if self._settled or self._settler is None:
             return
-        self._conn._settle(self.delivery_tag, requeue=requeue, reject=True)
+        self._settler.settle(self.delivery_tag, requeue=requeue, reject=True)
         self._settled = True

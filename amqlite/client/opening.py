@@ -72,7 +72,7 @@ async def connect(
         on_disconnect=on_disconnect,
         on_reconnect=on_reconnect,
     )
-    async with _running(conn) as running:
+    async with conn.running() as running:
         yield running
 
 
@@ -106,25 +106,5 @@ async def connect_stream(
         max_in_flight=max_in_flight,
         close_timeout=close_timeout,
     )
-    async with _running(conn) as running:
+    async with conn.running() as running:
         yield running
-
-
-@asynccontextmanager
-async def _running(conn: Connection) -> AsyncIterator[Connection]:
-    try:
-        async with trio.open_nursery() as nursery:
-            conn._start(nursery)
-            try:
-                yield conn
-            finally:
-                with trio.CancelScope(shield=True):
-                    await conn.aclose()
-                nursery.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        # our tasks never raise, so this is the body's one exception: unwrap it
-        if len(group.exceptions) != 1:
-            raise
-        exc = group.exceptions[0]
-        raise exc from exc.__cause__
-    conn._raise_unreported()

@@ -21,16 +21,20 @@ class PendingConfirm:
     (:class:`~amqlite.errors.PublishReturned`, :class:`~amqlite.errors.PublishNacked`,
     a :class:`~amqlite.errors.BrokerError` or ConnectionClosed). ``done`` and
     ``error`` can be polled without waiting.
+
+    :meth:`settle`, ``waiter`` and ``observed`` are the :class:`ConfirmWindow`'s side.
     """
 
-    __slots__ = ("_event", "_observed", "done", "error", "frame", "id")
+    __slots__ = ("done", "error", "frame", "id", "observed", "waiter")
 
     def __init__(self, rid: int, frame: bytes | None = None) -> None:
         self.id = rid
         self.done = False
         self.error: AmqliteError | None = None
-        self._event: trio.Event | None = None
-        self._observed = False
+        #: Made by the first :meth:`wait`, set when the broker answers.
+        self.waiter: trio.Event | None = None
+        #: True once the error was raised to someone (by wait or wait_all).
+        self.observed = False
         #: The encoded publish, kept (when the connection reconnects) to send it
         #: again on a new link if the confirm has not come by then.
         self.frame = frame
@@ -39,22 +43,22 @@ class PendingConfirm:
         state = "pending" if not self.done else ("ok" if self.error is None else repr(self.error))
         return f"PendingConfirm(id={self.id}, {state})"
 
-    def _settle(self, error: AmqliteError | None) -> None:
+    def settle(self, error: AmqliteError | None) -> None:
         self.done = True
         self.error = error
         self.frame = None
-        if self._event is not None:
-            self._event.set()
+        if self.waiter is not None:
+            self.waiter.set()
 
     async def wait(self) -> None:
         if not self.done:
-            if self._event is None:
-                self._event = trio.Event()
-            await self._event.wait()
+            if self.waiter is None:
+                self.waiter = trio.Event()
+            await self.waiter.wait()
         else:
             await trio.lowlevel.checkpoint()
         if self.error is not None:
-            self._observed = True
+            self.observed = True
             raise self.error
 
 
@@ -107,8 +111,9 @@ class ConfirmWindow:
             return False
         p.done = True
         p.frame = None
-        if p._event is not None:
-            p._event.set()
+        w = p.waiter
+        if w is not None:
+            w.set()
         if self._room is not None or self._idle is not None:
             self._after_settle()
         return True
@@ -119,7 +124,7 @@ class ConfirmWindow:
         if p is None:
             return False
         err = confirm_error(reply)
-        p._settle(err)
+        p.settle(err)
         if err is not None:
             self._note_failure(p)
         self._after_settle()
@@ -137,7 +142,7 @@ class ConfirmWindow:
         pending = list(self.outstanding.values())
         self.outstanding.clear()
         for p in pending:
-            p._settle(exc)
+            p.settle(exc)
             self._note_failure(p)
         self._after_settle()
 
@@ -145,7 +150,7 @@ class ConfirmWindow:
         failures = self._failures
         failures.append(p)
         if len(failures) > 1024:  # only the first unseen failure is ever raised
-            unseen = [f for f in failures if not f._observed]
+            unseen = [f for f in failures if not f.observed]
             self._failures = deque(unseen[:1])
 
     async def wait_all(self) -> None:
@@ -156,7 +161,7 @@ class ConfirmWindow:
             await self._idle.wait()
         failures, self._failures = self._failures, deque()
         for p in failures:
-            if not p._observed:
-                p._observed = True
+            if not p.observed:
+                p.observed = True
                 assert p.error is not None
                 raise p.error

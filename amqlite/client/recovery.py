@@ -29,8 +29,8 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -38,19 +38,58 @@ from amqlite.errors import AmqliteError, ConnectionClosed, ConnectionRefused, Re
 from amqlite.log import get_logger
 from amqlite.protocol import events as ev
 
-from .link import Disconnected, LinkEvent, LinkState, Reconnected
+from .link import Disconnected, LinkEvent, Reconnected
 from .replies import PendingReply
 
 if TYPE_CHECKING:
     from .addresses import Address
-    from .connection import Connection
-    from .dial import Dialer
+    from .consumer import Subscriptions
+    from .dial import Dialed, Dialer
     from .policy import ReconnectPolicy
+    from .publisher import ConfirmWindow
+    from .replies import PendingRequests
+    from .settling import Settler
+    from .topology import Topology
 
 log = get_logger("amqlite.client")
 
 #: How long a retired link may take to send what it owes (a close-ok).
 _RETIRE_GRACE = 1.0
+
+
+class ReconnectHost(Protocol):
+    """The facts of its connection the reconnector reads (its public ones)."""
+
+    address: Address
+    max_frame: int
+    reconnects: int
+    on_disconnect: Callable[[Disconnected], object] | None
+    on_reconnect: Callable[[Reconnected], object] | None
+
+    @property
+    def server_name(self) -> str: ...
+    @property
+    def is_open(self) -> bool: ...
+    @property
+    def connected(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionParts:
+    """What the connection hands its reconnector: the parts it owns (each with its
+    own methods) and the three steps only the connection takes itself."""
+
+    settler: Settler
+    requests: PendingRequests
+    confirms: ConfirmWindow
+    consumers: Subscriptions
+    topology: Topology
+    #: Make a dialed link the current one and start it.
+    attach: Callable[[Dialed], object]
+    #: Fire a link-state event (the table is :data:`.link.TRANSITIONS`).
+    fire: Callable[[LinkEvent], None]
+    #: End the connection: everything still waiting raises this error.
+    finish: Callable[[AmqliteError], None]
 
 
 class _Retry(Exception):
@@ -65,8 +104,15 @@ class Reconnector:
     """Suspend, dial, restore (see the module docstring) for one connection. Its
     task, :meth:`run`, lives as long as the connection."""
 
-    def __init__(self, conn: Connection, policy: ReconnectPolicy, dialer: Dialer) -> None:
-        self._conn = conn
+    def __init__(
+        self,
+        host: ReconnectHost,
+        parts: ConnectionParts,
+        policy: ReconnectPolicy,
+        dialer: Dialer,
+    ) -> None:
+        self._host = host
+        self._parts = parts
         self.policy = policy
         self._dialer = dialer
         self._wake = trio.Event()  # a link was lost (or the connection ended)
@@ -84,25 +130,13 @@ class Reconnector:
 
     def suspend(self, exc: AmqliteError) -> None:
         """The current link broke (or failed its restore): void it, keep the rest."""
-        c = self._conn
-        opening_outage = c._state is LinkState.OPEN
-        c._fire(LinkEvent.LOST)
-        c._gen += 1
-        c._tag_base += c._last_dtag
-        c._last_dtag = 0
-        c._acks.forget()
-        c._cancelled.clear()
-        for rid, p in list(c._requests.items()):
-            if p.request is None or p.abandoned:
-                del c._requests[rid]
-                p.fail(exc)
-            elif type(p.request) is ev.Cancel:
-                del c._requests[rid]
-                p.resolve(ev.Ok(rid))  # the consumer went with the link
-        dropped = 0
-        for consumer in c._consumers.values():
-            if not consumer.no_ack:
-                dropped += consumer._drop_buffer()
+        c, parts = self._host, self._parts
+        opening_outage = c.connected
+        parts.fire(LinkEvent.LOST)
+        parts.settler.next_link()
+        parts.consumers.cancelled.clear()
+        parts.requests.link_lost(exc)
+        dropped = parts.consumers.drop_buffers()
         self._last_error = exc
         if opening_outage:
             self._lost_at = trio.current_time()
@@ -114,8 +148,8 @@ class Reconnector:
                 peer=str(c.address),
                 error=exc.text,
                 code=int(exc.code),
-                unconfirmed=len(c._confirms),
-                requests=len(c._requests),
+                unconfirmed=len(parts.confirms),
+                requests=len(parts.requests),
                 dropped_deliveries=dropped,
             )
             self._notify(c.on_disconnect, Disconnected(c.address, exc))
@@ -134,14 +168,13 @@ class Reconnector:
 
     async def run(self) -> None:
         """The reconnector's task: never raises (a bug ends the connection)."""
-        c = self._conn
+        c = self._host
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
-            state = c._state
-            if state is LinkState.CLOSED or state is LinkState.CLOSING:
+            if not c.is_open:  # closing or closed
                 return
-            if state is not LinkState.RECONNECTING:
+            if c.connected:
                 continue  # a loss during a restore that has since succeeded
             with trio.CancelScope() as scope:
                 self._scope = scope
@@ -153,11 +186,12 @@ class Reconnector:
                         f"reconnecting failed: {exc!r}", ReplyCode.INTERNAL_ERROR
                     )
                     err.__cause__ = exc
-                    c._finish(err, ours=False)
+                    self._parts.finish(err)
             self._scope = None
 
     async def _recover(self) -> None:
-        c = self._conn
+        c, parts = self._host, self._parts
+        settler = parts.settler
         attempt = 0
         with trio.move_on_at(self._deadline):
             while True:
@@ -184,21 +218,21 @@ class Reconnector:
                 except ConnectionClosed as exc:
                     self._last_error = exc
                     continue
-                c._attach(dialed)
-                gen = c._gen
+                parts.attach(dialed)
+                gen = settler.gen
                 try:
                     resent, renamed = await self._restore()
                 except _Retry as retry:
-                    if c._gen == gen:
+                    if settler.gen == gen:
                         self.suspend(retry.error)
                     continue
                 except AmqliteError as exc:  # the new link broke: suspend has run
-                    if c._gen == gen:  # pragma: no cover - a reply we did not expect
+                    if settler.gen == gen:  # pragma: no cover - a reply we did not expect
                         self.suspend(exc)
                     continue
-                if c._state is not LinkState.RECONNECTING:
+                if not c.is_open or c.connected:
                     return  # closed meanwhile (the last steps do not checkpoint)
-                c._fire(LinkEvent.RESTORED)
+                parts.fire(LinkEvent.RESTORED)
                 c.reconnects += 1
                 self.restored.set()
                 self._reconnected(attempt, resent, renamed)
@@ -208,13 +242,12 @@ class Reconnector:
 
     async def _retire(self) -> None:
         """Close the current link (a dead one, or one that failed its restore)."""
-        link = self._conn._link
+        link = self._parts.settler.link
         with trio.move_on_after(_RETIRE_GRACE):
             await link.wait_flushed()
         await link.aclose()
 
     def _give_up(self, error: AmqliteError | None, attempts: int) -> None:
-        c = self._conn
         if error is None:
             why = self._last_error.text if self._last_error else "no server answered"
             error = ConnectionClosed(
@@ -225,12 +258,12 @@ class Reconnector:
             "client_reconnect_gave_up",
             error=error.text,
             attempts=attempts,
-            unconfirmed=len(c._confirms),
+            unconfirmed=len(self._parts.confirms),
         )
-        c._finish(error, ours=False)
+        self._parts.finish(error)
 
     def _reconnected(self, attempts: int, resent: int, renamed: dict[str, str]) -> None:
-        c = self._conn
+        c = self._host
         downtime = trio.current_time() - self._lost_at
         previous = self._lost_address or c.address
         log.info(
@@ -241,7 +274,7 @@ class Reconnector:
             downtime_s=round(downtime, 3),
             attempts=attempts,
             resent=resent,
-            consumers=len(c._consumers),
+            consumers=len(self._parts.consumers),
             renamed_queues=renamed or None,
         )
         self._notify(
@@ -270,10 +303,10 @@ class Reconnector:
 
     async def _internal(self, event: Any) -> ev.Event:
         """A request of the restore itself: fails with the link that carries it."""
-        c = self._conn
+        parts = self._parts
         pending = PendingReply()
-        c._requests[event.id] = pending
-        c._send(event)
+        parts.requests[event.id] = pending
+        parts.settler.send(event)
         return await pending.wait()
 
     async def _restore(self) -> tuple[int, dict[str, str]]:
@@ -282,16 +315,17 @@ class Reconnector:
         return self._resend(), renamed
 
     async def _redeclare(self) -> dict[str, str]:
-        c = self._conn
+        parts = self._parts
+        new_id = parts.settler.new_id
         renamed: dict[str, str] = {}
-        topology = c._topology
+        topology = parts.topology
         i = 0
         while i < len(topology):  # by index: a rename rewrites the entries after it
             entry = topology[i]
             i += 1
             e = entry.event
             try:
-                await self._internal(replace(e, id=c._new_id()))
+                await self._internal(replace(e, id=new_id()))
                 continue
             except ConnectionClosed:
                 raise
@@ -304,7 +338,7 @@ class Reconnector:
             ):
                 # the server keeps ``amq.`` names for itself: ask for a fresh one
                 try:
-                    reply = await self._internal(replace(e, id=c._new_id(), queue=""))
+                    reply = await self._internal(replace(e, id=new_id(), queue=""))
                 except ConnectionClosed:
                     raise
                 except AmqliteError as exc:
@@ -314,9 +348,7 @@ class Reconnector:
                     new = str(info.get("queue", ""))
                     if new:
                         topology.renamed(e.queue, new)
-                        for consumer in c._consumers.values():
-                            if consumer.queue == e.queue:
-                                consumer.queue = new
+                        parts.consumers.rename_queue(e.queue, new)
                         renamed[e.queue] = new
                         log.info("client_queue_renamed", old=e.queue, new=new)
                         continue
@@ -326,19 +358,20 @@ class Reconnector:
         return renamed
 
     async def _resume_consumers(self) -> None:
-        c = self._conn
+        consumers = self._parts.consumers
+        settler = self._parts.settler
         resumed: set[str] = set()
-        for consumer in list(c._consumers.values()):
-            if consumer._ended:
+        for consumer in list(consumers.values()):
+            if not consumer.active:
                 continue
             req = ev.Consume(
-                c._new_id(),
+                settler.new_id(),
                 consumer.queue,
                 consumer.tag,
                 consumer.prefetch,
                 consumer.no_ack,
                 consumer.exclusive,
-                consumer._resume_arguments(),
+                consumer.resume_arguments(),
             )
             try:
                 await self._internal(req)
@@ -353,26 +386,26 @@ class Reconnector:
                     queue=consumer.queue,
                     error=str(exc),
                 )
-                if c._consumers.get(consumer.tag) is consumer:
-                    del c._consumers[consumer.tag]
-                consumer._finish(exc, drop_buffer=False)
+                if consumers.get(consumer.tag) is consumer:
+                    del consumers[consumer.tag]
+                consumer.finish(exc, drop_buffer=False)
                 continue
             resumed.add(consumer.tag)
-        for tag, consumer in list(c._consumers.items()):
-            if consumer._ended:  # cancelled by the application while we were restoring
-                del c._consumers[tag]
+        for tag, consumer in list(consumers.items()):
+            if not consumer.active:  # cancelled by the application while we were restoring
+                del consumers[tag]
                 if tag in resumed:
-                    c._send(ev.Cancel(c._new_id(), tag))
+                    settler.send(ev.Cancel(settler.new_id(), tag))
 
     def _resend(self) -> int:
         """Send again what the application is still waiting for, in its first order."""
-        c = self._conn
-        proto = c._proto
-        items: list[tuple[int, bytes]] = [
-            (rid, proto.send(p.request)) for rid, p in c._requests.items() if p.request is not None
-        ]
+        c, parts = self._host, self._parts
+        link = parts.settler.link
+        confirms = parts.confirms
+        proto = link.proto
+        items = [(rid, proto.send(request)) for rid, request in parts.requests.to_resend()]
         too_large: list[int] = []
-        for rid, p in c._confirms.outstanding.items():
+        for rid, p in confirms.outstanding.items():
             if p.frame is None:
                 continue
             if len(p.frame) - 4 > c.max_frame:  # the new server takes smaller frames
@@ -381,9 +414,8 @@ class Reconnector:
                 items.append((rid, p.frame))
         for rid in too_large:
             text = f"message too large for {c.address} (frames of at most {c.max_frame} bytes)"
-            c._confirms.resolve(rid, ev.Error(rid, ReplyCode.CONTENT_TOO_LARGE, text))
+            confirms.resolve(rid, ev.Error(rid, ReplyCode.CONTENT_TOO_LARGE, text))
         items.sort(key=lambda item: item[0])
-        link = c._link
         for _, data in items:
             link.out += data
         if items:

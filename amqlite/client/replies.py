@@ -57,3 +57,34 @@ class PendingReply:
             raise self._error
         assert self._reply is not None
         return self._reply
+
+
+class PendingRequests(dict[int, PendingReply]):
+    """A connection's requests waiting for their reply, by id (the reader pops them
+    as a plain dict)."""
+
+    __slots__ = ()
+
+    def fail_all(self, exc: AmqliteError) -> None:
+        """The connection ended: every request raises ``exc``."""
+        pending = list(self.values())
+        self.clear()
+        for p in pending:
+            p.fail(exc)
+
+    def link_lost(self, exc: AmqliteError) -> None:
+        """The link broke, the connection reconnects: the reconnect's own requests
+        and those nobody waits for any more fail with it, a ``cancel`` is done (the
+        consumer went with the link); the application's other requests stay, to be
+        sent again."""
+        for rid, p in list(self.items()):
+            if p.request is None or p.abandoned:
+                del self[rid]
+                p.fail(exc)
+            elif type(p.request) is ev.Cancel:
+                del self[rid]
+                p.resolve(ev.Ok(rid))
+
+    def to_resend(self) -> list[tuple[int, ev.Event]]:
+        """The requests to send again on a new link, as ``(id, request)``."""
+        return [(rid, p.request) for rid, p in self.items() if p.request is not None]

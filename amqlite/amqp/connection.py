@@ -1,0 +1,425 @@
+"""A sans-IO AMQP 0-9-1 connection, either end, in the h11 style::
+
+    conn = AmqpConnection(Role.SERVER)
+    conn.receive_data(data)
+    while (event := conn.next_event()) is not NEED_DATA:
+        ...  # ProtocolHeaderReceived, MethodReceived, ContentReceived, HeartbeatReceived
+    sock.send(conn.send_method(0, ConnectionStart(...)))
+
+The connection does the framing, content assembly, the handshake order, channel
+bookkeeping and tune negotiation; it decides nothing about auth, routing or
+replies. A broken rule raises :class:`~amqlite.amqp.errors.AmqpError` from
+``next_event`` with the reply code; ``send_close_for(error)`` turns it into the
+``channel.close`` or ``connection.close`` it calls for (after which incoming
+frames on what was closed are dropped until ``close-ok``). Sending what the state
+does not allow raises :class:`~amqlite.amqp.errors.AmqpLocalError`.
+"""
+
+from __future__ import annotations
+
+from ..errors import ReplyCode
+from . import methods as m
+from .content import ContentAssembler
+from .errors import AmqpError, AmqpLocalError, ProtocolHeaderMismatch
+from .events import (
+    ContentReceived,
+    Event,
+    HeartbeatReceived,
+    MethodReceived,
+    ProtocolHeaderReceived,
+    Role,
+)
+from .frames import (
+    DEFAULT_FRAME_MAX,
+    FRAME_MIN_SIZE,
+    NEED_DATA,
+    PROTOCOL_HEADER,
+    BodyFrame,
+    FrameReader,
+    HeaderFrame,
+    HeartbeatFrame,
+    MethodFrame,
+    ProtocolHeaderFrame,
+    _NeedData,
+    encode_content,
+    encode_heartbeat_frame,
+    encode_method_frame,
+)
+from .properties import BasicProperties
+from .spec import Method, Sender
+from .states import (
+    CHANNEL_TRANSITIONS,
+    CONNECTION_TRANSITIONS,
+    ChannelState,
+    ChannelTrigger,
+    ConnState,
+    ConnTrigger,
+    channel_error_code,
+    connection_error_code,
+)
+
+#: RabbitMQ's default channel_max.
+DEFAULT_CHANNEL_MAX = 2047
+_MAX_CHANNEL = 65535
+
+T, CT, C = ConnTrigger, ChannelTrigger, ChannelState
+
+_HANDSHAKE: dict[type[Method], ConnTrigger] = {
+    m.ConnectionStart: T.START,
+    m.ConnectionStartOk: T.START_OK,
+    m.ConnectionSecure: T.SECURE,
+    m.ConnectionSecureOk: T.SECURE_OK,
+    m.ConnectionTune: T.TUNE,
+    m.ConnectionTuneOk: T.TUNE_OK,
+    m.ConnectionOpen: T.OPEN,
+    m.ConnectionOpenOk: T.OPEN_OK,
+}
+_CHANNEL_RECV: dict[type[Method], ChannelTrigger] = {
+    m.ChannelOpen: CT.RECV_OPEN,
+    m.ChannelOpenOk: CT.RECV_OPEN_OK,
+    m.ChannelClose: CT.RECV_CLOSE,
+    m.ChannelCloseOk: CT.RECV_CLOSE_OK,
+}
+_CHANNEL_SEND: dict[type[Method], ChannelTrigger] = {
+    m.ChannelOpen: CT.SEND_OPEN,
+    m.ChannelOpenOk: CT.SEND_OPEN_OK,
+    m.ChannelClose: CT.SEND_CLOSE,
+    m.ChannelCloseOk: CT.SEND_CLOSE_OK,
+}
+
+
+def _fit(text: str) -> str:
+    """``text`` cut to fit a short string (255 bytes of UTF-8)."""
+    raw = text.encode("utf-8")
+    return text if len(raw) <= 255 else raw[:255].decode("utf-8", "ignore")
+
+
+class AmqpConnection:
+    """One AMQP 0-9-1 connection's protocol state (see the module docstring).
+
+    ``frame_max`` and ``channel_max`` are this end's limits (a server offers them
+    in ``connection.tune``); after ``tune-ok`` they hold the negotiated values, as
+    does ``heartbeat``. ``max_body_size`` (0 = none) refuses larger incoming
+    messages with 406 on their channel.
+    """
+
+    def __init__(
+        self,
+        role: Role,
+        *,
+        frame_max: int = DEFAULT_FRAME_MAX,
+        channel_max: int = DEFAULT_CHANNEL_MAX,
+        max_body_size: int = 0,
+    ) -> None:
+        self.role = role
+        self.state = ConnState.AWAIT_PROTOCOL_HEADER
+        self.frame_max = frame_max
+        self.channel_max = channel_max
+        self.heartbeat = 0
+        self.max_body_size = max_body_size
+        self._peer_sender = Sender.CLIENT if role is Role.SERVER else Sender.SERVER
+        self._own_sender = Sender.SERVER if role is Role.SERVER else Sender.CLIENT
+        self._reader = FrameReader(
+            max_frame_size=frame_max, expect_protocol_header=role is Role.SERVER
+        )
+        self._tune: m.ConnectionTune | None = None
+        self._channels: dict[int, ChannelState] = {}
+        self._assemblers: dict[int, ContentAssembler] = {}
+
+    # --- state ---------------------------------------------------------------------------
+
+    def channel_state(self, channel: int) -> ChannelState:
+        return self._channels.get(channel, ChannelState.CLOSED)
+
+    @property
+    def open_channels(self) -> list[int]:
+        """Channels not CLOSED, in number order."""
+        return sorted(self._channels)
+
+    def _conn_step(self, trigger: ConnTrigger, *, local: bool, what: str) -> None:
+        new = CONNECTION_TRANSITIONS.get((self.state, trigger))
+        if new is None:
+            text = f"{what} not allowed in connection state {self.state.value}"
+            if local:
+                raise AmqpLocalError(text, ReplyCode.COMMAND_INVALID)
+            raise AmqpError(text, connection_error_code(self.state, trigger))
+        self.state = new
+
+    def _channel_step(
+        self,
+        channel: int,
+        trigger: ChannelTrigger,
+        *,
+        local: bool,
+        what: str,
+        method: Method | None,
+    ) -> ChannelState:
+        state = self._channels.get(channel, C.CLOSED)
+        new = CHANNEL_TRANSITIONS.get((state, trigger))
+        if new is None:
+            text = f"{what} not allowed on channel {channel} in state {state.value}"
+            if local:
+                raise AmqpLocalError(text, ReplyCode.COMMAND_INVALID)
+            raise AmqpError(
+                text,
+                channel_error_code(state, trigger),
+                channel=channel,
+                class_id=method.CLASS_ID if method else 0,
+                method_id=method.METHOD_ID if method else 0,
+            )
+        if new is C.CLOSED:
+            self._channels.pop(channel, None)
+            self._assemblers.pop(channel, None)
+        else:
+            self._channels[channel] = new
+        return state
+
+    # --- receiving -----------------------------------------------------------------------
+
+    def receive_data(self, data: bytes) -> None:
+        self._reader.receive_data(data)
+
+    def next_event(self) -> Event | _NeedData:
+        """The next event, or :data:`NEED_DATA`; raises :class:`AmqpError`."""
+        while True:
+            frame = self._reader.next_frame()
+            if isinstance(frame, _NeedData):
+                return NEED_DATA
+            event: Event | None
+            if isinstance(frame, ProtocolHeaderFrame):
+                self._conn_step(T.PROTOCOL_HEADER, local=False, what="protocol header")
+                event = ProtocolHeaderReceived()
+            elif isinstance(frame, HeartbeatFrame):
+                self._conn_step(T.RECV_HEARTBEAT, local=False, what="heartbeat")
+                event = HeartbeatReceived()
+            elif frame.channel == 0:
+                if not isinstance(frame, MethodFrame):
+                    raise AmqpError("content frame on channel 0", ReplyCode.UNEXPECTED_FRAME)
+                event = self._receive_connection_method(frame.method)
+            else:
+                event = self._receive_channel_frame(frame)
+            if event is not None:
+                return event
+
+    def _check_sender(self, method: Method, channel: int) -> None:
+        if method.SENDER is self._own_sender:
+            raise AmqpError(
+                f"{method.NAME} is sent by the {method.SENDER.value} only",
+                ReplyCode.COMMAND_INVALID,
+                channel=channel,
+                class_id=method.CLASS_ID,
+                method_id=method.METHOD_ID,
+            )
+
+    def _receive_connection_method(self, method: Method) -> Event | None:
+        if method.CLASS_ID != m.ConnectionClose.CLASS_ID:
+            raise AmqpError(
+                f"{method.NAME} on channel 0",
+                ReplyCode.COMMAND_INVALID,
+                class_id=method.CLASS_ID,
+                method_id=method.METHOD_ID,
+            )
+        self._check_sender(method, 0)
+        kind = type(method)
+        if kind is m.ConnectionClose:
+            trigger = T.RECV_CLOSE
+        elif kind is m.ConnectionCloseOk:
+            trigger = T.RECV_CLOSE_OK
+        elif self.state is ConnState.CLOSE_SENT:
+            trigger = T.RECV_TRAFFIC  # read and dropped
+        else:
+            trigger = _HANDSHAKE.get(kind, T.RECV_TRAFFIC)
+        dropping = self.state is ConnState.CLOSE_SENT and trigger is T.RECV_TRAFFIC
+        try:
+            self._conn_step(trigger, local=False, what=method.NAME)
+        except AmqpError as exc:
+            exc.class_id, exc.method_id = method.CLASS_ID, method.METHOD_ID
+            raise
+        if dropping:
+            return None
+        if isinstance(method, m.ConnectionTune):
+            self._tune = method
+        elif isinstance(method, m.ConnectionTuneOk):
+            self._negotiate(method)
+        return MethodReceived(0, method)
+
+    def _receive_channel_frame(self, frame: MethodFrame | HeaderFrame | BodyFrame) -> Event | None:
+        channel = frame.channel
+        if self.state is ConnState.CLOSE_SENT:
+            self._conn_step(T.RECV_TRAFFIC, local=False, what="channel frame")
+            return None
+        self._conn_step(T.RECV_TRAFFIC, local=False, what=f"a frame on channel {channel}")
+        if channel > (self.channel_max or _MAX_CHANNEL):
+            raise AmqpError(
+                f"channel {channel} is above channel_max {self.channel_max}",
+                ReplyCode.NOT_ALLOWED,
+                channel=channel,
+            )
+        closing = self.channel_state(channel) is C.CLOSE_SENT
+        if isinstance(frame, MethodFrame):
+            return self._receive_channel_method(channel, frame.method, closing)
+        if isinstance(frame, HeaderFrame):
+            trigger = CT.RECV_HEADER_LAST if frame.body_size == 0 else CT.RECV_HEADER
+            self._require(channel, trigger, "content header")
+            if closing:
+                self._drop(channel, trigger)
+                return None
+            content = self._assemblers[channel].header(
+                frame.class_id, frame.body_size, frame.properties
+            )
+        else:
+            if self.channel_state(channel) is C.AWAIT_BODY:
+                content = self._assemblers[channel].body(frame.payload)
+                trigger = CT.RECV_BODY if content is None else CT.RECV_BODY_LAST
+            else:
+                content, trigger = None, CT.RECV_BODY
+            self._require(channel, trigger, "content body")
+            if closing:
+                self._drop(channel, trigger)
+                return None
+        self._channel_step(channel, trigger, local=False, what="content", method=None)
+        if content is None:
+            return None
+        return ContentReceived(channel, content.method, content.properties, content.body)
+
+    def _require(self, channel: int, trigger: ChannelTrigger, what: str) -> None:
+        """Raise as the channel table would, without moving (the frame is checked
+        before the assembler sees it)."""
+        state = self.channel_state(channel)
+        if (state, trigger) not in CHANNEL_TRANSITIONS:
+            self._channel_step(channel, trigger, local=False, what=what, method=None)
+
+    def _drop(self, channel: int, trigger: ChannelTrigger) -> None:
+        self._channel_step(channel, trigger, local=False, what="frame", method=None)
+
+    def _receive_channel_method(self, channel: int, method: Method, closing: bool) -> Event | None:
+        if method.CLASS_ID == m.ConnectionClose.CLASS_ID:
+            raise AmqpError(
+                f"{method.NAME} on channel {channel}",
+                ReplyCode.COMMAND_INVALID,
+                channel=channel,
+                class_id=method.CLASS_ID,
+                method_id=method.METHOD_ID,
+            )
+        self._check_sender(method, channel)
+        trigger = _CHANNEL_RECV.get(type(method))
+        if trigger is None:
+            trigger = CT.RECV_CONTENT_METHOD if method.CONTENT else CT.RECV_METHOD
+        self._channel_step(channel, trigger, local=False, what=method.NAME, method=method)
+        if closing and trigger not in (CT.RECV_CLOSE, CT.RECV_CLOSE_OK):
+            return None
+        if trigger is CT.RECV_CONTENT_METHOD:
+            assembler = self._assemblers.get(channel)
+            if assembler is None:
+                assembler = ContentAssembler(channel, self.max_body_size)
+                self._assemblers[channel] = assembler
+            assembler.start(method)
+            return None
+        return MethodReceived(channel, method)
+
+    def _negotiate(self, tune_ok: m.ConnectionTuneOk) -> None:
+        """Settle frame_max, channel_max and heartbeat from tune-ok against the
+        tune offered (530 when the other end asks for more than was offered)."""
+        offered = self._tune or m.ConnectionTune(self.channel_max, self.frame_max, 0)
+        frame_max = tune_ok.frame_max or offered.frame_max
+        channel_max = tune_ok.channel_max or offered.channel_max
+        problem = None
+        if offered.frame_max and frame_max > offered.frame_max:
+            problem = f"frame_max {frame_max} is above the {offered.frame_max} offered"
+        elif frame_max and frame_max < FRAME_MIN_SIZE:
+            problem = f"frame_max {frame_max} is below the minimum {FRAME_MIN_SIZE}"
+        elif offered.channel_max and channel_max > offered.channel_max:
+            problem = f"channel_max {channel_max} is above the {offered.channel_max} offered"
+        if problem is not None:
+            raise AmqpError(
+                problem,
+                ReplyCode.NOT_ALLOWED,
+                class_id=tune_ok.CLASS_ID,
+                method_id=tune_ok.METHOD_ID,
+            )
+        self.frame_max, self.channel_max = frame_max, channel_max
+        self.heartbeat = tune_ok.heartbeat
+        self._reader.max_frame_size = frame_max
+
+    # --- sending -------------------------------------------------------------------------
+
+    def send_protocol_header(self) -> bytes:
+        """The client's opening 8 bytes."""
+        if self.role is not Role.CLIENT:
+            raise AmqpLocalError("only a client sends the protocol header")
+        self._conn_step(T.PROTOCOL_HEADER, local=True, what="protocol header")
+        return PROTOCOL_HEADER
+
+    def send_heartbeat(self) -> bytes:
+        self._conn_step(T.SEND_HEARTBEAT, local=True, what="heartbeat")
+        return encode_heartbeat_frame()
+
+    def send_method(self, channel: int, method: Method) -> bytes:
+        """One method without content (use :meth:`send_content` for the others)."""
+        if method.SENDER is self._peer_sender:
+            raise AmqpLocalError(f"{method.NAME} is sent by the {method.SENDER.value} only")
+        if method.CONTENT:
+            raise AmqpLocalError(f"{method.NAME} carries content: use send_content")
+        is_connection_class = method.CLASS_ID == m.ConnectionClose.CLASS_ID
+        if (channel == 0) != is_connection_class:
+            raise AmqpLocalError(f"{method.NAME} on channel {channel}")
+        if channel == 0:
+            kind = type(method)
+            if kind is m.ConnectionClose:
+                trigger = T.SEND_CLOSE
+            elif kind is m.ConnectionCloseOk:
+                trigger = T.SEND_CLOSE_OK
+            else:
+                trigger = _HANDSHAKE.get(kind, T.SEND_TRAFFIC)
+            self._conn_step(trigger, local=True, what=method.NAME)
+            if isinstance(method, m.ConnectionTune):
+                self._tune = method
+                self._reader.max_frame_size = method.frame_max
+            elif isinstance(method, m.ConnectionTuneOk):
+                self._negotiate(method)
+        else:
+            self._check_channel_number(channel)
+            self._conn_step(T.SEND_TRAFFIC, local=True, what=method.NAME)
+            channel_trigger = _CHANNEL_SEND.get(type(method), CT.SEND_METHOD)
+            self._channel_step(
+                channel, channel_trigger, local=True, what=method.NAME, method=method
+            )
+        return encode_method_frame(channel, method)
+
+    def send_content(
+        self, channel: int, method: Method, properties: BasicProperties, body: bytes
+    ) -> bytes:
+        """A content-bearing method with its header and body frames, split by the
+        negotiated frame_max."""
+        if not method.CONTENT:
+            raise AmqpLocalError(f"{method.NAME} carries no content: use send_method")
+        if method.SENDER is self._peer_sender:
+            raise AmqpLocalError(f"{method.NAME} is sent by the {method.SENDER.value} only")
+        self._check_channel_number(channel)
+        self._conn_step(T.SEND_TRAFFIC, local=True, what=method.NAME)
+        self._channel_step(channel, CT.SEND_CONTENT, local=True, what=method.NAME, method=method)
+        return encode_content(channel, method, properties, body, self.frame_max)
+
+    def send_close_for(self, error: AmqpError) -> bytes:
+        """What ``error`` calls for: ``channel.close`` for a soft error on an open
+        channel, ``connection.close`` otherwise, or (a server facing a wrong
+        protocol header) our own protocol header, after which the socket closes.
+        ``b""`` means no frame can be sent (before ``connection.start``, or while
+        already closing): close the socket."""
+        if isinstance(error, ProtocolHeaderMismatch):
+            return PROTOCOL_HEADER if self.role is Role.SERVER else b""
+        text = _fit(error.text)
+        closes_connection = error.closes_connection or (
+            (self.channel_state(error.channel), CT.SEND_CLOSE) not in CHANNEL_TRANSITIONS
+        )
+        if closes_connection and (self.state, T.SEND_CLOSE) not in CONNECTION_TRANSITIONS:
+            return b""  # before connection.start, or already closing: just drop the socket
+        if closes_connection:
+            close: Method = m.ConnectionClose(error.code, text, error.class_id, error.method_id)
+            return self.send_method(0, close)
+        close = m.ChannelClose(error.code, text, error.class_id, error.method_id)
+        return self.send_method(error.channel, close)
+
+    def _check_channel_number(self, channel: int) -> None:
+        if not 0 < channel <= (self.channel_max or _MAX_CHANNEL):
+            raise AmqpLocalError(f"channel {channel} is outside 1..{self.channel_max}")
