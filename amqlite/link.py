@@ -42,25 +42,33 @@ How each user drives it:
   link.receive()`` + ``proto.events()`` into the connection; ``before_flush``
   emits coalesced acks, ``on_lost`` starts a reconnect. Publishers append
   ``proto.send_publish(...)`` to ``link.out`` and wait on ``wait_writable()``.
-* **server, a client's connection**: ``FramedLink(stream, Connection(Role.SERVER),
-  handshake_timeout=..., high_water=..., low_water=..., on_drained=...)``; its
-  reader runs ``proto.events(FRAMES_PER_TURN)`` batches with a checkpoint between
-  them, awaits authentication in a thread when the batch holds the ``hello``
-  (a batch ends at a state change, so nothing behind the hello is decoded
-  before the welcome), then calls ``link.start_heartbeat(negotiate_heartbeat(ours,
-  hello.heartbeat))``; deliveries are appended with ``send_deliver``;
-  ``on_drained`` resumes a session paused above ``high_water``; ``link.close()``
-  after a ``close`` or an error frame.
-* **HA peer link**: ``link, welcome = await dial(peer host, port, Hello(role=
-  "ha-peer"), ...)`` (the HA machine has its own heartbeats: no
-  ``start_heartbeat``); ``link.send(HaSync(...))``; a reader that hands
-  ``HaSynced`` / ``HaHeartbeat`` events to the replicator; ``run`` returns when
-  the link ends, and the caller backs off and dials again.
-* **peering dial**: ``dial(..., timeout=connect timeout)``; a ``refused`` is
-  ``DialFailed.refused`` (reported to the link core with its code); peering maps
-  go out with ``link.send_bytes(proto.send_peer(encoded))``; peering's own
-  ``peer.heartbeat`` maps keep the link alive; ``link.abort()`` when the core says
-  disconnect.
+* **server, a client's connection** (:mod:`amqlite.server.connection`):
+  ``FramedLink(stream, Connection(Role.SERVER), handshake_timeout=...,
+  high_water=..., low_water=..., on_drained=..., on_lost=...)``; its reader loops
+  ``await link.receive()`` and runs ``proto.events(FRAMES_PER_TURN)`` batches with
+  a checkpoint after each full one, awaits authentication in a thread when the
+  batch holds the ``hello`` (a batch ends at a state change, so nothing behind
+  the hello is decoded before the welcome), sends the ``welcome`` and then calls
+  ``link.start_heartbeat(negotiate_heartbeat(ours, hello.heartbeat))``;
+  deliveries are appended to ``link.out`` with ``send_deliver``; a session paused
+  above ``high_water`` resumes in ``on_drained``; ``on_lost`` only logs. The
+  reader returns after a ``close`` (answered), a ``close-ok``, the end of the
+  stream or an error frame, and ``run`` drains and closes; a server-side close
+  sends ``close`` and reads on until the ``close-ok``.
+* **HA peer link** (:mod:`amqlite.server.ha`): ``link, welcome = await dial(peer
+  host, port, Hello(role="ha-peer"), timeout=the failover timeout, at least 1
+  s)`` (the HA machine has its own heartbeats: no ``start_heartbeat``);
+  ``link.send(HaSync(...))``; a reader that hands ``HaSynced`` / ``HaHeartbeat``
+  events to the replicator; ``run`` returns when the link ends, and the caller
+  backs off and dials again.
+* **peering dial** (:mod:`amqlite.server.peering.transport`): ``dial(...,
+  timeout=connect timeout)``; a ``refused`` is ``DialFailed.refused`` (reported to
+  the link core with its code); peering maps go out with
+  ``link.send_bytes(proto.send_peer(encoded))``; peering's own ``peer.heartbeat``
+  maps keep the link alive; ``link.abort()`` when the core says disconnect.
+
+All three dialers see the end of the stream during the handshake alike: a
+:class:`DialFailed`.
 """
 
 from __future__ import annotations

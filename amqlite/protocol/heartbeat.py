@@ -50,10 +50,9 @@ class HeartbeatClock:
         """True when the other end has been silent for ``misses`` intervals."""
         return self.enabled and now >= self.last_received + self.interval * self.misses
 
-    def next_deadline(self, now: float | None = None) -> float:
+    def next_deadline(self) -> float:
         """The earliest time at which :meth:`send_due` or :meth:`remote_silent` may turn
-        true. It depends on the recorded times only: ``now`` is ignored (accepted
-        for the server connection's watchdog until it runs on FramedLink)."""
+        true (it depends on the recorded times only)."""
         if not self.enabled:
             return INF
         return min(self.last_sent + self.interval, self.last_received + self.interval * self.misses)

@@ -1,14 +1,15 @@
-"""The broker's side of one native connection: bytes, heartbeats, the handshake.
+"""The broker's side of one native connection: the handshake, then its endpoint.
 
-Three tasks per connection, owned by one nursery: the reader turns whole batches
-of bytes into events and hands each request to the connection's role endpoint
-(:mod:`.endpoints`) without a checkpoint per message; the writer sends everything
-queued in one ``send_all``; the watchdog sends heartbeats when we are quiet and
-drops a client that went silent.
+The connection runs on a :class:`~amqlite.link.FramedLink` (the writer and its
+one out-buffer, the heartbeat watchdog, closing the stream: see
+:mod:`amqlite.link`). What it adds is the reader: it takes the decoded events in
+batches of ``FRAMES_PER_TURN`` (other connections get a turn between batches)
+and hands each request to the connection's role endpoint (:mod:`.endpoints`)
+without a checkpoint per message.
 
 The handshake (protocol version, role, credentials, the HA pair's admission)
 chooses the endpoint; after it, this module knows nothing of what a request
-means.
+means. The endpoint sees the connection as its :class:`~.endpoints.Link`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import trio
 
 from amqlite.auth import AuthenticatedUser
 from amqlite.errors import AmqliteError, RemoteProtocolError, ReplyCode
-from amqlite.protocol import NEED_DATA, PROTOCOL_VERSION, Connection, HeartbeatClock, Role
+from amqlite.link import FramedLink
+from amqlite.protocol import PROTOCOL_VERSION, Connection, Role
 from amqlite.protocol import events as ev
+from amqlite.protocol.heartbeat import negotiate_heartbeat
 
 from .dispatch import RequestDispatcher
 from .endpoints import (
@@ -32,14 +35,13 @@ from .endpoints import (
     MonitorEndpoint,
     PeeringEndpoint,
 )
+from .endpoints.client import HIGH_WATER, LOW_WATER
 
 if TYPE_CHECKING:
     from .context import NodeView
 
-RECEIVE_SIZE = 256 * 1024
 FRAMES_PER_TURN = 64  # frames handled before other connections get a turn
 HANDSHAKE_TIMEOUT = 10.0
-CLOSE_TIMEOUT = 2.0
 MAX_INSTANCE = 64  # longest hello.instance (a client token, see amqlite.broker.dedup)
 ROLES = ("client", "monitor", "ha-peer", "peer-link")
 
@@ -53,22 +55,26 @@ class NativeConnection:
     server stops; after the handshake its requests go to one role endpoint."""
 
     def __init__(
-        self, node: NodeView, stream: trio.SocketStream, remote_address: str, remote_host: str
+        self, node: NodeView, stream: trio.abc.Stream, remote_address: str, remote_host: str
     ):
         self.node = node
-        self.stream = stream
         self.remote_address = remote_address
         self.remote_host = remote_host
         self.proto = Connection(Role.SERVER, max_frame_size=node.config.server.max_frame_bytes)
-        self.clock = HeartbeatClock(0.0)
+        self.link = FramedLink(
+            stream,
+            self.proto,
+            remote_address=remote_address,
+            high_water=HIGH_WATER,
+            low_water=LOW_WATER,
+            on_drained=self._drained,
+            on_lost=self._lost,
+            handshake_timeout=HANDSHAKE_TIMEOUT,
+        )
         self.connected_at = trio.current_time()
         self.user = ""
         self.endpoint: Endpoint | None = None
-        self.out = bytearray()
-        self._wake = trio.Event()
-        self._closing = False  # no more requests are run; the writer exits once drained
-        self._opened = trio.Event()
-        self._cancel_scope: trio.CancelScope | None = None
+        self._closing = False  # we said close: no more requests are run
         self._released = False
 
     @property
@@ -76,30 +82,23 @@ class NativeConnection:
         return self._closing
 
     @property
+    def out(self) -> bytearray:
+        """The link's out-buffer: endpoints append encoded frames, then :meth:`kick`."""
+        return self.link.out
+
+    @property
     def role(self) -> str:
         """The endpoint's role ("" until the handshake is done)."""
         return self.endpoint.role if self.endpoint is not None else ""
 
-    # --- the tasks -----------------------------------------------------------------
+    # --- running -------------------------------------------------------------------
 
     async def run(self) -> None:
         """Serve until done; always releases the endpoint and the socket."""
         try:
-            async with trio.open_nursery() as nursery:
-                self._cancel_scope = nursery.cancel_scope
-                writer_done = trio.Event()
-                nursery.start_soon(self._writer, writer_done)
-                nursery.start_soon(self._watchdog)
-                await self._read_loop()
-                self._closing = True
-                self._wake.set()
-                with trio.move_on_after(CLOSE_TIMEOUT):
-                    await writer_done.wait()
-                nursery.cancel_scope.cancel()
+            await self.link.run(self._read)
         finally:
             self._release()
-            with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
-                await self.stream.aclose()
 
     def _release(self) -> None:
         if self._released:
@@ -108,108 +107,81 @@ class NativeConnection:
         if self.endpoint is not None:
             self.endpoint.closed(trio.current_time())
 
-    async def _writer(self, done: trio.Event) -> None:
-        try:
-            while True:
-                if not self.out:
-                    if self._closing:
-                        return
-                    self._wake = trio.Event()
-                    await self._wake.wait()
-                    continue
-                data, self.out = self.out, bytearray()
-                await self.stream.send_all(data)
-                self.clock.sent(trio.current_time())
-                if self.endpoint is not None:
-                    self.endpoint.drained(len(self.out))
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            self._abort()
-        finally:
-            done.set()
+    def _drained(self) -> None:
+        if self.endpoint is not None:
+            self.endpoint.drained(len(self.link.out))
 
-    async def _watchdog(self) -> None:
-        with trio.move_on_at(self.connected_at + HANDSHAKE_TIMEOUT):
-            await self._opened.wait()
-        if not self._opened.is_set():
+    def _lost(self, error: AmqliteError) -> None:
+        """The link failed: the stream broke, or the watchdog gave up on the other end."""
+        now = trio.current_time()
+        if self.endpoint is None and now - self.connected_at >= HANDSHAKE_TIMEOUT:
             log.warning("handshake_timeout", remote=self.remote_address)
-            self._abort()
-            return
-        while True:
-            now = trio.current_time()
-            if self.clock.remote_silent(now):
-                log.warning("heartbeat_missed", remote=self.remote_address, user=self.user)
-                self._abort()
-                return
-            if self.clock.send_due(now):
-                self._queue(self.proto.send(ev.Heartbeat()))
-                self.clock.sent(now)
-            await trio.sleep_until(min(self.clock.next_deadline(now), now + 60.0))
+        elif self.link.clock.remote_silent(now):
+            log.warning("heartbeat_missed", remote=self.remote_address, user=self.user)
+        else:
+            log.info(
+                "connection_lost", remote=self.remote_address, user=self.user, reason=error.text
+            )
 
-    async def _read_loop(self) -> None:
-        proto = self.proto
+    async def _read(self) -> None:
+        link = self.link
         while True:
-            try:
-                data = await self.stream.receive_some(RECEIVE_SIZE)
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
+            more = await link.receive()
+            if link.dead:  # the stream broke
                 return
-            now = trio.current_time()
-            self.clock.received(now)
-            proto.receive_data(data)
             try:
-                keep_going = await self._handle_buffered(now)
+                keep_going = await self._handle_buffered()
             except RemoteProtocolError as exc:
                 log.warning(
                     "protocol_error", remote=self.remote_address, code=exc.code, text=exc.text
                 )
-                self._queue(proto.send(ev.Close(exc.code, exc.text)))
+                link.send(ev.Close(exc.code, exc.text))
                 return
             except Exception:
                 log.exception("request_crashed", remote=self.remote_address, user=self.user)
                 with contextlib.suppress(AmqliteError):
                     text = "internal error: the broker logged it; the connection is closed"
-                    self._queue(proto.send(ev.Close(ReplyCode.INTERNAL_ERROR, text)))
+                    link.send(ev.Close(ReplyCode.INTERNAL_ERROR, text))
                 return
             finally:
                 self.node.pump()
-            if not keep_going or not data:
+            if not keep_going or not more:
                 return
 
-    async def _handle_buffered(self, now: float) -> bool:
-        """Run every complete request buffered now; False when the connection ends."""
-        proto = self.proto
-        budget = FRAMES_PER_TURN
-        while True:
-            event = proto.next_event()
-            if event is NEED_DATA:
-                return True
-            assert isinstance(event, ev.Event)
-            budget -= 1
-            if not budget:
+    async def _handle_buffered(self) -> bool:
+        """Run every complete request buffered now; False when the connection ends.
+        A batch ends at a state change, so a ``hello`` is the last of its batch and
+        nothing behind it is decoded before it is answered."""
+        events = self.proto.events
+        now = trio.current_time()
+        while batch := events(FRAMES_PER_TURN):
+            endpoint = self.endpoint  # set at a hello only, which ends its batch
+            for event in batch:
+                t = type(event)
+                if endpoint is not None and not self._closing and t in _REQUESTS:
+                    endpoint.handle(event, now)
+                elif t is ev.EndOfStream or t is ev.CloseOk:
+                    return False
+                elif t is ev.Close:
+                    self.send(ev.CloseOk())
+                    return False
+                elif self._closing or t is ev.Heartbeat:
+                    continue  # after our close, drop what the other end sent before it saw it
+                elif isinstance(event, ev.Hello):
+                    if not await self._handshake(event):
+                        return False
+                elif isinstance(event, ev.BadRequest):
+                    log.info(
+                        "bad_request", remote=self.remote_address, code=event.code, text=event.text
+                    )
+                    self.send(ev.Error(event.id, event.code, event.text))
+            if len(batch) == FRAMES_PER_TURN:
                 # Let other connections run (a consumer's acks free credit) instead
                 # of working through a whole 256 KiB read first.
-                budget = FRAMES_PER_TURN
                 self.node.pump()
                 await trio.lowlevel.checkpoint()
                 now = trio.current_time()
-            t = type(event)
-            endpoint = self.endpoint
-            if endpoint is not None and not self._closing and t in _REQUESTS:
-                endpoint.handle(event, now)
-            elif t is ev.EndOfStream or t is ev.CloseOk:
-                return False
-            elif t is ev.Close:
-                self._queue(proto.send(ev.CloseOk()))
-                return False
-            elif self._closing or t is ev.Heartbeat:
-                continue  # after our close, drop what the other end sent before it saw it
-            elif isinstance(event, ev.Hello):
-                if not await self._handshake(event):
-                    return False
-            elif isinstance(event, ev.BadRequest):
-                log.info(
-                    "bad_request", remote=self.remote_address, code=event.code, text=event.text
-                )
-                self._queue(proto.send(ev.Error(event.id, event.code, event.text)))
+        return True
 
     # --- handshake -----------------------------------------------------------------
 
@@ -243,15 +215,15 @@ class NativeConnection:
                     admitted, why = await node.ha.admit(deadline)
                     if not admitted:
                         text = f"node {node.node_id} is {node.state}: {why}"
-                        self._queue(
-                            self.proto.send(ev.Refused(hello.id, ReplyCode.NOT_ACTIVE, text))
-                        )
+                        self.send(ev.Refused(hello.id, ReplyCode.NOT_ACTIVE, text))
                         log.info(
                             "connection_refused_not_active",
                             remote=self.remote_address,
                             state=node.state,
                         )
                         return False
+                if self._closing:  # the server closed us while we authenticated
+                    return False
                 return self._open(hello, result)
             refusal = (result.code, result.text, result.log_reason)
         code, text, reason = refusal
@@ -263,7 +235,7 @@ class NativeConnection:
             code=code,
             reason=reason,
         )
-        self._queue(self.proto.send(ev.Refused(hello.id, code, text)))
+        self.send(ev.Refused(hello.id, code, text))
         return False
 
     def _endpoint_for(self, hello: ev.Hello, user: AuthenticatedUser) -> Endpoint:
@@ -307,28 +279,23 @@ class NativeConnection:
         try:
             endpoint = self._endpoint_for(hello, user)
         except AmqliteError as exc:
-            self._queue(self.proto.send(ev.Refused(hello.id, exc.code, exc.text)))
+            self.send(ev.Refused(hello.id, exc.code, exc.text))
             return False
         self.user = user.name
         self.endpoint = endpoint
-        ours, theirs = node.config.server.heartbeat, hello.heartbeat
-        heartbeat = min(ours, theirs) if ours > 0 and theirs > 0 else max(ours, theirs)
-        self.clock = HeartbeatClock(heartbeat)
-        self.clock.start(trio.current_time())
-        self._opened.set()
-        self._queue(
-            self.proto.send(
-                ev.Welcome(
-                    hello.id,
-                    server=node.node_id,
-                    version=node.version,
-                    state=node.state,
-                    cluster=node.cluster_addresses,
-                    heartbeat=heartbeat,
-                    max_frame=self.proto.max_frame_size,
-                )
+        heartbeat = negotiate_heartbeat(node.config.server.heartbeat, hello.heartbeat)
+        self.link.send(
+            ev.Welcome(
+                hello.id,
+                server=node.node_id,
+                version=node.version,
+                state=node.state,
+                cluster=node.cluster_addresses,
+                heartbeat=heartbeat,
+                max_frame=self.proto.max_frame_size,
             )
         )
+        self.link.start_heartbeat(heartbeat)  # after the welcome: a heartbeat needs OPEN
         endpoint.opened()
         log.info(
             "connection_opened",
@@ -346,31 +313,25 @@ class NativeConnection:
     def send(self, event: ev.Event) -> None:
         """Encode and queue ``event`` (nothing once the protocol side is closed)."""
         with contextlib.suppress(AmqliteError):
-            self._queue(self.proto.send(event))
+            self.link.send(event)
 
     def kick(self) -> None:
         """Wake the writer for frames an endpoint appended to :attr:`out`."""
-        self._wake.set()
+        link = self.link
+        if not link.kicked:
+            link.kick()
 
     def close_from_server(self, code: int, text: str) -> None:
-        """Tell the other end we are closing (e.g. 320 at shutdown); run() then ends."""
+        """Tell the other end we are closing (e.g. 320 at shutdown); run() ends at
+        its close-ok. Before the handshake is done, just drop the connection."""
         if self._closing:
             return
         self._closing = True
-        with contextlib.suppress(AmqliteError):  # not open yet: just drop the connection
-            self._queue(self.proto.send(ev.Close(code, text)))
-        self._wake.set()
+        try:
+            self.link.send(ev.Close(code, text))
+        except AmqliteError:
+            self.link.close()
 
     def info(self) -> dict[str, Any] | None:
         """The connection's line in ``status`` (client sessions only)."""
         return self.endpoint.info() if self.endpoint is not None else None
-
-    # --- helpers -----------------------------------------------------------------------
-
-    def _queue(self, data: bytes) -> None:
-        self.out += data
-        self._wake.set()
-
-    def _abort(self) -> None:
-        if self._cancel_scope is not None:
-            self._cancel_scope.cancel()

@@ -1,10 +1,12 @@
 """The HA pair's trio shell: heartbeats, the state machine, fencing, replication.
 
-Each node of a pair dials the other (the *peer link*, a connection opened with
-``hello`` {role: "ha-peer"}) and sends on it a heartbeat every interval, whatever
-it thinks of its peer; it hears its peer's heartbeats on the connection the peer
-opened to it. The sans-IO :class:`~amqlite.ha.HaMachine` turns heartbeats, client
-hellos and time into actions, applied here in order. ``PersistEpoch`` (an fsync)
+Each node of a pair dials the other (the *peer link*, a
+:class:`~amqlite.link.FramedLink` opened by :func:`~amqlite.link.dial` with
+``hello`` {role: "ha-peer"}; when it ends, the node backs off and dials again)
+and sends on it a heartbeat every interval, whatever it thinks of its peer; it
+hears its peer's heartbeats on the connection the peer opened to it. The sans-IO
+:class:`~amqlite.ha.HaMachine` turns heartbeats, client hellos and time into
+actions, applied here in order. ``PersistEpoch`` (an fsync)
 runs in a worker thread; the actions after it wait for it, and no client is
 admitted meanwhile, so a node never serves in an epoch that is not on disk.
 
@@ -18,6 +20,8 @@ holds replies and pushes until the passive node has them (docs/ha.md).
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import random
 from collections import deque
@@ -60,7 +64,7 @@ from amqlite.ha import (
     replication_wanted,
 )
 from amqlite.ha.errors import HeartbeatError
-from amqlite.protocol import NEED_DATA, Connection, Role
+from amqlite.link import DialFailed, FramedLink, dial
 from amqlite.protocol import events as ev
 from amqlite.store.durable_file import read_if_present, write_durably
 from amqlite.store.segment import frame_record, parse_framed
@@ -72,7 +76,8 @@ log = structlog.get_logger("amqlite.ha")
 
 EPOCH_FILE = "HA_EPOCH"
 LINK_BACKOFF = (0.05, 1.0)
-_LINK_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, AmqliteError)
+#: The least time a dial of the peer link may take (else the failover timeout).
+LINK_DIAL_TIMEOUT = 1.0
 
 
 class HaService:
@@ -84,10 +89,7 @@ class HaService:
         self.role = HaRole.PRIMARY if config.role == "primary" else HaRole.BACKUP
         self.machine: HaMachine | None = None
         self._wake = trio.Event()
-        self._link_out: Connection | None = None
-        self._link_stream: trio.SocketStream | None = None
-        self._link_buffer = bytearray()
-        self._link_wake = trio.Event()
+        self._link: FramedLink | None = None  # the peer link we dialed, while it is up
         self.link_up = False
         # the machine's actions not applied yet: those after a PersistEpoch wait for it
         self._backlog: deque[Action] = deque()
@@ -427,31 +429,26 @@ class HaService:
     # --- the outbound link ---------------------------------------------------------------
 
     def _send_link(self, event: ev.Event) -> None:
-        proto = self._link_out
-        if proto is None:
+        link = self._link
+        if link is None:
             return
-        try:
-            self._link_buffer += proto.send(event)
-        except AmqliteError:
-            return
-        self._link_wake.set()
+        with contextlib.suppress(AmqliteError):
+            link.send(event)
 
     async def _link_loop(self) -> None:
         delay = LINK_BACKOFF[0]
         while True:
             host, _, port = self.config.peer.rpartition(":")
             try:
-                try:
-                    await self._run_link(host, int(port))
-                    delay = LINK_BACKOFF[0]
-                except* _LINK_ERRORS as group:  # the link's own nursery groups them
-                    log.debug("ha_link_failed", peer=self.config.peer, error=repr(group))
+                await self._run_link(host, int(port))
+                delay = LINK_BACKOFF[0]
+            except AmqliteError as exc:  # the dial failed, or the peer broke the protocol
+                log.debug("ha_link_failed", peer=self.config.peer, error=exc.text)
             finally:
                 if self.link_up:
                     log.warning("ha_link_down", peer=self.config.peer)
                 self.link_up = False
-                self._link_out = None
-                self._link_buffer = bytearray()
+                self._link = None
                 self._stop_replication()
             await trio.sleep(delay * random.uniform(0.5, 1.0))
             # never back off past a heartbeat: a restarting peer must hear us
@@ -459,62 +456,51 @@ class HaService:
             delay = min(delay * 2, LINK_BACKOFF[1], self.config.heartbeat_ms / 1000)
 
     async def _run_link(self, host: str, port: int) -> None:
+        """Dial the peer and run the peer link until it ends (DialFailed when it
+        does not open; a refusal is logged and waited out here)."""
         cfg = self.config
-        stream = await trio.open_tcp_stream(host, port)
-        async with stream:
-            proto = Connection(Role.CLIENT, max_frame_size=self.node.config.server.max_frame_bytes)
-            hello = ev.Hello(
-                1,
-                vhost=cfg.vhost,
-                login=cfg.login,
-                password=cfg.password,
-                client=self.node.node_id,
-                role="ha-peer",
+        hello = ev.Hello(
+            1,
+            vhost=cfg.vhost,
+            login=cfg.login,
+            password=cfg.password,
+            client=self.node.node_id,
+            role="ha-peer",
+        )
+        try:
+            link, welcome = await dial(
+                host,
+                port,
+                hello,
+                max_frame_size=self.node.config.server.max_frame_bytes,
+                timeout=max(cfg.failover_timeout_ms / 1000, LINK_DIAL_TIMEOUT),
             )
-            await stream.send_all(proto.send(hello))
-            reply = await self._receive(stream, proto)
-            if isinstance(reply, ev.Refused):
-                log.error("ha_link_refused", peer=cfg.peer, code=reply.code, text=reply.text)
-                await trio.sleep(1.0)
-                return
-            if not isinstance(reply, ev.Welcome):
-                return
-            self._link_out = proto
-            self._link_stream = stream
-            self.link_up = True
-            log.info("ha_link_up", peer=cfg.peer, peer_node=reply.server)
-            self._start_replication()
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._link_writer, stream)
-                while True:
-                    event = await self._receive(stream, proto)
-                    if isinstance(event, ev.HaSynced):
-                        self._on_synced(event)
-                    elif isinstance(event, ev.HaHeartbeat):
-                        self.on_peer_heartbeat(event)
-                    elif isinstance(event, ev.Close | ev.EndOfStream):
-                        nursery.cancel_scope.cancel()
-                        return
+        except DialFailed as exc:
+            if not exc.refused:
+                raise
+            log.error("ha_link_refused", peer=cfg.peer, code=exc.code, text=exc.text)
+            await trio.sleep(1.0)
+            return
+        # no start_heartbeat: the HA machine's own heartbeats go both ways
+        self._link = link
+        self.link_up = True
+        log.info("ha_link_up", peer=cfg.peer, peer_node=welcome.server)
+        self._start_replication()
+        await link.run(functools.partial(self._read_link, link))
 
-    async def _receive(self, stream: trio.SocketStream, proto: Connection) -> ev.Event:
+    async def _read_link(self, link: FramedLink) -> None:
+        """The peer link's reader: the peer's acknowledgements and heartbeats."""
+        events = link.proto.events
         while True:
-            event = proto.next_event()
-            if event is not NEED_DATA:
-                assert isinstance(event, ev.Event)
-                if isinstance(event, ev.Heartbeat):
-                    continue
-                return event
-            data = await stream.receive_some(256 * 1024)
-            proto.receive_data(data)
-
-    async def _link_writer(self, stream: trio.SocketStream) -> None:
-        while True:
-            if not self._link_buffer:
-                self._link_wake = trio.Event()
-                await self._link_wake.wait()
-                continue
-            data, self._link_buffer = self._link_buffer, bytearray()
-            await stream.send_all(data)
+            for event in events():
+                if isinstance(event, ev.HaSynced):
+                    self._on_synced(event)
+                elif isinstance(event, ev.HaHeartbeat):
+                    self.on_peer_heartbeat(event)
+                elif isinstance(event, ev.Close | ev.EndOfStream):
+                    return
+            if not await link.receive() and link.dead:  # broke (EOF: its event comes next)
+                return
 
     # --- replication: the active side ----------------------------------------------------
 

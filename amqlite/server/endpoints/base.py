@@ -1,8 +1,8 @@
 """What every role endpoint is, and what it may ask of the connection under it.
 
 After the handshake a native connection becomes one role endpoint (a client
-session, the HA peer, a peering link, a monitor). The connection moves bytes,
-runs the heartbeat and the handshake; the endpoint turns each request into calls
+session, the HA peer, a peering link, a monitor). The connection (on its framed
+link) moves bytes, runs the heartbeat and the handshake; the endpoint turns each request into calls
 on the broker or a service and answers through the :class:`Link` it was given.
 """
 
@@ -16,13 +16,17 @@ from amqlite.protocol import events as ev
 
 
 class Link(Protocol):
-    """The connection under an endpoint (the native connection's side of it)."""
+    """The connection under an endpoint (the native connection's side of it, over
+    its :class:`amqlite.link.FramedLink`)."""
 
     remote_address: str
     proto: Connection
-    #: bytes queued for the writer: an endpoint may append encoded frames to it and
-    #: then call :meth:`kick`
-    out: bytearray
+
+    @property
+    def out(self) -> bytearray:
+        """Bytes queued for the writer: an endpoint may append encoded frames to it
+        and then call :meth:`kick` (the writer swaps it out: read it again after
+        an ``await``)."""
 
     @property
     def closing(self) -> bool: ...
@@ -44,7 +48,8 @@ class Endpoint(Protocol):
         """Run one request (a frame the protocol classes as a request)."""
 
     def drained(self, pending: int) -> None:
-        """The writer sent a batch; ``pending`` bytes still wait (flow control)."""
+        """The writer sent a batch and fewer than ``LOW_WATER`` bytes still wait:
+        ``pending`` of them (flow control)."""
 
     def closed(self, now: float) -> None:
         """The connection is gone: release what the endpoint holds. Called once."""

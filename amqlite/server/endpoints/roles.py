@@ -127,7 +127,8 @@ class PeeringEndpoint(_RoleEndpoint):
         if self._released or link.closing:
             return
         with contextlib.suppress(AmqliteError):
-            link.out += link.proto.send_peer(msg)
+            out = link.out
+            out += link.proto.send_peer(msg)
             link.kick()
 
     def may_peer(self, exchange: str) -> bool:

@@ -370,7 +370,13 @@ class PeeringService:
 
         reason = "connection closed"
         try:
-            reason = await conn.run(address, hello, opened=opened, received=received)
+            reason = await conn.run(
+                address,
+                hello,
+                timeout=link.settings.connect_timeout,
+                opened=opened,
+                received=received,
+            )
         finally:
             if registry.conns.get(link_id) is conn:
                 del registry.conns[link_id]

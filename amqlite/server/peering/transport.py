@@ -1,6 +1,6 @@
 """The link connections of exchange peering: what the service writes on, and the
-dialer's side of a connection (dial, ``hello`` with role ``peer-link``, then
-``peer`` frames both ways).
+dialer's side of a connection (:func:`amqlite.link.dial` with role
+``peer-link``, then ``peer`` frames both ways on a FramedLink).
 
 The service sees a connection only through :class:`LinkConnection` (send an
 encoded peering map or a map, close) and, on the dialer's side, through
@@ -19,15 +19,12 @@ from typing import Any, Protocol
 import structlog
 import trio
 
-from amqlite.errors import AmqliteError
+from amqlite.errors import AmqliteError, ProtocolError
+from amqlite.link import DialFailed, FramedLink, dial
 from amqlite.peering import Address
-from amqlite.protocol import NEED_DATA, Connection, Role
 from amqlite.protocol import events as ev
 
 log = structlog.get_logger("amqlite.peering")
-
-RECEIVE_SIZE = 256 * 1024
-_LINK_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, AmqliteError)
 
 
 class LinkConnection(Protocol):
@@ -62,118 +59,101 @@ class AcceptedConnection(LinkConnection, Protocol):
         """Close with ``code`` and ``text`` (a refusal)."""
 
 
-class _LinkFailed(Exception):
-    """The dialed connection could not be opened or ended; ``args[0]`` says why."""
-
-
 class DialedLink:
-    """The dialer's side of one link connection: a protocol connection, its
-    outgoing buffer and the tasks that read and write it (:meth:`run`)."""
+    """The dialer's side of one link connection: a :class:`~amqlite.link.FramedLink`
+    opened by :func:`~amqlite.link.dial` and its reader (:meth:`run`). No
+    ``heartbeat`` frames of its own: peering's ``peer.heartbeat`` maps keep it alive."""
 
     def __init__(self, name: str, *, max_frame_size: int) -> None:
         self.name = name  # the link id, for the log
-        self._proto = Connection(Role.CLIENT, max_frame_size=max_frame_size)
-        self._out = bytearray()
-        self._wake = trio.Event()
-        self._cancel_scope = trio.CancelScope()
+        self._max_frame_size = max_frame_size
+        self._link: FramedLink | None = None  # once welcomed
+        self._cancel_scope = trio.CancelScope()  # the dial, before there is a link
 
     def send_map(self, msg: dict[str, Any]) -> None:
-        with contextlib.suppress(AmqliteError):
-            self._out += self._proto.send(ev.PeerMessage(msg))
-            self._wake.set()
+        link = self._link
+        if link is not None:
+            with contextlib.suppress(AmqliteError):
+                link.send(ev.PeerMessage(msg))
 
     def send_peer(self, frame: bytes) -> None:
-        with contextlib.suppress(AmqliteError):
-            self._out += self._proto.send_peer(frame)
-            self._wake.set()
+        link = self._link
+        if link is not None:
+            with contextlib.suppress(AmqliteError):
+                link.send_bytes(link.proto.send_peer(frame))
 
     def close(self, reason: str) -> None:
-        """Cancel :meth:`run` wherever it is (connecting, in the hello, serving)."""
-        self._cancel_scope.cancel()
+        """Stop :meth:`run` wherever it is (dialing, in the hello, serving)."""
+        if self._link is not None:
+            self._link.abort()
+        else:
+            self._cancel_scope.cancel()
 
     async def run(
         self,
         address: Address,
         hello: ev.Hello,
         *,
+        timeout: float,  # noqa: ASYNC109 (the link's connect timeout: a DialFailed naming it)
         opened: Callable[[], bool],
         received: Callable[[dict[str, Any], float], None],
     ) -> str:
-        """Connect to ``address`` and say ``hello``; once welcomed, call ``opened()``
-        (False: the link does not want this connection any more, stop) and then
-        hand every received peering map to ``received(map, now)`` until the
-        connection ends. Returns why it ended; never raises for a failed or broken
-        connection (nor for a bug in a callback: that costs this connection only)."""
+        """Connect to ``address`` and say ``hello`` within ``timeout`` seconds; once
+        welcomed, call ``opened()`` (False: the link does not want this connection
+        any more, stop) and then hand every received peering map to
+        ``received(map, now)`` until the connection ends. Returns why it ended;
+        never raises for a failed or broken connection (nor for a bug in a
+        callback: that costs this connection only)."""
         reason = "connection closed"
-        try:
-            with self._cancel_scope:
-                stream = await trio.open_tcp_stream(address.host, address.port)
-                async with stream:
-                    await self._hello(stream, hello, address)
-                    if not opened():
-                        return reason
-                    async with trio.open_nursery() as nursery:
-                        nursery.start_soon(self._writer, stream)
-                        reason = await self._reader(stream, received)
-                        nursery.cancel_scope.cancel()
-        except* _LinkFailed as group:
-            reason = str(group.exceptions[0])
-        except* _LINK_ERRORS as group:
-            reason = f"{address}: {type(group.exceptions[0]).__name__}: {group.exceptions[0]}"
-        except* Exception as group:  # a bug costs this connection, never the node
-            log.error("peering_link_crashed", link=self.name, exc_info=group)
-            reason = f"internal error: {group.exceptions[0]!r}"
+        with self._cancel_scope:
+            try:
+                link, _ = await dial(
+                    address.host,
+                    address.port,
+                    hello,
+                    max_frame_size=self._max_frame_size,
+                    timeout=timeout,
+                )
+            except DialFailed as exc:
+                if exc.refused:
+                    return f"{address} refused the link: {exc.code} {exc.text}"
+                return f"{address}: {exc.text}"
+            self._link = link
+            try:
+                if not opened():
+                    await link.aclose()
+                    return reason
+
+                async def reader() -> None:
+                    nonlocal reason
+                    reason = await self._read(link, address, received)
+
+                await link.run(reader)
+                if link.error is not None:
+                    reason = link.error.text
+            except Exception as exc:  # a bug costs this connection, never the node
+                log.error("peering_link_crashed", link=self.name, exc_info=exc)
+                await link.aclose()
+                reason = f"internal error: {exc!r}"
         return reason
 
-    async def _hello(self, stream: trio.SocketStream, hello: ev.Hello, address: Address) -> None:
-        await stream.send_all(self._proto.send(hello))
-        reply = await self._handshake_reply(stream)  # the link's connect timeout bounds it
-        if isinstance(reply, ev.Refused):
-            raise _LinkFailed(f"{address} refused the link: {reply.code} {reply.text}")
-        if not isinstance(reply, ev.Welcome):
-            raise _LinkFailed(f"{address} answered hello with {reply.METHOD!r}")
-
-    async def _handshake_reply(self, stream: trio.SocketStream) -> ev.Event:
-        proto = self._proto
-        while True:
-            event = proto.next_event()
-            if event is not NEED_DATA:
-                assert isinstance(event, ev.Event)
-                if isinstance(event, ev.Heartbeat):
-                    continue
-                return event
-            data = await stream.receive_some(RECEIVE_SIZE)
-            proto.receive_data(data)
-            if not data:
-                raise _LinkFailed("the remote closed the connection during the handshake")
-
-    async def _writer(self, stream: trio.SocketStream) -> None:
-        while True:
-            if not self._out:
-                self._wake = trio.Event()
-                await self._wake.wait()
-                continue
-            data, self._out = self._out, bytearray()
-            await stream.send_all(data)
-
-    async def _reader(
-        self, stream: trio.SocketStream, received: Callable[[dict[str, Any], float], None]
+    @staticmethod
+    async def _read(
+        link: FramedLink, address: Address, received: Callable[[dict[str, Any], float], None]
     ) -> str:
-        proto = self._proto
+        events = link.proto.events
         while True:
-            data = await stream.receive_some(RECEIVE_SIZE)
-            proto.receive_data(data)
             now = trio.current_time()  # once per read: a run of frames arrived at once
-            while True:
-                event = proto.next_event()
-                if event is NEED_DATA:
-                    break
+            try:
+                batch = events()
+            except ProtocolError as exc:
+                return f"protocol error from {address}: {exc.text}"
+            for event in batch:
                 if isinstance(event, ev.PeerMessage):
                     received(event.msg, now)
                 elif isinstance(event, ev.Close):
                     return f"the remote closed the connection: {event.code} {event.text}"
                 elif isinstance(event, ev.EndOfStream):
                     return "the remote closed the connection"
-            if not data:
-                return "the remote closed the connection"
-            await trio.lowlevel.checkpoint()
+            if not await link.receive() and link.dead:
+                return "the connection broke"  # link.error says how
