@@ -176,7 +176,7 @@ class AmqpConnection:
 
     # --- receiving -----------------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         self._reader.receive_data(data)
 
     def next_event(self) -> Event | _NeedData:

@@ -512,6 +512,11 @@ class Session:
             self._flagged = True
             self._broker._ready.append(self)
 
+    @property
+    def last_delivery_tag(self) -> int:
+        """The newest delivery tag handed out (0: none yet)."""
+        return self._last_dtag
+
     # --- exclusive queues -----------------------------------------------------------
 
     def own(self, queue: Queue) -> None:

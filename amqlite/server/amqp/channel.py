@@ -321,39 +321,50 @@ class AmqpChannel:
             self.link.send_content(self.number, ok, props, reply.body)
 
     def _ack(self, a: m.BasicAck, now: float) -> None:
-        request = ev.Ack(a.delivery_tag, a.multiple)
         if self.transactional:
-            self._tx.append((self._settle, (request, a)))
-        else:
-            self._settle(request, a, now)
+            self._tx.append((self._settle, (a,)))
+            return
+        session = self.session
+        if session is None:
+            return
+        try:
+            if a.delivery_tag or not a.multiple:
+                session.ack(a.delivery_tag, multiple=a.multiple, now=now)
+            elif session.last_delivery_tag:  # 0 with multiple: everything so far
+                session.ack(session.last_delivery_tag, multiple=True, now=now)
+        except AmqliteError as exc:
+            self._fail(a, exc.code, exc.text)
 
     def _nack(self, n: m.BasicNack, now: float) -> None:
-        request = ev.Nack(n.delivery_tag, n.multiple, n.requeue)
         if self.transactional:
-            self._tx.append((self._settle, (request, n)))
+            self._tx.append((self._settle, (n,)))
         else:
-            self._settle(request, n, now)
+            self._settle(n, now)
 
     def _reject(self, r: m.BasicReject, now: float) -> None:
-        request = ev.Reject(r.delivery_tag, r.requeue)
         if self.transactional:
-            self._tx.append((self._settle, (request, r)))
+            self._tx.append((self._settle, (r,)))
         else:
-            self._settle(request, r, now)
+            self._settle(r, now)
 
-    def _settle(self, request: ev.Event, method: Method, now: float) -> None:
-        # a delivery tag of 0 with multiple=true means "everything so far" (AMQP)
-        if isinstance(request, ev.Ack | ev.Nack) and request.dtag == 0 and request.multiple:
-            session = self.session
-            last = session.last_delivery_tag if session is not None else 0
-            if not last:
-                return
-            request = (
-                ev.Ack(last, True)
-                if isinstance(request, ev.Ack)
-                else ev.Nack(last, True, request.requeue)
-            )
-        self._request(request, method, now)
+    def _settle(self, method: m.BasicAck | m.BasicNack | m.BasicReject, now: float) -> None:
+        session = self.session
+        if session is None:
+            return
+        try:
+            if isinstance(method, m.BasicAck):
+                self._ack(method, now)
+            elif isinstance(method, m.BasicNack):
+                dtag = method.delivery_tag
+                if not dtag and method.multiple:  # 0 with multiple: everything so far
+                    dtag = session.last_delivery_tag
+                    if not dtag:
+                        return
+                session.nack(dtag, multiple=method.multiple, requeue=method.requeue, now=now)
+            else:
+                session.reject(method.delivery_tag, requeue=method.requeue, now=now)
+        except AmqliteError as exc:
+            self._fail(method, exc.code, exc.text)
 
     def _recover(self, r: m.BasicRecover | m.BasicRecoverAsync, now: float) -> None:
         if not r.requeue:
@@ -386,8 +397,12 @@ class AmqpChannel:
         work, self._tx = self._tx, []
         session = self.session
         first = 0
-        for run, args in work:
-            run(*args, now)
+        self.transactional = False  # run the work now, not buffer it again
+        try:
+            for run, args in work:
+                run(*args, now)
+        finally:
+            self.transactional = True
             if session is not None and not first:
                 first = session.journal_span[0]
         # commit-ok once everything the transaction wrote is durable
@@ -418,11 +433,11 @@ class AmqpChannel:
 
     # --- errors ------------------------------------------------------------------------
 
-    def _fail(self, method: Method, code: int, what: str) -> None:
-        name = ReplyCode(code).name if code in ReplyCode._value2member_map_ else str(code)
-        text = f"{name} - {what}" if code != ReplyCode.NOT_IMPLEMENTED else f"{name} - {what}"
+    def _fail(self, method: Method | type[Method], code: int, what: str) -> None:
+        """Raise the AMQP error that closes this channel (or, for a hard code, the
+        connection), texts as RabbitMQ writes them: ``NOT_FOUND - no queue 'q' ...``."""
         raise AmqpError(
-            text,
+            f"{reply_name(code)} - {what}",
             code,
             channel=self.number,
             class_id=method.CLASS_ID,
@@ -430,15 +445,7 @@ class AmqpChannel:
         )
 
     def _fail_with(self, reply: ev.Error, kind: type[Method]) -> None:
-        code = reply.code
-        name = ReplyCode(code).name if code in ReplyCode._value2member_map_ else str(code)
-        raise AmqpError(
-            f"{name} - {reply.text}",
-            code,
-            channel=self.number,
-            class_id=kind.CLASS_ID,
-            method_id=kind.METHOD_ID,
-        )
+        self._fail(kind, reply.code, reply.text)
 
     # --- pushes ------------------------------------------------------------------------
 
@@ -480,7 +487,9 @@ class AmqpChannel:
         if d.offset is not None:
             headers = {**headers, STREAM_OFFSET_HEADER: d.offset}
         props = from_native(headers, message.properties)
-        deliver = m.BasicDeliver(d.ctag, d.dtag, d.redelivered, message.exchange, message.routing_key)
+        deliver = m.BasicDeliver(
+            d.ctag, d.dtag, d.redelivered, message.exchange, message.routing_key
+        )
         self.link.send_content(self.number, deliver, props, message.body)
 
     def _send_cancel(self, tag: str) -> None:
@@ -525,3 +534,11 @@ class AmqpChannel:
         if self.session is not None:
             self.session.close(now)
             self.session = None
+
+
+def reply_name(code: int) -> str:
+    """``NOT_FOUND`` for 404: the name RabbitMQ puts in front of a reply text."""
+    try:
+        return ReplyCode(code).name
+    except ValueError:
+        return str(code)
