@@ -16,7 +16,7 @@ from amqlite.errors import ConfigError
 from amqlite.log import configure_logging
 from amqlite.store.errors import StoreError
 
-from .node import BrokerNode
+from .node import BrokerNode, CannotListen
 
 log = structlog.get_logger("amqlite.server")
 
@@ -159,10 +159,15 @@ def run_server(args: argparse.Namespace) -> int:
         print(f"amqlite: error: {error}", file=sys.stderr)
     if store_errors:
         return 1
+    for failure in cannot_listen:
+        if isinstance(failure, CannotListen):
+            hint = " (another broker, e.g. RabbitMQ, may hold it: pick another with --amqp-port)"
+            print(f"amqlite: error: {failure.strerror}{hint}", file=sys.stderr)
+        else:
+            cfg = config.server
+            where = f"{cfg.host}:{cfg.port}"
+            print(f"amqlite: error: cannot listen on {where}: {failure}", file=sys.stderr)
     if cannot_listen:
-        cfg = config.server
-        reason = "; ".join(str(exc) for exc in cannot_listen)
-        print(f"amqlite: error: cannot listen on {cfg.host}:{cfg.port}: {reason}", file=sys.stderr)
         return 1
     return 0
 

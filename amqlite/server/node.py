@@ -29,6 +29,14 @@ SHUTDOWN_GRACE = 5.0
 log = structlog.get_logger("amqlite.server")
 
 
+class CannotListen(OSError):
+    """A listener could not bind: ``where`` names it (``AMQP 127.0.0.1:5672``)."""
+
+    def __init__(self, where: str, cause: OSError) -> None:
+        super().__init__(cause.errno, f"cannot listen on {where}: {cause.strerror or cause}")
+        self.where = where
+
+
 class BrokerNode:
     """Owns the broker, accepts clients, and shuts down gracefully on request."""
 
@@ -77,10 +85,13 @@ class BrokerNode:
         amqp_listeners: list[trio.SocketListener] = []
         amqp = self.config.amqp
         if amqp.port is not None:
+            host = amqp.listen_host(cfg)
             try:
-                amqp_listeners = await trio.open_tcp_listeners(
-                    amqp.port, host=amqp.listen_host(cfg)
-                )
+                amqp_listeners = await trio.open_tcp_listeners(amqp.port, host=host)
+            except OSError as exc:
+                for listener in listeners:
+                    await listener.aclose()
+                raise CannotListen(f"AMQP {host}:{amqp.port}", exc) from exc
             except BaseException:
                 for listener in listeners:
                     await listener.aclose()
