@@ -156,9 +156,11 @@ class AmqpChannel:
         if rt is ev.Ok:
             self._after_durable(request, functools.partial(self._ack_publish, request.id))
         elif isinstance(reply, ev.Returned):
+            # RabbitMQ's reply text is the code's name alone (NO_ROUTE)
+            text = reply_name(reply.code)
             self.link.send_content(
                 self.number,
-                m.BasicReturn(reply.code, reply.text, request.exchange, request.key),
+                m.BasicReturn(reply.code, text, request.exchange, request.key),
                 properties,
                 request.body,
             )
