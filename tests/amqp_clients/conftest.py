@@ -23,6 +23,9 @@ import pika
 import pytest
 
 WAIT = 10.0  # seconds any one condition may take
+#: The checkout these tests belong to: its ``amqlite`` is the one to run, whatever
+#: the working directory (tests run in a tmp dir) or the installed package.
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -120,7 +123,13 @@ def start_amqp_server(data_dir: Path | None, *args: str) -> AmqpServer:
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(CHECKOUT), os.environ.get("PYTHONPATH")) if p
+            ),
+        },
     )
     server = AmqpServer(proc)
     threading.Thread(target=server.read_log, daemon=True).start()

@@ -140,8 +140,8 @@ def test_mandatory_return_without_confirms(conn: pika.BlockingConnection) -> Non
     ch.basic_publish(
         "amq.topic", "no.such.key", b"r", pika.BasicProperties(message_id="m1"), mandatory=True
     )
-    conn.process_data_events(time_limit=0)
     ch.queue_declare("", exclusive=True)  # a round trip: the return is in by now
+    conn.process_data_events(time_limit=0)  # pika runs the callbacks of what came in
     assert [(m.reply_code, m.exchange, m.routing_key, b) for m, b in returned] == [
         (312, "amq.topic", "no.such.key", b"r")
     ]
