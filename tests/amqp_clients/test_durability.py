@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
+import signal
 from pathlib import Path
 
 import pika
 import pytest
 
-from .conftest import start_amqp_server
+from .conftest import WAIT, start_amqp_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
 
@@ -48,6 +49,47 @@ def test_durable_topology_and_persistent_messages_survive_a_restart(tmp_path: Pa
         assert props.headers == HEADERS
         ch.basic_publish("orders", "order.again", b"routed")  # the binding is back
         assert ch.basic_get("kept", auto_ack=True)[2] == b"routed"
+        connection.close()
+    finally:
+        server.stop()
+
+
+def test_shutdown_closes_amqp_clients_with_320(tmp_path: Path) -> None:
+    server = start_amqp_server(None)
+    try:
+        connection = server.connect()
+        ch = connection.channel()
+        ch.queue_declare("", exclusive=True)
+        server.proc.send_signal(signal.SIGTERM)
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as caught:
+            connection.process_data_events(time_limit=WAIT)
+            connection.process_data_events(time_limit=WAIT)
+        assert caught.value.reply_code == 320
+        assert caught.value.reply_text.startswith("CONNECTION_FORCED - ")
+        assert server.proc.wait(WAIT) == 0
+    finally:
+        server.stop()
+
+
+def test_a_big_backlog_reaches_a_slow_reader(tmp_path: Path) -> None:
+    """More than the server's write buffer: pushes pause and resume, none lost."""
+    server = start_amqp_server(None)
+    try:
+        connection = server.connect()
+        ch = connection.channel()
+        q = ch.queue_declare("", exclusive=True).method.queue
+        body = b"b" * 2000
+        n = 6000  # 12 MB: past the connection's high-water mark
+        for i in range(n):
+            ch.basic_publish("", q, body, pika.BasicProperties(message_id=str(i)))
+        assert ch.queue_declare(q, passive=True).method.message_count == n
+        seen = 0
+        for method, props, got in ch.consume(q, auto_ack=True, inactivity_timeout=WAIT):
+            assert method is not None, f"{seen} of {n} arrived"
+            assert props.message_id == str(seen) and got == body
+            seen += 1
+            if seen == n:
+                break
         connection.close()
     finally:
         server.stop()

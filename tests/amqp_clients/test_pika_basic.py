@@ -291,3 +291,74 @@ def test_confirm_after_tx_is_refused_406(conn: pika.BlockingConnection) -> None:
         ch.confirm_delivery()
     assert caught.value.reply_code == 406
     assert conn.channel().is_open
+
+
+def test_tx_commit_of_persistent_messages_on_durable_queues(
+    conn: pika.BlockingConnection,
+) -> None:
+    ch = conn.channel()
+    x, q1, q2 = _name("txx"), _name("txq"), _name("txq")
+    ch.exchange_declare(x, "fanout", durable=True)
+    for q in (q1, q2):
+        ch.queue_declare(q, durable=True)
+        ch.queue_bind(q, x)
+    ch.tx_select()
+    persistent = pika.BasicProperties(delivery_mode=2)
+    for i in range(50):
+        ch.basic_publish(x, "", b"%d" % i, persistent)
+    ch.tx_commit()
+    for q in (q1, q2):
+        assert ch.queue_declare(q, passive=True).method.message_count == 50
+    method, _, _ = ch.basic_get(q1)
+    ch.basic_ack(method.delivery_tag, multiple=True)
+    ch.tx_commit()
+    assert ch.queue_declare(q1, passive=True).method.message_count == 49
+    for q in (q1, q2):
+        ch.queue_delete(q)
+    ch.exchange_delete(x)
+
+
+def test_confirms_with_many_in_flight(server: AmqpServer) -> None:
+    """SelectConnection publishes 500 persistent messages without waiting: every
+    sequence number is acked exactly once (multiple acks counted)."""
+    q = _name("inflight")
+    n = 500
+    acked: set[int] = set()
+    state: dict[str, Any] = {}
+
+    def on_open(connection: pika.SelectConnection) -> None:
+        connection.channel(on_open_callback=on_channel)
+
+    def on_channel(ch: Any) -> None:
+        state["ch"] = ch
+        ch.confirm_delivery(
+            on_confirm, callback=lambda _f: ch.queue_declare(q, durable=True, callback=on_declared)
+        )
+
+    def on_declared(_frame: Any) -> None:
+        for i in range(n):
+            state["ch"].basic_publish("", q, b"%d" % i, pika.BasicProperties(delivery_mode=2))
+
+    def on_confirm(frame: Any) -> None:
+        method = frame.method
+        assert isinstance(method, pika.spec.Basic.Ack), method
+        tags = (
+            range(max(acked, default=0) + 1, method.delivery_tag + 1)
+            if method.multiple
+            else [method.delivery_tag]
+        )
+        for tag in tags:
+            assert tag not in acked
+            acked.add(tag)
+        if len(acked) == n:
+            state["ch"].queue_delete(q, callback=lambda f: state["ch"].connection.close())
+
+    connection = pika.SelectConnection(
+        server.parameters(),
+        on_open_callback=on_open,
+        on_close_callback=lambda c, r: c.ioloop.stop(),
+    )
+    timer = connection.ioloop.call_later(WAIT, connection.ioloop.stop)
+    connection.ioloop.start()
+    connection.ioloop.remove_timeout(timer)
+    assert acked == set(range(1, n + 1))
