@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 from datetime import UTC, datetime
 from decimal import Decimal
-import signal
 from pathlib import Path
 
 import pika
@@ -83,11 +83,10 @@ def test_a_big_backlog_reaches_a_slow_reader(tmp_path: Path) -> None:
         for i in range(n):
             ch.basic_publish("", q, body, pika.BasicProperties(message_id=str(i)))
         assert ch.queue_declare(q, passive=True).method.message_count == n
-        seen = 0
-        for method, props, got in ch.consume(q, auto_ack=True, inactivity_timeout=WAIT):
-            assert method is not None, f"{seen} of {n} arrived"
-            assert props.message_id == str(seen) and got == body
-            seen += 1
+        messages = ch.consume(q, auto_ack=True, inactivity_timeout=WAIT)
+        for seen, (method, props, got) in enumerate(messages, 1):
+            assert method is not None, f"{seen - 1} of {n} arrived"
+            assert props.message_id == str(seen - 1) and got == body
             if seen == n:
                 break
         connection.close()

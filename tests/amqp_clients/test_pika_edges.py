@@ -224,3 +224,24 @@ def test_x_max_priority_is_accepted_and_ignored(conn: pika.BlockingConnection) -
     for p in (1, 9, 5):
         ch.basic_publish("", q, b"%d" % p, pika.BasicProperties(priority=p))
     assert [ch.basic_get(q, auto_ack=True)[2] for _ in range(3)] == [b"1", b"9", b"5"]
+
+
+def test_stream_queue_consumed_from_an_offset(conn: pika.BlockingConnection) -> None:
+    ch = conn.channel()
+    q = _name("stream")
+    ch.queue_declare(q, durable=True, arguments={"x-queue-type": "stream"})
+    for i in range(5):
+        ch.basic_publish("", q, b"s%d" % i, pika.BasicProperties(delivery_mode=2))
+    ch.basic_qos(prefetch_count=10)  # RabbitMQ requires a prefetch for streams
+    got: list[tuple[bytes, object]] = []
+    for method, props, body in ch.consume(
+        q, arguments={"x-stream-offset": 2}, inactivity_timeout=WAIT
+    ):
+        assert method is not None
+        got.append((body, props.headers["x-stream-offset"]))
+        ch.basic_ack(method.delivery_tag)
+        if len(got) == 3:
+            break
+    ch.cancel()
+    assert got == [(b"s2", 2), (b"s3", 3), (b"s4", 4)]
+    ch.queue_delete(q)
