@@ -8,7 +8,8 @@ AMQP property      native                              note
 =================  ==================================  =============================
 content-type       ``props.content_type``
 content-encoding   ``props.content_encoding``
-headers            ``headers``                         every field-table value kept
+headers            ``headers``                         scalars as they are; the rest
+                                                       in ``x-amqp-table`` (below)
 delivery-mode      ``props.persistent``                2 = True, 1 (or any other) = False
 priority           ``props.priority``
 correlation-id     ``props.correlation_id``
@@ -21,11 +22,26 @@ user-id            ``props.user_id``
 app-id             ``props.app_id``
 cluster-id         ``props.cluster_id``
 (header)           ``props.group_id``                  AMQP header ``JMSXGroupID``
+(header)           ``x-death-*`` headers               AMQP header ``x-death`` added
 =================  ==================================  =============================
 
 An absent AMQP property is an absent native one, and the reverse. ``expiration``
 that is not a non-negative decimal integer is refused as RabbitMQ refuses it (406
 PRECONDITION_FAILED, which closes the channel).
+
+Native headers hold scalars only (text, int, float, bool, bytes, null). An AMQP
+header value that is none of these (a table, an array, a decimal, a timestamp)
+travels in the native header ``x-amqp-table``: bytes, an AMQP field table of just
+those entries. Native consumers see the scalar headers and that one bytes value
+(and headers exchanges route on the scalars); AMQP consumers get every value back,
+the table's entries after the scalar ones.
+
+A dead-lettered message carries the broker's flat headers ``x-death-reason``,
+``-queue``, ``-exchange`` and ``-count`` (all deaths so far). AMQP consumers also
+get them as RabbitMQ's ``x-death``: a list, latest death first, whose first entry
+(``count``, ``reason``, ``queue``, ``exchange``) is the latest death; entries the
+message already carried for other queue/reason pairs follow. ``count`` is the
+message's deaths in all, not per queue and reason as RabbitMQ counts.
 """
 
 from __future__ import annotations
@@ -36,6 +52,7 @@ from typing import Any
 from ..errors import ReplyCode
 from .errors import AmqpError
 from .properties import BasicProperties
+from .values import decode_table, encode_table
 
 #: The AMQP header that carries a native message's ``group_id`` (the name JMS
 #: brokers use for message groups).
@@ -57,6 +74,11 @@ _SAME = (
 
 _MAX_EXPIRATION = 2**63 - 1
 
+#: The native header holding the AMQP header values native headers cannot.
+TABLE_HEADER = "x-amqp-table"
+#: What a native header value may be (amqlite.protocol.check_headers).
+_NATIVE_SCALARS = frozenset((str, int, float, bool, bytes, type(None)))
+
 
 def to_native(
     properties: BasicProperties, *, channel: int = 0
@@ -73,7 +95,16 @@ def to_native(
         props["expiration"] = parse_expiration(properties.expiration, channel=channel)
     if properties.timestamp is not None:
         props["timestamp"] = int(properties.timestamp.timestamp()) * 1000
-    headers = dict(properties.headers) if properties.headers else {}
+    headers: dict[str, Any] = {}
+    if properties.headers:
+        rest: dict[str, Any] = {}
+        for key, value in properties.headers.items():
+            if type(value) in _NATIVE_SCALARS:
+                headers[key] = value
+            else:
+                rest[key] = value
+        if rest:
+            headers[TABLE_HEADER] = encode_table(rest)
     group = headers.get(GROUP_HEADER)
     if isinstance(group, str):
         props["group_id"] = group
@@ -97,6 +128,10 @@ def from_native(headers: dict[str, Any], props: dict[str, Any]) -> BasicProperti
     group = props.get("group_id")
     if group is not None and GROUP_HEADER not in headers:
         headers = {**headers, GROUP_HEADER: group}
+    if TABLE_HEADER in headers:
+        headers = _with_table(headers)
+    if "x-death-reason" in headers:
+        headers = {**headers, "x-death": x_death(headers)}
     if headers:
         values["headers"] = headers
     return BasicProperties(**values)
@@ -114,3 +149,37 @@ def parse_expiration(text: str, *, channel: int = 0) -> int:
             method_id=40,
         )
     return int(text)
+
+
+def _with_table(headers: dict[str, Any]) -> dict[str, Any]:
+    """``headers`` with the entries of ``x-amqp-table`` put back in its place."""
+    rest = headers.get(TABLE_HEADER)
+    if not isinstance(rest, bytes):
+        return headers  # a native publisher's own header of that name
+    try:
+        table, end = decode_table(rest, 0)
+    except AmqpError:
+        return headers
+    if end != len(rest):
+        return headers
+    out = {k: v for k, v in headers.items() if k != TABLE_HEADER}
+    out.update(table)
+    return out
+
+
+def x_death(headers: dict[str, Any]) -> list[Any]:
+    """RabbitMQ's ``x-death`` list from the broker's ``x-death-*`` headers."""
+    latest: dict[str, Any] = {
+        "count": headers.get("x-death-count", 1),
+        "reason": headers.get("x-death-reason"),
+        "queue": headers.get("x-death-queue"),
+        "exchange": headers.get("x-death-exchange"),
+    }
+    deaths = [latest]
+    earlier = headers.get("x-death")
+    if isinstance(earlier, list):
+        same = (latest["queue"], latest["reason"])
+        deaths.extend(
+            d for d in earlier if isinstance(d, dict) and (d.get("queue"), d.get("reason")) != same
+        )
+    return deaths

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -10,9 +11,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from amqlite.amqp import AmqpError, BasicProperties
-from amqlite.amqp.mapping import GROUP_HEADER, from_native, parse_expiration, to_native
+from amqlite.amqp.mapping import (
+    GROUP_HEADER,
+    TABLE_HEADER,
+    from_native,
+    parse_expiration,
+    to_native,
+)
+from amqlite.amqp.values import encode_table
 from amqlite.errors import ReplyCode
-from amqlite.protocol import check_props
+from amqlite.protocol import check_headers, check_props
 
 from .strategies import properties
 
@@ -35,7 +43,7 @@ def test_every_property_maps_and_comes_back() -> None:
         cluster_id="c",
     )
     headers, props = to_native(amqp)
-    assert headers == {"a": 1, "nested": {"b": [1, "x"]}}
+    assert headers == {"a": 1, TABLE_HEADER: encode_table({"nested": {"b": [1, "x"]}})}
     assert props == {
         "content_type": "application/json",
         "content_encoding": "gzip",
@@ -125,3 +133,53 @@ def test_parse_expiration_takes_only_decimal_digits(text: str) -> None:
         assert not (text.isascii() and text.isdigit()) or int(text) >= 2**63
     else:
         assert str(value) == text.lstrip("0") or (value == 0 and set(text) == {"0"})
+
+
+def test_dead_letter_headers_become_x_death_latest_first() -> None:
+    headers = {
+        "x-death-reason": "expired",
+        "x-death-queue": "wait",
+        "x-death-exchange": "work-x",
+        "x-death-count": 3,
+        # what a consumer republished with, from two earlier deaths
+        "x-death": [
+            {"count": 2, "reason": "expired", "queue": "wait", "exchange": "work-x"},
+            {"count": 1, "reason": "rejected", "queue": "work", "exchange": ""},
+        ],
+    }
+    props = from_native(headers, {})
+    assert props.headers is not None
+    assert props.headers["x-death"] == [
+        {"count": 3, "reason": "expired", "queue": "wait", "exchange": "work-x"},
+        {"count": 1, "reason": "rejected", "queue": "work", "exchange": ""},
+    ]
+    assert props.headers["x-death-count"] == 3  # the broker's own headers stay
+
+
+def test_no_x_death_without_a_death() -> None:
+    assert from_native({"a": 1}, {}).headers == {"a": 1}
+
+
+def test_header_values_native_headers_cannot_hold_travel_in_one_table() -> None:
+    amqp = BasicProperties(
+        headers={
+            "text": "t",
+            "n": 2**40,
+            "f": 0.5,
+            "raw": b"\x00",
+            "none": None,
+            "nested": {"a": [1, {"b": True}]},
+            "list": ["x"],
+            "price": Decimal("9.99"),
+            "when": datetime(2026, 1, 1, tzinfo=UTC),
+        }
+    )
+    headers, _ = to_native(amqp)
+    assert check_headers(headers) is None
+    assert set(headers) == {"text", "n", "f", "raw", "none", TABLE_HEADER}
+    assert from_native(headers, {}).headers == amqp.headers
+
+
+def test_a_native_header_named_like_the_table_is_left_alone() -> None:
+    for value in ("text", b"not a table", b"\x00\x00\x00\x01"):
+        assert from_native({TABLE_HEADER: value}, {}).headers == {TABLE_HEADER: value}

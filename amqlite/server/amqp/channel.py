@@ -156,9 +156,11 @@ class AmqpChannel:
         if rt is ev.Ok:
             self._after_durable(request, functools.partial(self._ack_publish, request.id))
         elif isinstance(reply, ev.Returned):
+            # RabbitMQ's reply text is the code's name alone (NO_ROUTE)
+            text = reply_name(reply.code)
             self.link.send_content(
                 self.number,
-                m.BasicReturn(reply.code, reply.text, request.exchange, request.key),
+                m.BasicReturn(reply.code, text, request.exchange, request.key),
                 properties,
                 request.body,
             )
@@ -221,7 +223,7 @@ class AmqpChannel:
             auto_delete=d.auto_delete,
             internal=d.internal,
             passive=d.passive,
-            arguments=dict(d.arguments),
+            arguments=self._arguments(d, d.arguments),
         )
         self._request(request, d, now)
         if not d.nowait:
@@ -244,7 +246,7 @@ class AmqpChannel:
             exclusive=d.exclusive,
             auto_delete=d.auto_delete,
             passive=d.passive,
-            arguments=dict(d.arguments),
+            arguments=self._arguments(d, d.arguments),
         )
         reply = self._request(request, d, now)
         if not d.nowait and isinstance(reply, ev.Ok):
@@ -253,13 +255,15 @@ class AmqpChannel:
             self._reply_durably(request, ok)
 
     def _queue_bind(self, b: m.QueueBind, now: float) -> None:
-        request = ev.QueueBind(0, b.queue, b.exchange, b.routing_key, dict(b.arguments))
+        args = self._arguments(b, b.arguments)
+        request = ev.QueueBind(0, b.queue, b.exchange, b.routing_key, args)
         self._request(request, b, now)
         if not b.nowait:
             self._reply_durably(request, m.QueueBindOk())
 
     def _queue_unbind(self, b: m.QueueUnbind, now: float) -> None:
-        request = ev.QueueUnbind(0, b.queue, b.exchange, b.routing_key, dict(b.arguments))
+        args = self._arguments(b, b.arguments)
+        request = ev.QueueUnbind(0, b.queue, b.exchange, b.routing_key, args)
         self._request(request, b, now)
         self._reply_durably(request, m.QueueUnbindOk())
 
@@ -294,7 +298,7 @@ class AmqpChannel:
             prefetch=self.prefetch,
             no_ack=c.no_ack,
             exclusive=c.exclusive,
-            arguments=dict(c.arguments),
+            arguments=self._arguments(c, c.arguments),
         )
         reply = self._request(request, c, now)
         if not c.nowait and isinstance(reply, ev.Ok):
@@ -444,6 +448,19 @@ class AmqpChannel:
             method_id=method.METHOD_ID,
         )
 
+    def _arguments(self, method: Method, arguments: dict[str, Any]) -> dict[str, Any]:
+        """``arguments`` as the broker takes them, or 406 naming the one it cannot
+        keep (a decimal, a timestamp, tables nested too deep)."""
+        for name, value in arguments.items():
+            if _unstorable(value):
+                self._fail(
+                    method,
+                    ReplyCode.PRECONDITION_FAILED,
+                    f"invalid arg '{name}': decimals, timestamps and tables nested "
+                    f"{MAX_ARGUMENT_NESTING} deep are not supported in arguments",
+                )
+        return dict(arguments)
+
     def _fail_with(self, reply: ev.Error, kind: type[Method]) -> None:
         self._fail(kind, reply.code, reply.text)
 
@@ -534,6 +551,26 @@ class AmqpChannel:
         if self.session is not None:
             self.session.close(now)
             self.session = None
+
+
+#: How deep the broker stores nested arguments (amqlite.protocol's plain data).
+MAX_ARGUMENT_NESTING = 8
+_PLAIN = frozenset((str, int, float, bool, bytes, type(None)))
+
+
+def _unstorable(value: Any, depth: int = 1) -> bool:
+    """True when the broker cannot keep ``value`` as an argument: plain data only
+    (scalars, lists, text-keyed tables), at most MAX_ARGUMENT_NESTING deep."""
+    t = type(value)
+    if t in _PLAIN:
+        return False
+    if depth >= MAX_ARGUMENT_NESTING:
+        return True
+    if t is list:
+        return any(_unstorable(x, depth + 1) for x in value)
+    if t is dict:
+        return any(_unstorable(x, depth + 1) for x in value.values())
+    return True
 
 
 def reply_name(code: int) -> str:

@@ -288,6 +288,8 @@ class AmqpServerConnection:
             assert isinstance(method, m.ConnectionOpen)
             return await self._open(method)
         if kind is m.ConnectionClose:
+            # the connection's exclusive queues are gone once the client has close-ok
+            self._release()
             self._send(0, m.ConnectionCloseOk())
             return False
         # close-ok ends the connection; update-secret and the like change nothing
