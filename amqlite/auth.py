@@ -286,8 +286,24 @@ class Authenticator:
         ``remote_host`` is the numeric address of the connecting side (IPv4, IPv6,
         optionally in brackets); it matters only for the guest rule.
         """
+        refused = self.check_credentials(login, password, remote_host)
+        if refused is not None:
+            return refused
+        return self.authorize(login, vhost)
+
+    def check_credentials(self, login: str, password: str, remote_host: str) -> AuthRefused | None:
+        """None when ``login``/``password`` may log in from ``remote_host``; the first
+        half of :meth:`authenticate` (AMQP checks credentials at ``start-ok`` and
+        the vhost at ``open``). Slow (scrypt): run in a worker thread."""
         if self.guest_only:
-            return self._authenticate_guest(login, password, vhost, remote_host)
+            if login != GUEST_LOGIN:
+                return _refused(f"unknown user {login!r} (no users configured: only guest)")
+            guest = _GUEST_PASSWORD.encode()
+            if not hmac.compare_digest(password.encode("utf-8", "replace"), guest):
+                return _refused("wrong password for user 'guest'")
+            if not is_loopback(remote_host):
+                return _refused(f"guest is loopback-only (peer {remote_host!r})")
+            return None
         record = self._users.get(login)
         if record is None:
             if self._timing_decoy is not None:
@@ -295,25 +311,19 @@ class Authenticator:
             return _refused(f"unknown user {login!r}")
         if not verify_password(password, record.password_hash):
             return _refused(f"wrong password for user {login!r}")
+        return None
+
+    def authorize(self, login: str, vhost: str) -> AuthResult:
+        """What ``login`` (whose credentials passed) may do in ``vhost``."""
         if vhost not in self._vhosts:
             return _refused(f"unknown vhost {vhost!r}", vhost=vhost)
-        permissions = record.permissions.get(vhost)
+        if self.guest_only:
+            return AuthenticatedUser(GUEST_LOGIN, Permissions.full())
+        record = self._users.get(login)
+        permissions = record.permissions.get(vhost) if record is not None else None
         if permissions is None:
             return _refused(f"user {login!r} has no permissions on vhost {vhost!r}", vhost=vhost)
         return AuthenticatedUser(login, permissions)
-
-    def _authenticate_guest(
-        self, login: str, password: str, vhost: str, remote_host: str
-    ) -> AuthResult:
-        if login != GUEST_LOGIN:
-            return _refused(f"unknown user {login!r} (no users configured: only guest)")
-        if not hmac.compare_digest(password.encode("utf-8", "replace"), _GUEST_PASSWORD.encode()):
-            return _refused("wrong password for user 'guest'")
-        if not is_loopback(remote_host):
-            return _refused(f"guest is loopback-only (peer {remote_host!r})")
-        if vhost not in self._vhosts:
-            return _refused(f"unknown vhost {vhost!r}", vhost=vhost)
-        return AuthenticatedUser(GUEST_LOGIN, Permissions.full())
 
 
 def _refused(log_reason: str, *, vhost: str | None = None) -> AuthRefused:

@@ -40,6 +40,7 @@ from amqlite.peering import (
 )
 
 __all__ = [
+    "AmqpConfig",
     "ClusterConfig",
     "Config",
     "LogConfig",
@@ -105,6 +106,29 @@ class StorageConfig:
 
 
 HA_ROLES = ("", "primary", "backup")
+
+
+@dataclass(frozen=True, slots=True)
+class AmqpConfig:
+    """``[amqp]``: the AMQP 0-9-1 listener (docs/amqp.md), off unless ``port`` is set.
+
+    ``host`` empty means ``server.host``. ``heartbeat``, ``frame_max`` and
+    ``channel_max`` are what the server proposes in ``connection.tune`` (RabbitMQ's
+    defaults); a client may ask for less, never for more.
+    """
+
+    port: int | None = None
+    host: str = ""
+    heartbeat: float = 60.0
+    frame_max: int = 131_072
+    channel_max: int = 2047
+
+    @property
+    def enabled(self) -> bool:
+        return self.port is not None
+
+    def listen_host(self, server: ServerConfig) -> str:
+        return self.host or server.host
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +233,7 @@ class Config:
     server: ServerConfig = field(default_factory=ServerConfig)
     storage: StorageConfig = field(default_factory=StorageConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    amqp: AmqpConfig = field(default_factory=AmqpConfig)
     log: LogConfig = field(default_factory=LogConfig)
     users: tuple[UserConfig, ...] = ()
     cluster_mta: tuple[PeeringConfig, ...] = ()
@@ -495,6 +520,18 @@ _CLUSTER_SPEC = _TableSpec(
     },
 )
 
+_AMQP_SPEC = _TableSpec(
+    AmqpConfig,
+    {
+        "port": _integer(0, 65535),
+        "host": _string(allow_empty=True),
+        "heartbeat": _number(0),
+        # AMQP 0-9-1's smallest frame_max is 4096; its field is a 32-bit integer
+        "frame_max": _integer(4096, 2**31 - 1),
+        "channel_max": _integer(1, 65535),
+    },
+)
+
 _LOG_SPEC = _TableSpec(LogConfig, {"format": _choice(LOG_FORMATS), "level": _choice(LOG_LEVELS)})
 
 _PERMISSIONS_SPEC = _TableSpec(
@@ -550,6 +587,7 @@ _CONFIG_SPEC = _TableSpec(
         "server": _table(_SERVER_SPEC),
         "storage": _table(_STORAGE_SPEC),
         "cluster": _table(_CLUSTER_SPEC),
+        "amqp": _table(_AMQP_SPEC),
         "log": _table(_LOG_SPEC),
         "users": _array_of_tables(_USER_SPEC),
         "cluster_mta": _array_of_tables(_PEERING_SPEC),

@@ -76,6 +76,7 @@ from __future__ import annotations
 import math
 import socket
 from collections.abc import Awaitable, Callable
+from typing import Generic, Protocol, TypeVar
 
 import trio
 
@@ -131,15 +132,29 @@ def describe_os_error(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-class FramedLink:
+class WireProtocol(Protocol):
+    """What a link needs of its sans-IO protocol connection: bytes in, and the bytes
+    of one heartbeat out. amqlite's native :class:`~amqlite.protocol.Connection` and
+    :class:`~amqlite.amqp.AmqpConnection` (the AMQP 0-9-1 listener) both are."""
+
+    def receive_data(self, data: bytes | bytearray) -> None: ...
+    def send_heartbeat(self) -> bytes: ...
+
+
+P = TypeVar("P", bound=WireProtocol)
+
+
+class WireLink(Generic[P]):
     """A stream, its protocol connection, a writer, a heartbeat watchdog (see the
-    module docstring). ``remote_address`` names the other end in errors and logs. The
-    callbacks are attributes too: a dialed link gets them after :func:`dial`."""
+    module docstring), for any :class:`WireProtocol`; :class:`FramedLink` is the
+    one over amqlite's native protocol. ``remote_address`` names the other end in
+    errors and logs. The callbacks are attributes too: a dialed link gets them
+    after :func:`dial`."""
 
     def __init__(
         self,
         stream: trio.abc.Stream,
-        proto: Connection,
+        proto: P,
         *,
         remote_address: str = "",
         high_water: int = 1024 * 1024,
@@ -220,7 +235,7 @@ class FramedLink:
         if clock.enabled:
             # encoded now, while the connection is open: when the watchdog first
             # sends it the reader may already have seen the other end's close
-            self._heartbeat_frame = self.proto.send(ev.Heartbeat())
+            self._heartbeat_frame = self.proto.send_heartbeat()
         self._opened.set()
 
     def fail(self, error: AmqliteError) -> None:
@@ -252,12 +267,6 @@ class FramedLink:
         await trio.aclose_forcefully(self.stream)
 
     # --- writing --------------------------------------------------------------------
-
-    def send(self, event: ev.Event) -> None:
-        """Queue ``event`` (raises LocalProtocolError when it is not ours to send now)."""
-        self.out += self.proto.send(event)
-        if not self.kicked:
-            self.kick()
 
     def send_bytes(self, data: bytes) -> None:
         """Queue frames the protocol connection encoded (``send_deliver``,
@@ -396,6 +405,16 @@ class FramedLink:
                 self.send_bytes(self._heartbeat_frame)
                 clock.sent(now)
             await trio.sleep_until(clock.next_deadline())
+
+
+class FramedLink(WireLink[Connection]):
+    """A :class:`WireLink` over amqlite's native protocol (frames are events)."""
+
+    def send(self, event: ev.Event) -> None:
+        """Queue ``event`` (raises LocalProtocolError when it is not ours to send now)."""
+        self.out += self.proto.send(event)
+        if not self.kicked:
+            self.kick()
 
 
 # --- opening ----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 
 from amqlite.auth import hash_password, verify_password
 from amqlite.config import (
+    AmqpConfig,
     Config,
     LogConfig,
     PeeringConfig,
@@ -72,9 +73,9 @@ def test_shipped_config_is_exactly_the_defaults() -> None:
 
 def test_shipped_config_documents_every_key() -> None:
     text = SHIPPED_CONFIG.read_text(encoding="utf-8")
-    for table in (ServerConfig, StorageConfig, LogConfig):
+    for table in (ServerConfig, StorageConfig, AmqpConfig, LogConfig):
         for item in dataclasses.fields(table):
-            assert re.search(rf"^{item.name} = ", text, re.MULTILINE), item.name
+            assert re.search(rf"^(# )?{item.name} = ", text, re.MULTILINE), item.name
     for key in ("[[users]]", "name", "password_hash", "[users.permissions.", "configure"):
         assert f"# {key}" in text, key
 
@@ -485,6 +486,33 @@ def test_cluster_mta_entries_are_parsed_with_their_defaults(tmp_path: Path) -> N
     assert third.mode is PeeringMode.FORWARD
     assert third.overflow is OverflowPolicy.SPILL
     assert third.host == (Address("::1", 7000),)
+
+
+def test_amqp_is_off_unless_a_port_is_given(tmp_path: Path) -> None:
+    assert not Config.default().amqp.enabled
+    config = load_config(overrides={"amqp.port": 0})
+    assert config.amqp.enabled and config.amqp.port == 0
+    assert config.amqp.listen_host(config.server) == "127.0.0.1"
+    text = '[amqp]\nport = 5673\nhost = "::1"\nheartbeat = 0\nframe_max = 8192\n'
+    config = load_config(write_config(tmp_path, text))
+    assert config.amqp == AmqpConfig(port=5673, host="::1", heartbeat=0.0, frame_max=8192)
+    assert config.amqp.listen_host(config.server) == "::1"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "reason"),
+    [
+        ({"amqp.port": 70000}, "amqp.port", "between 0 and 65535"),
+        ({"amqp.frame_max": 100}, "amqp.frame_max", "between 4096"),
+        ({"amqp.channel_max": 0}, "amqp.channel_max", "between 1 and 65535"),
+        ({"amqp.prot": 1}, "amqp.prot", "did you mean 'port'"),
+    ],
+)
+def test_bad_amqp_settings_name_the_key(overrides: dict[str, Any], key: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=overrides)
+    assert info.value.key == key
+    assert reason in str(info.value)
 
 
 def test_no_cluster_mta_means_no_links() -> None:

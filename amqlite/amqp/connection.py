@@ -88,8 +88,15 @@ _CHANNEL_SEND: dict[type[Method], ChannelTrigger] = {
 }
 
 
-def _fit(text: str) -> str:
-    """``text`` cut to fit a short string (255 bytes of UTF-8)."""
+def _fit(text: str, code: int) -> str:
+    """``text`` as RabbitMQ writes a reply text, ``FRAME_ERROR - what``: the code's
+    name in front (unless there already), cut to a short string (255 bytes)."""
+    try:
+        name = ReplyCode(code).name
+    except ValueError:
+        name = ""
+    if name and not text.startswith(name):
+        text = f"{name} - {text}"
     raw = text.encode("utf-8")
     return text if len(raw) <= 255 else raw[:255].decode("utf-8", "ignore")
 
@@ -176,7 +183,7 @@ class AmqpConnection:
 
     # --- receiving -----------------------------------------------------------------------
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         self._reader.receive_data(data)
 
     def next_event(self) -> Event | _NeedData:
@@ -408,7 +415,7 @@ class AmqpConnection:
         already closing): close the socket."""
         if isinstance(error, ProtocolHeaderMismatch):
             return PROTOCOL_HEADER if self.role is Role.SERVER else b""
-        text = _fit(error.text)
+        text = _fit(error.text, error.code)
         closes_connection = error.closes_connection or (
             (self.channel_state(error.channel), CT.SEND_CLOSE) not in CHANNEL_TRANSITIONS
         )

@@ -185,7 +185,7 @@ class FrameReader:
         self._offset = 0
         self._expect_header = expect_protocol_header
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | bytearray) -> None:
         if self._offset and self._offset * 2 >= len(self._buffer):
             del self._buffer[: self._offset]
             self._offset = 0

@@ -149,6 +149,8 @@ def _put_value(out: bytearray, value: Any, depth: int) -> None:
             out += b"I" + _INT32.pack(value)
         elif -(2**63) <= value < 2**63:
             out += b"l" + _INT64.pack(value)
+        elif 0 <= value < 2**64:  # only the spec's unsigned `L` decodes to these
+            out += b"L" + _LONGLONG.pack(value)
         else:
             raise AmqpLocalError(f"integer too large for a field table: {value}")
     elif isinstance(value, float):

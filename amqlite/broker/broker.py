@@ -78,11 +78,18 @@ class Broker:
         self._generated += 1
         return f"amq.gen-{_scramble(self._seed ^ self._generated):016x}"
 
-    def open_session(self, vhost: str = "/", owner: object = None) -> Session:
+    def open_session(
+        self, vhost: str = "/", owner: object = None, *, holder: Session | None = None
+    ) -> Session:
+        """A session on ``vhost``. ``holder`` (a session of the same vhost) holds the
+        exclusive queues this one declares, so they outlive it (AMQP's channels of
+        one connection)."""
         host = self._vhosts.get(vhost)
         if host is None:
             raise NotFound(f"no vhost {vhost!r}")
-        return Session(self, host, owner)
+        if holder is not None and holder.vhost != vhost:
+            raise ValueError(f"holder session is on vhost {holder.vhost!r}, not {vhost!r}")
+        return Session(self, host, owner, holder)
 
     def take_ready(self) -> list[Session]:
         """Open sessions that gained deliveries or cancellations since the last call."""

@@ -39,7 +39,9 @@ if TYPE_CHECKING:
 class Session:
     """Request API of one client; see docs/CONTRACTS.md, "Broker core".
 
-    ``owner`` is whatever the shell passed to :meth:`Broker.open_session`.
+    ``owner`` is whatever the shell passed to :meth:`Broker.open_session`;
+    ``holder`` is the session whose close deletes the exclusive queues this one
+    declares (itself unless the shell names another).
     Methods without a ``now`` argument (or given ``now=None``) use the latest time
     the broker has been given.
     """
@@ -58,13 +60,20 @@ class Session:
         "_unacked",
         "_vhost",
         "_writable",
+        "holder",
         "owner",
     )
 
-    def __init__(self, broker: Broker, vhost: VirtualHost, owner: object) -> None:
+    def __init__(
+        self, broker: Broker, vhost: VirtualHost, owner: object, holder: Session | None = None
+    ) -> None:
         self._broker = broker
         self._vhost = vhost
         self.owner = owner
+        #: The session that holds this one's exclusive queues: itself, or (AMQP, where
+        #: exclusivity is per connection and each channel is a session) the
+        #: connection's holder session, which deletes them when it closes.
+        self.holder: Session = self if holder is None else holder
         self._closed = False
         self._writable = True
         self._flagged = False
@@ -502,6 +511,21 @@ class Session:
         if not self._flagged:
             self._flagged = True
             self._broker._ready.append(self)
+
+    @property
+    def last_delivery_tag(self) -> int:
+        """The newest delivery tag handed out (0: none yet)."""
+        return self._last_dtag
+
+    # --- exclusive queues -----------------------------------------------------------
+
+    def own(self, queue: Queue) -> None:
+        """Hold the exclusive ``queue``: :meth:`close` deletes it."""
+        self._owned.add(queue)
+
+    def disown(self, queue: Queue) -> None:
+        """``queue`` was deleted before this session closed."""
+        self._owned.discard(queue)
 
     # --- closing --------------------------------------------------------------------
 

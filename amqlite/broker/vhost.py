@@ -110,7 +110,7 @@ class VirtualHost:
         return queue
 
     def _check_owner(self, session: Session, queue: Queue) -> None:
-        if queue.owner is not None and queue.owner is not session:
+        if queue.owner is not None and queue.owner is not session.holder:
             raise ResourceLocked(
                 f"cannot obtain exclusive access to locked queue {queue.name!r} "
                 f"in vhost {self.name!r}"
@@ -250,13 +250,13 @@ class VirtualHost:
         queue = self.new_queue(
             name,
             durable=durable,
-            owner=session if exclusive else None,
+            owner=session.holder if exclusive else None,
             auto_delete=auto_delete,
             arguments=args,
             settings=settings,
         )
         if exclusive:
-            session._owned.add(queue)
+            session.holder.own(queue)
         elif queue.journal is not None:
             queue.journal.queue_declared(self.name, queue)
         return self._info(queue)
@@ -323,7 +323,7 @@ class VirtualHost:
                 self.remove_exchange(exchange)
         queue.bindings.clear()
         if queue.owner is not None:
-            queue.owner._owned.discard(queue)
+            queue.owner.disown(queue)
         journal = queue.journal
         if journal is not None:
             queue.journal = queue.recorder = None  # the delete record drops its messages

@@ -42,6 +42,8 @@ PROPERTY_TYPES: dict[str, type] = {
     "group_id": str,
     "type": str,
     "user_id": str,
+    "app_id": str,
+    "cluster_id": str,
 }
 
 

@@ -319,6 +319,10 @@ class Connection:
 
     # --- sending ------------------------------------------------------------------
 
+    def send_heartbeat(self) -> bytes:
+        """The bytes of one ``heartbeat`` (what a link's watchdog sends)."""
+        return self.send(ev.Heartbeat())
+
     def send(self, event: ev.Event) -> bytes:
         """The bytes for ``event``; raises LocalProtocolError if it is not ours to send."""
         cls = type(event)

@@ -16,7 +16,7 @@ from amqlite.errors import ConfigError
 from amqlite.log import configure_logging
 from amqlite.store.errors import StoreError
 
-from .node import BrokerNode
+from .node import BrokerNode, CannotListen
 
 log = structlog.get_logger("amqlite.server")
 
@@ -34,6 +34,7 @@ examples:
   amqlite server --host 0.0.0.0 --log-format json
   amqlite server --data-dir /var/lib/amqlite --fsync always
   amqlite server --in-memory              # keep nothing on disk
+  amqlite server --amqp-port 5672         # AMQP 0-9-1 too: pika, kombu, Celery
   amqlite server --port 5555 --is_primary 1   # an HA pair on one machine:
   amqlite server --port 6666 --is_backup 1    # see configs/ha-pair.toml, docs/ha.md
 
@@ -74,6 +75,16 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         help="keep nothing on disk: durable things do not survive a restart",
     )
     parser.add_argument("--node-id", help="node name shown in status (default host:port)")
+    parser.add_argument(
+        "--amqp-port",
+        type=int,
+        metavar="N",
+        help="also serve AMQP 0-9-1 (pika, kombu, Celery) on port N (0 = any; "
+        "default: no AMQP listener; [amqp] in the config; docs/amqp.md)",
+    )
+    parser.add_argument(
+        "--amqp-host", metavar="H", help="AMQP listen address (default: the --host address)"
+    )
     ha = parser.add_mutually_exclusive_group()
     ha.add_argument(
         "--is_primary",
@@ -107,6 +118,8 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "server.port": args.port,
         "server.data_dir": args.data_dir,
         "server.node_id": args.node_id,
+        "amqp.port": args.amqp_port,
+        "amqp.host": args.amqp_host,
         "cluster.role": _role(args),
         "storage.fsync": args.fsync,
         "storage.batch_ms": args.batch_ms,
@@ -146,10 +159,15 @@ def run_server(args: argparse.Namespace) -> int:
         print(f"amqlite: error: {error}", file=sys.stderr)
     if store_errors:
         return 1
+    for failure in cannot_listen:
+        if isinstance(failure, CannotListen):
+            hint = " (another broker, e.g. RabbitMQ, may hold it: pick another with --amqp-port)"
+            print(f"amqlite: error: {failure.strerror}{hint}", file=sys.stderr)
+        else:
+            cfg = config.server
+            where = f"{cfg.host}:{cfg.port}"
+            print(f"amqlite: error: cannot listen on {where}: {failure}", file=sys.stderr)
     if cannot_listen:
-        cfg = config.server
-        reason = "; ".join(str(exc) for exc in cannot_listen)
-        print(f"amqlite: error: cannot listen on {cfg.host}:{cfg.port}: {reason}", file=sys.stderr)
         return 1
     return 0
 

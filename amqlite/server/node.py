@@ -16,6 +16,7 @@ from amqlite.config import Config
 from amqlite.errors import ReplyCode
 from amqlite.store.files import FileLayer
 
+from .amqp import AmqpChannel, AmqpServerConnection
 from .connection import NativeConnection
 from .endpoints import ClientEndpoint
 from .ha import HaService
@@ -28,6 +29,14 @@ SHUTDOWN_GRACE = 5.0
 log = structlog.get_logger("amqlite.server")
 
 
+class CannotListen(OSError):
+    """A listener could not bind: ``where`` names it (``AMQP 127.0.0.1:5672``)."""
+
+    def __init__(self, where: str, cause: OSError) -> None:
+        super().__init__(cause.errno, f"cannot listen on {where}: {cause.strerror or cause}")
+        self.where = where
+
+
 class BrokerNode:
     """Owns the broker, accepts clients, and shuts down gracefully on request."""
 
@@ -38,9 +47,10 @@ class BrokerNode:
         self.state = "standalone"
         self.cluster_addresses: list[str] = []
         self.authenticator = Authenticator(config.users, config.server.vhosts)
-        self.connections: set[NativeConnection] = set()
+        self.connections: set[NativeConnection | AmqpServerConnection] = set()
         self.node_id = config.server.node_id
         self.port = 0
+        self.amqp_port: int | None = None  # bound once running, when [amqp] is on
         self.storage = (
             NodeStorage(config.storage, file_layer=file_layer) if config.storage.persist else None
         )
@@ -72,6 +82,21 @@ class BrokerNode:
         cfg = self.config.server
         listeners = await trio.open_tcp_listeners(cfg.port, host=cfg.host)
         self.port = listeners[0].socket.getsockname()[1]
+        amqp_listeners: list[trio.SocketListener] = []
+        amqp = self.config.amqp
+        if amqp.port is not None:
+            host = amqp.listen_host(cfg)
+            try:
+                amqp_listeners = await trio.open_tcp_listeners(amqp.port, host=host)
+            except OSError as exc:
+                for listener in listeners:
+                    await listener.aclose()
+                raise CannotListen(f"AMQP {host}:{amqp.port}", exc) from exc
+            except BaseException:
+                for listener in listeners:
+                    await listener.aclose()
+                raise
+            self.amqp_port = amqp_listeners[0].socket.getsockname()[1]
         if not self.node_id:
             self.node_id = cfg.effective_node_id(self.port)
             self.broker = self.new_broker()
@@ -90,11 +115,14 @@ class BrokerNode:
                 nursery.start_soon(self._ticker)
                 async with trio.open_nursery() as accept_nursery:
                     for listener in listeners:
-                        accept_nursery.start_soon(self._accept_loop, listener, nursery)
+                        accept_nursery.start_soon(self._accept_loop, listener, nursery, False)
+                    for listener in amqp_listeners:
+                        accept_nursery.start_soon(self._accept_loop, listener, nursery, True)
                     log.info(
                         "server_listening",
                         host=cfg.host,
                         port=self.port,
+                        amqp=self.amqp_listen,
                         node_id=self.node_id,
                         vhosts=list(cfg.vhosts),
                         data_dir=storage.directory if storage is not None else None,
@@ -105,7 +133,7 @@ class BrokerNode:
                 # refuse new connections at once (clients fail over instead of
                 # waiting in the backlog), then close the open ones
                 with trio.CancelScope(shield=True):
-                    for listener in listeners:
+                    for listener in listeners + amqp_listeners:
                         await listener.aclose()
                 if self.peering is not None:
                     self.peering.close()
@@ -113,7 +141,7 @@ class BrokerNode:
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
-                for listener in listeners:
+                for listener in listeners + amqp_listeners:
                     await listener.aclose()
                 if storage is not None:
                     await storage.close()
@@ -131,7 +159,17 @@ class BrokerNode:
         """Begin a graceful shutdown: stop accepting, close clients with 320."""
         self._stop.set()
 
-    async def _accept_loop(self, listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+    @property
+    def amqp_listen(self) -> str | None:
+        """``host:port`` of the AMQP 0-9-1 listener (None: not listening)."""
+        if self.amqp_port is None:
+            return None
+        host = self.config.amqp.listen_host(self.config.server)
+        return f"[{host}]:{self.amqp_port}" if ":" in host else f"{host}:{self.amqp_port}"
+
+    async def _accept_loop(
+        self, listener: trio.SocketListener, nursery: trio.Nursery, amqp: bool
+    ) -> None:
         while True:
             try:
                 stream = await listener.accept()
@@ -139,16 +177,20 @@ class BrokerNode:
                 log.error("accept_failed", error=str(exc))
                 await trio.sleep(0.1)
                 continue
-            nursery.start_soon(self._serve_client, stream)
+            nursery.start_soon(self._serve_client, stream, amqp)
 
-    async def _serve_client(self, stream: trio.SocketStream) -> None:
+    async def _serve_client(self, stream: trio.SocketStream, amqp: bool = False) -> None:
         try:
             host, port = stream.socket.getpeername()[:2]
         except OSError:
             await stream.aclose()
             return
         remote = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        conn = NativeConnection(self, stream, remote, host)
+        conn: NativeConnection | AmqpServerConnection
+        if amqp:
+            conn = AmqpServerConnection(self, stream, remote, host)
+        else:
+            conn = NativeConnection(self, stream, remote, host)
         self.connections.add(conn)
         try:
             await conn.run()
@@ -180,7 +222,7 @@ class BrokerNode:
         """Hand the broker's pending pushes to the connections that own them."""
         for session in self.broker.take_ready():
             owner = session.owner
-            if isinstance(owner, ClientEndpoint | PeeringQueue):
+            if isinstance(owner, ClientEndpoint | AmqpChannel | PeeringQueue):
                 owner.push()
 
     def status(self) -> dict[str, Any]:
@@ -193,6 +235,7 @@ class BrokerNode:
                 "started_at": self._started_wall,
                 "state": self.state,
                 "listen": f"{self.config.server.host}:{self.port}",
+                "amqp_listen": self.amqp_listen,
                 "data_dir": self.storage.directory if self.storage is not None else None,
                 "connections": [i for c in self.connections if (i := c.info()) is not None],
             }

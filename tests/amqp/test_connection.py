@@ -343,7 +343,9 @@ def test_a_soft_broker_error_closes_its_channel_and_the_other_end_follows() -> N
     events(server, client.send_method(1, declare))
     error = AmqpError("no queue 'missing'", 404, channel=1, class_id=50, method_id=10)
     got = events(client, server.send_close_for(error))
-    assert got == [MethodReceived(1, m.ChannelClose(404, "no queue 'missing'", 50, 10))]
+    # the reply text as RabbitMQ writes it: the code's name in front
+    text = "NOT_FOUND - no queue 'missing'"
+    assert got == [MethodReceived(1, m.ChannelClose(404, text, 50, 10))]
     assert client.channel_state(1) is ChannelState.CLOSE_RECEIVED
     with pytest.raises(AmqpLocalError):  # nothing but close-ok may follow
         client.send_method(1, m.BasicQos())

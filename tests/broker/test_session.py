@@ -102,6 +102,35 @@ def test_deleted_exclusive_queue_is_forgotten_by_its_owner(s: Session, t: Sessio
     assert t.declare_queue("x", passive=True).name == "x"
 
 
+def test_channels_of_one_connection_share_its_exclusive_queues(broker: Broker, t: Session) -> None:
+    """AMQP: each channel is a session, the connection's holder session holds the
+    exclusive queues: any channel may use them, another connection may not, and
+    they live until the connection (the holder) closes."""
+    holder = broker.open_session("/")
+    one = broker.open_session("/", holder=holder)
+    two = broker.open_session("/", holder=holder)
+    one.declare_queue("x", exclusive=True)
+    publish(t, "", "x")  # publishing to it is allowed to anyone, as in RabbitMQ
+    assert two.declare_queue("x", exclusive=True, passive=True).messages == 1
+    two.consume("x", now=0)
+    with pytest.raises(BrokerError) as caught:
+        t.consume("x", now=0)
+    assert caught.value.code == ReplyCode.RESOURCE_LOCKED
+    one.close(now=0)
+    two.close(now=0)
+    three = broker.open_session("/", holder=holder)  # a channel opened later
+    assert three.declare_queue("x", passive=True).name == "x"  # outlived its channels
+    holder.close(now=0)
+    with pytest.raises(NotFound):
+        t.declare_queue("x", passive=True)
+
+
+def test_a_holder_must_be_on_the_same_vhost(broker: Broker) -> None:
+    holder = broker.open_session("/")
+    with pytest.raises(ValueError, match="holder"):
+        broker.open_session("other", holder=holder)
+
+
 def test_auto_delete_queue_goes_with_its_last_consumer(s: Session, t: Session) -> None:
     s.declare_queue("a", auto_delete=True)
     c1 = s.consume("a", now=0)

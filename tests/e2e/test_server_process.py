@@ -81,3 +81,18 @@ def test_port_in_use_is_one_clear_line() -> None:
         result = run_cli("server", "--host", "127.0.0.1", "--port", str(port))
     assert result.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+
+
+def test_amqp_port_in_use_is_one_clear_line_naming_it() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli(
+            "server", "--host", "127.0.0.1", "--port", "0", "--in-memory", "--amqp-port", str(port)
+        )
+    assert result.returncode == 1
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert f"cannot listen on AMQP 127.0.0.1:{port}" in lines[0]
+    assert "--amqp-port" in lines[0]
