@@ -9,6 +9,7 @@ loses no confirmed message.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import socket
 import threading
@@ -19,12 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aio_pika
 import kombu
 import pika
 import pika.channel
 import pika.frame
 import pytest
 from pika.adapters.select_connection import IOLoop
+from yarl import URL
 
 from .conftest import WAIT, AmqpServer, start_amqp_server
 
@@ -321,3 +324,89 @@ def test_kill_9_of_the_active_node_loses_no_confirmed_pika_publish(pair: AmqpPai
         f"republished, {len(dupes)} of them stored twice, {len(publisher.nacked)} "
         f"nacked, {publisher.failed_attempts} failed connection attempts"
     )
+
+
+# --- (d) aio-pika: connect_robust takes one URL ---------------------------------------
+
+
+def failover_connection_class(*urls: str) -> type[aio_pika.RobustConnection]:
+    """A RobustConnection that tries ``urls`` in turn, one per connection attempt.
+
+    aio-pika reconnects to the one URL it was given, and aiormq connects to the
+    first address that accepts TCP, which a passive node does. This subclass sets
+    the URL before each attempt: RobustConnection begins every attempt by resetting
+    ``transport`` to None (aio-pika 10.2), so the setter picks the next URL there.
+    """
+
+    class FailoverRobustConnection(aio_pika.RobustConnection):
+        _urls = tuple(URL(u) for u in urls)
+        _attempts = -1  # counting from the first attempt, after __init__
+
+        @property  # type: ignore[override]
+        def transport(self) -> Any:
+            return self.__dict__.get("_transport")
+
+        @transport.setter
+        def transport(self, value: Any) -> None:
+            if value is None and self._attempts >= 0:
+                self.url = self._urls[self._attempts % len(self._urls)]
+                self._attempts += 1
+            self.__dict__["_transport"] = value
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._attempts = 0
+
+    return FailoverRobustConnection
+
+
+def test_aio_pika_robust_connection_follows_the_pair_through_a_kill_9(pair: AmqpPair) -> None:
+    urls = [f"amqp://guest:guest@127.0.0.1:{n.amqp_port}/" for n in (pair.backup, pair.primary)]
+    q = _name("aio-pair")
+
+    async def main() -> tuple[list[int], int]:
+        connection = await asyncio.wait_for(
+            aio_pika.connect_robust(
+                urls[0],
+                connection_class=failover_connection_class(*urls),
+                fail_fast=False,  # else the passive node's refusal ends connect_robust
+                reconnect_interval=0.1,
+            ),
+            WAIT,
+        )
+        assert connection.url.port == pair.primary.amqp_port
+        # the first attempt went to the passive node, which refused it
+        pair.backup.wait_for_log("amqp_connection_refused_not_active")
+        reconnected = asyncio.Event()
+        connection.reconnect_callbacks.add(lambda *_: reconnected.set())
+        async with connection:
+            channel = await connection.channel()  # publisher confirms by default
+            queue = await channel.declare_queue(q, durable=True)
+
+            async def publish(numbers: range) -> None:
+                for n in numbers:
+                    await channel.default_exchange.publish(
+                        aio_pika.Message(
+                            str(n).encode(), delivery_mode=aio_pika.DeliveryMode.PERSISTENT
+                        ),
+                        routing_key=q,
+                    )
+
+            await asyncio.wait_for(publish(range(20)), WAIT)
+            await asyncio.to_thread(pair.kill, pair.primary)
+            await asyncio.wait_for(reconnected.wait(), WAIT)
+            # the robust channel is back, its queue declared again on the new master
+            await asyncio.wait_for(publish(range(20, 40)), WAIT)
+            got: list[int] = []
+            async with queue.iterator() as messages:
+                async for message in messages:
+                    got.append(int(message.body))
+                    await message.ack()
+                    if len(got) == 40:
+                        break
+            await queue.delete()
+            return got, connection.url.port or 0
+
+    got, port = asyncio.run(asyncio.wait_for(main(), 4 * WAIT))
+    assert sorted(got) == list(range(40))
+    assert port == pair.backup.amqp_port
