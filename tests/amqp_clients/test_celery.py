@@ -8,6 +8,8 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -70,15 +72,14 @@ class Worker:
         assert "<eof>" not in self.lines, "worker exited:\n" + "".join(self.lines)
 
 
-@pytest.fixture(scope="module")
-def tasks(server: AmqpServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+@contextmanager
+def celery_worker(broker_url: str, tmp_path: Path) -> Iterator[tuple[Any, Worker]]:
     """The tasks module, imported here as the client, with a worker running it."""
-    tmp_path = tmp_path_factory.mktemp("celery")
     name = f"w{uuid.uuid4().hex[:6]}@amqlite"
     (tmp_path / "amqlite_tasks.py").write_text(TASKS)
     env = {
         **os.environ,
-        "BROKER_URL": f"amqp://guest:guest@127.0.0.1:{server.amqp_port}//",
+        "BROKER_URL": broker_url,
         "TASK_QUEUE": f"celery-{uuid.uuid4().hex[:8]}",
         "PYTHONPATH": os.pathsep.join([str(tmp_path), str(CHECKOUT)]),
         "PYTHONUNBUFFERED": "1",
@@ -105,7 +106,7 @@ def tasks(server: AmqpServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
         worker.wait_ready()
         import amqlite_tasks  # type: ignore[import-not-found]
 
-        yield amqlite_tasks
+        yield amqlite_tasks, worker
         # the remote-control shutdown (over the celery.pidbox fanout exchange): an
         # idle worker notices SIGTERM only when its event loop next wakes, up to 10 s
         amqlite_tasks.app.control.shutdown(destination=[name])
@@ -125,6 +126,13 @@ def tasks(server: AmqpServer, tmp_path_factory: pytest.TempPathFactory) -> Itera
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(WAIT)
+
+
+@pytest.fixture(scope="module")
+def tasks(server: AmqpServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    url = f"amqp://guest:guest@127.0.0.1:{server.amqp_port}//"
+    with celery_worker(url, tmp_path_factory.mktemp("celery")) as (module, worker):
+        yield module
     # a worker that lost or could not reach the broker failed, whatever the results
     output = "".join(worker.lines)
     for trouble in ("Cannot connect", "Connection to broker lost", "Unrecoverable", "CRITICAL"):

@@ -410,3 +410,22 @@ def test_aio_pika_robust_connection_follows_the_pair_through_a_kill_9(pair: Amqp
     got, port = asyncio.run(asyncio.wait_for(main(), 4 * WAIT))
     assert sorted(got) == list(range(40))
     assert port == pair.backup.amqp_port
+
+
+# --- Celery: broker_url lists both nodes -------------------------------------------
+
+
+def test_a_celery_worker_given_both_nodes_runs_tasks_and_follows_a_kill_9(
+    pair: AmqpPair, tmp_path: Path
+) -> None:
+    from .test_celery import celery_worker
+
+    since = len(pair.backup.records)
+    (tmp_path / "w").mkdir()
+    with celery_worker(_kombu_url(pair.backup, pair.primary), tmp_path / "w") as (tasks, worker):
+        pair.backup.wait_for_log("amqp_connection_refused_not_active", since=since)
+        assert tasks.add.delay(1, 2).get(timeout=WAIT) == 3
+        pair.kill(pair.primary)
+        # the worker and this client reconnect through the list to the new master
+        assert tasks.add.delay(3, 4).get(timeout=3 * WAIT) == 7
+    assert "Connection to broker lost" in "".join(worker.lines)
