@@ -100,7 +100,8 @@ class AmqpServer:
                 self.proc.wait(WAIT)
 
 
-def start_amqp_server(data_dir: Path | None, *args: str) -> AmqpServer:
+def start_amqp_server(data_dir: Path | None, *args: str, port: int = 0) -> AmqpServer:
+    """Start the broker (native ``port``, 0 for a free one) and wait until it listens."""
     where = ["--data-dir", str(data_dir)] if data_dir is not None else ["--in-memory"]
     argv = [
         sys.executable,
@@ -110,7 +111,7 @@ def start_amqp_server(data_dir: Path | None, *args: str) -> AmqpServer:
         "--host",
         "127.0.0.1",
         "--port",
-        "0",
+        str(port),
         "--amqp-port",
         "0",
         "--log-format",

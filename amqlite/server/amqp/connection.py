@@ -6,7 +6,8 @@ closing as a native connection). The handshake is RabbitMQ's: ``start`` (PLAIN
 and AMQPLAIN, the capabilities we implement), credentials checked at
 ``start-ok`` (a refusal is ``connection.close`` 403, as with RabbitMQ's
 ``authentication_failure_close``), ``tune``, then the vhost at ``open`` (530 when
-the user has no access to it, or this node of an HA pair is not the active one).
+the user has no access to it; 320 when this node of an HA pair is not the active
+one, which clients take as "try the next address").
 After it, each channel is an :class:`~.channel.AmqpChannel` over a broker
 session. A soft error closes its channel; a hard one the connection.
 """
@@ -358,10 +359,12 @@ class AmqpServerConnection:
                     remote=self.remote_address,
                     state=node.state,
                 )
+                # 320, not 530: py-amqp (kombu, Celery) and aio-pika treat 320 as
+                # recoverable and try the next address; 530 would end their retries.
                 self._close(
-                    ReplyCode.NOT_ALLOWED,
-                    f"NOT_ALLOWED - node {node.node_id} is {node.state}, not the active "
-                    f"node of its HA pair ({why}): connect to the other one",
+                    ReplyCode.CONNECTION_FORCED,
+                    f"CONNECTION_FORCED - node {node.node_id} is {node.state}, not the "
+                    f"active node of its HA pair ({why}): connect to the other one",
                     open_,
                 )
                 return True
