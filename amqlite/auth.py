@@ -13,6 +13,14 @@ write, read), with RabbitMQ's semantics: a pattern is *searched* in the
 resource name (anchor it with ``^...$`` to match whole names), and the empty
 pattern matches nothing.
 
+Tags (``[[users]] tags``) grant what permissions cannot, as RabbitMQ's user
+tags do: ``administrator`` (switchover, trace on/off, anything that changes the
+node; it implies ``monitoring``, ``management`` and ``peering``), ``monitoring``
+(the full ``status`` of every vhost and connection, monitor connections; it
+implies ``management``), ``management`` (the management API, when it lands),
+``cluster`` (opening the HA pair's peer link) and ``peering`` (opening an
+exchange peering link). :func:`require_tag` is the one check.
+
 Every refusal carries reply code 403 and a text that reveals nothing an attacker
 could use (not whether the login exists, nor whether the vhost exists); the
 detail goes to ``log_reason`` for the server's log only.
@@ -41,6 +49,7 @@ __all__ = [
     "SCRYPT_N",
     "SCRYPT_P",
     "SCRYPT_R",
+    "TAGS",
     "AuthRefused",
     "AuthResult",
     "AuthenticatedUser",
@@ -49,10 +58,13 @@ __all__ = [
     "Permissions",
     "ResourceType",
     "ScryptHash",
+    "Tag",
     "check",
+    "effective_tags",
     "hash_password",
     "is_loopback",
     "parse_password_hash",
+    "require_tag",
     "verify_password",
 ]
 
@@ -76,6 +88,13 @@ GUEST_LOGIN = "guest"
 _GUEST_PASSWORD = "guest"
 
 PermissionKind = Literal["configure", "write", "read"]
+Tag = Literal["administrator", "monitoring", "management", "cluster", "peering"]
+#: every tag a user may carry (``[[users]] tags``)
+TAGS: tuple[Tag, ...] = ("administrator", "monitoring", "management", "cluster", "peering")
+_IMPLIED: Mapping[str, frozenset[str]] = {
+    "administrator": frozenset({"monitoring", "management", "peering"}),
+    "monitoring": frozenset({"management"}),
+}
 ResourceType = Literal["exchange", "queue"]
 
 _BAD_CREDENTIALS = "access refused: bad login or password"
@@ -224,12 +243,26 @@ class Permissions:
         return pattern.pattern != "" and pattern.search(resource) is not None
 
 
+def effective_tags(tags: Iterable[str]) -> frozenset[str]:
+    """``tags`` with what they imply (``administrator`` -> ``monitoring``, ...)."""
+    given = frozenset(tags)
+    return given.union(*(_IMPLIED.get(tag, frozenset()) for tag in given))
+
+
 @dataclass(frozen=True, slots=True)
 class AuthenticatedUser:
-    """A successful login: who, and what they may do in the vhost they chose."""
+    """A successful login: who, what they may do in the vhost they chose, their
+    tags (as configured, see :meth:`has_tag` for what they imply) and their
+    permissions in every vhost (``grants``: what a filtered ``status`` shows)."""
 
     name: str
     permissions: Permissions
+    tags: frozenset[str] = frozenset()
+    grants: Mapping[str, Permissions] = field(default_factory=dict, compare=False, hash=False)
+
+    def has_tag(self, tag: Tag) -> bool:
+        """True when the user carries ``tag`` or a tag that implies it."""
+        return tag in effective_tags(self.tags)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,14 +281,16 @@ AuthResult: TypeAlias = AuthenticatedUser | AuthRefused
 class _UserRecord:
     password_hash: str
     permissions: Mapping[str, Permissions]
+    tags: frozenset[str]
 
 
 class Authenticator:
     """Decides logins from the configured users and vhosts.
 
     With no users configured, only ``guest``/``guest`` is accepted, only from a
-    loopback address, and guest gets full permissions on every vhost. With users
-    configured, there is no guest unless a user is named ``guest``.
+    loopback address, and guest gets full permissions on every vhost and every
+    tag (the single-user development set-up). With users configured, there is no
+    guest unless a user is named ``guest``.
 
     The answer for an unknown login costs the same scrypt work as a wrong
     password, so response time does not reveal which logins exist.
@@ -270,6 +305,7 @@ class Authenticator:
                     grant.vhost: Permissions(grant.configure, grant.write, grant.read)
                     for grant in user.permissions
                 },
+                frozenset(user.tags),
             )
             for user in users
         }
@@ -318,12 +354,16 @@ class Authenticator:
         if vhost not in self._vhosts:
             return _refused(f"unknown vhost {vhost!r}", vhost=vhost)
         if self.guest_only:
-            return AuthenticatedUser(GUEST_LOGIN, Permissions.full())
+            full = Permissions.full()
+            everywhere = dict.fromkeys(sorted(self._vhosts), full)
+            return AuthenticatedUser(GUEST_LOGIN, full, frozenset(TAGS), everywhere)
         record = self._users.get(login)
-        permissions = record.permissions.get(vhost) if record is not None else None
+        if record is None:
+            return _refused(f"user {login!r} has no permissions on vhost {vhost!r}", vhost=vhost)
+        permissions = record.permissions.get(vhost)
         if permissions is None:
             return _refused(f"user {login!r} has no permissions on vhost {vhost!r}", vhost=vhost)
-        return AuthenticatedUser(login, permissions)
+        return AuthenticatedUser(login, permissions, record.tags, record.permissions)
 
 
 def _refused(log_reason: str, *, vhost: str | None = None) -> AuthRefused:
@@ -343,6 +383,17 @@ def is_loopback(remote_host: str) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped.is_loopback
     return address.is_loopback
+
+
+def require_tag(user: AuthenticatedUser, tag: Tag, action: str) -> None:
+    """Raise :class:`~amqlite.errors.AccessRefused` (403) unless ``user`` carries
+    ``tag`` (or one that implies it); the text names the action, the tag needed
+    and the tags the user has, for the log and the user alike."""
+    if not user.has_tag(tag):
+        has = ", ".join(sorted(user.tags)) or "none"
+        raise AccessRefused(
+            f"access refused: {action} needs the {tag!r} tag (user {user.name!r} has tags: {has})"
+        )
 
 
 def check(

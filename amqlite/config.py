@@ -27,7 +27,7 @@ from typing import Any
 
 import tomli
 
-from amqlite.auth import parse_password_hash
+from amqlite.auth import TAGS, parse_password_hash
 from amqlite.errors import ConfigError
 from amqlite.log import LOG_FORMATS, LOG_LEVELS
 from amqlite.peering import (
@@ -181,14 +181,16 @@ class VhostPermissions:
 
 @dataclass(frozen=True, slots=True)
 class UserConfig:
-    """``[[users]]``: a login, its scrypt hash, and its rights per vhost.
+    """``[[users]]``: a login, its scrypt hash, its tags and its rights per vhost.
 
-    A user without a permissions table for a vhost cannot open that vhost.
+    A user without a permissions table for a vhost cannot open that vhost. Tags
+    (:data:`amqlite.auth.TAGS`) grant the node's privileged actions.
     """
 
     name: str
     password_hash: str = field(repr=False)
     permissions: tuple[VhostPermissions, ...] = ()
+    tags: tuple[str, ...] = ()
 
     def permissions_for(self, vhost: str) -> VhostPermissions | None:
         """This user's grant in ``vhost``, or None."""
@@ -443,6 +445,21 @@ def _password_hash(key: str, value: Any) -> str:
     return encoded
 
 
+def _tags(key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple):
+        raise ConfigError(key, f"must be an array of tags, got {_type_name(value)}")
+    tags: list[str] = []
+    for index, item in enumerate(value):
+        tag: str = _string()(f"{key}[{index}]", item)
+        if tag not in TAGS:
+            listed = ", ".join(repr(known) for known in TAGS)
+            raise ConfigError(f"{key}[{index}]", f"unknown tag {tag!r} (known: {listed})")
+        if tag in tags:
+            raise ConfigError(f"{key}[{index}]", f"duplicate tag {tag!r}")
+        tags.append(tag)
+    return tuple(tags)
+
+
 def _table(spec: _TableSpec) -> _Convert:
     def convert(key: str, value: Any) -> Any:
         return _build_table(spec, key, value)
@@ -544,6 +561,7 @@ _USER_SPEC = _TableSpec(
         "name": _string(),
         "password_hash": _password_hash,
         "permissions": _table_of_tables(_PERMISSIONS_SPEC, "vhost"),
+        "tags": _tags,
     },
     required=frozenset({"name", "password_hash"}),
 )
@@ -632,6 +650,7 @@ def _check_references(config: Config) -> None:
                 f"is already peered with {link.hosts}",
             )
         links.add(ident)
+    _check_cluster_login(config)
     seen: set[str] = set()
     for index, user in enumerate(config.users):
         user_key = f"users[{index}]"
@@ -645,3 +664,19 @@ def _check_references(config: Config) -> None:
                     f"unknown vhost {grant.vhost!r} "
                     f"(server.vhosts is {list(config.server.vhosts)})",
                 )
+
+
+def _check_cluster_login(config: Config) -> None:
+    """One file often serves both nodes of a pair: when it defines the user the
+    peer link logs in as, that user must carry the ``cluster`` tag (the other node
+    refuses the link otherwise)."""
+    cluster = config.cluster
+    if not cluster.enabled:
+        return
+    for index, user in enumerate(config.users):
+        if user.name == cluster.login and "cluster" not in user.tags:
+            raise ConfigError(
+                "cluster.login",
+                f"user {user.name!r} opens the HA peer link but lacks the 'cluster' tag "
+                f"(add it to users[{index}].tags)",
+            )

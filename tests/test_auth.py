@@ -11,14 +11,17 @@ from hypothesis import strategies as st
 
 from amqlite.auth import (
     SCRYPT_N,
+    TAGS,
     AuthenticatedUser,
     Authenticator,
     AuthRefused,
     Permissions,
     check,
+    effective_tags,
     hash_password,
     is_loopback,
     parse_password_hash,
+    require_tag,
     verify_password,
 )
 from amqlite.config import UserConfig, VhostPermissions
@@ -221,7 +224,7 @@ GUEST_ONLY = Authenticator(users=(), vhosts=("/", "prod"))
 )
 def test_guest_is_accepted_from_loopback(remote_host: str) -> None:
     result = GUEST_ONLY.authenticate("guest", "guest", "/", remote_host)
-    assert result == AuthenticatedUser("guest", Permissions.full())
+    assert result == AuthenticatedUser("guest", Permissions.full(), frozenset(TAGS))
 
 
 @pytest.mark.parametrize(
@@ -278,6 +281,9 @@ USERS = Authenticator(users=(APP, OPS), vhosts=("/", "prod"))
 def test_configured_user_logs_in_with_its_permissions() -> None:
     result = USERS.authenticate("app", "app-pw", "/", "10.0.0.1")
     assert result == AuthenticatedUser("app", Permissions("app\\..*", ".*", ".*"))
+    assert isinstance(result, AuthenticatedUser)
+    assert result.tags == frozenset()
+    assert set(result.grants) == {"/"}
 
 
 def test_guest_does_not_exist_once_users_are_configured() -> None:
@@ -375,3 +381,62 @@ def test_check_names_exchanges_too() -> None:
     assert caught.value.text == (
         "access to exchange 'amq.topic' in vhost 'prod' refused for user 'u' (configure)"
     )
+
+
+# --- tags -------------------------------------------------------------------------
+
+
+def test_guest_carries_every_tag_and_every_vhost() -> None:
+    result = GUEST_ONLY.authenticate("guest", "guest", "/", "127.0.0.1")
+    assert isinstance(result, AuthenticatedUser)
+    assert all(result.has_tag(tag) for tag in TAGS)
+    assert set(result.grants) == {"/", "prod"}
+
+
+def test_configured_tags_reach_the_login() -> None:
+    admin = UserConfig(
+        "admin", fast_hash("pw"), (VhostPermissions("/", ".*", ".*", ".*"),), ("administrator",)
+    )
+    auth = Authenticator(users=(admin, APP), vhosts=("/",))
+    result = auth.authenticate("admin", "pw", "/", "10.0.0.1")
+    assert isinstance(result, AuthenticatedUser)
+    assert result.tags == frozenset({"administrator"})
+    plain = auth.authenticate("app", "app-pw", "/", "10.0.0.1")
+    assert isinstance(plain, AuthenticatedUser)
+    assert not any(plain.has_tag(tag) for tag in TAGS)
+
+
+@pytest.mark.parametrize(
+    ("tags", "implied"),
+    [
+        ({"administrator"}, {"administrator", "monitoring", "management", "peering"}),
+        ({"monitoring"}, {"monitoring", "management"}),
+        ({"management"}, {"management"}),
+        ({"cluster"}, {"cluster"}),
+        ({"peering"}, {"peering"}),
+        (set(), set()),
+    ],
+)
+def test_tags_imply_as_rabbitmq(tags: set[str], implied: set[str]) -> None:
+    assert effective_tags(tags) == implied
+    user = AuthenticatedUser("u", Permissions.full(), frozenset(tags))
+    assert {tag for tag in TAGS if user.has_tag(tag)} == implied
+
+
+def test_administrator_does_not_imply_cluster() -> None:
+    """The HA peer link is the pair's own login, not an operator's."""
+    user = AuthenticatedUser("root", Permissions.full(), frozenset({"administrator"}))
+    with pytest.raises(AccessRefused):
+        require_tag(user, "cluster", "opening an HA peer link")
+
+
+def test_require_tag_refuses_with_403_naming_action_tag_and_user() -> None:
+    user = AuthenticatedUser("app", Permissions.full(), frozenset({"management"}))
+    with pytest.raises(AccessRefused) as caught:
+        require_tag(user, "administrator", "a switchover")
+    assert caught.value.code == 403
+    assert caught.value.text == (
+        "access refused: a switchover needs the 'administrator' tag "
+        "(user 'app' has tags: management)"
+    )
+    require_tag(user, "management", "anything")  # no raise

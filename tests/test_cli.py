@@ -23,6 +23,7 @@ import pytest
 
 from amqlite.auth import verify_password
 from amqlite.cli import main, parse_scalar
+from amqlite.config import load_config
 
 _names = itertools.count()
 
@@ -553,6 +554,24 @@ def test_passwd_stdin(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Mo
     monkeypatch.setattr(sys, "stdin", io.StringIO("\n"))
     code, out, err = run(capsys, "passwd", "--stdin")
     assert (code, out, err) == (1, "", "amqlite: error: empty password\n")
+
+
+def test_passwd_prints_a_users_entry_with_tags(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.StringIO("s3cret\n"))
+    code, out, err = run(capsys, "passwd", "--stdin", "--user", "ops", "--tags", "monitoring")
+    assert code == 0 and err == ""
+    path = tmp_path / "users.toml"
+    path.write_text(out.replace('configure = ""', 'configure = ".*"'), encoding="utf-8")
+    (user,) = load_config(path).users
+    assert (user.name, user.tags) == ("ops", ("monitoring",))
+    assert verify_password("s3cret", user.password_hash)
+    assert user.permissions_for("/") is not None
+    monkeypatch.setattr(sys, "stdin", io.StringIO("s3cret\n"))
+    code, out, err = run(capsys, "passwd", "--stdin", "--user", "ops", "--tags", "admin")
+    assert code == 1 and out == ""
+    assert "unknown tag 'admin' (known: administrator, monitoring" in err
 
 
 @pytest.mark.parametrize(

@@ -76,7 +76,7 @@ def test_shipped_config_documents_every_key() -> None:
     for table in (ServerConfig, StorageConfig, AmqpConfig, LogConfig):
         for item in dataclasses.fields(table):
             assert re.search(rf"^(# )?{item.name} = ", text, re.MULTILINE), item.name
-    for key in ("[[users]]", "name", "password_hash", "[users.permissions.", "configure"):
+    for key in ("[[users]]", "name", "password_hash", "tags", "[users.permissions.", "configure"):
         assert f"# {key}" in text, key
 
 
@@ -90,6 +90,7 @@ def test_shipped_users_example_loads_once_uncommented(tmp_path: Path) -> None:
 
     (user,) = config.users
     assert user.name == "app"
+    assert user.tags == ()
     grant = user.permissions_for("/")
     assert grant == VhostPermissions("/", configure=r"app\..*", write=".*", read=".*")
 
@@ -141,6 +142,29 @@ def test_full_file_is_parsed_into_dataclasses(tmp_path: Path) -> None:
         ),
     )
     assert verify_password("secret", config.users[0].password_hash)
+
+
+def test_user_tags_are_parsed(tmp_path: Path) -> None:
+    path = write_config(
+        tmp_path,
+        f"""
+        [[users]]
+        name = "ops"
+        password_hash = "{FAST_HASH}"
+        tags = ["monitoring", "administrator"]
+        [[users]]
+        name = "pair"
+        password_hash = "{FAST_HASH}"
+        tags = ["cluster"]
+        [cluster]
+        role = "primary"
+        login = "pair"
+        """,
+    )
+    ops, pair = load_config(path).users
+    assert ops.tags == ("monitoring", "administrator")
+    assert pair.tags == ("cluster",)
+    assert ops.permissions == ()
 
 
 def test_overrides_win_over_the_file(tmp_path: Path) -> None:
@@ -306,6 +330,32 @@ BAD_FILES: list[tuple[str, str, str]] = [
         "amqlite passwd",
     ),
     (user_block() + user_block(), "users[1].name", "duplicate user 'app'"),
+    (
+        f"[[users]]\nname='a'\npassword_hash='{FAST_HASH}'\ntags=['monitoring', 'admin']",
+        "users[0].tags[1]",
+        "unknown tag 'admin' (known: 'administrator', 'monitoring', 'management', 'cluster', "
+        "'peering')",
+    ),
+    (
+        f"[[users]]\nname='a'\npassword_hash='{FAST_HASH}'\ntags=['cluster', 'cluster']",
+        "users[0].tags[1]",
+        "duplicate tag 'cluster'",
+    ),
+    (
+        f"[[users]]\nname='a'\npassword_hash='{FAST_HASH}'\ntags='administrator'",
+        "users[0].tags",
+        "must be an array of tags, got str",
+    ),
+    (
+        f"[[users]]\nname='a'\npassword_hash='{FAST_HASH}'\ntags=[1]",
+        "users[0].tags[0]",
+        "must be a string, got int",
+    ),
+    (
+        "[cluster]\nrole = 'primary'\nlogin = 'app'\n" + user_block(),
+        "cluster.login",
+        "user 'app' opens the HA peer link but lacks the 'cluster' tag (add it to users[0].tags)",
+    ),
     (user_block(vhost="/x"), 'users[0].permissions."/x"', "unknown vhost '/x'"),
     (
         user_block() + "[users.permissions.prod]\nwrite = '.*'",

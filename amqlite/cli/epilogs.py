@@ -62,8 +62,12 @@ PASSWD_EPILOG = """\
 examples:
   amqlite passwd                       # asks twice, prints the hash
   echo -n 's3cret' | amqlite passwd --stdin
+  amqlite passwd --user ops --tags monitoring    # a whole [[users]] entry
 
-Put the printed hash in the config file as the user's password_hash.
+Put the printed hash in the config file as the user's password_hash. Tags grant
+the node's privileged actions: administrator (switchover, trace on/off; implies
+monitoring, management, peering), monitoring (the full status), management,
+cluster (the HA peer link's login), peering (an exchange peering link's login).
 """
 
 MAIN_EPILOG = """\

@@ -274,6 +274,17 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         [],
     )
     p.add_argument("--stdin", action="store_true", help="read one line from stdin instead")
+    p.add_argument(
+        "--user",
+        metavar="NAME",
+        help="print a whole [[users]] entry for NAME instead of the bare hash",
+    )
+    p.add_argument(
+        "--tags",
+        default="",
+        metavar="TAG,...",
+        help="with --user: its tags (administrator, monitoring, management, cluster, peering)",
+    )
     p.set_defaults(func=cmd_passwd)
 
     p = _sub(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import json
 import sys
 import warnings
 
@@ -11,7 +12,7 @@ from .common import fail
 
 
 def cmd_passwd(args: argparse.Namespace) -> int:
-    from amqlite.auth import hash_password
+    from amqlite.auth import TAGS, hash_password
 
     if args.stdin:
         line = sys.stdin.readline()
@@ -30,5 +31,31 @@ def cmd_passwd(args: argparse.Namespace) -> int:
             return fail("the passwords differ")
     if not password:
         return fail("empty password")
-    print(hash_password(password))
+    if args.user is None:
+        if args.tags:
+            return fail("--tags needs --user")
+        print(hash_password(password))
+        return 0
+    tags = [tag.strip() for tag in args.tags.split(",") if tag.strip()]
+    unknown = [tag for tag in tags if tag not in TAGS]
+    if unknown:
+        return fail(f"unknown tag {unknown[0]!r} (known: {', '.join(TAGS)})")
+    print(users_entry(args.user, hash_password(password), tags))
     return 0
+
+
+def users_entry(name: str, password_hash: str, tags: list[str]) -> str:
+    """A ``[[users]]`` entry to paste into the config file (permissions to fill in)."""
+    listed = ", ".join(json.dumps(tag) for tag in tags)
+    return "\n".join(
+        [
+            "[[users]]",
+            f"name = {json.dumps(name)}",
+            f'password_hash = "{password_hash}"',
+            f"tags = [{listed}]",
+            '[users.permissions."/"]          # one table per vhost; regexes over names',
+            'configure = ""',
+            'write = ""',
+            'read = ""',
+        ]
+    )

@@ -10,7 +10,7 @@ from typing import Any
 import trio
 
 from amqlite.client import connect
-from amqlite.errors import AmqliteError
+from amqlite.errors import AmqliteError, ConnectionRefused, ReplyCode
 
 from .common import PROG, json_default
 
@@ -46,6 +46,11 @@ def print_status(status: dict[str, Any], file: Any = None) -> None:
     vhosts = status.get("vhosts") or []
     conns = status.get("connections") or []
     n_queues = sum(len(v.get("queues") or []) for v in vhosts)
+    if status.get("filtered"):
+        console.print(
+            "(filtered: only what this user's permissions cover; "
+            "the full status needs the 'monitoring' tag)"
+        )
     console.print(
         f"[bold]node[/bold] {status.get('node_id', '?')}  "
         f"[bold]state[/bold] {status.get('state', '?')}  "
@@ -166,19 +171,31 @@ def print_ha(status: dict[str, Any], file: Any = None) -> None:
     )
 
 
+async def _ask(args: argparse.Namespace, server: str, role: str) -> dict[str, Any]:
+    async with connect(
+        server,
+        vhost=args.vhost,
+        login=args.login,
+        password=args.password,
+        client_name=f"{PROG}-status",
+        connect_timeout=args.connect_timeout,
+        reconnect=False,
+        role=role,
+    ) as conn:
+        return await conn.status()
+
+
 async def _one(args: argparse.Namespace, server: str, *, alone: bool) -> dict[str, Any]:
+    """The full status on a monitor connection (the ``monitoring`` tag); a user
+    without it is refused (403) and gets what a client connection shows it: the
+    vhosts and names its permissions cover, its own connections."""
     try:
-        async with connect(
-            server,
-            vhost=args.vhost,
-            login=args.login,
-            password=args.password,
-            client_name=f"{PROG}-status",
-            connect_timeout=args.connect_timeout,
-            reconnect=False,
-            role="monitor",
-        ) as conn:
-            return await conn.status()
+        try:
+            return await _ask(args, server, "monitor")
+        except ConnectionRefused as exc:
+            if exc.code != ReplyCode.ACCESS_REFUSED or "'monitoring' tag" not in exc.text:
+                raise
+        return await _ask(args, server, "client")
     except AmqliteError as exc:
         if alone:
             raise  # one server: the command's usual one-line error
@@ -188,7 +205,8 @@ async def _one(args: argparse.Namespace, server: str, *, alone: bool) -> dict[st
 async def ask_each(
     args: argparse.Namespace, servers: list[str], alone: bool
 ) -> list[dict[str, Any]]:
-    """Each server's status map (on a monitor connection), or {address, error}."""
+    """Each server's status map (on a monitor connection, or a client one for a
+    user without the ``monitoring`` tag), or {address, error}."""
     return [await _one(args, server, alone=alone) for server in servers]
 
 

@@ -24,7 +24,12 @@ def cmd_switchover(args: argparse.Namespace) -> int:
             (a for a, state in zip(servers, states, strict=True) if state == "active"), None
         )
         if active is None:
-            print(f"{PROG}: error: no active node among {', '.join(servers)}", file=sys.stderr)
+            why = "; ".join(f"{n['address']}: {n['error']}" for n in nodes if "error" in n)
+            print(
+                f"{PROG}: error: no active node among {', '.join(servers)}"
+                + (f" ({why})" if why else ""),
+                file=sys.stderr,
+            )
             return 1
         print(f"handing over from {active} ...", file=sys.stderr)
         try:

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
-from amqlite.auth import AuthenticatedUser
-from amqlite.errors import AmqliteError, RemoteProtocolError, ReplyCode
+from amqlite.auth import AuthenticatedUser, AuthRefused, Tag, require_tag
+from amqlite.errors import AccessRefused, AmqliteError, RemoteProtocolError, ReplyCode
 from amqlite.link import FramedLink
 from amqlite.protocol import PROTOCOL_VERSION, Connection, Role
 from amqlite.protocol import events as ev
@@ -44,6 +44,12 @@ FRAMES_PER_TURN = 64  # frames handled before other connections get a turn
 HANDSHAKE_TIMEOUT = 10.0
 MAX_INSTANCE = 64  # longest hello.instance (a client token, see amqlite.broker.dedup)
 ROLES = ("client", "monitor", "ha-peer", "peer-link")
+#: the tag each of the node's own roles needs, and the action it names in a refusal
+ROLE_TAGS: dict[str, tuple[Tag, str]] = {
+    "ha-peer": ("cluster", "opening an HA peer link (role 'ha-peer')"),
+    "monitor": ("monitoring", "opening a monitor connection (role 'monitor')"),
+    "peer-link": ("peering", "opening an exchange peering link (role 'peer-link')"),
+}
 
 log = structlog.get_logger("amqlite.server")
 
@@ -210,6 +216,11 @@ class NativeConnection:
             else:  # scrypt takes ~50 ms on purpose: keep it off the event loop
                 result = await trio.to_thread.run_sync(auth.authenticate, *args)
             if isinstance(result, AuthenticatedUser):
+                try:
+                    _check_role(hello.role, result)
+                except AccessRefused as exc:
+                    result = AuthRefused(exc.code, exc.text, exc.text)
+            if isinstance(result, AuthenticatedUser):
                 if hello.role in ("client", "peer-link") and node.ha is not None:
                     deadline = trio.current_time() + 2 * node.ha.config.failover_timeout_ms / 1000
                     admitted, why = await node.ha.admit(deadline)
@@ -245,7 +256,7 @@ class NativeConnection:
             assert node.ha is not None  # refused in the handshake otherwise
             return HaPeerEndpoint(self, node.ha)
         if hello.role == "monitor":
-            return MonitorEndpoint(self, node)
+            return MonitorEndpoint(self, node, user)
         if hello.role == "peer-link":
             return PeeringEndpoint(
                 self, node.peering, user.permissions, user=user.name, vhost=hello.vhost
@@ -254,9 +265,8 @@ class NativeConnection:
         peered = node.peering.hook_for(hello.vhost) if node.peering is not None else None
         dispatcher = RequestDispatcher(
             session,
-            user.name,
+            user,
             hello.vhost,
-            user.permissions,
             node.status,
             instance=hello.instance,
             peered=peered,
@@ -279,6 +289,14 @@ class NativeConnection:
         try:
             endpoint = self._endpoint_for(hello, user)
         except AmqliteError as exc:
+            log.warning(
+                "connection_refused",
+                remote=self.remote_address,
+                login=hello.login,
+                vhost=hello.vhost,
+                code=exc.code,
+                reason=exc.text,
+            )
             self.send(ev.Refused(hello.id, exc.code, exc.text))
             return False
         self.user = user.name
@@ -335,3 +353,10 @@ class NativeConnection:
     def info(self) -> dict[str, Any] | None:
         """The connection's line in ``status`` (client sessions only)."""
         return self.endpoint.info() if self.endpoint is not None else None
+
+
+def _check_role(role: str, user: AuthenticatedUser) -> None:
+    """AccessRefused (403) unless ``user`` carries the tag ``role`` needs."""
+    needed = ROLE_TAGS.get(role)
+    if needed is not None:
+        require_tag(user, *needed)

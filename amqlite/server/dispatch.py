@@ -13,11 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from amqlite.auth import Permissions
+from amqlite.auth import AuthenticatedUser, Tag, require_tag
 from amqlite.broker import Message, PublishOutcome, Session
-from amqlite.broker.trace import TRACE_QUEUE
 from amqlite.errors import AccessRefused, AmqliteError, ReplyCode
 from amqlite.protocol import events as ev
+
+from .status_view import visible_status
 
 DEFAULT_EXCHANGE_RESOURCE = "amq.default"
 
@@ -35,9 +36,8 @@ class RequestDispatcher:
     def __init__(
         self,
         session: Session,
-        user: str,
+        user: AuthenticatedUser,
         vhost: str,
-        permissions: Permissions,
         status: Callable[[], dict[str, Any]],
         instance: str = "",
         peered: Mapping[str, PublishHook] | None = None,
@@ -45,9 +45,10 @@ class RequestDispatcher:
         self.session = session
         # publish keys (amqlite.broker.dedup) for confirmed publishes: "instance:id"
         self._key_prefix = f"{instance}:" if instance else ""
-        self.user = user
+        self.user = user.name
         self.vhost = vhost
-        self.permissions = permissions
+        self.permissions = user.permissions
+        self._login = user
         self._status = status
         self._peered: Mapping[str, PublishHook] = peered if peered is not None else {}
         self._write_ok: dict[str, bool] = {}  # publish permission, per exchange
@@ -273,10 +274,20 @@ class RequestDispatcher:
         return ev.Ok(o.id, {"offset": self.session.query_offset(o.queue, o.name)})
 
     def _trace(self, t: ev.Trace, now: float) -> Reply:
-        self._check("configure", "queue", TRACE_QUEUE)
+        # the trace covers every vhost of the node: a node-wide switch
+        self._require("administrator", f"switching the trace {'on' if t.enabled else 'off'}")
         enabled = self.session.set_trace(bool(t.enabled))
         log.info("trace_switched", enabled=enabled, user=self.user)
         return ev.Ok(t.id, {"enabled": enabled})
 
     def _status_request(self, s: ev.Status, now: float) -> Reply:
-        return ev.Ok(s.id, self._status())
+        if self._login.has_tag("monitoring"):
+            return ev.Ok(s.id, self._status())
+        return ev.Ok(s.id, visible_status(self._status(), self._login))
+
+    def _require(self, tag: Tag, action: str) -> None:
+        try:
+            require_tag(self._login, tag, action)
+        except AccessRefused as exc:
+            log.warning("privilege_refused", user=self.user, vhost=self.vhost, reason=exc.text)
+            raise

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import trio
 
@@ -38,6 +39,16 @@ class ServerProcess:
                 self._buffer += chunk
 
 
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
+def checkout_env() -> dict[str, str]:
+    """The environment for a child process that imports this checkout's amqlite
+    (not whatever the venv's editable install points at)."""
+    path = os.pathsep.join(p for p in (str(CHECKOUT), os.environ.get("PYTHONPATH")) if p)
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
+
+
 def amqlite_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "amqlite", *args]
 
@@ -49,7 +60,7 @@ async def start_server(*args: str) -> ServerProcess:
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env=checkout_env(),
     )
     server = ServerProcess(proc, 0)
     record = await server.read_log_until("server_listening")
@@ -68,4 +79,5 @@ def run_cli(
         text=True,
         timeout=timeout,
         check=False,
+        env=checkout_env(),
     )

@@ -42,6 +42,7 @@ class Pair:
     procs: dict[str, ServerProcess] = field(default_factory=dict)
     nursery: trio.Nursery | None = None
     configs: dict[str, Path] = field(default_factory=dict)  # per side, else ``config``
+    login: tuple[str, str] = ("guest", "guest")  # a user with the monitoring tag
 
     @property
     def servers(self) -> str:
@@ -73,7 +74,12 @@ class Pair:
         try:
             with trio.fail_after(3):
                 async with amqlite.connect(
-                    self.address(side), role="monitor", reconnect=False, connect_timeout=2
+                    self.address(side),
+                    role="monitor",
+                    reconnect=False,
+                    connect_timeout=2,
+                    login=self.login[0],
+                    password=self.login[1],
                 ) as conn:
                     status: dict[str, Any] = await conn.status()
                     return status
@@ -136,17 +142,20 @@ async def _drain(server: ServerProcess, path: Path) -> None:
         f.write(server._buffer)
         while chunk := await stderr.receive_some(65536):
             f.write(chunk)
+            f.flush()  # tests read the file while the server runs
 
 
 @asynccontextmanager
-async def ha_pair(tmp_path: Path) -> AsyncIterator[Pair]:
+async def ha_pair(tmp_path: Path, extra: str = "") -> AsyncIterator[Pair]:
+    """A pair sharing one config (``extra`` is added to its ``[cluster]`` table and
+    may open further tables)."""
     ports = {"primary": free_port(), "backup": free_port()}
     config = tmp_path / "pair.toml"
     config.write_text(
         "[cluster]\n"
         f'primary_peer = "127.0.0.1:{ports["primary"]}"\n'
         f'backup_peer = "127.0.0.1:{ports["backup"]}"\n'
-        "heartbeat_ms = 100\nfailover_timeout_ms = 600\n"
+        "heartbeat_ms = 100\nfailover_timeout_ms = 600\n" + extra
     )
     pair = Pair(tmp_path, config, ports)
     async with trio.open_nursery() as nursery:
@@ -391,3 +400,71 @@ async def test_a_persistent_confirm_waits_until_the_passive_node_holds_it(
                 await pending.wait()
         backup = await pair.status("backup")
         assert backup is not None and backup["state"] == "passive"  # no failover happened
+
+
+def _users(**tags: list[str]) -> str:
+    from amqlite.auth import hash_password
+
+    secret = hash_password("pw", n=2**4)
+    return "".join(
+        f'[[users]]\nname = "{name}"\npassword_hash = "{secret}"\ntags = {user_tags!r}\n'
+        '[users.permissions."/"]\nconfigure = ".*"\nwrite = ".*"\nread = ".*"\n'
+        for name, user_tags in tags.items()
+    )
+
+
+async def test_switchover_needs_an_administrator(tmp_path: Path) -> None:
+    """With users configured: the pair's link logs in as its cluster user; a user
+    without tags, then a monitoring one, are refused with a clear message and
+    the pair stays as it was; an administrator hands over."""
+    extra = 'login = "pair"\npassword = "pw"\n' + _users(
+        pair=["cluster"], app=[], ops=["monitoring"], root=["administrator"]
+    )
+    async with ha_pair(tmp_path, extra) as pair:
+        pair.login = ("ops", "pw")
+        await pair.start("primary")
+        await pair.start("backup")
+        await pair.wait_states("active", "passive")
+
+        def switchover(login: str) -> Any:
+            return run_cli(
+                "switchover",
+                "-s",
+                pair.servers,
+                "--login",
+                login,
+                "--password",
+                "pw",
+                "--timeout",
+                "20",
+                timeout=60,
+            )
+
+        app = await trio.to_thread.run_sync(switchover, "app")
+        assert app.returncode == 1
+        assert "needs the 'monitoring' tag (user 'app' has tags: none)" in app.stderr
+        ops = await trio.to_thread.run_sync(switchover, "ops")
+        assert ops.returncode == 1
+        assert (
+            "access refused: a switchover needs the 'administrator' tag "
+            "(user 'ops' has tags: monitoring)"
+        ) in ops.stderr
+        assert "switched over" not in app.stdout + ops.stdout
+        assert (await pair.state("primary"), await pair.state("backup")) == ("active", "passive")
+        log = pair.tmp / "primary.log"
+        with trio.fail_after(10):
+            while "privilege_refused" not in log.read_text():  # noqa: ASYNC110 (another process)
+                await trio.sleep(0.05)
+
+        status = await trio.to_thread.run_sync(
+            lambda: run_cli(
+                "status", "-s", pair.address("primary"), "--login", "app", "--password", "pw"
+            )
+        )
+        assert status.returncode == 0, status.stderr
+        assert "(filtered:" in status.stdout
+
+        root = await trio.to_thread.run_sync(switchover, "root")
+        assert root.returncode == 0, root.stderr
+        assert f"127.0.0.1:{pair.ports['backup']} is active" in root.stdout
+        await pair.wait_states("passive", "active")

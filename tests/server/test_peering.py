@@ -471,7 +471,7 @@ async def test_the_link_logs_in_like_a_client_and_needs_rights_on_the_exchange(
     def user(name: str, write: str) -> UserConfig:
         grant = VhostPermissions(vhost="/", configure=".*", write=write, read=".*")
         secret = hash_password("pw", salt=b"0123456789abcdef", n=2**4)
-        return UserConfig(name=name, password_hash=secret, permissions=(grant,))
+        return UserConfig(name=name, password_hash=secret, permissions=(grant,), tags=("peering",))
 
     config = dataclasses.replace(_config(), users=(user("admin", ".*"), user("reader", "^$")))
     b = BrokerNode(config)
@@ -481,7 +481,7 @@ async def test_the_link_logs_in_like_a_client_and_needs_rights_on_the_exchange(
     refused = dataclasses.replace(_link(b.port, "publish"), login="reader", password="pw")
     a = await _start(nursery, refused)
     await wait_for(lambda: _links(a)[0]["reconnects"] >= 1, "refused")
-    assert "may not read and write exchange 'x'" in _links(a)[0]["last_error"]
+    assert "user 'reader' may not write and read exchange 'x'" in _links(a)[0]["last_error"]
     allowed = dataclasses.replace(_link(b.port, "publish"), login="admin", password="pw")
     a2 = await _start(nursery, allowed)
     await wait_for(lambda: _link_up(a2), "the admin's link is up")

@@ -389,9 +389,7 @@ class AmqpServerConnection:
         assert user is not None and holder is not None  # the core allows channels once open
         session = node.broker.open_session(self.vhost, owner=None, holder=holder)
         peered = node.peering.hook_for(self.vhost) if node.peering is not None else None
-        dispatcher = RequestDispatcher(
-            session, user.name, self.vhost, user.permissions, node.status, peered=peered
-        )
+        dispatcher = RequestDispatcher(session, user, self.vhost, node.status, peered=peered)
         channel = AmqpChannel(node, self, number, session, dispatcher)
         session.owner = channel  # the node's pump hands it the session's pushes
         if self._paused:

@@ -9,13 +9,18 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from amqlite.errors import AmqliteError, ReplyCode
+import structlog
+
+from amqlite.auth import require_tag
+from amqlite.errors import AccessRefused, AmqliteError, ReplyCode
 from amqlite.protocol import events as ev
 
 from .base import not_allowed
 
+log = structlog.get_logger("amqlite.server")
+
 if TYPE_CHECKING:
-    from amqlite.auth import Permissions
+    from amqlite.auth import AuthenticatedUser, Permissions
 
     from ..context import HaView, NodeView, PeeringView
     from .base import Link
@@ -150,21 +155,37 @@ class PeeringEndpoint(_RoleEndpoint):
 
 
 class MonitorEndpoint(_RoleEndpoint):
-    """A monitor connection (``role = "monitor"``): status, and switchover on an
-    HA pair."""
+    """A monitor connection (``role = "monitor"``, opened only by a user with the
+    ``monitoring`` tag): the full status, and switchover on an HA pair (the
+    ``administrator`` tag)."""
 
     role = "monitor"
     where = "a monitor connection"
 
-    def __init__(self, link: Link, node: NodeView) -> None:
+    def __init__(self, link: Link, node: NodeView, user: AuthenticatedUser) -> None:
         super().__init__(link)
         self.node = node
+        self.user = user
 
     def handle(self, event: ev.Event, now: float) -> None:
         ha = self.node.ha
         if isinstance(event, ev.Status):
             self.send_reply(ev.Ok(event.id, self.node.status()))
         elif isinstance(event, ev.HaSwitchover) and ha is not None:
+            try:
+                require_tag(self.user, "administrator", "a switchover")
+            except AccessRefused as exc:
+                log.warning(
+                    "privilege_refused",
+                    user=self.user.name,
+                    remote=self.link.remote_address,
+                    reason=exc.text,
+                )
+                self.send_reply(ev.Error(event.id, exc.code, exc.text))
+                return
+            log.warning(
+                "switchover_requested", user=self.user.name, remote=self.link.remote_address
+            )
             ha.start_switchover(event, self.send_reply)
         else:
             not_allowed(self.link, event, self.where)

@@ -410,7 +410,13 @@ class PeeringService:
             conn.close_from_server(ReplyCode.NOT_FOUND, text)
             return
         if not conn.may_peer(px.ctx.exchange):
-            text = f"user {conn.user!r} may not read and write exchange {exchange!r}"
+            text = (
+                f"access refused: user {conn.user!r} may not write and read exchange "
+                f"{exchange!r} in vhost {vhost!r} (a peering link publishes into it)"
+            )
+            log.warning(
+                "peering_link_refused", remote=conn.remote_address, user=conn.user, reason=text
+            )
             conn.send_map(Refused(ReplyCode.ACCESS_REFUSED, text).to_map())
             conn.close_from_server(ReplyCode.ACCESS_REFUSED, text)
             return
