@@ -336,6 +336,11 @@ def test_declare_bind_and_status_json(server: str, capsys: pytest.CaptureFixture
     (queue,) = [x for x in vhost["queues"] if x["name"] == q]
     assert queue["durable"] and queue["arguments"]["x-max-length"] == 10
     assert queue["arguments"]["x-queue-type"] == "classic"
+    # the same queue in the flat list beside the nested one, naming its vhost
+    (flat,) = [x for x in status["queues"] if x["name"] == q]
+    assert flat == queue and flat["vhost"] == vhost["name"] == "/"
+    nested = [(v["name"], x["name"]) for v in status["vhosts"] for x in v["queues"]]
+    assert [(x["vhost"], x["name"]) for x in status["queues"]] == nested
 
 
 def _queue_status(server: str, capsys: pytest.CaptureFixture[str], name: str) -> dict:
@@ -499,11 +504,45 @@ def test_servers_from_the_environment(
 
 
 def test_status_asks_every_listed_node(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    q = _name("listed")
+    run(capsys, "declare", "queue", q, "-s", server)
     code, out, _ = run(capsys, "status", "--json", "-s", f"127.0.0.1:1,{server}")
-    down, up = json.loads(out)["nodes"]
+    shown = json.loads(out)
+    assert list(shown) == ["nodes"]  # several servers: {"nodes": [...]}, in the order given
+    down, up = shown["nodes"]
     assert code == 0
-    assert down["address"] == "127.0.0.1:1" and "error" in down
+    assert down == {"address": "127.0.0.1:1", "error": down["error"]} and down["error"]
     assert up["listen"] == server
+    assert {"vhost": "/", "name": q}.items() <= next(
+        x for x in up["queues"] if x["name"] == q
+    ).items()
+    # one server: the node's map itself, the same keys as a node under "nodes"
+    code, out, _ = run(capsys, "status", "--json", "-s", server)
+    alone = json.loads(out)
+    assert code == 0 and "nodes" not in alone
+    assert set(alone) == set(up) and alone["listen"] == server
+
+
+def test_flat_queues_name_their_vhost_and_keep_the_nested_list() -> None:
+    from amqlite.cli.status import with_flat_queues
+
+    status = {
+        "node_id": "n",
+        "vhosts": [
+            {"name": "/", "queues": [{"vhost": "/", "name": "a"}]},
+            {"name": "shop", "queues": [{"name": "b"}, {"vhost": "shop", "name": "c"}]},
+            {"name": "empty", "queues": []},
+        ],
+    }
+    shown = with_flat_queues(status)
+    assert shown["queues"] == [
+        {"vhost": "/", "name": "a"},
+        {"vhost": "shop", "name": "b"},
+        {"vhost": "shop", "name": "c"},
+    ]
+    assert shown["vhosts"] == status["vhosts"] and "queues" not in status
+    failed = {"address": "h:1", "error": "cannot connect"}
+    assert with_flat_queues(failed) == failed
 
 
 def test_rate_paces_publishing(server: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -623,6 +662,8 @@ def test_help_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
         assert code == 0, argv
         assert "usage: amqlite" in out
     assert "examples:" in run(capsys, "publish", "--help")[1]
+    status_help = run(capsys, "status", "--help")[1]
+    assert '{"nodes": [...]}' in status_help and "queues (every vhost's queues" in status_help
     assert "--data-dir" in run(capsys, "server", "--help")[1]
     code, out, _ = run(capsys, "--version")
     assert (code, out) == (0, "amqlite 0.1.0\n")

@@ -215,7 +215,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         STATUS_EPILOG,
         conn,
     )
-    p.add_argument("--json", action="store_true", help="print the raw status map as JSON")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print the status map as JSON (several servers: {"nodes": [...]}; see below)',
+    )
     p.set_defaults(func=cmd_status)
 
     p = _sub(

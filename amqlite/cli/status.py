@@ -185,6 +185,20 @@ async def _ask(args: argparse.Namespace, server: str, role: str) -> dict[str, An
         return await conn.status()
 
 
+def with_flat_queues(status: dict[str, Any]) -> dict[str, Any]:
+    """A node's status map with ``queues`` beside ``vhosts``: every vhost's queues in
+    one list, each naming its ``vhost`` (what scripts look for first; the nested
+    ``vhosts[].queues[]`` stays). A ``{address, error}`` entry is left as it is."""
+    if "error" in status:
+        return status
+    queues = [
+        {"vhost": v.get("name", ""), **q}
+        for v in status.get("vhosts") or []
+        for q in v.get("queues") or []
+    ]
+    return {**status, "queues": queues}
+
+
 async def _one(args: argparse.Namespace, server: str, *, alone: bool) -> dict[str, Any]:
     """The full status on a monitor connection (the ``monitoring`` tag); a user
     without it is refused (403) and gets what a client connection shows it: the
@@ -217,8 +231,9 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     results = trio.run(ask_each, args, servers, len(servers) == 1)
     failed = [r for r in results if "error" in r]
-    if args.json:
-        shown: Any = results[0] if len(results) == 1 else {"nodes": results}
+    if args.json:  # the shapes are documented in STATUS_EPILOG (amqlite status --help)
+        nodes = [with_flat_queues(r) for r in results]
+        shown: Any = nodes[0] if len(nodes) == 1 else {"nodes": nodes}
         print(json.dumps(shown, indent=2, sort_keys=True, default=json_default))
     else:
         for i, status in enumerate(results):

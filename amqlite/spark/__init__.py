@@ -15,6 +15,7 @@ without the extra. See ``docs/spark.md``.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from .bridge import SparkSourceError
@@ -49,15 +50,25 @@ def register(spark: Any) -> None:
 
 
 def session(
-    master: str = "local[*]", app_name: str = "amqlite", config: dict[str, str] | None = None
+    master: str = "local[*]",
+    app_name: str = "amqlite",
+    config: dict[str, str] | None = None,
+    log_file: str | Path | None = None,
 ) -> Any:
     """A SparkSession with the environment checked, the workers on this interpreter
-    and the ``amqlite`` source registered."""
+    and the ``amqlite`` source registered.
+
+    With ``log_file``, when this call starts the JVM, nothing of Spark's reaches the
+    console: the JVM's stdout and stderr and Spark's log (WARN and above) are
+    appended to that file (see ``jvm_log``)."""
     python = check_environment()
     try:
         from pyspark.sql import SparkSession
     except ImportError as exc:
         raise _pyspark_missing() from exc
+    from .jvm_log import java_options, jvm_started, output_to
+
+    log_path = None if log_file is None or jvm_started() else Path(log_file)
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = {
         "spark.pyspark.python": python,
@@ -65,8 +76,15 @@ def session(
         "spark.ui.enabled": "false",
         **(config or {}),
     }
+    if log_path is not None:
+        key = "spark.driver.extraJavaOptions"
+        settings[key] = java_options(log_path, settings.get(key, ""))
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    if log_path is None:
+        spark = builder.getOrCreate()
+    else:
+        with output_to(log_path):
+            spark = builder.getOrCreate()
     register(spark)
     return spark

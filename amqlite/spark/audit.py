@@ -26,10 +26,13 @@ import datetime
 import os
 import re
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .timeline import MIN_BUCKET, bucket_count, choose_bucket, plot, series
 
 TRACE_QUEUE = "amq.trace"
 SAMPLE_IDS = 20
@@ -54,8 +57,12 @@ class QueueAudit:
 class AuditReport:
     queues: list[QueueAudit]
     records: int
-    #: (bucket start, Unix s) -> events per second of each kind, and mean latency (ms)
+    #: one row per bucket from the first record to the last, empty buckets included:
+    #: time (bucket start, Unix s), publish_per_s, deliver_per_s, ack_per_s, and
+    #: latency_p50_ms / latency_p99_ms of the messages first delivered in the bucket
+    #: (None when none was)
     throughput: list[dict[str, Any]]
+    #: the bucket's length, seconds: see timeline.choose_bucket
     bucket_seconds: float
     #: (time, node) where the trace's records start coming from another node
     failovers: list[tuple[float, str]]
@@ -184,38 +191,34 @@ def _audit(trace: Any, F: Any) -> AuditReport:
     records = int(span[2])
     t0, t1 = span["t0"], span["t1"]
     throughput: list[dict[str, Any]] = []
-    bucket = 1.0
+    bucket = MIN_BUCKET
     failovers: list[tuple[float, str]] = []
     if records:
-        bucket = max(1.0, float(int((t1 - t0) / 60.0) or 1))
-        b = (F.floor((F.col("time") - F.lit(t0)) / bucket) * bucket + F.lit(t0)).alias("bucket")
-        lat = per_message.select(
-            (F.floor((F.col("first_del") - F.lit(t0)) / bucket) * bucket + F.lit(t0)).alias(
-                "bucket"
-            ),
-            "latency_ms",
-        ).where(F.col("latency_ms").isNotNull())
-        lat_by_bucket = {
-            r["bucket"]: float(r["mean"])
-            for r in lat.groupBy("bucket").agg(F.avg("latency_ms").alias("mean")).collect()
-        }
-        per_bucket = (
-            trace.groupBy(b)
+        bucket = choose_bucket(t1 - t0)
+        buckets = bucket_count(t1 - t0, bucket)
+
+        def index(column: str) -> Any:
+            return F.floor((F.col(column) - F.lit(t0)) / F.lit(bucket)).cast("long")
+
+        lat = (
+            per_message.where(F.col("latency_ms").isNotNull())
+            .groupBy(index("first_del").alias("i"))
+            .agg(
+                F.percentile_approx("latency_ms", 0.5).alias("p50"),
+                F.percentile_approx("latency_ms", 0.99).alias("p99"),
+            )
+        )
+        counts_by_bucket = (
+            trace.groupBy(index("time").alias("i"))
             .pivot("event", ["publish", "deliver", "ack"])
             .count()
-            .orderBy("bucket")
-            .collect()
         )
-        for r in per_bucket:
-            throughput.append(
-                {
-                    "time": float(r["bucket"]),
-                    "publish_per_s": (r["publish"] or 0) / bucket,
-                    "deliver_per_s": (r["deliver"] or 0) / bucket,
-                    "ack_per_s": (r["ack"] or 0) / bucket,
-                    "latency_ms": lat_by_bucket.get(r["bucket"]),
-                }
-            )
+        counted = {
+            int(r["i"]): (r["publish"] or 0, r["deliver"] or 0, r["ack"] or 0)
+            for r in counts_by_bucket.collect()
+        }
+        latencies = {int(r["i"]): (float(r["p50"]), float(r["p99"])) for r in lat.collect()}
+        throughput = series(t0, bucket, buckets, counted, latencies)
         firsts = trace.groupBy("node").agg(F.min("time").alias("since")).orderBy("since").collect()
         failovers = [(float(r["since"]), str(r["node"])) for r in firsts[1:]]
     return AuditReport(queues, records, throughput, bucket, failovers)
@@ -299,56 +302,22 @@ def write_outputs(spark: Any, report: AuditReport, out: Path) -> list[Path]:
     series = out / "throughput.parquet"
     spark.createDataFrame(
         [
-            (t["time"], t["publish_per_s"], t["deliver_per_s"], t["ack_per_s"], t["latency_ms"])
+            (
+                t["time"],
+                t["publish_per_s"],
+                t["deliver_per_s"],
+                t["ack_per_s"],
+                t["latency_p50_ms"],
+                t["latency_p99_ms"],
+            )
             for t in report.throughput
         ],
         "time double, publish_per_s double, deliver_per_s double, ack_per_s double, "
-        "latency_ms double",
+        "latency_p50_ms double, latency_p99_ms double",
     ).coalesce(1).write.mode("overwrite").parquet(str(series.resolve()))
     written.append(series)
     written.append(plot(report, out / "audit.png"))
     return written
-
-
-def plot(report: AuditReport, path: Path) -> Path:
-    """Throughput (events/s) and mean latency over time, failovers marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
-    t0 = report.throughput[0]["time"] if report.throughput else 0.0
-    xs = [t["time"] - t0 for t in report.throughput]
-    for key, label in (
-        ("publish_per_s", "published/s"),
-        ("deliver_per_s", "delivered/s"),
-        ("ack_per_s", "acked/s"),
-    ):
-        top.plot(xs, [t[key] for t in report.throughput], label=label, marker="o", markersize=3)
-    top.set_ylabel("events/s")
-    top.legend(loc="upper right")
-    top.set_title(f"amqlite audit: {report.records} trace records")
-    lat = [(x, t["latency_ms"]) for x, t in zip(xs, report.throughput, strict=True)]
-    lat = [(x, v) for x, v in lat if v is not None]
-    bottom.plot(
-        [x for x, _ in lat],
-        [v for _, v in lat],
-        color="tab:red",
-        label="mean latency",
-        marker="o",
-        markersize=3,
-    )
-    bottom.set_ylabel("publish -> delivery (ms)")
-    bottom.set_xlabel(f"seconds (buckets of {report.bucket_seconds:g} s)")
-    for when, node in report.failovers:
-        for ax in (top, bottom):
-            ax.axvline(when - t0, color="black", linestyle="--")
-        top.annotate(f"failover to {node}", (when - t0, 0), rotation=90, fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
 
 
 # --- command line -------------------------------------------------------------------------
@@ -369,6 +338,12 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--out", metavar="DIR", help="write summary/throughput Parquet and audit.png here"
     )
+    parser.add_argument(
+        "--spark-log",
+        metavar="FILE",
+        help="where Spark's own output and warnings go (default: spark.log in --out, "
+        "else a new amqlite-audit-*.log in the temporary directory)",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -383,8 +358,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _spark_log(args: argparse.Namespace) -> Path:
+    if args.spark_log:
+        return Path(args.spark_log).resolve()
+    if args.out:
+        return (Path(args.out) / "spark.log").resolve()
+    fd, name = tempfile.mkstemp(prefix="amqlite-audit-", suffix=".log")
+    os.close(fd)
+    return Path(name)
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     from . import SparkEnvironmentError, SparkSourceError, session
+    from .jvm_log import jvm_started
 
     try:
         since = parse_since(args.since)
@@ -404,12 +390,26 @@ def run_from_args(args: argparse.Namespace) -> int:
         print("amqlite: the trace (amq.trace) holds no records", file=sys.stderr)
     if args.master.startswith("local"):  # no "hostname resolves to a loopback" warning
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    try:  # the report is the output: no progress bars or INFO/WARN lines from Spark
-        spark = session(args.master, "amqlite-audit", {"spark.ui.showConsoleProgress": "false"})
+    log_file = _spark_log(args)
+    if jvm_started():  # under spark-submit: its console is spark-submit's business
+        print("using the running Spark", file=sys.stderr)
+    else:
+        print(f"starting Spark ({args.master}); its log: {log_file}", file=sys.stderr)
+    try:  # the report is the output: no progress bars, JVM or log4j lines from Spark
+        spark = session(
+            args.master,
+            "amqlite-audit",
+            {"spark.ui.showConsoleProgress": "false"},
+            log_file=log_file,
+        )
     except SparkEnvironmentError as exc:
         print(f"amqlite: error: {exc}", file=sys.stderr)
         return 1
-    spark.sparkContext.setLogLevel("ERROR")
+    except Exception as exc:  # the JVM did not start: the reason is in its log
+        print(f"amqlite: error: Spark did not start ({exc}); see {log_file}", file=sys.stderr)
+        return 1
+    kept = bounds.next - bounds.first
+    print(f"reading {TRACE_QUEUE} ({kept:,} records kept)", file=sys.stderr)
     options = {
         "servers": args.servers,
         "vhost": args.vhost,

@@ -89,3 +89,48 @@ def test_audit_command_line_reports_a_clear_error_for_unreachable_servers() -> N
     )
     assert out.returncode == 1
     assert "cannot connect to servers '127.0.0.1:1'" in out.stderr
+
+
+SPARK_NOISE = ("Using incubator modules", "NativeCodeLoader", "log4j", "WARN ", "setLogLevel")
+
+
+def test_audit_command_line_prints_progress_and_the_report_and_logs_spark_to_a_file(
+    broker: ThreadedBroker, name: str, tmp_path: Path
+) -> None:
+    async def scenario(conn: amqlite.Connection) -> None:
+        assert await conn.trace(True) is True
+        try:
+            await conn.declare_queue(name)
+            await conn.publish("", name, b"x", properties={"message_id": name}, confirm=True)
+        finally:
+            await conn.trace(False)
+
+    broker.call(scenario)
+    command = [
+        "audit",
+        "-s",
+        broker.servers,
+        "--master",
+        "local[1]",
+        "--out",
+        str(tmp_path / "out"),
+    ]
+    out = subprocess.run(
+        [sys.executable, "-m", "amqlite", *command],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    log = (tmp_path / "out" / "spark.log").resolve()
+    progress = out.stderr.splitlines()
+    assert progress[0] == f"starting Spark (local[1]); its log: {log}"
+    assert progress[1].startswith("reading amq.trace (")
+    assert all(line.startswith("wrote ") for line in progress[2:]), progress
+    for noise in SPARK_NOISE:
+        assert noise not in out.stdout and noise not in out.stderr, noise
+    assert "amqlite delivery audit" in out.stdout and name in out.stdout
+    # the JVM's start-up warning happened, and went to the log named above
+    assert "Using incubator modules" in log.read_text()
+    assert (tmp_path / "out" / "audit.png").exists()
