@@ -9,9 +9,9 @@ key as a dotted path (``server.port``, ``users[0].permissions."/".write``).
 Validation is table-driven: each TOML table has a :class:`_TableSpec` mapping
 its keys to converters (type and range checks). Checks across tables (user
 names unique, permission vhosts exist) live in :func:`_check_references`.
-Tables other than ``[server]``, ``[storage]``, ``[cluster]``, ``[log]``,
-``[[users]]`` and ``[[cluster_mta]]`` (exchange peering, docs/peering.md) are
-refused as unknown keys.
+Tables other than ``[server]``, ``[storage]``, ``[cluster]``, ``[amqp]``,
+``[limits]``, ``[log]``, ``[[users]]`` and ``[[cluster_mta]]`` (exchange peering,
+docs/peering.md) are refused as unknown keys.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ __all__ = [
     "AmqpConfig",
     "ClusterConfig",
     "Config",
+    "LimitsConfig",
     "LogConfig",
     "PeeringConfig",
     "ServerConfig",
@@ -162,6 +163,27 @@ class ClusterConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    """``[limits]``: the memory and disk alarms (RabbitMQ's defaults; README,
+    docs/protocol.md "Alarms").
+
+    ``memory_high_watermark`` below 1 is a fraction of the machine's memory (or of
+    the cgroup's limit, when smaller); 1 or more is a number of bytes. Over it the
+    broker blocks every publishing connection. ``disk_free_limit`` is in bytes:
+    with less free space on the data directory's file system, connections that
+    publish persistent messages are blocked. 0 switches the disk alarm off.
+    """
+
+    memory_high_watermark: float = 0.4
+    disk_free_limit: int = 50_000_000
+
+    def memory_limit(self, total_memory: int) -> int:
+        """The watermark in bytes, given the memory available to the process."""
+        mark = self.memory_high_watermark
+        return int(mark * total_memory) if mark < 1 else int(mark)
+
+
+@dataclass(frozen=True, slots=True)
 class LogConfig:
     """``[log]``: how and how much the server logs."""
 
@@ -236,6 +258,7 @@ class Config:
     storage: StorageConfig = field(default_factory=StorageConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     amqp: AmqpConfig = field(default_factory=AmqpConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     users: tuple[UserConfig, ...] = ()
     cluster_mta: tuple[PeeringConfig, ...] = ()
@@ -549,6 +572,24 @@ _AMQP_SPEC = _TableSpec(
     },
 )
 
+
+def _watermark(key: str, value: Any) -> float:
+    """A fraction of memory (0 < f < 1) or a whole number of bytes (>= 1)."""
+    mark: float = _number(0)(key, value)
+    if mark <= 0:
+        raise ConfigError(key, f"must be a fraction (0 < f < 1) or bytes (>= 1), got {value}")
+    if mark >= 1 and not mark.is_integer():
+        raise ConfigError(
+            key, f"must be a fraction below 1 or a whole number of bytes, got {value}"
+        )
+    return mark
+
+
+_LIMITS_SPEC = _TableSpec(
+    LimitsConfig,
+    {"memory_high_watermark": _watermark, "disk_free_limit": _integer(0)},
+)
+
 _LOG_SPEC = _TableSpec(LogConfig, {"format": _choice(LOG_FORMATS), "level": _choice(LOG_LEVELS)})
 
 _PERMISSIONS_SPEC = _TableSpec(
@@ -606,6 +647,7 @@ _CONFIG_SPEC = _TableSpec(
         "storage": _table(_STORAGE_SPEC),
         "cluster": _table(_CLUSTER_SPEC),
         "amqp": _table(_AMQP_SPEC),
+        "limits": _table(_LIMITS_SPEC),
         "log": _table(_LOG_SPEC),
         "users": _array_of_tables(_USER_SPEC),
         "cluster_mta": _array_of_tables(_PEERING_SPEC),

@@ -14,6 +14,7 @@ from amqlite.auth import hash_password, verify_password
 from amqlite.config import (
     AmqpConfig,
     Config,
+    LimitsConfig,
     LogConfig,
     PeeringConfig,
     ServerConfig,
@@ -73,7 +74,7 @@ def test_shipped_config_is_exactly_the_defaults() -> None:
 
 def test_shipped_config_documents_every_key() -> None:
     text = SHIPPED_CONFIG.read_text(encoding="utf-8")
-    for table in (ServerConfig, StorageConfig, AmqpConfig, LogConfig):
+    for table in (ServerConfig, StorageConfig, AmqpConfig, LimitsConfig, LogConfig):
         for item in dataclasses.fields(table):
             assert re.search(rf"^(# )?{item.name} = ", text, re.MULTILINE), item.name
     for key in ("[[users]]", "name", "password_hash", "tags", "[users.permissions.", "configure"):
@@ -559,6 +560,41 @@ def test_amqp_is_off_unless_a_port_is_given(tmp_path: Path) -> None:
     ],
 )
 def test_bad_amqp_settings_name_the_key(overrides: dict[str, Any], key: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=overrides)
+    assert info.value.key == key
+    assert reason in str(info.value)
+
+
+def test_limits_default_to_rabbitmqs() -> None:
+    limits = Config.default().limits
+    assert limits == LimitsConfig(memory_high_watermark=0.4, disk_free_limit=50_000_000)
+    assert limits.memory_limit(1000) == 400
+
+
+def test_limits_take_a_fraction_or_bytes(tmp_path: Path) -> None:
+    config = load_config(write_config(tmp_path, "[limits]\nmemory_high_watermark = 0.25\n"))
+    assert config.limits.memory_limit(8_000) == 2_000
+    text = "[limits]\nmemory_high_watermark = 67108864\ndisk_free_limit = 0\n"
+    config = load_config(write_config(tmp_path, text))
+    assert config.limits.memory_limit(8_000) == 67_108_864  # bytes: RAM does not matter
+    assert config.limits.disk_free_limit == 0
+    assert load_config(overrides={"limits.memory_high_watermark": 1}).limits.memory_limit(9) == 1
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "reason"),
+    [
+        ({"limits.memory_high_watermark": 0}, "limits.memory_high_watermark", "fraction"),
+        ({"limits.memory_high_watermark": -0.5}, "limits.memory_high_watermark", "at least 0"),
+        ({"limits.memory_high_watermark": 1.5}, "limits.memory_high_watermark", "whole number"),
+        ({"limits.memory_high_watermark": "40%"}, "limits.memory_high_watermark", "a number"),
+        ({"limits.disk_free_limit": -1}, "limits.disk_free_limit", "at least 0"),
+        ({"limits.disk_free_limit": 1.5}, "limits.disk_free_limit", "an integer"),
+        ({"limits.disk_free": 1}, "limits.disk_free", "did you mean 'disk_free_limit'"),
+    ],
+)
+def test_bad_limits_name_the_key(overrides: dict[str, Any], key: str, reason: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(overrides=overrides)
     assert info.value.key == key
