@@ -120,6 +120,15 @@ class Connection(Declarations, StreamRequests):
         self.on_disconnect = on_disconnect
         #: Called once the connection is back, topology and consumers restored.
         self.on_reconnect = on_reconnect
+        #: Called (in the connection's task, must not block) with the reason when
+        #: the server blocks this connection's publishes (an alarm; see :attr:`blocked`).
+        self.on_blocked: Callable[[str], object] | None = None
+        #: Called when the server unblocks it.
+        self.on_unblocked: Callable[[], object] | None = None
+        self._blocked_reason = ""
+        self._blocked = False
+        self._unblocked = trio.Event()
+        self._unblocked.set()
         self._reconnector: Reconnector | None = None
         if self.reconnect_policy is not None and dialer is not None:
             parts = ConnectionParts(
@@ -174,6 +183,18 @@ class Connection(Declarations, StreamRequests):
         return [c for c in self._consumers.values() if c.active]
 
     @property
+    def blocked(self) -> bool:
+        """True while the server has blocked this connection (a memory or disk alarm,
+        docs/protocol.md "Alarms"): publishes wait until it unblocks us; other calls
+        go on. A new link (after a reconnect) starts unblocked."""
+        return self._blocked
+
+    @property
+    def blocked_reason(self) -> str:
+        """Why the server blocked us (``"low on memory"``, ``"low on disk"``), or ``""``."""
+        return self._blocked_reason
+
+    @property
     def _closed(self) -> AmqliteError | None:
         """Why the connection ended (None while it has not)."""
         return self._settler.closed
@@ -221,6 +242,7 @@ class Connection(Declarations, StreamRequests):
         self._link = settler.link = link
         self._proto = link.proto
         self._close_done = trio.Event()  # this link's close handshake
+        self._set_unblocked(quiet=True)  # a new link is not blocked
 
         def on_events(events: list[ev.Event]) -> None:
             if settler.gen == gen:
@@ -355,6 +377,11 @@ class Connection(Declarations, StreamRequests):
                 code = e.code or ReplyCode.NOT_FOUND
                 text = e.text or f"consumer {e.tag!r} was cancelled by the server"
                 c.finish(error_for(code, text), drop_buffer=False)
+        elif t is ev.Blocked:
+            assert isinstance(e, ev.Blocked)
+            self._set_blocked(e.reason or "blocked by the server")
+        elif t is ev.Unblocked:
+            self._set_unblocked(quiet=False)
         elif t is ev.Close:
             assert isinstance(e, ev.Close)
             self._on_server_close(e)
@@ -362,6 +389,35 @@ class Connection(Declarations, StreamRequests):
             self._close_done.set()
         else:
             log.warning("client_unexpected_frame", method=e.METHOD)
+
+    def _set_blocked(self, reason: str) -> None:
+        self._blocked_reason = reason
+        if self._blocked:
+            return
+        self._blocked = True
+        self._unblocked = trio.Event()
+        log.warning("client_blocked", server=str(self.address), reason=reason)
+        callback = self.on_blocked
+        if callback is not None:
+            try:
+                callback(reason)
+            except Exception:
+                log.exception("client_callback_failed", callback=repr(callback))
+
+    def _set_unblocked(self, *, quiet: bool) -> None:
+        """Publishes may go again (the server said so, a new link, or the end)."""
+        was = self._blocked
+        self._blocked = False
+        self._blocked_reason = ""
+        self._unblocked.set()
+        if was and not quiet:
+            log.info("client_unblocked", server=str(self.address))
+            callback = self.on_unblocked
+            if callback is not None:
+                try:
+                    callback()
+                except Exception:
+                    log.exception("client_callback_failed", callback=repr(callback))
 
     def _stray(self, e: ev.Deliver, dtag: int, c: Consumer | None) -> None:
         """A delivery for a consumer we cancelled: give it back to the queue."""
@@ -433,6 +489,7 @@ class Connection(Declarations, StreamRequests):
         self._consumers.finish_all(None if ours else exc)
         self._settler.acks.forget()
         self._close_done.set()
+        self._set_unblocked(quiet=True)  # blocked publishes raise now
         if self._reconnector is not None:
             self._reconnector.stop()
 
@@ -494,8 +551,11 @@ class Connection(Declarations, StreamRequests):
         return frame
 
     async def _before_publish(self) -> None:
-        """The slow path of the publish calls: wait out a reconnect, raise a closed
-        connection or a failure nothing has reported yet."""
+        """The slow path of the publish calls: wait while the server blocks us, wait
+        out a reconnect, raise a closed connection or a failure nothing has
+        reported yet."""
+        while self._blocked:
+            await self._unblocked.wait()
         await self._wait_ready()
         self._raise_unreported()
 
@@ -536,7 +596,7 @@ class Connection(Declarations, StreamRequests):
             )
             await pending.wait()
             return
-        if not self._ready or self._unreported is not None:
+        if not self._ready or self._unreported is not None or self._blocked:
             await self._before_publish()
         rid = self._next_id
         self._next_id = rid + 1
@@ -568,7 +628,7 @@ class Connection(Declarations, StreamRequests):
         """
         confirms = self._confirms
         while True:
-            if not self._ready or self._unreported is not None:
+            if not self._ready or self._unreported is not None or self._blocked:
                 await self._before_publish()
             if len(confirms.outstanding) < confirms.limit:
                 break

@@ -3,8 +3,8 @@
 Each class names its wire method (``METHOD``) and who may send it (``SENDER``).
 Field names are the wire keys, so ``docs/protocol.md`` and this module read alike.
 Requests from the client carry ``id``; replies from the server carry ``re``, the id
-they answer. ``Deliver``, ``Cancelled``, ``Heartbeat``, ``Close`` and ``CloseOk``
-are not replies and carry neither.
+they answer. ``Deliver``, ``Cancelled``, ``Blocked``, ``Unblocked``, ``Heartbeat``,
+``Close`` and ``CloseOk`` are not replies and carry neither.
 """
 
 from dataclasses import dataclass, field
@@ -460,6 +460,25 @@ class Cancelled(Event):
     text: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Blocked(Event):
+    """The server stopped reading this connection's frames: an alarm is raised
+    (``reason``: "low on memory", "low on disk") and the connection publishes.
+    What was sent before stays accepted; publish nothing more until ``unblocked``."""
+
+    METHOD: ClassVar[str] = "blocked"
+    SENDER: ClassVar[Sender] = Sender.SERVER
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Unblocked(Event):
+    """The alarm that blocked this connection cleared: the server reads it again."""
+
+    METHOD: ClassVar[str] = "unblocked"
+    SENDER: ClassVar[Sender] = Sender.SERVER
+
+
 # --- local pseudo-events (never on the wire) ----------------------------------------
 
 
@@ -515,6 +534,8 @@ REPLIES: tuple[type[Event], ...] = (
     GetOk,
     GetEmpty,
     Cancelled,
+    Blocked,
+    Unblocked,
     HaSynced,
 )
 WIRE_EVENTS: tuple[type[Event], ...] = (*REQUESTS, *REPLIES, Heartbeat, Close, CloseOk)

@@ -271,6 +271,8 @@ FULL: dict[type[ev.Event], ev.Event] = {
     ),
     ev.GetEmpty: ev.GetEmpty(re=21),
     ev.Cancelled: ev.Cancelled(tag="c1", code=404, text="queue deleted"),
+    ev.Blocked: ev.Blocked(reason="low on memory"),
+    ev.Unblocked: ev.Unblocked(),
 }
 
 
