@@ -23,6 +23,9 @@ class HeartbeatClock:
     misses: int = 3
     last_received: float = field(default=0.0)
     last_sent: float = field(default=0.0)
+    #: True while we deliberately do not read the other end (a connection blocked
+    #: by an alarm): its silence then proves nothing, so it is not held against it.
+    paused: bool = field(default=False)
 
     def start(self, now: float) -> None:
         self.last_received = now
@@ -33,6 +36,15 @@ class HeartbeatClock:
 
     def sent(self, now: float) -> None:
         self.last_sent = now
+
+    def pause(self) -> None:
+        """Stop watching the other end's silence (we stopped reading it)."""
+        self.paused = True
+
+    def resume(self, now: float) -> None:
+        """Watch again, counting the silence from ``now``."""
+        self.paused = False
+        self.last_received = now
 
     @property
     def enabled(self) -> bool:
@@ -47,14 +59,21 @@ class HeartbeatClock:
         return self.enabled and now >= self.last_sent + self.interval
 
     def remote_silent(self, now: float) -> bool:
-        """True when the other end has been silent for ``misses`` intervals."""
-        return self.enabled and now >= self.last_received + self.interval * self.misses
+        """True when the other end has been silent for ``misses`` intervals (never
+        while paused)."""
+        return (
+            self.enabled
+            and not self.paused
+            and now >= self.last_received + self.interval * self.misses
+        )
 
     def next_deadline(self) -> float:
         """The earliest time at which :meth:`send_due` or :meth:`remote_silent` may turn
         true (it depends on the recorded times only)."""
         if not self.enabled:
             return INF
+        if self.paused:
+            return self.last_sent + self.interval
         return min(self.last_sent + self.interval, self.last_received + self.interval * self.misses)
 
 

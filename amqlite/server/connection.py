@@ -27,6 +27,7 @@ from amqlite.protocol import PROTOCOL_VERSION, Connection, Role
 from amqlite.protocol import events as ev
 from amqlite.protocol.heartbeat import negotiate_heartbeat
 
+from .alarms import PublishGate
 from .dispatch import RequestDispatcher
 from .endpoints import (
     ClientEndpoint,
@@ -38,6 +39,8 @@ from .endpoints import (
 from .endpoints.client import HIGH_WATER, LOW_WATER
 
 if TYPE_CHECKING:
+    from amqlite.broker.alarms import Resource
+
     from .context import NodeView
 
 FRAMES_PER_TURN = 64  # frames handled before other connections get a turn
@@ -54,6 +57,7 @@ ROLE_TAGS: dict[str, tuple[Tag, str]] = {
 log = structlog.get_logger("amqlite.server")
 
 _REQUESTS = frozenset(ev.REQUESTS) - {ev.Hello}
+_Publish = ev.Publish
 
 
 class NativeConnection:
@@ -78,6 +82,8 @@ class NativeConnection:
             handshake_timeout=HANDSHAKE_TIMEOUT,
         )
         self.connected_at = trio.current_time()
+        #: shut while an alarm blocks this connection (client sessions only)
+        self.gate = PublishGate(self.link.clock, self._notify_blocked)
         self.user = ""
         self.endpoint: Endpoint | None = None
         self._closing = False  # we said close: no more requests are run
@@ -130,11 +136,14 @@ class NativeConnection:
             )
 
     async def _read(self) -> None:
-        link = self.link
+        link, gate = self.link, self.gate
         while True:
             more = await link.receive()
             if link.dead:  # the stream broke
                 return
+            if gate.blocked_by is not None and more:
+                # blocked by an alarm: what came after we told it waits unread
+                await gate.wait_open()
             try:
                 keep_going = await self._handle_buffered()
             except RemoteProtocolError as exc:
@@ -151,6 +160,8 @@ class NativeConnection:
                 return
             finally:
                 self.node.pump()
+            if gate.raised:  # an alarm: block this connection if it published
+                gate.refresh()
             if not keep_going or not more:
                 return
 
@@ -159,12 +170,17 @@ class NativeConnection:
         A batch ends at a state change, so a ``hello`` is the last of its batch and
         nothing behind it is decoded before it is answered."""
         events = self.proto.events
+        gate = self.gate
         now = trio.current_time()
         while batch := events(FRAMES_PER_TURN):
             endpoint = self.endpoint  # set at a hello only, which ends its batch
             for event in batch:
                 t = type(event)
                 if endpoint is not None and not self._closing and t in _REQUESTS:
+                    if t is _Publish:
+                        gate.published = True
+                        if event.props.get("persistent"):  # type: ignore[attr-defined]
+                            gate.persistent = True
                     endpoint.handle(event, now)
                 elif t is ev.EndOfStream or t is ev.CloseOk:
                     return False
@@ -315,6 +331,8 @@ class NativeConnection:
         )
         self.link.start_heartbeat(heartbeat)  # after the welcome: a heartbeat needs OPEN
         endpoint.opened()
+        if hello.role == "client":
+            self.gate.update(node.alarms_raised)
         log.info(
             "connection_opened",
             remote=self.remote_address,
@@ -339,12 +357,28 @@ class NativeConnection:
         if not link.kicked:
             link.kick()
 
+    def alarms_changed(self, raised: frozenset[Resource]) -> None:
+        """The node's alarms changed: block or unblock a publishing client."""
+        if self.role == "client" and not self._closing:
+            self.gate.update(raised)
+
+    def _notify_blocked(self, reason: str | None) -> None:
+        if reason is not None:
+            self.send(ev.Blocked(reason))
+            log.info(
+                "connection_blocked", remote=self.remote_address, user=self.user, reason=reason
+            )
+        else:
+            self.send(ev.Unblocked())
+            log.info("connection_unblocked", remote=self.remote_address, user=self.user)
+
     def close_from_server(self, code: int, text: str) -> None:
         """Tell the other end we are closing (e.g. 320 at shutdown); run() ends at
         its close-ok. Before the handshake is done, just drop the connection."""
         if self._closing:
             return
         self._closing = True
+        self.gate.release()  # read on, up to the close-ok
         try:
             self.link.send(ev.Close(code, text))
         except AmqliteError:
@@ -352,7 +386,10 @@ class NativeConnection:
 
     def info(self) -> dict[str, Any] | None:
         """The connection's line in ``status`` (client sessions only)."""
-        return self.endpoint.info() if self.endpoint is not None else None
+        info = self.endpoint.info() if self.endpoint is not None else None
+        if info is not None and self.gate.blocked_by is not None:
+            info["blocked"] = self.gate.blocked_by.reason
+        return info
 
 
 def _check_role(role: str, user: AuthenticatedUser) -> None:

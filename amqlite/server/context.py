@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from amqlite.auth import Authenticator
     from amqlite.broker import Broker
+    from amqlite.broker.alarms import Resource
     from amqlite.config import ClusterConfig, Config
     from amqlite.protocol import events as ev
 
@@ -79,6 +80,8 @@ class NodeView(Protocol):
     def peering(self) -> PeeringView | None: ...
     @property
     def connections(self) -> Collection[Any]: ...
+    @property
+    def alarms_raised(self) -> frozenset[Resource]: ...
 
     def pump(self) -> None: ...
     def status(self) -> dict[str, Any]: ...

@@ -11,11 +11,13 @@ import trio
 import amqlite
 from amqlite.auth import Authenticator
 from amqlite.broker import Broker
+from amqlite.broker.alarms import Resource
 from amqlite.broker.trace import set_trace
 from amqlite.config import Config
 from amqlite.errors import ReplyCode
 from amqlite.store.files import FileLayer
 
+from .alarms import AlarmService, DiskProbe, MemoryProbe
 from .amqp import AmqpChannel, AmqpServerConnection
 from .connection import NativeConnection
 from .endpoints import ClientEndpoint
@@ -40,8 +42,16 @@ class CannotListen(OSError):
 class BrokerNode:
     """Owns the broker, accepts clients, and shuts down gracefully on request."""
 
-    def __init__(self, config: Config, *, file_layer: FileLayer | None = None) -> None:
-        """``file_layer`` replaces the journal's operating-system calls (tests)."""
+    def __init__(
+        self,
+        config: Config,
+        *,
+        file_layer: FileLayer | None = None,
+        memory_probe: MemoryProbe | None = None,
+        disk_probe: DiskProbe | None = None,
+    ) -> None:
+        """``file_layer`` replaces the journal's operating-system calls, the probes
+        the alarms' measurements (tests)."""
         self.config = config
         self.version = amqlite.__version__
         self.state = "standalone"
@@ -57,6 +67,9 @@ class BrokerNode:
         self.broker: Broker = self.new_broker()
         self.ha = HaService(self, config.cluster) if config.cluster.enabled else None
         self.peering: PeeringService | None = PeeringService(self, config.cluster_mta)
+        self.alarms = AlarmService(
+            config.limits, self._alarms_changed, memory=memory_probe, disk=disk_probe
+        )
         self._started_at = 0.0
         self._started_wall = time.time()
         self._stop = trio.Event()
@@ -108,6 +121,8 @@ class BrokerNode:
                 if storage is not None:
                     await storage.open(cfg.effective_data_dir(self.port), self.broker)
                     await nursery.start(storage.run)
+                directory = storage.directory if storage is not None else None
+                await nursery.start(self.alarms.run, directory)
                 if self.ha is not None:
                     await nursery.start(self.ha.run)
                 if self.peering is not None:
@@ -154,6 +169,15 @@ class BrokerNode:
         for conn in list(self.connections):
             if conn.role not in ("ha-peer", "monitor"):
                 conn.close_from_server(code, text)
+
+    @property
+    def alarms_raised(self) -> frozenset[Resource]:
+        return self.alarms.raised
+
+    def _alarms_changed(self, raised: frozenset[Resource]) -> None:
+        """An alarm was raised or cleared: every connection's gate hears it."""
+        for conn in list(self.connections):
+            conn.alarms_changed(raised)
 
     def stop(self) -> None:
         """Begin a graceful shutdown: stop accepting, close clients with 320."""
@@ -240,6 +264,7 @@ class BrokerNode:
                 "connections": [i for c in self.connections if (i := c.info()) is not None],
             }
         )
+        status.update(self.alarms.status())
         if self.ha is not None:
             status["ha"] = self.ha.status()
         status["links"] = self.peering.status() if self.peering is not None else []

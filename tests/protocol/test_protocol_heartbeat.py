@@ -125,3 +125,16 @@ def test_waking_at_the_deadline_always_finds_it_due() -> None:
             clock.received(deadline)
             dead_at = deadline + interval * clock.misses
             assert clock.remote_silent(dead_at)
+
+
+def test_a_paused_clock_holds_no_silence_against_the_other_end() -> None:
+    clock = HeartbeatClock(interval=10.0)
+    clock.start(100.0)
+    clock.pause()  # we stopped reading (a connection blocked by an alarm)
+    assert not clock.remote_silent(1_000.0)
+    assert clock.send_due(110.0)  # our own heartbeats still go out
+    clock.sent(1_000.0)
+    assert clock.next_deadline() == 1_010.0  # only our next heartbeat
+    clock.resume(1_000.0)  # silence counts from the resume
+    assert not clock.remote_silent(1_029.9)
+    assert clock.remote_silent(1_030.0)

@@ -39,11 +39,13 @@ from amqlite.auth import AuthenticatedUser, AuthRefused
 from amqlite.errors import AmqliteError, ReplyCode
 from amqlite.link import WireLink
 
+from ..alarms import PublishGate
 from ..dispatch import RequestDispatcher
 from .channel import AmqpChannel, reply_name
 
 if TYPE_CHECKING:
     from amqlite.broker import Session
+    from amqlite.broker.alarms import Resource
 
     from ..context import NodeView
 
@@ -98,6 +100,8 @@ class AmqpServerConnection:
             handshake_timeout=HANDSHAKE_TIMEOUT,
         )
         self.connected_at = trio.current_time()
+        #: shut while an alarm blocks this connection (see amqlite.server.alarms)
+        self.gate = PublishGate(self.link.clock, self._notify_blocked)
         self.user = ""
         self.vhost = ""
         self.client_name = ""
@@ -141,11 +145,14 @@ class AmqpServerConnection:
         log.info("amqp_connection_lost", remote=self.remote_address, reason=error.text)
 
     async def _read(self) -> None:
-        link = self.link
+        link, gate = self.link, self.gate
         while True:
             more = await link.receive()
             if link.dead:
                 return
+            if gate.blocked_by is not None and more:
+                # blocked by an alarm: what came after we told it waits unread
+                await gate.wait_open()
             try:
                 keep_going = await self._handle_buffered()
             except AmqpError as exc:
@@ -156,6 +163,8 @@ class AmqpServerConnection:
                 keep_going = self._protocol_error(error)
             finally:
                 self.node.pump()
+            if gate.raised:  # an alarm: block this connection if it published
+                gate.refresh()
             if not keep_going or not more:
                 return
             if self._closing:
@@ -210,6 +219,7 @@ class AmqpServerConnection:
     async def _handle_buffered(self) -> bool:
         """Run every complete event buffered now; False when the connection ends."""
         proto = self.proto
+        gate = self.gate
         now = trio.current_time()
         handled = 0
         while (event := proto.next_event()) is not NEED_DATA:
@@ -220,6 +230,9 @@ class AmqpServerConnection:
                 assert isinstance(event, ContentReceived)
                 channel = self._channel(event.channel)
                 if isinstance(event.method, m.BasicPublish):
+                    gate.published = True
+                    if event.properties.delivery_mode == 2:
+                        gate.persistent = True
                     channel.publish(event.method, event.properties, event.body, now)
             elif t is MethodReceived:
                 assert isinstance(event, MethodReceived)
@@ -374,6 +387,7 @@ class AmqpServerConnection:
         self.user, self.vhost = result.name, vhost
         self.holder = node.broker.open_session(vhost, owner=None)
         self._send(0, m.ConnectionOpenOk())
+        self.gate.update(node.alarms_raised)
         log.info(
             "amqp_connection_opened",
             remote=self.remote_address,
@@ -440,11 +454,37 @@ class AmqpServerConnection:
         with contextlib.suppress(AmqliteError):
             self.send_method(0, m.ConnectionClose(code, text, method.CLASS_ID, method.METHOD_ID))
 
+    def alarms_changed(self, raised: frozenset[Resource]) -> None:
+        """The node's alarms changed: block or unblock a publishing connection."""
+        if self.holder is not None and not self._closing:
+            self.gate.update(raised)
+
+    def _notify_blocked(self, reason: str | None) -> None:
+        """``connection.blocked`` / ``unblocked``, to clients that announced the
+        capability (RabbitMQ's rule); the reader stops either way."""
+        capabilities = self._client_properties.get("capabilities")
+        told = isinstance(capabilities, dict) and capabilities.get("connection.blocked") is True
+        if reason is not None:
+            if told:
+                self._send(0, m.ConnectionBlocked(reason))
+            log.info(
+                "amqp_connection_blocked",
+                remote=self.remote_address,
+                user=self.user,
+                reason=reason,
+                told=told,
+            )
+        else:
+            if told:
+                self._send(0, m.ConnectionUnblocked())
+            log.info("amqp_connection_unblocked", remote=self.remote_address, user=self.user)
+
     def close_from_server(self, code: int, text: str) -> None:
         """Tell the client we are closing (320 at shutdown, HA fencing)."""
         if self._closing:
             return
         self._closing = True
+        self.gate.release()  # read on, up to the close-ok
         try:
             self.send_method(0, m.ConnectionClose(code, f"{reply_name(code)} - {text}", 0, 0))
         except AmqliteError:
@@ -462,6 +502,7 @@ class AmqpServerConnection:
             "protocol": "amqp-0-9-1",
             "channels": len(self.channels),
             "since_s": round(trio.current_time() - self.connected_at, 3),
+            **({"blocked": self.gate.blocked_by.reason} if self.gate.blocked_by else {}),
         }
 
 
