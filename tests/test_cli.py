@@ -849,6 +849,28 @@ def test_status_tables_show_peering_links() -> None:
     assert "peering links" not in out.getvalue()
 
 
+def test_status_tables_show_alarms_and_blocked_connections() -> None:
+    import io
+
+    from amqlite.cli.status import print_status
+
+    conn = {"remote": "127.0.0.1:4000", "user": "app", "vhost": "/", "since_s": 3.0}
+    status = {
+        "node_id": "n",
+        "vhosts": [],
+        "alarms": ["memory"],
+        "connections": [{**conn, "blocked": "low on memory"}],
+    }
+    out = io.StringIO()
+    print_status(status, file=out)
+    text = out.getvalue()
+    assert "alarms memory: publishing connections are blocked" in text
+    assert "low on memory" in text
+    out = io.StringIO()
+    print_status({**status, "alarms": [], "connections": [conn]}, file=out)
+    assert "alarms" not in out.getvalue() and "low on memory" not in out.getvalue()
+
+
 def test_nothing_outside_the_command_line_imports_it() -> None:
     """The CLI sits on top: amqlite.spark and the rest never import amqlite.cli (what they
     share with it lives below, e.g. amqlite.connection_args); nothing in amqlite

@@ -59,6 +59,11 @@ def print_status(status: dict[str, Any], file: Any = None) -> None:
         f"[bold]vhosts[/bold] {len(vhosts)}  [bold]queues[/bold] {n_queues}  "
         f"[bold]connections[/bold] {len(conns)}"
     )
+    alarms = status.get("alarms") or []
+    if alarms:
+        console.print(
+            f"[bold red]alarms[/bold red] {', '.join(alarms)}: publishing connections are blocked"
+        )
     queues = Table(title="queues", title_justify="left", show_edge=False)
     for col in ("vhost", "name", "type", "ready", "unacked", "consumers", "flags"):
         queues.add_column(
@@ -98,7 +103,7 @@ def print_status(status: dict[str, Any], file: Any = None) -> None:
     console.print(exchanges)
     if conns:
         table = Table(title="connections", title_justify="left", show_edge=False)
-        for col in ("remote", "user", "vhost", "client", "since"):
+        for col in ("remote", "user", "vhost", "client", "since", "blocked"):
             table.add_column(col)
         for c in conns:
             table.add_row(
@@ -107,6 +112,7 @@ def print_status(status: dict[str, Any], file: Any = None) -> None:
                 str(c.get("vhost", "")),
                 str(c.get("client", "")),
                 _duration(c.get("since_s")),
+                str(c.get("blocked") or "-"),
             )
         console.print(table)
     print_links(status, console)

@@ -16,7 +16,16 @@ from amqlite.auth import AuthenticatedUser, Permissions
 
 __all__ = ["visible_status"]
 
-_NODE_FIELDS = ("node_id", "version", "uptime_s", "started_at", "state", "listen", "amqp_listen")
+_NODE_FIELDS = (
+    "node_id",
+    "version",
+    "uptime_s",
+    "started_at",
+    "state",
+    "listen",
+    "amqp_listen",
+    "alarms",
+)
 _DEFAULT_EXCHANGE = "amq.default"
 
 

@@ -100,8 +100,11 @@ class AmqpServer:
                 self.proc.wait(WAIT)
 
 
-def start_amqp_server(data_dir: Path | None, *args: str, port: int = 0) -> AmqpServer:
-    """Start the broker (native ``port``, 0 for a free one) and wait until it listens."""
+def start_amqp_server(
+    data_dir: Path | None, *args: str, port: int = 0, env: dict[str, str] | None = None
+) -> AmqpServer:
+    """Start the broker (native ``port``, 0 for a free one; ``env`` added to its
+    environment) and wait until it listens."""
     where = ["--data-dir", str(data_dir)] if data_dir is not None else ["--in-memory"]
     argv = [
         sys.executable,
@@ -130,6 +133,7 @@ def start_amqp_server(data_dir: Path | None, *args: str, port: int = 0) -> AmqpS
             "PYTHONPATH": os.pathsep.join(
                 p for p in (str(CHECKOUT), os.environ.get("PYTHONPATH")) if p
             ),
+            **(env or {}),
         },
     )
     server = AmqpServer(proc)

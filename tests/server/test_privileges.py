@@ -236,9 +236,10 @@ async def test_status_without_monitoring_shows_only_what_the_user_may_see(
     assert "app.x" in exchanges and "secret.x" not in exchanges and "amq.topic" not in exchanges
     assert [b["queue"] for b in exchanges["app.x"]["bindings"]] == ["app.q"]
     assert {c["user"] for c in status["connections"]} == {"app"}
-    for hidden in ("data_dir", "storage", "ha", "links"):
+    for hidden in ("data_dir", "storage", "ha", "links", "limits"):
         assert hidden not in status
     assert status["node_id"] == node.node_id and status["state"] == node.state
+    assert status["alarms"] == []  # a publisher needs to know why it is blocked
 
     full = await other.request(ev.Status)
     assert isinstance(full, ev.Ok) and "filtered" not in full.info
