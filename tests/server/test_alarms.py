@@ -261,3 +261,31 @@ async def test_the_sampler_raises_and_clears_on_its_timer(
         assert seen == [frozenset({Resource.MEMORY}), frozenset()]
         assert service.status()["alarms"] == []
         nursery.cancel_scope.cancel()
+
+
+async def test_a_blocked_connection_is_not_dropped_for_its_silence(
+    autojump_clock: trio.testing.MockClock, nursery: trio.Nursery
+) -> None:
+    """We stopped reading it: its heartbeats sit unread, which must not count as
+    silence; once unblocked, silence counts again."""
+    memory = Probe(LOW)
+    node = _node(memory)
+    client = RawClient(node, nursery, "publisher")
+    await client.send(ev.Hello(1, heartbeat=1.0))
+    welcome = await client.next()
+    assert isinstance(welcome, ev.Welcome) and welcome.heartbeat == 1.0
+    await client.send(ev.Publish(client.rid(), "", "nowhere", b"x"))
+    await client.send(ev.Heartbeat())
+    memory.value = HIGH
+    node.alarms.sample_memory()
+    events: list[ev.Event] = []
+    while not events or not isinstance(events[-1], ev.Blocked):
+        events.append(await client.next())
+    await trio.sleep(30)  # 30 heartbeat intervals: the server sends, we do not
+    assert not client.conn.link.dead
+    memory.value = LOW
+    node.alarms.sample_memory()
+    while not isinstance(await client.next(), ev.Unblocked):
+        pass
+    await trio.sleep(5)  # silent for 5 intervals: now that counts
+    assert client.conn.link.dead
