@@ -1,7 +1,8 @@
 """Memory and disk alarms, the shell: measure on a timer, block publishers.
 
 :class:`AlarmService` samples the process's resident memory (``/proc/self/statm``)
-every ``MEMORY_INTERVAL`` seconds (while the memory alarm is raised it first
+every ``MEMORY_INTERVAL`` seconds, every ``NEAR_MEMORY_INTERVAL`` seconds once past
+half the watermark (while the memory alarm is raised it first
 returns freed memory to the system: glibc's ``malloc_trim``) and the free space of
 the data directory's file system (``os.statvfs``, in a worker thread) every
 ``DISK_INTERVAL`` seconds, feeds
@@ -43,10 +44,14 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("amqlite.server")
 
-#: Seconds between two memory samples (reading /proc/self/statm costs some 20 us:
-#: 0.1% of a core). A flood of 1 KiB messages grows a broker by some 200 MB/s on a
-#: laptop, so the interval bounds the overshoot past the watermark.
-MEMORY_INTERVAL = 0.025
+#: Seconds between two memory samples while the memory used is under
+#: ``NEAR_FRACTION`` of the watermark, and once it is past that (or the alarm is
+#: raised). Reading /proc/self/statm costs some 20 us; a flood of 1 KiB messages
+#: grows a broker by some 200 MB/s, so the near interval bounds the overshoot past
+#: the watermark.
+MEMORY_INTERVAL = 0.1
+NEAR_MEMORY_INTERVAL = 0.025
+NEAR_FRACTION = 0.5
 #: While the memory alarm is raised, freed memory is handed back to the system
 #: (``malloc_trim``) at most this often, before a sample.
 TRIM_INTERVAL = 0.25
@@ -177,7 +182,7 @@ class AlarmService:
             await self.sample_disk()
         task_status.started()
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._every, MEMORY_INTERVAL, self._memory_tick)
+            nursery.start_soon(self._memory_loop)
             if directory is not None:
                 nursery.start_soon(self._every, DISK_INTERVAL, self.sample_disk)
 
@@ -186,8 +191,13 @@ class AlarmService:
             await trio.sleep(interval)
             await sample()
 
-    async def _memory_tick(self) -> None:
-        self.sample_memory()
+    async def _memory_loop(self) -> None:
+        alarm = self.alarms.alarms[Resource.MEMORY]
+        near = NEAR_FRACTION * alarm.limit
+        while True:
+            close = alarm.raised or (alarm.value or 0) >= near
+            await trio.sleep(NEAR_MEMORY_INTERVAL if close else MEMORY_INTERVAL)
+            self.sample_memory()
 
     def sample_memory(self) -> None:
         if self._trim is not None and Resource.MEMORY in self.alarms.raised:

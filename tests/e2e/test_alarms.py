@@ -6,9 +6,9 @@ broker's RSS stays within the watermark plus ``MARGIN``, a consumer on its own
 connection then drains every message (each one counted), and the publisher is
 unblocked and sends the rest.
 
-``MARGIN`` is what may arrive between two memory samples (every 25 ms) plus one
-read per blocked connection (256 KiB) and the consumer's side of the drain (its
-out-buffer, up to 4 MiB): 16 MiB. Measured on the 2-core test machine (some
+``MARGIN`` is what may arrive between two memory samples (every 25 ms past half
+the watermark) plus one read per blocked connection (256 KiB) and the consumer's
+side of the drain (its out-buffer, up to 4 MiB): 16 MiB. Measured on the 2-core test machine (some
 200,000 messages/s): 4-8 MiB over the watermark at the peak.
 """
 

@@ -15,7 +15,12 @@ from amqlite.config import load_config
 from amqlite.protocol import NEED_DATA, Connection, Role
 from amqlite.protocol import events as ev
 from amqlite.server import BrokerNode
-from amqlite.server.alarms import MEMORY_INTERVAL, AlarmService
+from amqlite.server.alarms import (
+    MEMORY_INTERVAL,
+    NEAR_FRACTION,
+    NEAR_MEMORY_INTERVAL,
+    AlarmService,
+)
 from amqlite.server.connection import NativeConnection
 
 WATERMARK = 1_000_000  # bytes; the injected measurement is compared with it
@@ -260,6 +265,29 @@ async def test_the_sampler_raises_and_clears_on_its_timer(
         await trio.sleep(1.5 * MEMORY_INTERVAL)
         assert seen == [frozenset({Resource.MEMORY}), frozenset()]
         assert service.status()["alarms"] == []
+        nursery.cancel_scope.cancel()
+
+
+async def test_memory_is_sampled_faster_near_the_watermark(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    samples: list[float] = []
+    value = LOW
+
+    def probe() -> int:
+        samples.append(trio.current_time())
+        return value
+
+    limits = load_config(overrides={"limits.memory_high_watermark": WATERMARK}).limits
+    service = AlarmService(limits, lambda raised: None, memory=probe)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.run, None)
+        await trio.sleep(1.0)
+        far = len(samples)
+        assert far <= 1 + 1.0 / MEMORY_INTERVAL + 1
+        value = int(NEAR_FRACTION * WATERMARK)  # half way: watch closely
+        await trio.sleep(1.0)
+        assert len(samples) - far >= 1.0 / NEAR_MEMORY_INTERVAL - 5
         nursery.cancel_scope.cancel()
 
 
