@@ -195,6 +195,9 @@ class AmqpServerConnection:
             code=exc.code,
             text=exc.text,
         )
+        if channel is not None:  # its acks already due go out before its close
+            with contextlib.suppress(AmqliteError):
+                channel.flush_confirms()
         try:
             frame = self.proto.send_close_for(exc)
         except AmqliteError:
