@@ -9,6 +9,7 @@ nats-py or a RabbitMQ/NATS server skip, naming what is missing.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 import trio
+from rich.console import Console
 
 import amqlite
 import amqlite_bench
@@ -47,6 +49,7 @@ from amqlite_bench.report import (
     failover_lines,
     ha_rows,
     markdown_table,
+    print_report,
     results_json,
 )
 from amqlite_bench.runner import options_from_args
@@ -425,6 +428,11 @@ def test_the_amqp_table_sets_amqlite_amqp_beside_rabbitmq() -> None:
     assert "| amqlite-amqp | 1to1-transient | 3,000 msg/s | 2,000 msg/s | 1.50 |" in md
     assert "| amqlite-amqp | 1to1-transient | 3,000 | " in md  # and in the main table
     assert amqp_rows(results[:2]) == []  # no RabbitMQ row: no comparison
+    console = Console(record=True, width=220, file=io.StringIO())
+    print_report(results, [], console)
+    text = console.export_text()
+    assert "AMQP 0-9-1, pika on both: amqlite-amqp vs rabbitmq" in text
+    assert "p99 0.25" in text and "400.0" in text
 
 
 def test_client_report_survives_the_trip_through_json() -> None:
