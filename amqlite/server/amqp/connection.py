@@ -93,6 +93,7 @@ class AmqpServerConnection:
             remote_address=remote_address,
             high_water=HIGH_WATER,
             low_water=LOW_WATER,
+            before_flush=self._flush_confirms,
             on_drained=self._drained,
             on_lost=self._lost,
             handshake_timeout=HANDSHAKE_TIMEOUT,
@@ -102,6 +103,7 @@ class AmqpServerConnection:
         self.vhost = ""
         self.client_name = ""
         self.channels: dict[int, AmqpChannel] = {}
+        self._confirming: list[AmqpChannel] = []  # channels with acks due
         self.holder: Session | None = None  # holds the connection's exclusive queues
         self._login = ""
         self._client_properties: FieldTable = {}
@@ -194,6 +196,9 @@ class AmqpServerConnection:
             code=exc.code,
             text=exc.text,
         )
+        if channel is not None:  # its acks already due go out before its close
+            with contextlib.suppress(AmqliteError):
+                channel.flush_confirms()
         try:
             frame = self.proto.send_close_for(exc)
         except AmqliteError:
@@ -416,6 +421,21 @@ class AmqpServerConnection:
         link.out += self.proto.send_content(channel, method, properties, body)
         if not link.kicked:
             link.kick()
+
+    def confirms_pending(self, channel: AmqpChannel) -> None:
+        """``channel`` has publisher acks due: they are written before the next send."""
+        self._confirming.append(channel)
+        link = self.link
+        if not link.kicked:
+            link.kick()
+
+    def _flush_confirms(self) -> None:
+        confirming = self._confirming
+        if confirming:
+            self._confirming = []
+            for channel in confirming:
+                with contextlib.suppress(AmqliteError):
+                    channel.flush_confirms()
 
     def fail(self, error: AmqpError) -> None:
         """A channel's deferred reply failed (the disk lost what it promised)."""
