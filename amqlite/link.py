@@ -227,7 +227,10 @@ class WireLink(Generic[P]):
             self.dead = True
             self._signal_drained()
             with trio.CancelScope(shield=True), trio.move_on_after(self.close_timeout):
-                await self.stream.aclose()
+                try:
+                    await self.stream.aclose()
+                except _STREAM_ERRORS:  # a TLS stream's close_notify on a dead socket
+                    await trio.aclose_forcefully(self.stream)
         if error is not None:
             raise error
 
@@ -361,9 +364,12 @@ class WireLink(Generic[P]):
             self._signal_drained()
 
     def _lost_error(self, exc: BaseException) -> ConnectionClosed:
-        return ConnectionClosed(
-            f"connection to {self.remote_address} lost ({describe_os_error(exc)})"
+        reason = (
+            describe_tls_error(exc)
+            if isinstance(exc.__cause__, ssl.SSLError)
+            else describe_os_error(exc)
         )
+        return ConnectionClosed(f"connection to {self.remote_address} lost ({reason})")
 
     # --- reading --------------------------------------------------------------------
 

@@ -128,6 +128,11 @@ def describe_tls_error(exc: BaseException) -> str:
         text = reason.replace("_", " ").lower()
         if cause.reason in ("WRONG_VERSION_NUMBER", "HTTP_REQUEST", "RECORD_LAYER_FAILURE"):
             text += " (the other end does not speak TLS on this port?)"
+        elif cause.reason == "UNEXPECTED_EOF_WHILE_READING":
+            text += (
+                " (the other end closed: a server with verify = mutual does so on a"
+                " missing or unknown client certificate)"
+            )
         elif cause.reason in ("UNSUPPORTED_PROTOCOL", "TLSV1_ALERT_PROTOCOL_VERSION"):
             text += " (no TLS version both ends accept: see min_version)"
         return f"TLS: {text}"
