@@ -1,6 +1,6 @@
 """The connection flags every command line that talks to a broker shares:
 ``-s/--servers``, ``--vhost``, ``--login``, ``--password``, ``--connect-timeout``,
-``--tls``, ``--ca``, ``--cert``, ``--key``, with their ``AMQLITE_*`` environment
+``--tls``, ``--ca``, ``--cert``, ``--cert-key``, with their ``AMQLITE_*`` environment
 defaults; :func:`tls_options` turns the TLS ones into :func:`amqlite.connect`'s
 keywords.
 
@@ -68,7 +68,7 @@ def connection_options() -> argparse.ArgumentParser:
         help="a client certificate (PEM), for a server with verify = mutual",
     )
     g.add_argument(
-        "--key", metavar="FILE", help="the client certificate's key (default: in --cert)"
+        "--cert-key", metavar="FILE", help="the client certificate's key (default: in --cert)"
     )
     return common
 
@@ -79,5 +79,5 @@ def tls_options(args: argparse.Namespace) -> dict[str, Any]:
         "tls": bool(getattr(args, "tls", False)),
         "ca": getattr(args, "ca", None),
         "cert": getattr(args, "cert", None),
-        "key": getattr(args, "key", None),
+        "key": getattr(args, "cert_key", None),
     }
