@@ -182,7 +182,15 @@ class AmqpServerConnection:
     def _protocol_error(self, exc: AmqpError) -> bool:
         """Answer ``exc``: close its channel (True: go on) or the connection."""
         if isinstance(exc, ProtocolHeaderMismatch):
-            log.info("amqp_wrong_protocol_header", remote=self.remote_address)
+            looks_like = "TLS" if exc.received[:1] == b"\x16" else None
+            log.info(
+                "amqp_wrong_protocol_header",
+                remote=self.remote_address,
+                looks_like=looks_like,
+                hint="a TLS client on a plain port (amqps needs [amqp] tls = true)"
+                if looks_like
+                else None,
+            )
             with contextlib.suppress(AmqliteError):
                 self.link.send_bytes(self.proto.send_close_for(exc))
             return False
