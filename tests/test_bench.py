@@ -737,3 +737,28 @@ def test_failover_rows_get_a_table_of_their_own_next_to_their_targets() -> None:
     assert "| amqlite-pair (20 kills) | kill -> first confirm on the new master |" in table
     lines = failover_lines([_failover_row(lost=3)])
     assert "lost 3 of 1,000 confirmed" in lines[0]
+
+
+def test_client_logs_never_reach_the_results_on_stdout(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Whatever structlog was left configured with (here: configured, printing to
+    stdout, as ``structlog.testing.capture_logs`` leaves it), a client warning
+    during a bench run goes to stderr, and the configuration comes back after."""
+    import structlog
+
+    from amqlite.log import get_logger
+    from amqlite_bench.runner import _client_logs_on_stderr
+
+    structlog.configure(processors=[structlog.processors.KeyValueRenderer()])
+    try:
+        with _client_logs_on_stderr():
+            get_logger("amqlite.client").warning("client_connection_lost", code=320)
+        captured = capsys.readouterr()
+        assert "client_connection_lost" not in captured.out
+        assert "client_connection_lost" in captured.err
+        assert structlog.is_configured()
+        get_logger("amqlite.client").warning("after")  # the old configuration again
+        assert "event='after'" in capsys.readouterr().out
+    finally:
+        structlog.reset_defaults()

@@ -350,16 +350,20 @@ def run_bench(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _client_logs_on_stderr() -> Iterator[None]:
     """The client's warnings (a failover's clients reconnect) go to stderr, never
-    into the results on stdout, where an unconfigured structlog would print them;
-    a configuration in place is kept."""
-    if structlog.is_configured():
-        yield
-        return
+    into the results on stdout, whatever structlog was configured to before (an
+    unconfigured structlog prints to stdout, and so does one configured with only
+    some of its settings, as ``structlog.testing.capture_logs`` leaves it); the
+    previous configuration is put back afterwards."""
+    was_configured = structlog.is_configured()
+    previous = structlog.get_config()
     configure_logging("console", "warning", sys.stderr)
     try:
         yield
     finally:
-        structlog.reset_defaults()
+        if was_configured:
+            structlog.configure(**previous)
+        else:
+            structlog.reset_defaults()
 
 
 def _plot(results: list[RunResult], path: str, opts: BenchOptions) -> int:
