@@ -9,9 +9,11 @@ key as a dotted path (``server.port``, ``users[0].permissions."/".write``).
 Validation is table-driven: each TOML table has a :class:`_TableSpec` mapping
 its keys to converters (type and range checks). Checks across tables (user
 names unique, permission vhosts exist) live in :func:`_check_references`.
-Tables other than ``[server]``, ``[storage]``, ``[cluster]``, ``[amqp]``,
+Tables other than ``[server]``, ``[storage]``, ``[cluster]``, ``[amqp]``, ``[tls]``,
 ``[limits]``, ``[log]``, ``[[users]]`` and ``[[cluster_mta]]`` (exchange peering,
-docs/peering.md) are refused as unknown keys.
+docs/peering.md) are refused as unknown keys. ``[tls]`` files must exist and load (a
+certificate that does not match its key names ``tls.key``) when a listener or a link
+uses TLS.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import difflib
 import math
 import os
 import re
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,7 @@ from typing import Any
 
 import tomli
 
+from amqlite import tls as _tls
 from amqlite.auth import TAGS, parse_password_hash
 from amqlite.errors import ConfigError
 from amqlite.log import LOG_FORMATS, LOG_LEVELS
@@ -48,6 +52,7 @@ __all__ = [
     "PeeringConfig",
     "ServerConfig",
     "StorageConfig",
+    "TlsConfig",
     "UserConfig",
     "VhostPermissions",
     "load_config",
@@ -68,6 +73,8 @@ class ServerConfig:
     vhosts: tuple[str, ...] = ("/",)
     #: record publishes, deliveries and acks into stream ``amq.trace`` (docs/spark.md)
     trace: bool = False
+    #: the native listener speaks TLS only (``[tls]``; ``amqlites://`` clients)
+    tls: bool = False
 
     def effective_node_id(self, bound_port: int | None = None) -> str:
         """``node_id``, or ``"<host>:<port>"`` when it is empty.
@@ -123,6 +130,8 @@ class AmqpConfig:
     heartbeat: float = 60.0
     frame_max: int = 131_072
     channel_max: int = 2047
+    #: the AMQP listener speaks TLS only (amqps; RabbitMQ's port for it is 5671)
+    tls: bool = False
 
     @property
     def enabled(self) -> bool:
@@ -160,6 +169,25 @@ class ClusterConfig:
     def addresses(self) -> list[str]:
         """The pair's client addresses, primary first (given to clients)."""
         return [self.primary_peer, self.backup_peer]
+
+
+@dataclass(frozen=True, slots=True)
+class TlsConfig:
+    """``[tls]``: the node's certificate and how remotes are verified (docs/tls.md).
+
+    Used by the listeners with ``tls = true`` (``[server]``, ``[amqp]``) and by the
+    node's own dials: the HA peer link when ``server.tls`` is on (the peer's native
+    listener speaks TLS), a peering link with ``tls = true``. ``key`` empty: the key
+    is in the ``cert`` file. ``ca`` empty: the system's trust store. ``verify`` is
+    ``none``, ``peer`` (dials verify the remote; the default) or ``mutual`` (TLS
+    listeners also require client certificates signed by ``ca``).
+    """
+
+    cert: str = ""
+    key: str = ""
+    ca: str = ""
+    verify: str = "peer"
+    min_version: str = "1.2"
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +271,8 @@ class PeeringConfig:
     heartbeat: float = 1.0
     type: str = "topic"
     lease: float = 24 * 3600.0
+    #: dial the remote over TLS, verifying it against ``[tls] ca`` and its host name
+    tls: bool = False
 
     @property
     def hosts(self) -> str:
@@ -258,10 +288,16 @@ class Config:
     storage: StorageConfig = field(default_factory=StorageConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     amqp: AmqpConfig = field(default_factory=AmqpConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     log: LogConfig = field(default_factory=LogConfig)
     users: tuple[UserConfig, ...] = ()
     cluster_mta: tuple[PeeringConfig, ...] = ()
+
+    @property
+    def uses_tls(self) -> bool:
+        """True when a listener or one of the node's dials speaks TLS."""
+        return self.server.tls or self.amqp.tls or any(link.tls for link in self.cluster_mta)
 
     @classmethod
     def default(cls) -> Config:
@@ -446,6 +482,16 @@ def _unique_names(what: str) -> _Convert:
     return convert
 
 
+def _file(key: str, value: Any) -> str:
+    """A path to a readable file (empty: not given)."""
+    path: str = _string(allow_empty=True)(key, value)
+    if path and not os.path.isfile(path):
+        raise ConfigError(key, f"no such file: {path!r}")
+    if path and not os.access(path, os.R_OK):
+        raise ConfigError(key, f"cannot read file: {path!r}")
+    return path
+
+
 def _boolean(key: str, value: Any) -> bool:
     if type(value) is not bool:
         raise ConfigError(key, f"must be true or false, got {_type_name(value)}")
@@ -524,6 +570,7 @@ _SERVER_SPEC = _TableSpec(
         "max_connections": _integer(1),
         "vhosts": _unique_names("vhost"),
         "trace": _boolean,
+        "tls": _boolean,
     },
 )
 
@@ -569,6 +616,18 @@ _AMQP_SPEC = _TableSpec(
         # AMQP 0-9-1's smallest frame_max is 4096; its field is a 32-bit integer
         "frame_max": _integer(4096, 2**31 - 1),
         "channel_max": _integer(1, 65535),
+        "tls": _boolean,
+    },
+)
+
+_TLS_SPEC = _TableSpec(
+    TlsConfig,
+    {
+        "cert": _file,
+        "key": _file,
+        "ca": _file,
+        "verify": _choice(_tls.VERIFY_MODES),
+        "min_version": _choice(tuple(_tls.MIN_VERSIONS)),
     },
 )
 
@@ -636,6 +695,7 @@ _PEERING_SPEC = _TableSpec(
         "heartbeat": _number(0),
         "type": _choice(PEERING_EXCHANGE_TYPES),
         "lease": _number(0.1),
+        "tls": _boolean,
     },
     required=frozenset({"name", "host", "mode"}),
 )
@@ -647,6 +707,7 @@ _CONFIG_SPEC = _TableSpec(
         "storage": _table(_STORAGE_SPEC),
         "cluster": _table(_CLUSTER_SPEC),
         "amqp": _table(_AMQP_SPEC),
+        "tls": _table(_TLS_SPEC),
         "limits": _table(_LIMITS_SPEC),
         "log": _table(_LOG_SPEC),
         "users": _array_of_tables(_USER_SPEC),
@@ -693,6 +754,7 @@ def _check_references(config: Config) -> None:
             )
         links.add(ident)
     _check_cluster_login(config)
+    _check_tls(config)
     seen: set[str] = set()
     for index, user in enumerate(config.users):
         user_key = f"users[{index}]"
@@ -722,3 +784,30 @@ def _check_cluster_login(config: Config) -> None:
                 f"user {user.name!r} opens the HA peer link but lacks the 'cluster' tag "
                 f"(add it to users[{index}].tags)",
             )
+
+
+def _check_tls(config: Config) -> None:
+    """A TLS listener needs a certificate that loads with its key; ``mutual`` needs
+    the CA that client certificates are checked against; a dial needs a CA that loads."""
+    tls = config.tls
+    if not config.uses_tls:
+        return
+    listening = config.server.tls or config.amqp.tls
+    user = "server.tls" if config.server.tls else "amqp.tls" if config.amqp.tls else ""
+    if listening and not tls.cert:
+        raise ConfigError("tls.cert", f"is required: {user} = true serves TLS")
+    if tls.verify == "mutual" and not tls.ca:
+        raise ConfigError("tls.ca", "is required with verify = 'mutual' (client certificates)")
+    if tls.key and not tls.cert:
+        raise ConfigError("tls.cert", "is required when tls.key is given")
+    if tls.cert:
+        try:
+            _tls.server_context(tls)
+        except (ssl.SSLError, OSError) as exc:
+            key = "tls.key" if tls.key else "tls.cert"
+            raise ConfigError(key, f"cannot load the certificate and its key: {exc}") from exc
+    if tls.ca:
+        try:
+            _tls.client_context(ca=tls.ca)
+        except (ssl.SSLError, OSError) as exc:
+            raise ConfigError("tls.ca", f"cannot load the CA certificates: {exc}") from exc

@@ -29,7 +29,10 @@ and the plumbing around them, written once:
   ``on_lost``, and aborts the link. Nothing here raises into the caller except
   the reader's own exceptions.
 
-:func:`dial` opens TCP, says ``hello`` and waits for ``welcome``;
+:func:`dial` opens TCP (and TLS over it when given an :class:`ssl.SSLContext`: the
+server's certificate is checked against the context's CAs and ``server_hostname``,
+the dialed host by default; a failure is a DialFailed naming the reason, see
+:func:`amqlite.tls.describe_tls_error`), says ``hello`` and waits for ``welcome``;
 :func:`open_link` does the same on a stream that is already open. Both raise
 :class:`DialFailed` (``refused`` with the server's code and text, or why the
 handshake never finished: unreachable, end of stream, timeout, protocol error).
@@ -75,6 +78,7 @@ from __future__ import annotations
 
 import math
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Generic, Protocol, TypeVar
 
@@ -84,6 +88,7 @@ from amqlite.errors import AmqliteError, ConnectionClosed, ProtocolError, ReplyC
 from amqlite.log import get_logger
 from amqlite.protocol import DEFAULT_MAX_FRAME, NEED_DATA, Connection, HeartbeatClock, Role
 from amqlite.protocol import events as ev
+from amqlite.tls import describe_tls_error
 
 log = get_logger("amqlite.link")
 
@@ -222,7 +227,10 @@ class WireLink(Generic[P]):
             self.dead = True
             self._signal_drained()
             with trio.CancelScope(shield=True), trio.move_on_after(self.close_timeout):
-                await self.stream.aclose()
+                try:
+                    await self.stream.aclose()
+                except _STREAM_ERRORS:  # a TLS stream's close_notify on a dead socket
+                    await trio.aclose_forcefully(self.stream)
         if error is not None:
             raise error
 
@@ -356,9 +364,12 @@ class WireLink(Generic[P]):
             self._signal_drained()
 
     def _lost_error(self, exc: BaseException) -> ConnectionClosed:
-        return ConnectionClosed(
-            f"connection to {self.remote_address} lost ({describe_os_error(exc)})"
+        reason = (
+            describe_tls_error(exc)
+            if isinstance(exc.__cause__, ssl.SSLError)
+            else describe_os_error(exc)
         )
+        return ConnectionClosed(f"connection to {self.remote_address} lost ({reason})")
 
     # --- reading --------------------------------------------------------------------
 
@@ -464,16 +475,22 @@ async def dial(
     max_frame_size: int = DEFAULT_MAX_FRAME,
     timeout: float = math.inf,  # noqa: ASYNC109 (a timeout becomes a DialFailed naming it)
     open_stream: OpenStream = trio.open_tcp_stream,
+    ssl_context: ssl.SSLContext | None = None,
+    server_hostname: str | None = None,
 ) -> tuple[FramedLink, ev.Welcome]:
-    """Open TCP to ``host:port`` and :func:`open_link`, all within ``timeout``
-    seconds; raises DialFailed (and leaves no stream open) when that fails."""
+    """Open TCP to ``host:port`` (then TLS with ``ssl_context``, verifying the
+    name ``server_hostname``, by default ``host``) and :func:`open_link`, all within
+    ``timeout`` seconds; raises DialFailed (and leaves no stream open) when that
+    fails."""
     remote_address = f"{host}:{port}"
     with trio.move_on_after(timeout):
         try:
-            stream = await open_stream(host, port)
+            stream: trio.abc.Stream = await open_stream(host, port)
         except OSError as exc:
             raise DialFailed(describe_os_error(exc)) from None
         try:
+            if ssl_context is not None:
+                stream = await _start_tls(stream, ssl_context, server_hostname or host)
             return await open_link(
                 stream, hello, max_frame_size=max_frame_size, remote_address=remote_address
             )
@@ -481,3 +498,16 @@ async def dial(
             await trio.aclose_forcefully(stream)
             raise
     raise DialFailed(f"no answer within {timeout:g}s")
+
+
+async def _start_tls(
+    stream: trio.abc.Stream, context: ssl.SSLContext, server_hostname: str
+) -> trio.SSLStream[trio.abc.Stream]:
+    """``stream`` past a client-side TLS handshake; raises DialFailed naming why not
+    (the stream is the caller's to close)."""
+    tls_stream = trio.SSLStream(stream, context, server_hostname=server_hostname)
+    try:
+        await tls_stream.do_handshake()
+    except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        raise DialFailed(describe_tls_error(exc)) from None
+    return tls_stream

@@ -11,6 +11,8 @@ import trio
 from amqlite.config import load_config
 from amqlite.server import BrokerNode
 
+from .tls_certs import TlsFiles, make_tls_files
+
 
 @pytest.fixture(autouse=True)
 def _run_in_a_tmp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -27,3 +29,9 @@ async def node(nursery: trio.Nursery) -> AsyncIterator[BrokerNode]:
     await nursery.start(broker_node.run)
     yield broker_node
     broker_node.stop()
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    """Certificates made by trustme for this test session (tests/tls_certs.py)."""
+    return make_tls_files(tmp_path_factory.mktemp("tls"))

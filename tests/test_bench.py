@@ -9,6 +9,7 @@ nats-py or a RabbitMQ/NATS server skip, naming what is missing.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 import trio
+from rich.console import Console
 
 import amqlite
 import amqlite_bench
@@ -42,7 +44,15 @@ from amqlite_bench.plan import (
 from amqlite_bench.procs import baseline_argv, child_env
 from amqlite_bench.relayclient import RelayPublisher
 from amqlite_bench.relayclient import consume as relay_consume
-from amqlite_bench.report import failover_lines, ha_rows, markdown_table, results_json
+from amqlite_bench.report import (
+    amqp_rows,
+    failover_lines,
+    ha_rows,
+    markdown_table,
+    print_report,
+    results_json,
+)
+from amqlite_bench.runner import options_from_args
 from amqlite_bench.scenarios import (
     FAILOVER,
     PERSISTENT,
@@ -189,7 +199,7 @@ def test_vs_runs_each_peer_in_turn_and_reports_medians_and_ratios(
     relay_peer: _RelayPeer, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     args = _args(
-        "--vs", "rabbitmq,nats",
+        "--vs", "rabbitmq,nats", "--systems", "amqlite",
         "--scenarios", "1to1-transient,latency-at-5k",
         "--messages", "300", "--latency-seconds", "0.2", "--repeat", "2", "--json",
         "--save", str(tmp_path / "vs.json"),
@@ -230,7 +240,8 @@ def test_vs_markdown_and_plot(
     pytest.importorskip("matplotlib")
     chart = tmp_path / "vs.png"
     args = _args(
-        "--vs", "rabbitmq", "--scenarios", "fanout-1to10,latency-at-5k", "--messages", "200",
+        "--vs", "rabbitmq", "--systems", "amqlite",
+        "--scenarios", "fanout-1to10,latency-at-5k", "--messages", "200",
         "--latency-seconds", "0.2", "--repeat", "1", "--markdown", "--plot", str(chart),
     )  # fmt: skip
     assert run_bench(args) == 0
@@ -266,6 +277,162 @@ def test_ratios_compare_every_amqlite_row_with_every_other_system() -> None:
     assert rows[0]["server_cpu_us_per_msg"] == 100.0  # 1 ms of CPU over 10 deliveries
     assert rows[0]["client_cpu_us_per_msg"] == 200.0
     assert rows[0]["server_peak_rss_mb"] == 2.0
+
+
+# --- amqlite-amqp: amqlite's AMQP 0-9-1 listener with the pika clients RabbitMQ gets ------
+
+
+def test_vs_rabbitmq_adds_amqlite_over_amqp_by_default() -> None:
+    assert options_from_args(_args()).systems == ("raw-trio", "amqlite")
+    assert options_from_args(_args("--vs", "nats")).systems == ("amqlite",)
+    assert options_from_args(_args("--vs", "rabbitmq,nats")).systems == (
+        "amqlite",
+        "amqlite-amqp",
+    )
+    assert options_from_args(_args("--systems", "amqlite-amqp,raw-trio")).systems == (
+        "raw-trio",
+        "amqlite-amqp",
+    )
+
+
+def _pika_or_skip() -> None:
+    pytest.importorskip("pika", reason="pika is not installed (pip install -e benchmarks/)")
+
+
+async def test_amqlite_amqp_rows_use_pika_on_the_brokers_amqp_listener(
+    nursery: trio.Nursery,
+) -> None:
+    _pika_or_skip()
+    said: list[str] = []
+    lineup = contenders.Lineup(said.append)
+    try:
+        with trio.fail_after(60):
+            found = await lineup.start(
+                nursery, systems=("amqlite", "amqlite-amqp"), peers=(),
+                scenarios=("1to1-transient", PERSISTENT), servers=None, auth={},
+            )  # fmt: skip
+        by = {c.system: c for c in found}
+        assert list(by) == [
+            "amqlite", "amqlite-amqp",
+            "amqlite-fsync-batch", "amqlite-amqp-fsync-batch",
+            "amqlite-fsync-always", "amqlite-amqp-fsync-always",
+        ]  # fmt: skip
+        for native, amqp in (
+            ("amqlite", "amqlite-amqp"),
+            ("amqlite-fsync-batch", "amqlite-amqp-fsync-batch"),
+            ("amqlite-fsync-always", "amqlite-amqp-fsync-always"),
+        ):
+            n, a = by[native], by[amqp]
+            assert (n.driver, a.driver) == ("amqlite", "pika")
+            # the same broker process (measured alike), reached on its AMQP port
+            assert a.pid == n.pid is not None and a.server is n.server
+            assert a.address != n.address and a.address.startswith("127.0.0.1:")
+            with trio.fail_after(10):
+                host, port = a.address.rsplit(":", 1)
+                stream = await trio.open_tcp_stream(host, int(port))
+                await stream.send_all(b"AMQP\x00\x00\x09\x01")
+                head = await stream.receive_some(7)
+                await stream.aclose()
+            assert head[:1] == b"\x01"  # a method frame: connection.start
+        assert not by["amqlite-amqp"].runs(PERSISTENT)
+        assert "amqlite-amqp-fsync-*" in by["amqlite-amqp"].skip[PERSISTENT]
+        assert by["amqlite-amqp-fsync-batch"].runs(PERSISTENT)
+        assert not by["amqlite-amqp-fsync-batch"].runs("1to1-transient")
+        assert said == []
+    finally:
+        await lineup.stop()
+
+
+async def test_amqlite_amqp_without_pika_is_left_out_in_one_line(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(peers.CLIENT_LIBRARIES, "rabbitmq", ("no_such_module_xyz", "pika"))
+    said: list[str] = []
+    lineup = contenders.Lineup(said.append)
+    try:
+        with trio.fail_after(60):
+            found = await lineup.start(
+                nursery, systems=("amqlite-amqp",), peers=(),
+                scenarios=("1to1-transient",), servers=None, auth={},
+            )  # fmt: skip
+    finally:
+        await lineup.stop()
+    assert found == []
+    assert len(said) == 1 and said[0].startswith("amqlite-amqp: unavailable, left out: ")
+    assert "pika is not installed" in said[0]
+
+
+@pytest.mark.e2e
+def test_vs_rabbitmq_runs_amqlite_over_amqp_and_compares_it(
+    relay_peer: _RelayPeer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _pika_or_skip()
+    args = _args(
+        "--vs", "rabbitmq", "--scenarios", "1to1-transient,fanout-1to10", "--messages", "300",
+        "--repeat", "1", "--json",
+    )  # fmt: skip
+    assert run_bench(args) == 0
+    rows: list[dict[str, Any]] = json.loads(capsys.readouterr().out)["results"]
+    assert [(r["system"], r["scenario"]) for r in rows] == [
+        (system, scenario)
+        for scenario in ("1to1-transient", "fanout-1to10")
+        for system in ("amqlite", "amqlite-amqp", "rabbitmq")
+    ]
+    by = {(r["system"], r["scenario"]): r for r in rows}
+    for scenario, copies in (("1to1-transient", 1), ("fanout-1to10", 10)):
+        amqp, peer = by[("amqlite-amqp", scenario)], by[("rabbitmq", scenario)]
+        assert amqp["consumed"] == amqp["expected"] == amqp["published"] * copies
+        assert amqp["clients"] == "process"
+        assert amqp["server_cpu_us_per_msg"] is not None
+        assert amqp["ratio_vs_rabbitmq"] == pytest.approx(
+            amqp["msgs_per_s"] / peer["msgs_per_s"], rel=1e-3
+        )
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(300)
+def test_amqlite_amqp_against_the_real_rabbitmq(capsys: pytest.CaptureFixture[str]) -> None:
+    _peer_or_skip("rabbitmq")
+    args = _args(
+        "--vs", "rabbitmq", "--systems", "amqlite-amqp", "--messages", "400", "--repeat", "1",
+        "--scenarios", f"1to1-transient,{PERSISTENT},fanout-1to10", "--markdown",
+    )  # fmt: skip
+    assert run_bench(args) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("| system | scenario | amqlite-amqp | rabbitmq |") :].splitlines()
+    compared = [line.split(" | ")[:2] for line in table[2:] if line.startswith("| amqlite-amqp")]
+    assert compared == [
+        ["| amqlite-amqp", "1to1-transient"],
+        ["| amqlite-amqp-fsync-batch", PERSISTENT],
+        ["| amqlite-amqp-fsync-always", PERSISTENT],
+        ["| amqlite-amqp", "fanout-1to10"],
+    ]
+
+
+def test_the_amqp_table_sets_amqlite_amqp_beside_rabbitmq() -> None:
+    results = [
+        _result("amqlite", "1to1-transient", 9000.0),
+        _result("amqlite-amqp", "1to1-transient", 3000.0),
+        _result("rabbitmq", "1to1-transient", 2000.0),
+        _result("amqlite-amqp-fsync-always", PERSISTENT, 1000.0),
+        _result("amqlite-amqp", "latency-at-5k", 5000.0, p99=2.0),
+        _result("rabbitmq", "latency-at-5k", 5000.0, p99=8.0),
+    ]
+    results[2].server_cpu_s = 0.004
+    assert amqp_rows(results) == [
+        ["amqlite-amqp", "1to1-transient", "3,000 msg/s", "2,000 msg/s", "1.50", "100.0", "400.0"],
+        ["amqlite-amqp", "latency-at-5k", "p99 2.00 ms", "p99 8.00 ms", "p99 0.25", "100.0",
+         "100.0"],
+    ]  # fmt: skip
+    md = markdown_table(results)
+    assert "| amqlite-amqp | 1to1-transient | 3,000 msg/s | 2,000 msg/s | 1.50 |" in md
+    assert "| amqlite-amqp | 1to1-transient | 3,000 | " in md  # and in the main table
+    assert amqp_rows(results[:2]) == []  # no RabbitMQ row: no comparison
+    console = Console(record=True, width=220, file=io.StringIO())
+    print_report(results, [], console)
+    text = console.export_text()
+    assert "AMQP 0-9-1, pika on both: amqlite-amqp vs rabbitmq" in text
+    assert "p99 0.25" in text and "400.0" in text
 
 
 def test_client_report_survives_the_trip_through_json() -> None:
@@ -570,3 +737,28 @@ def test_failover_rows_get_a_table_of_their_own_next_to_their_targets() -> None:
     assert "| amqlite-pair (20 kills) | kill -> first confirm on the new master |" in table
     lines = failover_lines([_failover_row(lost=3)])
     assert "lost 3 of 1,000 confirmed" in lines[0]
+
+
+def test_client_logs_never_reach_the_results_on_stdout(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Whatever structlog was left configured with (here: configured, printing to
+    stdout, as ``structlog.testing.capture_logs`` leaves it), a client warning
+    during a bench run goes to stderr, and the configuration comes back after."""
+    import structlog
+
+    from amqlite.log import get_logger
+    from amqlite_bench.runner import _client_logs_on_stderr
+
+    structlog.configure(processors=[structlog.processors.KeyValueRenderer()])
+    try:
+        with _client_logs_on_stderr():
+            get_logger("amqlite.client").warning("client_connection_lost", code=320)
+        captured = capsys.readouterr()
+        assert "client_connection_lost" not in captured.out
+        assert "client_connection_lost" in captured.err
+        assert structlog.is_configured()
+        get_logger("amqlite.client").warning("after")  # the old configuration again
+        assert "event='after'" in capsys.readouterr().out
+    finally:
+        structlog.reset_defaults()

@@ -19,6 +19,7 @@ from amqlite.config import (
     PeeringConfig,
     ServerConfig,
     StorageConfig,
+    TlsConfig,
     UserConfig,
     VhostPermissions,
     load_config,
@@ -74,7 +75,7 @@ def test_shipped_config_is_exactly_the_defaults() -> None:
 
 def test_shipped_config_documents_every_key() -> None:
     text = SHIPPED_CONFIG.read_text(encoding="utf-8")
-    for table in (ServerConfig, StorageConfig, AmqpConfig, LimitsConfig, LogConfig):
+    for table in (ServerConfig, StorageConfig, AmqpConfig, TlsConfig, LimitsConfig, LogConfig):
         for item in dataclasses.fields(table):
             assert re.search(rf"^(# )?{item.name} = ", text, re.MULTILINE), item.name
     for key in ("[[users]]", "name", "password_hash", "tags", "[users.permissions.", "configure"):

@@ -255,19 +255,26 @@ class AmqpConnection:
         if self.state is ConnState.CLOSE_SENT:
             self._conn_step(T.RECV_TRAFFIC, local=False, what="channel frame")
             return None
-        self._conn_step(T.RECV_TRAFFIC, local=False, what=f"a frame on channel {channel}")
+        # the connection's step, looked up here so the text of its error is only
+        # made when there is one (this runs for every frame)
+        moved = CONNECTION_TRANSITIONS.get((self.state, T.RECV_TRAFFIC))
+        if moved is None:
+            self._conn_step(T.RECV_TRAFFIC, local=False, what=f"a frame on channel {channel}")
+        else:
+            self.state = moved
         if channel > (self.channel_max or _MAX_CHANNEL):
             raise AmqpError(
                 f"channel {channel} is above channel_max {self.channel_max}",
                 ReplyCode.NOT_ALLOWED,
                 channel=channel,
             )
-        closing = self.channel_state(channel) is C.CLOSE_SENT
+        state = self._channels.get(channel, C.CLOSED)
+        closing = state is C.CLOSE_SENT
         if isinstance(frame, MethodFrame):
             return self._receive_channel_method(channel, frame.method, closing)
         if isinstance(frame, HeaderFrame):
             trigger = CT.RECV_HEADER_LAST if frame.body_size == 0 else CT.RECV_HEADER
-            self._require(channel, trigger, "content header")
+            self._require(channel, state, trigger, "content header")
             if closing:
                 self._drop(channel, trigger)
                 return None
@@ -275,12 +282,12 @@ class AmqpConnection:
                 frame.class_id, frame.body_size, frame.properties
             )
         else:
-            if self.channel_state(channel) is C.AWAIT_BODY:
+            if state is C.AWAIT_BODY:
                 content = self._assemblers[channel].body(frame.payload)
                 trigger = CT.RECV_BODY if content is None else CT.RECV_BODY_LAST
             else:
                 content, trigger = None, CT.RECV_BODY
-            self._require(channel, trigger, "content body")
+            self._require(channel, state, trigger, "content body")
             if closing:
                 self._drop(channel, trigger)
                 return None
@@ -289,10 +296,11 @@ class AmqpConnection:
             return None
         return ContentReceived(channel, content.method, content.properties, content.body)
 
-    def _require(self, channel: int, trigger: ChannelTrigger, what: str) -> None:
+    def _require(
+        self, channel: int, state: ChannelState, trigger: ChannelTrigger, what: str
+    ) -> None:
         """Raise as the channel table would, without moving (the frame is checked
-        before the assembler sees it)."""
-        state = self.channel_state(channel)
+        before the assembler sees it); ``state`` is the channel's."""
         if (state, trigger) not in CHANNEL_TRANSITIONS:
             self._channel_step(channel, trigger, local=False, what=what, method=None)
 

@@ -51,7 +51,7 @@ from typing import Any
 
 from ..errors import ReplyCode
 from .errors import AmqpError
-from .properties import BasicProperties
+from .properties import NO_PROPERTIES, BasicProperties
 from .values import decode_table, encode_table
 
 #: The AMQP header that carries a native message's ``group_id`` (the name JMS
@@ -114,7 +114,7 @@ def to_native(
 def from_native(headers: dict[str, Any], props: dict[str, Any]) -> BasicProperties:
     """The AMQP basic properties of a message the broker delivers."""
     if not props and not headers:
-        return BasicProperties()
+        return NO_PROPERTIES  # the shared empty value: its header is encoded without a walk
     values: dict[str, Any] = {name: props[name] for name in _SAME if name in props}
     persistent = props.get("persistent")
     if persistent is not None:

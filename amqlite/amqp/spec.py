@@ -178,6 +178,47 @@ def _compile(
 _CODECS: dict[type[Method], _Codec] = {}
 
 
+def add_fast_path(
+    cls: type[Method],
+    *,
+    encode_args: Callable[[Any], bytes | None] | None = None,
+    decode_args: Callable[[bytes, int], list[Any] | None] | None = None,
+) -> None:
+    """Put a hand-written codec for ``cls``'s arguments in front of the compiled one.
+
+    For the few methods sent or received once per message (the compiled codec
+    walks its steps for every field). Each returns None for anything it does not
+    take (text over 255 bytes, a value of the wrong type, a frame that does not
+    parse), and the compiled codec then does the work, errors and all; so
+    ``tests/amqp/test_fast_paths.py`` checks both give the same bytes, values and
+    errors."""
+    codec = _CODECS[cls]
+    if encode_args is not None:
+        general_encode, fast_encode = codec.encode_args, encode_args
+
+        def encode_either(obj: Any) -> bytes:
+            out = fast_encode(obj)
+            return general_encode(obj) if out is None else out
+
+        codec.encode_args = encode_either
+    if decode_args is not None:
+        general_decode, fast_decode = codec.decode_args, decode_args
+
+        def decode_either(data: bytes, offset: int) -> list[Any]:
+            values = fast_decode(data, offset)
+            return general_decode(data, offset) if values is None else values
+
+        codec.decode_args = decode_either
+
+
+def general_codec(
+    cls: type[Method],
+) -> tuple[Callable[[Any], bytes], Callable[[bytes, int], list[Any]]]:
+    """``cls``'s compiled (encode_args, decode_args), without any fast path (tests)."""
+    codec = _Codec(cls)
+    return codec.encode_args, codec.decode_args
+
+
 def method(
     class_id: int,
     method_id: int,

@@ -33,7 +33,17 @@ from enum import Enum
 from ..errors import ReplyCode
 
 
-class ConnState(Enum):
+class _TableEnum(Enum):
+    """An Enum hashed by identity. Enum's own ``__hash__`` is Python code
+    (``hash(self._name_)``) and the transition tables hash a (state, trigger) pair
+    for every frame in and out, about 20 times a message; members are singletons
+    compared by identity (Enum keeps ``object.__eq__``), so identity hashing agrees
+    with equality and the tables behave the same."""
+
+    __hash__ = object.__hash__
+
+
+class ConnState(_TableEnum):
     AWAIT_PROTOCOL_HEADER = "await-protocol-header"
     AWAIT_START = "await-start"
     AWAIT_START_OK = "await-start-ok"
@@ -48,7 +58,7 @@ class ConnState(Enum):
     CLOSED = "closed"
 
 
-class ConnTrigger(Enum):
+class ConnTrigger(_TableEnum):
     PROTOCOL_HEADER = "protocol-header"
     START = "start"
     START_OK = "start-ok"
@@ -68,7 +78,7 @@ class ConnTrigger(Enum):
     RECV_CLOSE_OK = "recv-close-ok"
 
 
-class ChannelState(Enum):
+class ChannelState(_TableEnum):
     CLOSED = "closed"  # never opened, or closed: only channel.open may come
     OPENING = "opening"  # channel.open seen, open-ok pending
     OPEN = "open"
@@ -78,7 +88,7 @@ class ChannelState(Enum):
     CLOSE_RECEIVED = "close-received"  # they sent channel.close: we owe close-ok
 
 
-class ChannelTrigger(Enum):
+class ChannelTrigger(_TableEnum):
     SEND_OPEN = "send-open"
     RECV_OPEN = "recv-open"
     SEND_OPEN_OK = "send-open-ok"

@@ -12,6 +12,7 @@ from typing import Any
 import trio
 
 from amqlite.client import Connection, connect
+from amqlite.connection_args import tls_options
 from amqlite.errors import AmqliteError, ConnectionClosed, ConnectionRefused
 from amqlite.protocol import PROPERTY_TYPES
 
@@ -96,6 +97,7 @@ def run_connected(args: argparse.Namespace, body: Callable[[Connection], Awaitab
             password=args.password,
             client_name=f"{PROG}-{args.command}",
             connect_timeout=args.connect_timeout,
+            **tls_options(args),
             max_in_flight=getattr(args, "window", 1000),
         ) as conn:
             return await body(conn)

@@ -31,6 +31,7 @@ from amqlite.client import (
     ReconnectPolicy,
     connect,
 )
+from amqlite.connection_args import tls_options
 from amqlite.errors import AmqliteError, PublishNacked, PublishReturned
 from amqlite.log import configure_logging
 
@@ -92,6 +93,7 @@ def run_reconnecting(args: argparse.Namespace, body: Callable[[Connection], Awai
             password=args.password,
             client_name=f"{PROG}-{args.command}",
             connect_timeout=args.connect_timeout,
+            **tls_options(args),
             max_in_flight=getattr(args, "window", 1000),
             reconnect=RECONNECT,
             on_disconnect=lost,

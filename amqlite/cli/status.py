@@ -10,6 +10,7 @@ from typing import Any
 import trio
 
 from amqlite.client import connect
+from amqlite.connection_args import tls_options
 from amqlite.errors import AmqliteError, ConnectionRefused, ReplyCode
 
 from .common import PROG, json_default
@@ -185,6 +186,7 @@ async def _ask(args: argparse.Namespace, server: str, role: str) -> dict[str, An
         password=args.password,
         client_name=f"{PROG}-status",
         connect_timeout=args.connect_timeout,
+        **tls_options(args),
         reconnect=False,
         role=role,
     ) as conn:

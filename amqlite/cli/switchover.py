@@ -8,6 +8,7 @@ import sys
 import trio
 
 from amqlite.client import connect
+from amqlite.connection_args import tls_options
 from amqlite.errors import AmqliteError
 
 from .common import PROG
@@ -40,6 +41,7 @@ def cmd_switchover(args: argparse.Namespace) -> int:
                 password=args.password,
                 client_name=f"{PROG}-switchover",
                 connect_timeout=args.connect_timeout,
+                **tls_options(args),
                 reconnect=False,
                 role="monitor",
             ) as conn:

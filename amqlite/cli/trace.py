@@ -11,6 +11,7 @@ import argparse
 import trio
 
 from amqlite.client import connect
+from amqlite.connection_args import tls_options
 
 from .common import PROG
 
@@ -26,6 +27,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
             password=args.password,
             client_name=f"{PROG}-trace",
             connect_timeout=args.connect_timeout,
+            **tls_options(args),
             reconnect=False,
         ) as conn:
             now: bool = await conn.trace(enabled)

@@ -8,6 +8,7 @@ unknown vhost) is final: another address would say the same.
 from __future__ import annotations
 
 import math
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -79,10 +80,17 @@ def handshake_error(exc: DialFailed) -> AmqliteError:
     return ConnectionClosed(exc.text, exc.code)
 
 
-async def _try_address(address: Address, limit_s: float, params: HelloParams) -> Dialed:
+async def _try_address(
+    address: Address, limit_s: float, params: HelloParams, tls: ssl.SSLContext | None
+) -> Dialed:
     try:
         link, welcome = await dial_link(
-            address.host, address.port, params.hello(), timeout=limit_s, open_stream=open_stream
+            address.host,
+            address.port,
+            params.hello(),
+            timeout=limit_s,
+            open_stream=open_stream,
+            ssl_context=tls if address.tls else None,
         )
     except DialFailed as exc:
         if not exc.refused:
@@ -93,15 +101,21 @@ async def _try_address(address: Address, limit_s: float, params: HelloParams) ->
     return Dialed(link, welcome, address)
 
 
-async def dial(addresses: list[Address], params: HelloParams, connect_timeout: float) -> Dialed:
+async def dial(
+    addresses: list[Address],
+    params: HelloParams,
+    connect_timeout: float,
+    tls: ssl.SSLContext | None = None,
+) -> Dialed:
     """The first address that welcomes us. When none does, raises ConnectionRefused
     (some server refused) or ConnectionClosed (none reachable), naming every address
-    and why it failed."""
+    and why it failed (a TLS failure names its reason: ``TLS: certificate verify
+    failed: ...``). Addresses with ``tls`` are dialed with the ``tls`` context."""
     failures: list[tuple[Address, _Skip]] = []
     timeout = connect_timeout if connect_timeout and connect_timeout > 0 else math.inf
     for address in addresses:
         try:
-            return await _try_address(address, timeout, params)
+            return await _try_address(address, timeout, params, tls)
         except _Skip as skip:
             failures.append((address, skip))
         except ConnectionRefused as exc:
@@ -116,11 +130,12 @@ async def dial(addresses: list[Address], params: HelloParams, connect_timeout: f
 @dataclass(frozen=True, slots=True)
 class Dialer:
     """Everything needed to dial again: the server list (in order), ``hello`` and
-    the per-address limit."""
+    the per-address limit, the TLS context for the addresses that use TLS."""
 
     addresses: tuple[Address, ...]
     params: HelloParams
     connect_timeout: float
+    tls: ssl.SSLContext | None = None
 
     async def dial(self) -> Dialed:
-        return await dial(list(self.addresses), self.params, self.connect_timeout)
+        return await dial(list(self.addresses), self.params, self.connect_timeout, self.tls)

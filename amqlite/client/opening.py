@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 import trio
 
 from amqlite.link import DialFailed, open_link
+from amqlite.tls import client_context
 
 from .addresses import Address, parse_addresses
 from .connection import Connection
@@ -33,6 +36,11 @@ async def connect(
     on_disconnect: Callable[[Disconnected], object] | None = None,
     on_reconnect: Callable[[Reconnected], object] | None = None,
     role: str = "client",
+    tls: bool = False,
+    ca: str | None = None,
+    cert: str | None = None,
+    key: str | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncIterator[Connection]:
     """Connect to the first server of ``servers`` (``"host:port,host:port"``) that
     welcomes us; close the connection when the block exits.
@@ -54,14 +62,27 @@ async def connect(
     backoff and give-up times. See :class:`Connection` for what a reconnect
     restores. ``on_disconnect`` / ``on_reconnect`` are called (synchronously, in
     the connection's task) when the link breaks and when it is back.
+
+    TLS: ``amqlites://host:port`` entries, or ``tls=True`` for every entry, are
+    dialed over TLS. The server's certificate is verified against ``ca`` (a PEM
+    file; None: the system's trust store) and the host name dialed; ``cert`` (and
+    ``key``, when not in the same file) is a client certificate for a server with
+    ``verify = "mutual"``. ``ssl_context`` replaces all of these. A verification
+    failure is a ConnectionClosed naming it (``TLS: certificate verify failed:
+    certificate has expired``).
     """
     addresses = parse_addresses(servers)
+    if tls:
+        addresses = [dataclasses.replace(a, tls=True) for a in addresses]
+    context = ssl_context
+    if context is None and any(a.tls for a in addresses):
+        context = client_context(ca=ca or "", cert=cert or "", key=key or "")
     policy = resolve_policy(reconnect, len(addresses))
     # A client that reconnects sends unconfirmed publishes again: the instance token
     # (the same on every link) lets the broker route each of them only once.
     instance = secrets.token_hex(8) if policy is not None else ""
     params = HelloParams(vhost, login, password, client_name, heartbeat, role, instance)
-    dialer = Dialer(tuple(addresses), params, connect_timeout)
+    dialer = Dialer(tuple(addresses), params, connect_timeout, context)
     dialed = await dialer.dial()
     conn = Connection(
         dialed,

@@ -397,3 +397,24 @@ def _check_role(role: str, user: AuthenticatedUser) -> None:
     needed = ROLE_TAGS.get(role)
     if needed is not None:
         require_tag(user, *needed)
+
+
+#: What a plain-text client on a TLS native port is told.
+TLS_ONLY_TEXT = (
+    "this port speaks TLS only: dial amqlites://host:port (amqlite CLI: --tls --ca FILE)"
+)
+
+
+def refuse_plain_hello(data: bytes) -> bytes:
+    """The ``refused`` (530) for a plain-text ``hello`` that reached a TLS port, so
+    the client is told why instead of seeing the socket close; b"" when ``data`` is
+    not a whole hello."""
+    proto = Connection(Role.SERVER)
+    try:
+        proto.receive_data(data)
+        event = proto.next_event()
+        if not isinstance(event, ev.Hello):
+            return b""
+        return proto.send(ev.Refused(re=event.id, code=ReplyCode.NOT_ALLOWED, text=TLS_ONLY_TEXT))
+    except AmqliteError:
+        return b""

@@ -68,6 +68,7 @@ from amqlite.link import DialFailed, FramedLink, dial
 from amqlite.protocol import events as ev
 from amqlite.store.durable_file import read_if_present, write_durably
 from amqlite.store.segment import frame_record, parse_framed
+from amqlite.tls import node_client_context
 
 if TYPE_CHECKING:
     from .context import HaNode, HaPeerEnd
@@ -90,6 +91,11 @@ class HaService:
         self.machine: HaMachine | None = None
         self._wake = trio.Event()
         self._link: FramedLink | None = None  # the peer link we dialed, while it is up
+        # the peer's native listener speaks TLS when ours does (one file, two nodes):
+        # the peer's certificate is verified against [tls] ca and the dialed host
+        self._tls = node_client_context(node.config.tls) if node.config.server.tls else None
+        #: the last dial's TLS failure ("" when none), logged once per change
+        self.tls_error = ""
         self.link_up = False
         # the machine's actions not applied yet: those after a PersistEpoch wait for it
         self._backlog: deque[Action] = deque()
@@ -442,8 +448,15 @@ class HaService:
             try:
                 await self._run_link(host, int(port))
                 delay = LINK_BACKOFF[0]
+                self.tls_error = ""
             except AmqliteError as exc:  # the dial failed, or the peer broke the protocol
-                log.debug("ha_link_failed", peer=self.config.peer, error=exc.text)
+                if "TLS: " in exc.text and exc.text != self.tls_error:
+                    # a certificate problem does not heal by retrying: say it (once)
+                    log.error("ha_link_tls_failed", peer=self.config.peer, error=exc.text)
+                else:
+                    log.debug("ha_link_failed", peer=self.config.peer, error=exc.text)
+                self.tls_error = exc.text if "TLS: " in exc.text else ""
+
             finally:
                 if self.link_up:
                     log.warning("ha_link_down", peer=self.config.peer)
@@ -474,6 +487,7 @@ class HaService:
                 hello,
                 max_frame_size=self.node.config.server.max_frame_bytes,
                 timeout=max(cfg.failover_timeout_ms / 1000, LINK_DIAL_TIMEOUT),
+                ssl_context=self._tls,
             )
         except DialFailed as exc:
             if not exc.refused:

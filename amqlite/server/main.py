@@ -35,6 +35,8 @@ examples:
   amqlite server --data-dir /var/lib/amqlite --fsync always
   amqlite server --in-memory              # keep nothing on disk
   amqlite server --amqp-port 5672         # AMQP 0-9-1 too: pika, kombu, Celery
+  amqlite server --tls --tls-cert node.pem --tls-key node.key   # amqlites:// only
+  amqlite server --amqp-port 5671 --amqp-tls --tls-cert node.pem  # amqps (docs/tls.md)
   amqlite server --port 5555 --is_primary 1   # an HA pair on one machine:
   amqlite server --port 6666 --is_backup 1    # see configs/ha-pair.toml, docs/ha.md
 
@@ -85,6 +87,34 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--amqp-host", metavar="H", help="AMQP listen address (default: the --host address)"
     )
+    tls = parser.add_argument_group("TLS ([tls] in the config; docs/tls.md)")
+    tls.add_argument(
+        "--tls",
+        action="store_true",
+        default=None,
+        help="the native listener speaks TLS only (clients dial amqlites://; the HA "
+        "peer link then uses TLS too)",
+    )
+    tls.add_argument(
+        "--amqp-tls",
+        action="store_true",
+        default=None,
+        help="the AMQP listener speaks TLS only (amqps; RabbitMQ's port for it is 5671)",
+    )
+    tls.add_argument("--tls-cert", metavar="FILE", help="this node's certificate chain (PEM)")
+    tls.add_argument("--tls-key", metavar="FILE", help="its private key (default: in --tls-cert)")
+    tls.add_argument(
+        "--tls-ca", metavar="FILE", help="CA certificates remotes are verified against"
+    )
+    tls.add_argument(
+        "--tls-verify",
+        choices=("none", "peer", "mutual"),
+        help="none, peer (the node verifies what it dials; default) or mutual (clients "
+        "must present a certificate signed by --tls-ca)",
+    )
+    tls.add_argument(
+        "--tls-min-version", choices=("1.2", "1.3"), help="oldest TLS version (default 1.2)"
+    )
     ha = parser.add_mutually_exclusive_group()
     ha.add_argument(
         "--is_primary",
@@ -120,6 +150,13 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "server.node_id": args.node_id,
         "amqp.port": args.amqp_port,
         "amqp.host": args.amqp_host,
+        "server.tls": args.tls,
+        "amqp.tls": args.amqp_tls,
+        "tls.cert": args.tls_cert,
+        "tls.key": args.tls_key,
+        "tls.ca": args.tls_ca,
+        "tls.verify": args.tls_verify,
+        "tls.min_version": args.tls_min_version,
         "cluster.role": _role(args),
         "storage.fsync": args.fsync,
         "storage.batch_ms": args.batch_ms,

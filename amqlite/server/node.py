@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import time
 from typing import Any
 
@@ -16,14 +17,16 @@ from amqlite.broker.trace import set_trace
 from amqlite.config import Config
 from amqlite.errors import ReplyCode
 from amqlite.store.files import FileLayer
+from amqlite.tls import server_context
 
 from .alarms import AlarmService, DiskProbe, MemoryProbe
 from .amqp import AmqpChannel, AmqpServerConnection
-from .connection import NativeConnection
+from .connection import NativeConnection, refuse_plain_hello
 from .endpoints import ClientEndpoint
 from .ha import HaService
 from .peering import PeeringQueue, PeeringService
 from .storage import NodeStorage
+from .tls_accept import accept_tls
 
 TICK_INTERVAL = 0.1  # seconds between TTL sweeps
 SHUTDOWN_GRACE = 5.0
@@ -69,6 +72,10 @@ class BrokerNode:
         self.peering: PeeringService | None = PeeringService(self, config.cluster_mta)
         self.alarms = AlarmService(
             config.limits, self._alarms_changed, memory=memory_probe, disk=disk_probe
+        )
+        #: the TLS listeners' context (one for both: the node has one certificate)
+        self.tls_context: ssl.SSLContext | None = (
+            server_context(config.tls) if config.server.tls or config.amqp.tls else None
         )
         self._started_at = 0.0
         self._started_wall = time.time()
@@ -137,7 +144,9 @@ class BrokerNode:
                         "server_listening",
                         host=cfg.host,
                         port=self.port,
+                        tls=cfg.tls,
                         amqp=self.amqp_listen,
+                        amqp_tls=amqp.tls if amqp.enabled else None,
                         node_id=self.node_id,
                         vhosts=list(cfg.vhosts),
                         data_dir=storage.directory if storage is not None else None,
@@ -210,11 +219,25 @@ class BrokerNode:
             await stream.aclose()
             return
         remote = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        client: trio.abc.Stream = stream
+        if self.tls_context is not None and (
+            self.config.amqp.tls if amqp else self.config.server.tls
+        ):
+            tls_stream = await accept_tls(
+                stream,
+                self.tls_context,
+                remote=remote,
+                listener="amqp" if amqp else "native",
+                plain_reply=None if amqp else refuse_plain_hello,
+            )
+            if tls_stream is None:
+                return
+            client = tls_stream
         conn: NativeConnection | AmqpServerConnection
         if amqp:
-            conn = AmqpServerConnection(self, stream, remote, host)
+            conn = AmqpServerConnection(self, client, remote, host)
         else:
-            conn = NativeConnection(self, stream, remote, host)
+            conn = NativeConnection(self, client, remote, host)
         self.connections.add(conn)
         try:
             await conn.run()

@@ -379,7 +379,15 @@ def run_from_args(args: argparse.Namespace) -> int:
         return 2
     from .bridge import ServerAccess, stream_bounds
 
-    access = ServerAccess(args.servers, args.vhost, args.login, args.password, args.connect_timeout)
+    access = ServerAccess(
+        args.servers,
+        args.vhost,
+        args.login,
+        args.password,
+        args.connect_timeout,
+        tls=args.tls,
+        ca=args.ca or "",
+    )
     try:  # before starting a JVM: unreachable servers or no trace fail in a moment
         bounds = stream_bounds(access, TRACE_QUEUE)
     except SparkSourceError as exc:

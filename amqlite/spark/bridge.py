@@ -37,13 +37,17 @@ class SparkSourceError(ValueError):
 
 @dataclass(frozen=True)
 class ServerAccess:
-    """Where and as whom to connect: the ``servers`` list and credentials."""
+    """Where and as whom to connect: the ``servers`` list and credentials; ``tls``
+    dials every server over TLS (``amqlites://`` entries always are), verified
+    against ``ca`` (a PEM file every executor can read; empty: the system's store)."""
 
     servers: str
     vhost: str = "/"
     login: str = "guest"
     password: str = "guest"
     connect_timeout: float = 5.0
+    tls: bool = False
+    ca: str = ""
 
     def _connect(self, name: str) -> Any:
         return connect(
@@ -53,6 +57,8 @@ class ServerAccess:
             password=self.password,
             client_name=name,
             connect_timeout=self.connect_timeout,
+            tls=self.tls,
+            ca=self.ca or None,
         )
 
 

@@ -141,6 +141,8 @@ def _server_access(options: Any) -> ServerAccess:
         login=_option(options, "login", "guest") or "guest",
         password=_option(options, "password", "guest") or "guest",
         connect_timeout=_number(options, "connectTimeout", "5", 0.1) or 5.0,
+        tls=_flag(options, "tls", False),
+        ca=_option(options, "ca", "") or "",
     )
 
 

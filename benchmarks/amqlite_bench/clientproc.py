@@ -27,12 +27,14 @@ from .errors import BenchError
 from .peers import INSTALL_HINT
 from .plan import ClientReport
 from .scenarios import Scenario, run_clients
-from .systems import AMQLITE, RAW_TRIO, make_target
+from .systems import AMQLITE, PIKA, RAW_TRIO, make_target
 
+#: RabbitMQ's driver (the peer's name) is pika's, as is amqlite-amqp's (``pika``).
 RABBITMQ_DRIVER = "rabbitmq"
 NATS_DRIVER = "nats"
 TRIO_DRIVERS = (AMQLITE, RAW_TRIO)
-DRIVERS: tuple[str, ...] = (*TRIO_DRIVERS, RABBITMQ_DRIVER, NATS_DRIVER)
+PIKA_DRIVERS = (PIKA, RABBITMQ_DRIVER)
+DRIVERS: tuple[str, ...] = (*TRIO_DRIVERS, PIKA, RABBITMQ_DRIVER, NATS_DRIVER)
 
 
 class LineEmitter:
@@ -97,10 +99,10 @@ def run_spec(spec: dict[str, Any], emit: LineEmitter) -> ClientReport:
                 on_finished=emit.finished,
             )
         )
-    elif driver == RABBITMQ_DRIVER:
-        from .pikaclient import run_rabbitmq
+    elif driver in PIKA_DRIVERS:
+        from .pikaclient import run_pika
 
-        report = run_rabbitmq(spec["address"], spec.get("auth", {}), scenario, emit)
+        report = run_pika(spec["address"], spec.get("auth", {}), scenario, emit, spec["system"])
     elif driver == NATS_DRIVER:
         from .natsclient import run_nats
 

@@ -7,6 +7,12 @@ scenarios it takes part in. :class:`Lineup` starts what the options ask for and
 stops all of it, by pid, when the bench ends; a system that cannot be had is
 reported in one line and left out. ``amqlite-pair`` takes part in ``failover``
 only and has no server here: the scenario starts (and kills) its own HA pair.
+
+``amqlite-amqp`` is amqlite's own broker reached over AMQP 0-9-1: the brokers
+the bench starts for amqlite get ``--amqp-port 0`` as well, and its rows
+(``amqlite-amqp``, and ``amqlite-amqp-fsync-batch`` / ``-always`` for the
+persistent run) use the pika clients RabbitMQ's use, so the two compare like
+with like.
 """
 
 from __future__ import annotations
@@ -20,10 +26,10 @@ import trio
 
 from .errors import BenchError
 from .failover import PAIR_SYSTEM
-from .peers import NATS, Peer, PeerUnavailable, start_peer, stop_peer
+from .peers import NATS, RABBITMQ, Peer, PeerUnavailable, missing_client, start_peer, stop_peer
 from .procs import ServerExited, ServerProcess, baseline_argv, broker_argv
 from .scenarios import FAILOVER, PERSISTENT
-from .systems import AMQLITE, RAW_TRIO
+from .systems import AMQLITE, AMQLITE_AMQP, PIKA, RAW_TRIO
 
 #: The fsync policies ``1to1-persistent-confirm`` runs amqlite with.
 FSYNC_MODES: tuple[str, ...] = ("batch", "always")
@@ -31,8 +37,8 @@ FSYNC_MODES: tuple[str, ...] = ("batch", "always")
 PAIR_ONLY = f"it kills an HA pair's master; {PAIR_SYSTEM} only"
 
 
-def fsync_system(mode: str) -> str:
-    return f"{AMQLITE}-fsync-{mode}"
+def fsync_system(mode: str, system: str = AMQLITE) -> str:
+    return f"{system}-fsync-{mode}"
 
 
 def is_amqlite(system: str) -> bool:
@@ -98,13 +104,13 @@ class Lineup:
                     Contender(PAIR_SYSTEM, PAIR_SYSTEM, "", dict(auth), only=frozenset({FAILOVER}))
                 )
         if not any(s != FAILOVER for s in scenarios):  # start nothing the pair does not need
-            for name in (*(s for s in systems if s != AMQLITE), *peers):
+            for name in (*(s for s in systems if s != AMQLITE), *peers):  # amqlite-amqp too
                 self.say(f"{name}: {FAILOVER} not run: {PAIR_ONLY}")
             return self.contenders
         await self._start_others(nursery, systems, peers, scenarios, servers, auth)
         if FAILOVER in scenarios:
             for c in self.contenders:
-                if c.system == AMQLITE:
+                if c.system in (AMQLITE, AMQLITE_AMQP):
                     c.skip[FAILOVER] = f"run on {PAIR_SYSTEM} (an HA pair of its own)"
                 elif c.system != PAIR_SYSTEM and c.only is None:
                     c.skip[FAILOVER] = PAIR_ONLY
@@ -133,8 +139,17 @@ class Lineup:
                     skip={PERSISTENT: "the relay has no queues, disk or confirms"},
                 )
             )
-        if AMQLITE in systems:
-            await self._start_amqlite(nursery, scenarios, servers, auth)
+        native = AMQLITE in systems
+        amqp = AMQLITE_AMQP in systems
+        if amqp:
+            why = missing_client(RABBITMQ)  # the same pika clients
+            if why is None and servers is not None:
+                why = "-s names a broker's native port, not its AMQP one"
+            if why is not None:
+                self.say(f"{AMQLITE_AMQP}: unavailable, left out: {why}")
+                amqp = False
+        if native or amqp:
+            await self._start_amqlite(nursery, scenarios, servers, auth, native=native, amqp=amqp)
         for name in peers:
             try:
                 peer = await start_peer(name)
@@ -153,23 +168,35 @@ class Lineup:
         scenarios: tuple[str, ...],
         servers: str | None,
         auth: dict[str, str],
+        *,
+        native: bool = True,
+        amqp: bool = False,
     ) -> None:
+        """amqlite's brokers; ``native``: rows for amqlite's own protocol and client,
+        ``amqp``: rows for its AMQP 0-9-1 listener with pika (the same brokers)."""
         if servers is not None:  # a broker someone else runs: every scenario on it
             self.contenders.append(Contender(AMQLITE, AMQLITE, servers, dict(auth)))
             return
+        amqp_flag = ("--amqp-port", "0") if amqp else ()
         # a data dir of its own, so the broker writes nothing where the bench was started
         data_dir = tempfile.mkdtemp(prefix="amqlite-bench-")
         self._dirs.append(data_dir)
-        argv = broker_argv("--data-dir", data_dir)
+        argv = broker_argv("--data-dir", data_dir, *amqp_flag)
         broker = await self._server(nursery, "amqlite broker", argv, "server_listening")
-        plain = Contender(AMQLITE, AMQLITE, broker.address, dict(auth), broker.pid, broker)
-        self.contenders.append(plain)
+        plain: list[Contender] = []
+        if native:
+            plain.append(
+                Contender(AMQLITE, AMQLITE, broker.address, dict(auth), broker.pid, broker)
+            )
+        if amqp:
+            plain.append(self._amqp_contender(AMQLITE_AMQP, broker, auth))
+        self.contenders.extend(plain)
         if PERSISTENT not in scenarios:
             return
         for mode in FSYNC_MODES:
             data_dir = tempfile.mkdtemp(prefix=f"amqlite-bench-fsync-{mode}-")
             self._dirs.append(data_dir)
-            argv = broker_argv("--data-dir", data_dir, "--fsync", mode)
+            argv = broker_argv("--data-dir", data_dir, "--fsync", mode, *amqp_flag)
             try:
                 server = await self._server(
                     nursery, f"amqlite broker (fsync {mode})", argv, "server_listening"
@@ -179,22 +206,39 @@ class Lineup:
                     why = "this `amqlite server` has no --fsync flag yet (exit 2: unknown flag)"
                 else:
                     why = str(exc).splitlines()[0]
-                plain.skip[PERSISTENT] = (
-                    f"unavailable: {why}; no {fsync_system('*')} broker could start"
-                )
+                for c in plain:
+                    c.skip[PERSISTENT] = (
+                        f"unavailable: {why}; no {fsync_system('*', c.system)} broker could start"
+                    )
                 return
-            plain.skip[PERSISTENT] = f"run on {fsync_system('*')} (brokers with a data dir)"
-            self.contenders.append(
-                Contender(
-                    fsync_system(mode),
-                    AMQLITE,
-                    server.address,
-                    dict(auth),
-                    server.pid,
-                    server,
-                    only=frozenset({PERSISTENT}),
+            for c in plain:
+                c.skip[PERSISTENT] = (
+                    f"run on {fsync_system('*', c.system)} (brokers with a data dir)"
                 )
-            )
+            only = frozenset({PERSISTENT})
+            if native:
+                self.contenders.append(
+                    Contender(
+                        fsync_system(mode),
+                        AMQLITE,
+                        server.address,
+                        dict(auth),
+                        server.pid,
+                        server,
+                        only=only,
+                    )
+                )
+            if amqp:
+                c = self._amqp_contender(fsync_system(mode, AMQLITE_AMQP), server, auth)
+                c.only = only
+                self.contenders.append(c)
+
+    @staticmethod
+    def _amqp_contender(system: str, server: ServerProcess, auth: dict[str, str]) -> Contender:
+        address = server.amqp_address
+        if address is None:
+            raise BenchError(f"the {server.name} did not say where its AMQP listener is")
+        return Contender(system, PIKA, address, dict(auth), server.pid, server)
 
     async def _server(
         self, nursery: trio.Nursery, name: str, argv: list[str], ready_event: str

@@ -1,4 +1,5 @@
-"""RabbitMQ's bench clients: pika's asynchronous ``SelectConnection``, its fastest
+"""The AMQP 0-9-1 bench clients, for RabbitMQ and for amqlite's AMQP listener
+(``amqlite-amqp``) alike: pika's asynchronous ``SelectConnection``, its fastest
 Python path, with every connection of a run on one shared I/O loop (one thread),
 as amqlite's bench clients share one trio loop.
 
@@ -65,9 +66,16 @@ class _PikaRun:
     """One run's connections and counters, driven by pika callbacks on one loop."""
 
     def __init__(
-        self, pika: Any, address: str, auth: dict[str, str], scenario: Scenario, emit: Any
+        self,
+        pika: Any,
+        address: str,
+        auth: dict[str, str],
+        scenario: Scenario,
+        emit: Any,
+        system: str = "rabbitmq",
     ) -> None:
         self.pika = pika
+        self.system = system
         self.ioloop = importlib.import_module("pika.adapters.select_connection").IOLoop()
         self.host, self.port = _split(address)
         self.auth = auth
@@ -104,7 +112,7 @@ class _PikaRun:
         self.ioloop.call_later(PROGRESS_INTERVAL, self._progress)
         self.ioloop.start()
         if self.error is not None:
-            raise BenchError(f"rabbitmq {self.scenario.name}: {self.error}")
+            raise BenchError(f"{self.system} {self.scenario.name}: {self.error}")
         hist = None
         if self.plan.stamp:
             hist = new_histogram()
@@ -382,7 +390,10 @@ class _PikaRun:
             ch.exchange_delete(self.exchange, callback=done)
 
 
-def run_rabbitmq(address: str, auth: dict[str, str], scenario: Scenario, emit: Any) -> ClientReport:
-    """Run ``scenario`` against the RabbitMQ at ``address`` with pika (see the module doc)."""
+def run_pika(
+    address: str, auth: dict[str, str], scenario: Scenario, emit: Any, system: str = "rabbitmq"
+) -> ClientReport:
+    """Run ``scenario`` with pika against the AMQP 0-9-1 broker at ``address``
+    (RabbitMQ, or amqlite's AMQP listener); ``system`` names it in errors."""
     pika = importlib.import_module("pika")
-    return _PikaRun(pika, address, auth, scenario, emit).run()
+    return _PikaRun(pika, address, auth, scenario, emit, system).run()

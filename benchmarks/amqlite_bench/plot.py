@@ -20,6 +20,9 @@ _COLOURS = {
     "amqlite": "#1f77b4",
     "amqlite-fsync-batch": "#4a98d3",
     "amqlite-fsync-always": "#9cc7ea",
+    "amqlite-amqp": "#9467bd",
+    "amqlite-amqp-fsync-batch": "#b294d0",
+    "amqlite-amqp-fsync-always": "#d1c2e6",
     "raw-trio": "#7f7f7f",
     "rabbitmq": "#ff7f0e",
     "nats": "#2ca02c",
@@ -27,7 +30,7 @@ _COLOURS = {
 
 
 def _colour(system: str, i: int) -> str:
-    fallback = ["#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf"]
+    fallback = ["#8c564b", "#e377c2", "#bcbd22", "#17becf"]
     return _COLOURS.get(system, fallback[i % len(fallback)])
 
 

@@ -72,6 +72,9 @@ class ServerProcess:
         self.name = name
         self.proc = proc
         self.port = 0
+        #: the JSON log record that said it was listening (``server_listening``: its
+        #: ``amqp`` field is the AMQP 0-9-1 listener's ``host:port``, or null)
+        self.ready_record: dict[str, object] = {}
         self.log_tail: deque[str] = deque(maxlen=20)
         self.log_path = log_path
 
@@ -82,6 +85,13 @@ class ServerProcess:
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def amqp_address(self) -> str | None:
+        """Where its AMQP 0-9-1 listener is (an amqlite broker started with
+        ``--amqp-port``), or None."""
+        amqp = self.ready_record.get("amqp")
+        return amqp if isinstance(amqp, str) and amqp else None
 
     @classmethod
     async def start(
@@ -149,6 +159,7 @@ class ServerProcess:
                             continue
                         if record.get("event") == ready_event:
                             ready = True
+                            self.ready_record = record
                             task_status.started(int(record["port"]))
         if not ready:
             await self.proc.wait()

@@ -9,6 +9,11 @@ other system that ran it (``ratio_vs_raw_trio``, ``ratio_vs_rabbitmq``,
 ``ratio_vs_nats``); rows with latencies also carry ``p99_ratio_vs_<system>``
 (amqlite's p99 over the other's: below 1 is better).
 
+With ``amqlite-amqp`` rows (amqlite over AMQP 0-9-1, pika clients) and RabbitMQ
+rows in the same results, a second table puts them side by side per scenario:
+msgs/s (p99 for the latency run), their ratio, and each server's CPU per delivery
+(:func:`amqp_rows`).
+
 The ``failover`` scenario's rows (``amqlite-pair``) are told apart: ``failover``
 has no msgs/s (``null``) but ``failover_p50_ms`` / ``failover_p99_ms`` /
 ``failover_max_ms``, ``gap_p50_ms`` / ``gap_p99_ms`` / ``gap_max_ms``, ``kills``
@@ -27,7 +32,9 @@ from rich.table import Table
 
 from .contenders import is_amqlite
 from .failover import FAILOVER_P99_TARGET_S, GAP_P99_TARGET_S, RATIO_GOAL, REPLICATED
+from .peers import RABBITMQ
 from .scenarios import FAILOVER, RunResult
+from .systems import AMQLITE_AMQP
 
 
 def ratio_key(system: str, prefix: str = "ratio_vs_") -> str:
@@ -168,10 +175,64 @@ def results_table(results: Sequence[RunResult], *, wide: bool = True) -> Table:
     return table
 
 
+AMQP_HEAD = (
+    "system",
+    "scenario",
+    "amqlite-amqp",
+    "rabbitmq",
+    "amqlite-amqp / rabbitmq",
+    "server us/msg amqlite-amqp",
+    "server us/msg rabbitmq",
+)
+
+
+def _is_amqp(system: str) -> bool:
+    return system == AMQLITE_AMQP or system.startswith(f"{AMQLITE_AMQP}-")
+
+
+def amqp_rows(results: Sequence[RunResult]) -> list[list[str]]:
+    """amqlite over AMQP 0-9-1 against RabbitMQ, both driven by pika: one row per
+    ``amqlite-amqp*`` row that has a RabbitMQ row in its scenario. Throughput runs
+    compare msgs/s (above 1: amqlite faster); the latency run its p99 (below 1:
+    amqlite's is lower). Server us/msg is the broker's CPU per delivery."""
+    peer = {r.scenario: r for r in results if r.system == RABBITMQ}
+    rows: list[list[str]] = []
+    for r in _throughput(results):
+        base = peer.get(r.scenario)
+        if not _is_amqp(r.system) or base is None:
+            continue
+        if r.p99_ms is not None and base.p99_ms:
+            ours, theirs = f"p99 {r.p99_ms:.2f} ms", f"p99 {base.p99_ms:.2f} ms"
+            ratio = f"p99 {r.p99_ms / base.p99_ms:.2f}"
+        else:
+            ours, theirs = f"{_rate(r.msgs_per_s)} msg/s", f"{_rate(base.msgs_per_s)} msg/s"
+            ratio = f"{(r.msgs_per_s or 0.0) / base.msgs_per_s:.2f}" if base.msgs_per_s else "-"
+        rows.append(
+            [
+                r.system,
+                r.scenario,
+                ours,
+                theirs,
+                ratio,
+                _us(r.per_delivery_us(r.server_cpu_s)),
+                _us(base.per_delivery_us(base.server_cpu_s)),
+            ]
+        )
+    return rows
+
+
 def print_report(results: Sequence[RunResult], notes: Sequence[str], console: Console) -> None:
     wide = console.width >= WIDE_TABLE
     if _throughput(results):
         console.print(results_table(results, wide=wide))
+    amqp = amqp_rows(results)
+    if amqp:
+        table = Table(title="AMQP 0-9-1, pika on both: amqlite-amqp vs rabbitmq")
+        for name in AMQP_HEAD:
+            table.add_column(name, justify="left" if name in ("system", "scenario") else "right")
+        for row in amqp:
+            table.add_row(*row)
+        console.print(table)
     ha = ha_rows(results)
     if ha:
         table = Table(title="amqlite bench: HA pair")
@@ -216,6 +277,12 @@ def markdown_table(results: Sequence[RunResult]) -> str:
         ]
         cells += [_ratio_cell(r, other, ratio, p99) for other in vs]
         lines.append("| " + " | ".join(cells) + " |")
+    amqp = amqp_rows(results)
+    if amqp:
+        lines.append("")
+        lines.append("| " + " | ".join(AMQP_HEAD) + " |")
+        lines.append("|---|---|" + "---:|" * (len(AMQP_HEAD) - 2))
+        lines += ["| " + " | ".join(row) + " |" for row in amqp]
     ha = ha_rows(results)
     if ha:
         if len(lines) == 2:

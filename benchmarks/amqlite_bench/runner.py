@@ -45,7 +45,7 @@ from .failover import (
     run_failover,
 )
 from .hapair import DEFAULT_FAILOVER_TIMEOUT_MS, DEFAULT_HEARTBEAT_MS, PairTiming
-from .peers import INSTALL_HINT, PEERS
+from .peers import INSTALL_HINT, PEERS, RABBITMQ
 from .report import dumps, failover_lines, markdown_table, print_report
 from .scenarios import (
     CLIENT_MODES,
@@ -65,13 +65,18 @@ from .scenarios import (
     build_scenarios,
     run_scenario,
 )
-from .systems import AMQLITE, RAW_TRIO, make_target
+from .systems import AMQLITE, AMQLITE_AMQP, RAW_TRIO, make_target
 
 #: Where the bench clients run by default (see benchmarks/README.md for the measurement).
 DEFAULT_CLIENTS = "shared"
 #: ... and with --vs, where every system's clients run the way the peers' must.
 VS_CLIENTS = "process"
-SYSTEMS: tuple[str, ...] = (RAW_TRIO, AMQLITE)
+#: The amqlite-side systems ``--systems`` takes, in the order they run.
+SYSTEMS: tuple[str, ...] = (RAW_TRIO, AMQLITE, AMQLITE_AMQP)
+#: ... those run when --systems is not given and there is no --vs
+DEFAULT_SYSTEMS: tuple[str, ...] = (RAW_TRIO, AMQLITE)
+#: Systems whose clients are trio clients (the others' run in a child process).
+TRIO_SYSTEMS: tuple[str, ...] = (RAW_TRIO, AMQLITE)
 #: Runs per (scenario, system) with --vs when --repeat is not given.
 VS_REPEAT = 3
 PAUSE_BETWEEN_RUNS = 0.3
@@ -84,13 +89,17 @@ examples:
   amqlite bench --scenarios 1to1-transient --clients split
   amqlite bench -s 127.0.0.1:5555            # against a running broker (baseline still local)
   amqlite bench --vs rabbitmq,nats --plot benchmarks/vs.png   # side by side with the peers
+  amqlite bench --vs rabbitmq --systems amqlite-amqp --quick  # AMQP 0-9-1: pika on both
   amqlite bench --scenarios failover --kills 5   # an HA pair: kill -9 of its master 5 times
 
 Each scenario runs against amqlite and against the raw-trio relay (the same
 framing and codec, no broker) in the same invocation; the table shows their ratio.
 --vs adds RabbitMQ (pika) and NATS (nats-py), started by scripts/peers on their
 own loopback ports ({INSTALL_HINT} for the clients; scripts/peers install for the
-servers); a peer that cannot be had is named and left out.
+servers); a peer that cannot be had is named and left out. With --vs rabbitmq,
+{AMQLITE_AMQP} runs too: amqlite's AMQP 0-9-1 listener (--amqp-port) driven by the
+same pika clients as RabbitMQ, with its ratio to RabbitMQ and server CPU per message
+side by side.
 {FAILOVER} runs on {PAIR_SYSTEM} only, a pair it starts itself: the time from a
 kill -9 of the master to the first confirmed publish on the new one, the longest
 gap in deliveries, every confirmed message counted, and persistent confirmed
@@ -115,8 +124,9 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--systems", metavar="A,B",
-        help=f"amqlite-side systems to run: {', '.join(SYSTEMS)} (default: both; with --vs: "
-        f"{AMQLITE})",
+        help=f"amqlite-side systems to run: {', '.join(SYSTEMS)} (default: "
+        f"{','.join(DEFAULT_SYSTEMS)}; with --vs: {AMQLITE}, and {AMQLITE_AMQP} when "
+        f"{RABBITMQ} is a peer)",
     )  # fmt: skip
     parser.add_argument(
         "--vs", metavar="PEERS", default="",
@@ -235,8 +245,12 @@ def options_from_args(args: argparse.Namespace) -> BenchOptions:
         scenarios = build_scenarios(names, messages=messages, latency_seconds=seconds)
     except ValueError as exc:
         raise ValueError(f"--scenarios: {exc}") from None
-    systems_text = args.systems if args.systems is not None else (AMQLITE if peers else "")
-    systems = tuple(_names(systems_text)) if systems_text else SYSTEMS
+    if args.systems is not None:
+        systems = tuple(_names(args.systems))
+    elif peers:
+        systems = (AMQLITE, AMQLITE_AMQP) if RABBITMQ in peers else (AMQLITE,)
+    else:
+        systems = DEFAULT_SYSTEMS
     unknown = [s for s in systems if s not in SYSTEMS]
     if unknown or not systems:
         raise ValueError(f"--systems: choose from {', '.join(SYSTEMS)} (got {args.systems!r})")
@@ -336,16 +350,20 @@ def run_bench(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _client_logs_on_stderr() -> Iterator[None]:
     """The client's warnings (a failover's clients reconnect) go to stderr, never
-    into the results on stdout, where an unconfigured structlog would print them;
-    a configuration in place is kept."""
-    if structlog.is_configured():
-        yield
-        return
+    into the results on stdout, whatever structlog was configured to before (an
+    unconfigured structlog prints to stdout, and so does one configured with only
+    some of its settings, as ``structlog.testing.capture_logs`` leaves it); the
+    previous configuration is put back afterwards."""
+    was_configured = structlog.is_configured()
+    previous = structlog.get_config()
     configure_logging("console", "warning", sys.stderr)
     try:
         yield
     finally:
-        structlog.reset_defaults()
+        if was_configured:
+            structlog.configure(**previous)
+        else:
+            structlog.reset_defaults()
 
 
 def _plot(results: list[RunResult], path: str, opts: BenchOptions) -> int:
@@ -485,7 +503,7 @@ async def _run_one(
         return await _run_failover(opts, c, scenario, progress)
     label = f"{c.system} {scenario.name}"
     hook = progress.begin(label, scenario.deliveries) if progress else None
-    in_child = opts.clients == "process" or c.driver not in SYSTEMS
+    in_child = opts.clients == "process" or c.driver not in TRIO_SYSTEMS
     try:
         if in_child:
             spec = client_spec(c.system, c.driver, c.address, c.auth, scenario, opts.stall_timeout)
@@ -635,7 +653,8 @@ def notes(opts: BenchOptions) -> list[str]:
                 "message once all its copies are delivered, deliveries/s counts every copy"
             )
         if s.name == PERSISTENT:
-            modes = ", ".join(fsync_system(m) for m in FSYNC_MODES)
+            amqlites = [x for x in (AMQLITE, AMQLITE_AMQP) if x in opts.systems]
+            modes = ", ".join(fsync_system(m, x) for x in amqlites for m in FSYNC_MODES)
             out.append(
                 f"{PERSISTENT}: {s.plan.messages:,} persistent messages to a durable queue, "
                 f"confirms with at most {CONFIRM_WINDOW:,} outstanding; amqlite as {modes} "
@@ -657,6 +676,11 @@ def notes(opts: BenchOptions) -> list[str]:
                 f"a standalone broker, alternating, median of {f.replication_runs}; both nodes "
                 "share this machine's cores"
             )
+    if AMQLITE_AMQP in opts.systems:
+        out.append(
+            f"{AMQLITE_AMQP}: amqlite's broker (the same processes as amqlite's rows) over its "
+            "AMQP 0-9-1 listener (--amqp-port), driven by the pika clients rabbitmq's runs use"
+        )
     if RAW_TRIO in opts.systems:
         out.append(
             "raw-trio: a relay decoding each publish (cbor2) and encoding deliveries with the "

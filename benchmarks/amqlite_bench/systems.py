@@ -25,6 +25,12 @@ from .relayclient import consume as relay_consume
 
 AMQLITE = "amqlite"
 RAW_TRIO = "raw-trio"
+#: amqlite's AMQP 0-9-1 listener (``amqlite server --amqp-port``), driven with the
+#: same pika client code as RabbitMQ (:mod:`amqlite_bench.pikaclient`), not by a
+#: :class:`Target` here.
+AMQLITE_AMQP = "amqlite-amqp"
+#: The client driver of RabbitMQ and of amqlite-amqp: pika's SelectConnection.
+PIKA = "pika"
 
 #: Prefetch (credit) of every amqlite consumer in the benchmarks.
 PREFETCH = 1000

@@ -10,7 +10,13 @@ from collections.abc import Iterator
 import pika
 import pytest
 
-from amqlite.amqp import PROTOCOL_HEADER, ContentReceived, HeartbeatReceived, MethodReceived
+from amqlite.amqp import (
+    PROTOCOL_HEADER,
+    BasicProperties,
+    ContentReceived,
+    HeartbeatReceived,
+    MethodReceived,
+)
 from amqlite.amqp import methods as m
 from amqlite.amqp.frames import encode_method_frame
 
@@ -221,4 +227,24 @@ def test_an_unsigned_64_bit_header_is_delivered_as_it_came(server: AmqpServer) -
     got = raw.request(1, m.BasicGet(0, q, True))
     assert isinstance(got, ContentReceived)
     assert (got.body, got.properties.headers) == (b"hi", {"big": 2**64 - 1})
+    raw.close()
+
+
+def test_acks_due_go_out_before_a_channel_error_closes_the_channel(server: AmqpServer) -> None:
+    """Confirms are written when the connection next writes (coalesced); a channel
+    error in the same read must not swallow the acks already due."""
+    raw = RawAmqp(server.amqp_port)
+    raw.handshake()
+    raw.open_channel(1)
+    reply = raw.request(1, m.ConfirmSelect())
+    assert isinstance(reply, MethodReceived) and isinstance(reply.method, m.ConfirmSelectOk)
+    props = BasicProperties()
+    # one write: a publish acked at once (unroutable, not mandatory), then one to
+    # an exchange that does not exist (404 closes the channel in the same turn)
+    data = raw.proto.send_content(1, m.BasicPublish(0, "", "no-such-queue"), props, b"a")
+    data += raw.proto.send_content(1, m.BasicPublish(0, "no-such-exchange", "k"), props, b"b")
+    raw.send(data)
+    assert raw.next_method() == m.BasicAck(1, False)
+    close = raw.next_method()
+    assert isinstance(close, m.ChannelClose) and close.reply_code == 404
     raw.close()

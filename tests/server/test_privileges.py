@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 import trio
 from structlog.testing import capture_logs
 
@@ -87,8 +88,17 @@ async def ha_node(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[Broker
 
 @contextmanager
 def logged() -> Iterator[list[dict[str, Any]]]:
-    with capture_logs() as entries:
-        yield entries
+    was_configured = structlog.is_configured()
+    try:
+        with capture_logs() as entries:
+            yield entries
+    finally:
+        # capture_logs restores the processors with structlog.configure(), which
+        # marks structlog configured (with its stdout defaults): later code that
+        # keeps "a configuration in place" (the bench's runner) would then print
+        # logs into its JSON on stdout
+        if not was_configured:
+            structlog.reset_defaults()
 
 
 def refusals(entries: list[dict[str, Any]], event: str) -> list[str]:

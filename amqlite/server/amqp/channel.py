@@ -50,6 +50,7 @@ class ChannelLink(Protocol):
     remote_address: str
 
     def send_method(self, channel: int, method: Method) -> None: ...
+    def confirms_pending(self, channel: AmqpChannel) -> None: ...
     def send_content(
         self, channel: int, method: Method, properties: BasicProperties, body: bytes
     ) -> None: ...
@@ -78,6 +79,12 @@ class AmqpChannel:
         self.confirming = False  # confirm.select was received
         self.transactional = False  # tx.select was received
         self._seq = 0  # publish sequence number (confirm mode)
+        # confirms: acks due but not written yet (written, coalesced, by
+        # flush_confirms before the connection's next send); every publish up to
+        # _confirmed_upto has had its ack or nack, and so have those in _confirmed_above
+        self._acks_due: list[int] = []
+        self._confirmed_upto = 0
+        self._confirmed_above: set[int] = set()
         self._tx: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
         self._released = False
         # HA: pushes held until the passive node has their message, in order:
@@ -167,15 +174,67 @@ class AmqpChannel:
             if request.confirm:
                 self._after_durable(request, functools.partial(self._ack_publish, request.id))
         elif isinstance(reply, ev.Nacked):
-            self.link.send_method(self.number, m.BasicNack(request.id, False, False))
+            self._nack_publish(request.id)
         elif isinstance(reply, ev.Error):
             self._fail_with(reply, m.BasicPublish)
 
     def _ack_publish(self, seq: int, lost: str | None) -> None:
         if lost is not None:
-            self.link.send_method(self.number, m.BasicNack(seq, False, False))
-        else:
-            self.link.send_method(self.number, m.BasicAck(seq, False))
+            self._nack_publish(seq)
+            return
+        if not self._acks_due:
+            self.link.confirms_pending(self)
+        self._acks_due.append(seq)
+
+    def _nack_publish(self, seq: int) -> None:
+        self.flush_confirms()  # the acks due before it go first
+        self.link.send_method(self.number, m.BasicNack(seq, False, False))
+        self._confirmed(seq)
+
+    def _confirmed(self, seq: int) -> None:
+        """``seq`` has had its ack or nack: move the watermark."""
+        if seq == self._confirmed_upto + 1:
+            upto = seq
+            above = self._confirmed_above
+            while above and upto + 1 in above:
+                upto += 1
+                above.remove(upto)
+            self._confirmed_upto = upto
+        elif seq > self._confirmed_upto:
+            self._confirmed_above.add(seq)
+
+    def flush_confirms(self) -> None:
+        """Write the acks due, as RabbitMQ does: one ``basic.ack`` with ``multiple``
+        for a run of publishes that are all acked now and follow every publish
+        confirmed before (so it covers nothing acked or nacked earlier); a single
+        ``basic.ack`` for each other one. A client publishing with a window gets
+        one frame per batch instead of one per message, and pika's publisher then
+        sends in batches too: ``amqlite bench --vs rabbitmq`` went from 0.48 to about
+        0.7 of RabbitMQ's confirmed rate with it (benchmarks/README.md)."""
+        acks = self._acks_due
+        if not acks:
+            return
+        self._acks_due = []
+        acks.sort()
+        send, number = self.link.send_method, self.number
+        run_start = run_end = 0  # a run of acks following _confirmed_upto, not yet written
+        for seq in acks:
+            if seq == self._confirmed_upto + 1:
+                if not run_start:
+                    run_start = seq
+                run_end = seq
+                self._confirmed(seq)
+                if self._confirmed_upto != seq:  # it joined acks written earlier: end the run
+                    send(number, m.BasicAck(run_end, run_end > run_start))
+                    run_start = run_end = 0
+            else:
+                if run_start:
+                    send(number, m.BasicAck(run_end, run_end > run_start))
+                    run_start = run_end = 0
+                send(number, m.BasicAck(seq, False))
+                self._confirmed(seq)
+        if run_start:
+            send(number, m.BasicAck(run_end, run_end > run_start))
 
     def _after_durable(self, request: ev.Event, send: Callable[[str | None], None]) -> None:
         """Call ``send(None)`` once what ``request`` wrote to the journal is durable
@@ -541,6 +600,8 @@ class AmqpChannel:
         unacked messages (redelivered), cancel its consumers. Called once."""
         if self._released:
             return
+        with contextlib.suppress(AmqliteError):  # acks due, if the channel can carry them
+            self.flush_confirms()
         self._released = True
         self._tx.clear()
         storage: NodeStorage | None = self.node.storage

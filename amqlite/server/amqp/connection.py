@@ -95,6 +95,7 @@ class AmqpServerConnection:
             remote_address=remote_address,
             high_water=HIGH_WATER,
             low_water=LOW_WATER,
+            before_flush=self._flush_confirms,
             on_drained=self._drained,
             on_lost=self._lost,
             handshake_timeout=HANDSHAKE_TIMEOUT,
@@ -106,6 +107,7 @@ class AmqpServerConnection:
         self.vhost = ""
         self.client_name = ""
         self.channels: dict[int, AmqpChannel] = {}
+        self._confirming: list[AmqpChannel] = []  # channels with acks due
         self.holder: Session | None = None  # holds the connection's exclusive queues
         self._login = ""
         self._client_properties: FieldTable = {}
@@ -189,7 +191,15 @@ class AmqpServerConnection:
     def _protocol_error(self, exc: AmqpError) -> bool:
         """Answer ``exc``: close its channel (True: go on) or the connection."""
         if isinstance(exc, ProtocolHeaderMismatch):
-            log.info("amqp_wrong_protocol_header", remote=self.remote_address)
+            looks_like = "TLS" if exc.received[:1] == b"\x16" else None
+            log.info(
+                "amqp_wrong_protocol_header",
+                remote=self.remote_address,
+                looks_like=looks_like,
+                hint="a TLS client on a plain port (amqps needs [amqp] tls = true)"
+                if looks_like
+                else None,
+            )
             with contextlib.suppress(AmqliteError):
                 self.link.send_bytes(self.proto.send_close_for(exc))
             return False
@@ -203,6 +213,9 @@ class AmqpServerConnection:
             code=exc.code,
             text=exc.text,
         )
+        if channel is not None:  # its acks already due go out before its close
+            with contextlib.suppress(AmqliteError):
+                channel.flush_confirms()
         try:
             frame = self.proto.send_close_for(exc)
         except AmqliteError:
@@ -430,6 +443,21 @@ class AmqpServerConnection:
         link.out += self.proto.send_content(channel, method, properties, body)
         if not link.kicked:
             link.kick()
+
+    def confirms_pending(self, channel: AmqpChannel) -> None:
+        """``channel`` has publisher acks due: they are written before the next send."""
+        self._confirming.append(channel)
+        link = self.link
+        if not link.kicked:
+            link.kick()
+
+    def _flush_confirms(self) -> None:
+        confirming = self._confirming
+        if confirming:
+            self._confirming = []
+            for channel in confirming:
+                with contextlib.suppress(AmqliteError):
+                    channel.flush_confirms()
 
     def fail(self, error: AmqpError) -> None:
         """A channel's deferred reply failed (the disk lost what it promised)."""

@@ -34,6 +34,7 @@ from amqlite.peering import (
 )
 from amqlite.peering.wire import Refused
 from amqlite.protocol import events as ev
+from amqlite.tls import node_client_context
 
 from .applier import ActionApplier
 from .durability import PeeringDurability
@@ -97,6 +98,10 @@ class PeeringService:
         self.node = node
         self.acceptor_retention = acceptor_retention
         self.links_config = links
+        # links with tls = true verify the remote against [tls] ca and its host name
+        self._tls = (
+            node_client_context(node.config.tls) if any(link.tls for link in links) else None
+        )
         self.exchanges: dict[tuple[str, str], PeeredExchange] = {}
         self.hooks: dict[str, dict[str, PublishHook]] = {}  # vhost -> exchange -> hook
         self.epoch = 0
@@ -345,7 +350,11 @@ class PeeringService:
         cfg = self._configs.get(link_id)
         if link is None or cfg is None:
             return
-        conn = DialedLink(link_id, max_frame_size=self.node.config.server.max_frame_bytes)
+        conn = DialedLink(
+            link_id,
+            max_frame_size=self.node.config.server.max_frame_bytes,
+            ssl_context=self._tls if cfg.tls else None,
+        )
         old = registry.conns.get(link_id)
         if old is not None:
             old.close("a new connection attempt")

@@ -13,6 +13,7 @@ shell), which hand their ``peer`` frames to ``PeeringService.on_frame``.
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -64,9 +65,12 @@ class DialedLink:
     opened by :func:`~amqlite.link.dial` and its reader (:meth:`run`). No
     ``heartbeat`` frames of its own: peering's ``peer.heartbeat`` maps keep it alive."""
 
-    def __init__(self, name: str, *, max_frame_size: int) -> None:
+    def __init__(
+        self, name: str, *, max_frame_size: int, ssl_context: ssl.SSLContext | None = None
+    ) -> None:
         self.name = name  # the link id, for the log
         self._max_frame_size = max_frame_size
+        self._tls = ssl_context  # dial over TLS (the remote verified by its host name)
         self._link: FramedLink | None = None  # once welcomed
         self._cancel_scope = trio.CancelScope()  # the dial, before there is a link
 
@@ -113,6 +117,7 @@ class DialedLink:
                     hello,
                     max_frame_size=self._max_frame_size,
                     timeout=timeout,
+                    ssl_context=self._tls,
                 )
             except DialFailed as exc:
                 if exc.refused:
