@@ -12,15 +12,18 @@ from __future__ import annotations
 import contextlib
 import os
 
+from amqlite.store.files import open_private
+
 
 def write_durably(path: str, data: bytes) -> None:
     """Replace the file ``path`` by ``data``, durably (see the module docstring).
 
     Raises ``OSError`` when the disk refuses; the file then still holds its old
-    content (or is still missing) and no temporary file is left behind."""
+    content (or is still missing) and no temporary file is left behind. A file it
+    creates is ``0600``."""
     tmp = path + ".tmp"
     try:
-        with open(tmp, "wb") as f:
+        with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

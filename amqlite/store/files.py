@@ -6,13 +6,69 @@ everything that was not fsynced (a simulated power cut). :class:`OsFileLayer` is
 the real one. A layer raises ``OSError`` for disk trouble; the journal turns
 that into :class:`~amqlite.store.errors.StoreWriteError`. Anything else a layer
 raises goes straight through (tests use that to simulate a crash).
+
+Everything the store creates is private to the broker's user whatever the umask:
+directories ``0700`` (:func:`make_private_dirs`), files ``0600``
+(:func:`open_private`). A name that comes from outside (a peering link's name, a
+remote node id) becomes a file name only through :func:`file_name_for`, which can
+never leave the directory it is joined to.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 from typing import Protocol
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+#: The readable part of :func:`file_name_for` (the hash makes it unique).
+_READABLE_MAX = 64
+_READABLE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
+
+
+def file_name_for(name: str) -> str:
+    """One safe path component for an arbitrary ``name``: its ASCII letters, digits,
+    ``-`` and ``_`` (others become ``_``, at most 64 kept), then ``-`` and 16 hex
+    digits of the SHA-256 of the name. Never empty, never ``.`` or ``..``, no ``/``
+    or NUL, at most 81 characters; two different names never share one (the hash)."""
+    readable = "".join(c if c in _READABLE else "_" for c in name[:_READABLE_MAX])
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{readable}-{digest}"
+
+
+def make_private_dirs(path: str) -> None:
+    """``os.makedirs(path, exist_ok=True)``, the directories it creates ``0700``
+    whatever the umask (an existing one keeps its mode: the operator's choice)."""
+    if os.path.isdir(path):
+        return
+    parent = os.path.dirname(os.path.normpath(path))
+    if parent and parent != path:
+        make_private_dirs(parent)
+    try:
+        os.mkdir(path, DIR_MODE)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+        return
+    os.chmod(path, DIR_MODE)  # the umask may have taken bits mkdir asked for
+
+
+def open_private(path: str, flags: int) -> int:
+    """``os.open(path, flags | O_CREAT | O_CLOEXEC)``; a file it creates is ``0600``
+    whatever the umask (an existing file keeps its mode)."""
+    flags |= os.O_CREAT | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags | os.O_EXCL, FILE_MODE)
+    except FileExistsError:
+        return os.open(path, flags, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)  # exactly 0600, whatever the umask took
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class FileHandle(Protocol):
@@ -87,7 +143,7 @@ class OsFileLayer:
     """The real file layer (POSIX)."""
 
     def makedirs(self, path: str) -> None:
-        os.makedirs(path, exist_ok=True)
+        make_private_dirs(path)
 
     def listdir(self, path: str) -> list[str]:
         return os.listdir(path)
@@ -100,8 +156,7 @@ class OsFileLayer:
             return f.read(limit)
 
     def open_append(self, path: str, *, truncate: bool = False) -> FileHandle:
-        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if truncate else 0)
-        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+        fd = open_private(path, os.O_WRONLY | (os.O_TRUNC if truncate else 0))
         os.lseek(fd, 0, os.SEEK_END)
         return OsFile(fd)
 
@@ -119,7 +174,7 @@ class OsFileLayer:
             os.close(fd)
 
     def lock(self, path: str, owner: bytes) -> FileHandle:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+        fd = open_private(path, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.ftruncate(fd, 0)

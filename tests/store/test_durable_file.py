@@ -47,7 +47,7 @@ def test_a_failed_write_leaves_the_old_file(
         raise OSError(28, "No space left on device")
 
     if failing == "write":
-        monkeypatch.setattr("builtins.open", _open_failing_writes())
+        monkeypatch.setattr(os, "fdopen", _open_failing_writes())
     else:
         monkeypatch.setattr(os, failing, disk_full)
     with pytest.raises(OSError, match="No space left"):
@@ -74,8 +74,8 @@ def test_a_failed_first_write_leaves_no_file(
 
 
 def _open_failing_writes() -> object:
-    """``open`` whose files fail on ``write`` (the disk filled up mid-write)."""
-    real_open = open
+    """``os.fdopen`` whose files fail on ``write`` (the disk filled up mid-write)."""
+    real_open = os.fdopen
 
     class Failing:
         def __init__(self, f: object) -> None:
@@ -91,7 +91,7 @@ def _open_failing_writes() -> object:
             self.f.write(data[: len(data) // 2])  # type: ignore[attr-defined]
             raise OSError(28, "No space left on device")
 
-    def failing_open(path: str, mode: str = "r", *args: object, **kwargs: object) -> object:
+    def failing_open(path: int, mode: str = "r", *args: object, **kwargs: object) -> object:
         f = real_open(path, mode, *args, **kwargs)  # type: ignore[call-overload]
         return Failing(f) if "w" in mode else f
 

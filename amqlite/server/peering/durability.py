@@ -37,6 +37,7 @@ from amqlite.errors import AmqliteError
 from amqlite.peering import MemorySpill, PeeredExchange, PeeringLink, Persist, SpillStore
 from amqlite.store import PeeringMarks, PeeringOut, PeeringOutAck
 from amqlite.store.durable_file import read_if_present, write_durably
+from amqlite.store.files import file_name_for
 
 from .peering_queue import envelope_of
 from .spill import FileSpill
@@ -49,6 +50,13 @@ log = structlog.get_logger("amqlite.peering")
 
 EPOCH_FILE = "PEERING_EPOCH"
 SPILL_DIR = "peering-spill"
+
+
+def spill_path(data_dir: str, link_id: str) -> str:
+    """The spill file of the link ``link_id``: always inside ``data_dir/peering-spill``
+    whatever the id holds (``/``, ``..``, NUL, a thousand characters)."""
+    return os.path.join(data_dir, SPILL_DIR, file_name_for(link_id) + ".spill")
+
 
 # (vhost, exchange, link id) -> {peering.out id: record}
 KeptLogs = dict[tuple[str, str, str], dict[int, PeeringOut]]
@@ -245,12 +253,13 @@ class PeeringDurability:
     # --- spill ---------------------------------------------------------------------------
 
     def spill_store(self, link_id: str) -> SpillStore:
-        """On disk (``peering-spill/`` in the data dir), or in memory without one."""
+        """On disk (``peering-spill/`` in the data dir), or in memory without one.
+        ``link_id`` holds the remote's node id and link name: it is made a safe file
+        name (:func:`~amqlite.store.files.file_name_for`), never used as a path."""
         storage = self.storage
         if storage is None:
             return MemorySpill()
-        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in link_id)
-        return FileSpill(os.path.join(storage.directory, SPILL_DIR, f"{name}.spill"))
+        return FileSpill(spill_path(storage.directory, link_id))
 
     # --- the barrier -----------------------------------------------------------------------
 

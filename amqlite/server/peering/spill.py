@@ -6,7 +6,7 @@ buffered writer; reading the oldest entry flushes it first. Only the sizes of th
 entries stay in memory. When the last entry is taken the file is truncated, so it
 grows only while the link is behind. The file belongs to one run of the broker
 (a restarted broker starts a new sending log, docs/peering.md): it is emptied when
-the store is opened.
+the store is opened. Its directory is created ``0700`` and the file ``0600``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections import deque
 import cbor2
 
 from amqlite.peering import Entry
+from amqlite.store.files import make_private_dirs, open_private
 
 _LENGTH = struct.Struct(">I")
 
@@ -26,9 +27,10 @@ class FileSpill:
     """A :class:`~amqlite.peering.SpillStore` in the file ``path``."""
 
     def __init__(self, path: str) -> None:
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        make_private_dirs(os.path.dirname(path) or ".")
         self.path = path
-        self._file = open(path, "w+b")  # noqa: SIM115 (held open for the store's life)
+        fd = open_private(path, os.O_RDWR | os.O_TRUNC)
+        self._file = os.fdopen(fd, "w+b")  # held open for the store's life
         self._read_at = 0
         self._sizes: deque[tuple[int, int]] = deque()  # (entry size, bytes on disk)
         self._bytes = 0
