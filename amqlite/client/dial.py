@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import ssl
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
@@ -33,7 +33,7 @@ class HelloParams:
 
     vhost: str = "/"
     login: str = "guest"
-    password: str = "guest"
+    password: str = field(default="guest", repr=False)
     client_name: str = ""
     heartbeat: float = 0.0
     role: str = "client"

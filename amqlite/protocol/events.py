@@ -53,7 +53,7 @@ class Hello(Event):
     id: int
     vhost: str = "/"
     login: str = "guest"
-    password: str = "guest"
+    password: str = field(default="guest", repr=False)
     client: str = ""
     protocol: int = PROTOCOL_VERSION
     heartbeat: float = 0.0

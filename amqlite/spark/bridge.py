@@ -17,7 +17,7 @@ import datetime
 import queue as queue_mod
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import trio
@@ -44,7 +44,7 @@ class ServerAccess:
     servers: str
     vhost: str = "/"
     login: str = "guest"
-    password: str = "guest"
+    password: str = field(default="guest", repr=False)
     connect_timeout: float = 5.0
     tls: bool = False
     ca: str = ""
