@@ -459,21 +459,25 @@ class AmqpChannel:
             self._fail(t, ReplyCode.PRECONDITION_FAILED, "channel is not transactional")
         work, self._tx = self._tx, []
         session = self.session
-        first = 0
+        first = last = 0  # the journal span of everything the transaction wrote
         self.transactional = False  # run the work now, not buffer it again
         try:
             for run, args in work:
                 run(*args, now)
+                if session is not None:
+                    span_first, span_last = session.journal_span
+                    if span_last:
+                        first = first or span_first
+                        # -1 is ALL_APPENDED: everything appended so far
+                        last = -1 if -1 in (span_last, last) else max(span_last, last)
         finally:
             self.transactional = True
-            if session is not None and not first:
-                first = session.journal_span[0]
         # commit-ok once everything the transaction wrote is durable
         storage = self.node.storage
-        if storage is not None and session is not None and first:
-            _, last = session.journal_span
-            send = functools.partial(self._commit_ok)
-            storage.when_durable(first, last, functools.partial(self._released_reply, send))
+        if storage is not None and last:
+            storage.when_durable(
+                first, last, functools.partial(self._released_reply, self._commit_ok)
+            )
         else:
             self.link.send_method(self.number, m.TxCommitOk())
 
