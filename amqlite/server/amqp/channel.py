@@ -32,7 +32,7 @@ from amqlite.errors import AmqliteError, ReplyCode
 from amqlite.protocol import events as ev
 
 if TYPE_CHECKING:
-    from amqlite.broker import Session
+    from amqlite.broker import Delivery, Session
 
     from ..context import NodeView
     from ..dispatch import RequestDispatcher
@@ -538,19 +538,19 @@ class AmqpChannel:
         gated = storage is not None and storage.replica_upto is not None
         held = self._held
         was_holding = bool(held)
+        send_deliver = self._send_deliver
         for d in session.take_deliveries():
-            message = d.message
-            send = functools.partial(self._send_deliver, d)
             if gated and storage is not None:
-                journal_id, offset = message.journal_id, d.offset
+                # held pushes keep their place: the rare path pays for a partial
+                journal_id, offset = d.message.journal_id, d.offset
                 if offset is not None:
                     if held or not storage.stream_replicated(self.vhost, d.queue, offset):
-                        held.append((0, d.queue, offset, send))
+                        held.append((0, d.queue, offset, functools.partial(send_deliver, d)))
                         continue
                 elif held or (journal_id and not storage.replicated(journal_id)):
-                    held.append((journal_id, "", 0, send))
+                    held.append((journal_id, "", 0, functools.partial(send_deliver, d)))
                     continue
-            send()
+            send_deliver(d)
         for tag, _code, _text in session.take_cancellations():
             send = functools.partial(self._send_cancel, tag)
             if held:
@@ -561,7 +561,7 @@ class AmqpChannel:
             storage.when_replicated(self._push_replicated)
         self.link.flow()
 
-    def _send_deliver(self, d: Any) -> None:
+    def _send_deliver(self, d: Delivery) -> None:
         message = d.message
         headers = message.headers
         if d.offset is not None:
