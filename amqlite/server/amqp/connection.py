@@ -293,7 +293,7 @@ class AmqpServerConnection:
             "version": amqlite.__version__,
             "platform": "Python/trio",
             "copyright": "amqlite contributors",
-            "information": "https://github.com/amqlite (docs/amqp.md)",
+            "information": "amqlite: AMQP 0-9-1 beside its own protocol (see docs/amqp.md)",
             "cluster_name": node.node_id,
             "capabilities": dict(CAPABILITIES),
         }
