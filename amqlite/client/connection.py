@@ -33,13 +33,19 @@ from amqlite.errors import (
 )
 from amqlite.link import FramedLink
 from amqlite.log import get_logger
-from amqlite.protocol import DEFAULT_MAX_FRAME, ConnState, check_headers, check_props
+from amqlite.protocol import (
+    DEFAULT_MAX_FRAME,
+    ConnState,
+    DeliverMap,
+    check_headers,
+    check_props,
+)
 from amqlite.protocol import events as ev
 
 from .addresses import Address
 from .consumer import Consumer, Subscriptions
 from .declarations import Declarations
-from .delivery import Delivery
+from .delivery import Delivery, PlainDelivery
 from .dial import HELLO_ID, Dialed, Dialer
 from .link import Disconnected, LinkEvent, LinkState, Reconnected, next_state
 from .policy import ReconnectPolicy
@@ -244,7 +250,7 @@ class Connection(Declarations, StreamRequests):
         self._close_done = trio.Event()  # this link's close handshake
         self._set_unblocked(quiet=True)  # a new link is not blocked
 
-        def on_events(events: list[ev.Event]) -> None:
+        def on_events(events: list[ev.Event | DeliverMap]) -> None:
             if settler.gen == gen:
                 self._on_events(events)
 
@@ -322,7 +328,7 @@ class Connection(Declarations, StreamRequests):
 
     # --- the reader's side ----------------------------------------------------------
 
-    def _on_events(self, events: list[ev.Event]) -> None:
+    def _on_events(self, events: list[ev.Event | DeliverMap]) -> None:
         consumer_for = self._consumers.get  # bound once: a dict subclass looks up slower
         settler = self._settler
         delivered = settler.acks.delivered
@@ -331,21 +337,34 @@ class Connection(Declarations, StreamRequests):
         last = 0  # the server's highest tag in this batch (tags only increase)
         for e in events:
             t = type(e)
-            if t is ev.Deliver:
+            if t is dict:  # a deliver map in its usual shape (the per-message path)
+                assert isinstance(e, dict)
+                last = e["dtag"]
+                dtag = last + base
+                c = consumer_for(e["ctag"])
+                if c is None or not c.active:
+                    self._stray(e["ctag"], dtag, c)
+                    continue
+                no_ack = c.no_ack
+                if not no_ack:
+                    delivered(dtag)
+                c.push(PlainDelivery(settler, e, dtag, c.tag, c.queue, no_ack))
+            elif t is ev.Deliver:  # one with headers, properties, an offset, ...
                 assert isinstance(e, ev.Deliver)
                 last = e.dtag
                 dtag = last + base
                 c = consumer_for(e.ctag)
                 if c is None or not c.active:
-                    self._stray(e, dtag, c)
+                    self._stray(e.ctag, dtag, c)
                     continue
                 no_ack = c.no_ack
                 if not no_ack:
                     delivered(dtag)
                 c.push(Delivery(settler, e, dtag, c.tag, c.queue, no_ack))
-            elif t is ev.Ok and confirm(e.re):  # type: ignore[attr-defined]
+            elif t is ev.Ok and confirm(e.re):  # type: ignore[union-attr]
                 continue  # a publish confirmed
             else:
+                assert not isinstance(e, dict)
                 if last:
                     settler.last_dtag = last
                     last = 0
@@ -419,7 +438,7 @@ class Connection(Declarations, StreamRequests):
                 except Exception:
                     log.exception("client_callback_failed", callback=repr(callback))
 
-    def _stray(self, e: ev.Deliver, dtag: int, c: Consumer | None) -> None:
+    def _stray(self, ctag: str, dtag: int, c: Consumer | None) -> None:
         """A delivery for a consumer we cancelled: give it back to the queue."""
         if c is not None and not c.no_ack and self.is_open:
             self._settler.acks.delivered(dtag)
@@ -428,8 +447,8 @@ class Connection(Declarations, StreamRequests):
                 held.append(dtag)
             else:
                 self._settler.settle(dtag, requeue=True, reject=False)
-        elif c is None and e.ctag not in self._consumers.cancelled:
-            log.warning("client_delivery_for_unknown_consumer", ctag=e.ctag)
+        elif c is None and ctag not in self._consumers.cancelled:
+            log.warning("client_delivery_for_unknown_consumer", ctag=ctag)
 
     def _unmatched(self, e: ev.Event) -> None:
         """A reply nobody waits for: the failure of a publish or ack sent earlier."""

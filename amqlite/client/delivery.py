@@ -156,3 +156,66 @@ class Delivery:
             return
         self._settler.settle(self.delivery_tag, requeue=requeue, reject=True)
         self._settled = True
+
+
+class PlainDelivery(Delivery):
+    """A :class:`Delivery` read straight from a ``deliver`` map in its usual shape
+    (:data:`amqlite.protocol.DeliverMap`: no headers, no properties, not redelivered,
+    no offset). It exists because building an event and then a delivery for every
+    message cost a consumer about a fifth of its time per message: here the map
+    cbor2 decoded is the one store of the fields. tests/client/test_plain_delivery.py
+    checks that it reads as the :class:`Delivery` of the checked event does."""
+
+    __slots__ = ("_map",)
+
+    def __init__(
+        self,
+        settler: Settler | None,
+        m: dict[str, Any],
+        delivery_tag: int,
+        consumer_tag: str,
+        queue: str,
+        no_ack: bool,
+    ) -> None:
+        self._settler = settler
+        self._map = m
+        self.delivery_tag = delivery_tag
+        self.consumer_tag = consumer_tag
+        self.queue = queue
+        self._settled = no_ack
+
+    @property
+    def body(self) -> bytes:
+        return self._map["body"]  # type: ignore[no-any-return]
+
+    @property
+    def exchange(self) -> str:
+        return self._map["exchange"]  # type: ignore[no-any-return]
+
+    @property
+    def routing_key(self) -> str:
+        return self._map["key"]  # type: ignore[no-any-return]
+
+    @property
+    def headers(self) -> dict[str, Any]:
+        try:
+            return self._headers
+        except AttributeError:
+            h = self._headers = {}
+            return h
+
+    @property
+    def properties(self) -> dict[str, Any]:
+        try:
+            return self._props
+        except AttributeError:
+            p = self._props = {}
+            return p
+
+    @property
+    def redelivered(self) -> bool:
+        return False
+
+    @property
+    def offset(self) -> int | None:
+        return None

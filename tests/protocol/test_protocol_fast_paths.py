@@ -354,3 +354,96 @@ def test_a_large_frame_over_many_chunks(piece: int) -> None:
         ev.Ok(2),
         ev.Deliver("c", 2, "", "k", b"small"),
     ]
+
+
+# --- a client reading deliveries as maps ----------------------------------------------
+
+_DELIVER_VALUES = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 2**64), TEXT, st.binary(max_size=6), st.just([])
+)
+
+
+def _as_event(item: ev.Event | dict[str, Any]) -> ev.Event:
+    """A deliver map handed on as it is, read as the checked decoder reads it."""
+    if type(item) is dict:
+        return codec.event_from_map(ev.Deliver, item)
+    assert isinstance(item, ev.Event)
+    return item
+
+
+@CHECKS
+@given(
+    frames=st.lists(
+        st.one_of(
+            # the usual six keys, each with any type: the inline test keeps or leaves it
+            st.fixed_dictionaries(
+                {
+                    "m": st.just("deliver"),
+                    "ctag": st.one_of(TEXT, _DELIVER_VALUES),
+                    "dtag": st.one_of(UINTS, _DELIVER_VALUES),
+                    "exchange": st.one_of(TEXT, _DELIVER_VALUES),
+                    "key": st.one_of(TEXT, _DELIVER_VALUES),
+                    "body": st.one_of(st.binary(max_size=20), _DELIVER_VALUES),
+                }
+            ),
+            # a deliver with more (headers, an offset, ...) or a key missing
+            st.fixed_dictionaries(
+                {"m": st.just("deliver"), "ctag": TEXT, "dtag": UINTS},
+                optional={
+                    "exchange": TEXT,
+                    "key": TEXT,
+                    "body": st.binary(max_size=20),
+                    "headers": HEADERS,
+                    "offset": UINTS,
+                    "redelivered": st.booleans(),
+                },
+            ),
+            st.builds(lambda re: {"m": "ok", "re": re}, UINTS),
+        ),
+        max_size=6,
+    )
+)
+def test_deliver_maps_agree_with_the_events_they_stand_for(frames: list[dict[str, Any]]) -> None:
+    """``events_with_deliver_maps`` hands a deliver map on only when it is in the
+    usual shape and the checked decoder reads it; everything else, errors too, is
+    what ``events()`` gives."""
+    data = b"".join(frame(m) for m in frames)
+    general, maps = client_in(ConnState.OPEN), client_in(ConnState.OPEN)
+    if data:  # b"" would mark the end of the stream
+        general.receive_data(data)
+        maps.receive_data(data)
+    try:
+        expected: list[ev.Event] | None = feed_all(general)
+    except RemoteProtocolError as exc:
+        expected, error = None, exc.code
+    try:
+        got: list[ev.Event | dict[str, Any]] = []
+        while batch := maps.events_with_deliver_maps():
+            got.extend(batch)
+            if isinstance(batch[-1], ev.EndOfStream):
+                break  # every later call returns it again
+    except RemoteProtocolError as exc:
+        assert expected is None and exc.code == error
+    else:
+        assert expected is not None
+        assert [_as_event(item) for item in got] == expected
+        for item, m in zip(got, frames, strict=False):  # one event a frame, in order
+            if type(item) is dict:
+                assert item is not m and item == m and len(m) == 6  # the frame's own map
+                assert codec.plain_deliver_map(m) == item
+
+
+def feed_all(conn: Connection) -> list[ev.Event]:
+    out: list[ev.Event] = []
+    while batch := conn.events():
+        out.extend(batch)
+        if isinstance(batch[-1], ev.EndOfStream):
+            break  # every later call returns it again
+    return out
+
+
+def test_a_server_never_gets_deliver_maps() -> None:
+    """The map path is the client's: on a server the call is ``events()``."""
+    server = server_in(ConnState.OPEN)
+    server.receive_data(frame({"m": "ack", "id": 1, "dtag": 3}))
+    assert server.events_with_deliver_maps() == [ev.Ack(1, 3, False)]

@@ -1,0 +1,84 @@
+"""A PlainDelivery (read from a deliver map in its usual shape) reads and settles as
+the Delivery of the event the checked decoder makes from the same map."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from amqlite.client.delivery import Delivery, PlainDelivery
+from amqlite.protocol import codec
+from amqlite.protocol import events as ev
+
+FIELDS = ("body", "exchange", "routing_key", "headers", "properties", "redelivered", "offset")
+FIELDS += ("delivery_tag", "consumer_tag", "queue", "settled", "stale")
+
+MAPS = st.fixed_dictionaries(
+    {
+        "m": st.just("deliver"),
+        "ctag": st.text(max_size=8),
+        "dtag": st.integers(1, 2**63 - 1),
+        "exchange": st.text(max_size=8),
+        "key": st.text(max_size=8),
+        "body": st.binary(max_size=64),
+    }
+)
+
+
+class Recorder:
+    """Stands in for the connection's Settler: records what a delivery asks of it."""
+
+    tag_base = 0
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def ack_one(self, dtag: int) -> None:
+        self.calls.append(("ack", dtag))
+
+    def settle(self, dtag: int, *, requeue: bool, reject: bool) -> None:
+        self.calls.append(("settle", dtag, requeue, reject))
+
+
+def both(m: dict[str, Any], settler: Any, no_ack: bool) -> tuple[Delivery, Delivery]:
+    assert codec.plain_deliver_map(m) is m  # the usual shape: handed on as it is
+    event = codec.event_from_map(ev.Deliver, m)
+    plain = PlainDelivery(settler, m, m["dtag"] + 7, "c1", "q", no_ack)
+    general = Delivery(settler, event, m["dtag"] + 7, "c1", "q", no_ack)
+    return plain, general
+
+
+@given(m=MAPS, no_ack=st.booleans())
+def test_a_plain_delivery_reads_as_the_checked_one(m: dict[str, Any], no_ack: bool) -> None:
+    plain, general = both(m, None, no_ack)
+    for name in FIELDS:
+        assert getattr(plain, name) == getattr(general, name), name
+    assert plain.text("latin-1") == general.text("latin-1")
+    assert repr(plain) == repr(general)
+    # the headers and properties are the application's own, as on a Delivery
+    plain.headers["x"] = 1
+    assert plain.headers == {"x": 1} and PlainDelivery(None, m, 1, "", "", True).headers == {}
+
+
+@given(m=MAPS, how=st.sampled_from(["ack", "nack", "nack-drop", "reject"]), no_ack=st.booleans())
+def test_a_plain_delivery_settles_as_the_checked_one(
+    m: dict[str, Any], how: str, no_ack: bool
+) -> None:
+    seen = []
+    for i in range(2):
+        recorder = Recorder()
+        d = both(m, recorder, no_ack)[i]
+        settle = {
+            "ack": d.ack,
+            "nack": d.nack,
+            "nack-drop": lambda d=d: d.nack(requeue=False),
+            "reject": d.reject,
+        }[how]
+        trio.run(settle)
+        trio.run(settle)  # a second settle is a no-op
+        seen.append((recorder.calls, d.settled))
+    assert seen[0] == seen[1]
+    assert seen[0][1] is True and (seen[0][0] == [] if no_ack else len(seen[0][0]) == 1)
