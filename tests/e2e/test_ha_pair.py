@@ -208,6 +208,10 @@ async def _kill_9_loses_nothing(pair: Pair) -> None:
     await pair.start("primary")
     await pair.start("backup")
     await pair.wait_states("active", "passive")
+    status = await pair.status("primary")
+    assert status is not None
+    over_tls = bool(pair.tls_ca)
+    assert (status["tls"]["native"], status["ha"]["tls"]) == (over_tls, over_tls), status
     confirmed: set[int] = set()
     consumed: Counter[int] = Counter()
     redelivered: set[int] = set()
