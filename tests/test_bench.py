@@ -51,6 +51,7 @@ from amqlite_bench.report import (
     markdown_table,
     print_report,
     results_json,
+    tls_rows,
 )
 from amqlite_bench.runner import options_from_args
 from amqlite_bench.scenarios import (
@@ -433,6 +434,108 @@ def test_the_amqp_table_sets_amqlite_amqp_beside_rabbitmq() -> None:
     text = console.export_text()
     assert "AMQP 0-9-1, pika on both: amqlite-amqp vs rabbitmq" in text
     assert "p99 0.25" in text and "400.0" in text
+
+
+# --- amqlite-tls: the same clients over amqlites:// to a TLS broker of its own ----------
+
+
+def test_amqlite_tls_is_a_system_to_ask_for() -> None:
+    assert "amqlite-tls" not in options_from_args(_args()).systems
+    assert options_from_args(_args("--systems", "amqlite-tls,amqlite")).systems == (
+        "amqlite",
+        "amqlite-tls",
+    )
+
+
+def test_tls_rows_compare_amqlite_tls_with_plain_amqlite() -> None:
+    results = [
+        _result("amqlite", "1to1-transient", 8000.0),
+        _result("amqlite-tls", "1to1-transient", 6000.0),
+        _result("raw-trio", "1to1-transient", 16000.0),
+        _result("amqlite", "latency-at-5k", 5000.0, p99=1.0),
+        _result("amqlite-tls", "latency-at-5k", 5000.0, p99=1.5),
+        _result("amqlite-tls", "fanout-1to10", 900.0),  # no plain row: no comparison
+    ]
+    rows = results_json(results)["results"]
+    assert rows[1]["ratio_vs_amqlite"] == 0.75
+    assert rows[1]["ratio_vs_raw_trio"] == 0.375
+    assert "ratio_vs_amqlite" not in rows[0]  # plain amqlite is never its own peer
+    assert rows[4]["p99_ratio_vs_amqlite"] == 1.5
+    assert "ratio_vs_amqlite" not in rows[5]
+    assert tls_rows(results) == [
+        ["1to1-transient", "8,000 msg/s", "6,000 msg/s", "0.75", "100.0", "100.0"],
+        ["latency-at-5k", "p99 1.00 ms", "p99 1.50 ms", "p99 1.50", "100.0", "100.0"],
+    ]
+    md = markdown_table(results)
+    assert "| 1to1-transient | 8,000 msg/s | 6,000 msg/s | 0.75 |" in md
+    console = Console(record=True, width=220, file=io.StringIO())
+    print_report(results, [], console)
+    assert "TLS against plain: amqlite-tls vs amqlite" in console.export_text()
+    assert tls_rows(results[:1]) == []
+
+
+async def test_amqlite_tls_runs_a_tls_broker_with_a_throwaway_ca(nursery: trio.Nursery) -> None:
+    said: list[str] = []
+    lineup = contenders.Lineup(said.append)
+    try:
+        with trio.fail_after(60):
+            found = await lineup.start(
+                nursery, systems=("amqlite", "amqlite-tls"), peers=(),
+                scenarios=("1to1-transient", PERSISTENT), servers=None, auth={},
+            )  # fmt: skip
+        by = {c.system: c for c in found}
+        plain, tls = by["amqlite"], by["amqlite-tls"]
+        assert tls.address.startswith("amqlites://127.0.0.1:") and tls.pid != plain.pid
+        assert tls.driver == "amqlite" and not tls.runs(PERSISTENT)
+        ca = tls.auth["ca"]
+        assert await trio.Path(ca).is_file()
+        with trio.fail_after(20):
+            async with amqlite.connect(tls.address, ca=ca, reconnect=False) as conn:
+                status = await conn.status()
+            assert status["tls"]["native"] is True
+            with pytest.raises(amqlite.AmqliteError, match="TLS"):  # a plain dial is refused
+                async with amqlite.connect(tls.address.replace("amqlites://", ""), reconnect=False):
+                    pass
+        assert said == []
+    finally:
+        await lineup.stop()
+    assert not await trio.Path(ca).exists()  # the throwaway CA is gone with the run
+
+
+async def test_amqlite_tls_against_a_named_broker_is_left_out(nursery: trio.Nursery) -> None:
+    said: list[str] = []
+    lineup = contenders.Lineup(said.append)
+    try:
+        found = await lineup.start(
+            nursery, systems=("amqlite-tls",), peers=(), scenarios=("1to1-transient",),
+            servers="127.0.0.1:1", auth={},
+        )  # fmt: skip
+    finally:
+        await lineup.stop()
+    assert found == []
+    assert said == [
+        "amqlite-tls: unavailable, left out: it starts a TLS broker of its own, not one "
+        "named with -s"
+    ]
+
+
+@pytest.mark.e2e
+def test_amqlite_tls_counts_every_message_and_compares_with_plain(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = _args(
+        "--systems", "amqlite,amqlite-tls", "--scenarios", "1to1-transient", "--messages", "300",
+        "--json",
+    )  # fmt: skip
+    assert run_bench(args) == 0
+    rows: list[dict[str, Any]] = json.loads(capsys.readouterr().out)["results"]
+    by = {r["system"]: r for r in rows}
+    assert set(by) == {"amqlite", "amqlite-tls"}
+    tls = by["amqlite-tls"]
+    assert tls["consumed"] == tls["expected"] == tls["published"] == 300
+    assert tls["ratio_vs_amqlite"] == pytest.approx(
+        tls["msgs_per_s"] / by["amqlite"]["msgs_per_s"], rel=1e-3
+    )
 
 
 def test_client_report_survives_the_trip_through_json() -> None:

@@ -871,6 +871,28 @@ def test_status_tables_show_alarms_and_blocked_connections() -> None:
     assert "alarms" not in out.getvalue() and "low on memory" not in out.getvalue()
 
 
+def test_status_tables_show_tls() -> None:
+    import io
+
+    from amqlite.cli.status import print_ha, print_status
+
+    tls = {"native": True, "amqp": False, "verify": "mutual", "min_version": "1.3"}
+    link = {"link": "x", "role": "dialer", "mode": "publish", "state": "up", "tls": True}
+    out = io.StringIO()
+    print_status({"node_id": "n", "vhosts": [], "tls": tls, "links": [link]}, file=out)
+    text = out.getvalue()
+    assert "tls native (verify mutual, min TLS 1.3)" in text
+    assert "link x  tls" in text
+    out = io.StringIO()
+    print_ha({"ha": {"role": "primary", "link_up": True, "tls": True}}, file=out)
+    assert "link up (tls)" in out.getvalue()
+    out = io.StringIO()
+    plain = {**tls, "native": False, "amqp": None}
+    print_status({"node_id": "n", "vhosts": [], "tls": plain, "links": []}, file=out)
+    print_ha({"ha": {"role": "primary", "link_up": True, "tls": False}}, file=out)
+    assert "tls" not in out.getvalue()
+
+
 def test_nothing_outside_the_command_line_imports_it() -> None:
     """The CLI sits on top: amqlite.spark and the rest never import amqlite.cli (what they
     share with it lives below, e.g. amqlite.connection_args); nothing in amqlite

@@ -60,10 +60,11 @@ examples:
 
 --json prints one of two shapes:
   one server (-s a)      the node's status map: node_id, state, version, uptime_s,
-                         listen, data_dir, connections, links, storage, ha (an HA
-                         node), vhosts (each with its exchanges and queues) and
-                         queues (every vhost's queues in one list, each with its
-                         vhost); an unreachable server is an error (exit 1)
+                         listen, tls (docs/tls.md), data_dir, connections, links,
+                         storage, ha (an HA node), vhosts (each with its
+                         exchanges and queues) and queues (every vhost's queues
+                         in one list, each with its vhost); an unreachable
+                         server is an error (exit 1)
   several (-s a,b,...)   {"nodes": [...]}: one status map per server, in the order
                          given, or {"address": ..., "error": ...} for one that did
                          not answer (exit 1 only when none did)

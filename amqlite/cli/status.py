@@ -60,6 +60,9 @@ def print_status(status: dict[str, Any], file: Any = None) -> None:
         f"[bold]vhosts[/bold] {len(vhosts)}  [bold]queues[/bold] {n_queues}  "
         f"[bold]connections[/bold] {len(conns)}"
     )
+    tls = _tls_line(status.get("tls"))
+    if tls:
+        console.print(tls, markup=False)
     alarms = status.get("alarms") or []
     if alarms:
         console.print(
@@ -119,6 +122,18 @@ def print_status(status: dict[str, Any], file: Any = None) -> None:
     print_links(status, console)
 
 
+def _tls_line(tls: Any) -> str:
+    """``tls native, amqp (verify peer, min TLS 1.2)``; "" when no listener speaks TLS."""
+    if not isinstance(tls, dict):
+        return ""
+    listeners = [name for name in ("native", "amqp") if tls.get(name)]
+    if not listeners:
+        return ""
+    return (
+        f"tls {', '.join(listeners)} (verify {tls.get('verify')}, min TLS {tls.get('min_version')})"
+    )
+
+
 def _cell(value: Any) -> str:
     if value is None or value == "":
         return "-"
@@ -139,7 +154,8 @@ def print_links(status: dict[str, Any], console: Any) -> None:
         console.print(
             f"  {get('vhost', '/')}:{get('exchange', '')}  {get('mode')} {get('role')}  "
             f"[bold]{get('state')}[/bold]  remote {_cell(get('remote_address'))} "
-            f"node {_cell(get('remote_node'))}  link {get('link')}",
+            f"node {_cell(get('remote_node'))}  link {get('link')}"
+            f"{'  tls' if get('tls') else ''}",
             markup=True,
         )
         console.print(
@@ -171,7 +187,7 @@ def print_ha(status: dict[str, Any], file: Any = None) -> None:
         f"ha: role {ha.get('role')}  state {ha.get('state')}  epoch {ha.get('epoch')}  "
         f"peer {ha.get('peer_address')} ({ha.get('peer_state') or 'unheard'}"
         f"{f', heard {age:.2f}s ago' if isinstance(age, int | float) else ''})  "
-        f"link {'up' if ha.get('link_up') else 'down'}  "
+        f"link {'up' if ha.get('link_up') else 'down'}{' (tls)' if ha.get('tls') else ''}  "
         f"replicating {'yes' if ha.get('replicating') else 'no'}"
         f"{f' (lag {lag} records)' if lag is not None else ''}",
         file=file or sys.stdout,

@@ -70,6 +70,7 @@ class NativeConnection:
         self.node = node
         self.remote_address = remote_address
         self.remote_host = remote_host
+        self.tls = isinstance(stream, trio.SSLStream)
         self.proto = Connection(Role.SERVER, max_frame_size=node.config.server.max_frame_bytes)
         self.link = FramedLink(
             stream,

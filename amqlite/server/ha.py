@@ -669,6 +669,7 @@ class HaService:
             {
                 "peer_address": self.config.peer,
                 "link_up": self.link_up,
+                "tls": self._tls is not None,  # the peer link dials over TLS
                 "replicating": replicator.replicating,
                 "replication_lag_records": replicator.lag(appended),
                 "replication_in_flight_bytes": replicator.in_flight,

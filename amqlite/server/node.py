@@ -283,6 +283,7 @@ class BrokerNode:
                 "state": self.state,
                 "listen": f"{self.config.server.host}:{self.port}",
                 "amqp_listen": self.amqp_listen,
+                "tls": self.tls_status(),
                 "data_dir": self.storage.directory if self.storage is not None else None,
                 "connections": [i for c in self.connections if (i := c.info()) is not None],
             }
@@ -301,6 +302,19 @@ class BrokerNode:
         else:
             status["storage"] = {"persist": False}
         return status
+
+    def tls_status(self) -> dict[str, Any]:
+        """``status`` ``tls``: which listeners speak TLS only (``amqp`` is null
+        without an AMQP listener) and the ``[tls]`` rules in force for them and for
+        the node's own dials (docs/tls.md)."""
+        amqp = self.config.amqp
+        tls = self.config.tls
+        return {
+            "native": self.config.server.tls,
+            "amqp": amqp.tls if amqp.enabled else None,
+            "verify": tls.verify,
+            "min_version": tls.min_version,
+        }
 
 
 async def serve(

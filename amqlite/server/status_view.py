@@ -24,6 +24,7 @@ _NODE_FIELDS = (
     "state",
     "listen",
     "amqp_listen",
+    "tls",
     "alarms",
 )
 _DEFAULT_EXCHANGE = "amq.default"

@@ -13,6 +13,11 @@ the bench starts for amqlite get ``--amqp-port 0`` as well, and its rows
 (``amqlite-amqp``, and ``amqlite-amqp-fsync-batch`` / ``-always`` for the
 persistent run) use the pika clients RabbitMQ's use, so the two compare like
 with like.
+
+``amqlite-tls`` is a second broker started like ``amqlite``'s but with a TLS-only
+native listener (``--tls``, a throwaway CA and certificate made by trustme in a
+temporary directory, :mod:`amqlite_bench.tlscerts`); its clients are
+``amqlite``'s, dialing ``amqlites://`` and verifying the broker against that CA.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import shutil
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import trio
 
@@ -29,7 +35,8 @@ from .failover import PAIR_SYSTEM
 from .peers import NATS, RABBITMQ, Peer, PeerUnavailable, missing_client, start_peer, stop_peer
 from .procs import ServerExited, ServerProcess, baseline_argv, broker_argv
 from .scenarios import FAILOVER, PERSISTENT
-from .systems import AMQLITE, AMQLITE_AMQP, PIKA, RAW_TRIO
+from .systems import AMQLITE, AMQLITE_AMQP, AMQLITE_TLS, PIKA, RAW_TRIO
+from .tlscerts import TrustmeMissing, make_certificates
 
 #: The fsync policies ``1to1-persistent-confirm`` runs amqlite with.
 FSYNC_MODES: tuple[str, ...] = ("batch", "always")
@@ -150,6 +157,8 @@ class Lineup:
                 amqp = False
         if native or amqp:
             await self._start_amqlite(nursery, scenarios, servers, auth, native=native, amqp=amqp)
+        if AMQLITE_TLS in systems:
+            await self._start_amqlite_tls(nursery, servers, auth)
         for name in peers:
             try:
                 peer = await start_peer(name)
@@ -232,6 +241,43 @@ class Lineup:
                 c = self._amqp_contender(fsync_system(mode, AMQLITE_AMQP), server, auth)
                 c.only = only
                 self.contenders.append(c)
+
+    async def _start_amqlite_tls(
+        self, nursery: trio.Nursery, servers: str | None, auth: dict[str, str]
+    ) -> None:
+        """A broker like ``amqlite``'s with a TLS-only native listener, and its
+        contender (the amqlite clients over ``amqlites://``, verifying it)."""
+        if servers is not None:
+            self.say(
+                f"{AMQLITE_TLS}: unavailable, left out: it starts a TLS broker of its own, "
+                "not one named with -s"
+            )
+            return
+        certs_dir = tempfile.mkdtemp(prefix="amqlite-bench-tls-certs-")
+        self._dirs.append(certs_dir)
+        try:
+            certs = make_certificates(Path(certs_dir))
+        except TrustmeMissing as exc:
+            self.say(f"{AMQLITE_TLS}: unavailable, left out: {exc}")
+            return
+        data_dir = tempfile.mkdtemp(prefix="amqlite-bench-tls-")
+        self._dirs.append(data_dir)
+        argv = broker_argv("--data-dir", data_dir, *certs.server_flags())
+        broker = await self._server(nursery, "amqlite broker (TLS)", argv, "server_listening")
+        self.contenders.append(
+            Contender(
+                AMQLITE_TLS,
+                AMQLITE,
+                f"amqlites://{broker.address}",
+                {**auth, "ca": str(certs.ca)},
+                broker.pid,
+                broker,
+                skip={
+                    PERSISTENT: f"TLS is compared with plain amqlite; {PERSISTENT} runs on "
+                    f"{fsync_system('*')} only"
+                },
+            )
+        )
 
     @staticmethod
     def _amqp_contender(system: str, server: ServerProcess, auth: dict[str, str]) -> Contender:

@@ -7,7 +7,10 @@ stamps) plus the extra keys of :meth:`RunResult.to_json`. Every amqlite row
 msgs/s over that system's in the same scenario of the same invocation, for each
 other system that ran it (``ratio_vs_raw_trio``, ``ratio_vs_rabbitmq``,
 ``ratio_vs_nats``); rows with latencies also carry ``p99_ratio_vs_<system>``
-(amqlite's p99 over the other's: below 1 is better).
+(amqlite's p99 over the other's: below 1 is better). ``amqlite-tls`` rows also
+carry ``ratio_vs_amqlite`` (and ``p99_ratio_vs_amqlite``): amqlite over TLS against
+plain amqlite in the same scenario, shown to people in a table of their own
+(:func:`tls_rows`).
 
 With ``amqlite-amqp`` rows (amqlite over AMQP 0-9-1, pika clients) and RabbitMQ
 rows in the same results, a second table puts them side by side per scenario:
@@ -34,7 +37,7 @@ from .contenders import is_amqlite
 from .failover import FAILOVER_P99_TARGET_S, GAP_P99_TARGET_S, RATIO_GOAL, REPLICATED
 from .peers import RABBITMQ
 from .scenarios import FAILOVER, RunResult
-from .systems import AMQLITE_AMQP
+from .systems import AMQLITE, AMQLITE_AMQP, AMQLITE_TLS
 
 
 def ratio_key(system: str, prefix: str = "ratio_vs_") -> str:
@@ -61,6 +64,11 @@ def ratios(results: Sequence[RunResult]) -> dict[tuple[str, str], dict[str, floa
             base = by_key.get((other, r.scenario))
             if r.msgs_per_s is not None and base is not None and base.msgs_per_s:
                 out.setdefault((r.system, r.scenario), {})[other] = r.msgs_per_s / base.msgs_per_s
+    for tls, plain in _tls_pairs(results):
+        if tls.msgs_per_s is not None and plain.msgs_per_s:
+            out.setdefault((tls.system, tls.scenario), {})[AMQLITE] = (
+                tls.msgs_per_s / plain.msgs_per_s
+            )
     return out
 
 
@@ -75,7 +83,18 @@ def p99_ratios(results: Sequence[RunResult]) -> dict[tuple[str, str], dict[str, 
             base = by_key.get((other, r.scenario))
             if base is not None and base.p99_ms:
                 out.setdefault((r.system, r.scenario), {})[other] = r.p99_ms / base.p99_ms
+    for tls, plain in _tls_pairs(results):
+        if tls.p99_ms is not None and plain.p99_ms:
+            out.setdefault((tls.system, tls.scenario), {})[AMQLITE] = tls.p99_ms / plain.p99_ms
     return out
+
+
+def _tls_pairs(results: Sequence[RunResult]) -> list[tuple[RunResult, RunResult]]:
+    """(amqlite-tls row, amqlite row) of each scenario both ran."""
+    plain = {r.scenario: r for r in results if r.system == AMQLITE}
+    return [
+        (r, plain[r.scenario]) for r in results if r.system == AMQLITE_TLS and r.scenario in plain
+    ]
 
 
 def results_json(results: Sequence[RunResult]) -> dict[str, Any]:
@@ -221,6 +240,42 @@ def amqp_rows(results: Sequence[RunResult]) -> list[list[str]]:
     return rows
 
 
+TLS_HEAD = (
+    "scenario",
+    "amqlite",
+    "amqlite-tls",
+    "TLS / plain",
+    "server us/msg amqlite",
+    "server us/msg amqlite-tls",
+)
+
+
+def tls_rows(results: Sequence[RunResult]) -> list[list[str]]:
+    """amqlite over TLS against plain amqlite, the same clients: one row per scenario
+    both ran. Throughput runs compare msgs/s (below 1: TLS is slower); the latency
+    run its p99 (above 1: TLS's is higher). Server us/msg is the broker's CPU per
+    delivery."""
+    rows: list[list[str]] = []
+    for tls, plain in _tls_pairs(results):
+        if tls.p99_ms is not None and plain.p99_ms:
+            ours, theirs = f"p99 {plain.p99_ms:.2f} ms", f"p99 {tls.p99_ms:.2f} ms"
+            ratio = f"p99 {tls.p99_ms / plain.p99_ms:.2f}"
+        else:
+            ours, theirs = f"{_rate(plain.msgs_per_s)} msg/s", f"{_rate(tls.msgs_per_s)} msg/s"
+            ratio = f"{(tls.msgs_per_s or 0.0) / plain.msgs_per_s:.2f}" if plain.msgs_per_s else "-"
+        rows.append(
+            [
+                tls.scenario,
+                ours,
+                theirs,
+                ratio,
+                _us(plain.per_delivery_us(plain.server_cpu_s)),
+                _us(tls.per_delivery_us(tls.server_cpu_s)),
+            ]
+        )
+    return rows
+
+
 def print_report(results: Sequence[RunResult], notes: Sequence[str], console: Console) -> None:
     wide = console.width >= WIDE_TABLE
     if _throughput(results):
@@ -231,6 +286,14 @@ def print_report(results: Sequence[RunResult], notes: Sequence[str], console: Co
         for name in AMQP_HEAD:
             table.add_column(name, justify="left" if name in ("system", "scenario") else "right")
         for row in amqp:
+            table.add_row(*row)
+        console.print(table)
+    tls = tls_rows(results)
+    if tls:
+        table = Table(title="TLS against plain: amqlite-tls vs amqlite (the same clients)")
+        for name in TLS_HEAD:
+            table.add_column(name, justify="left" if name == "scenario" else "right")
+        for row in tls:
             table.add_row(*row)
         console.print(table)
     ha = ha_rows(results)
@@ -283,6 +346,12 @@ def markdown_table(results: Sequence[RunResult]) -> str:
         lines.append("| " + " | ".join(AMQP_HEAD) + " |")
         lines.append("|---|---|" + "---:|" * (len(AMQP_HEAD) - 2))
         lines += ["| " + " | ".join(row) + " |" for row in amqp]
+    tls = tls_rows(results)
+    if tls:
+        lines.append("")
+        lines.append("| " + " | ".join(TLS_HEAD) + " |")
+        lines.append("|---|" + "---:|" * (len(TLS_HEAD) - 1))
+        lines += ["| " + " | ".join(row) + " |" for row in tls]
     ha = ha_rows(results)
     if ha:
         if len(lines) == 2:

@@ -65,14 +65,14 @@ from .scenarios import (
     build_scenarios,
     run_scenario,
 )
-from .systems import AMQLITE, AMQLITE_AMQP, RAW_TRIO, make_target
+from .systems import AMQLITE, AMQLITE_AMQP, AMQLITE_TLS, RAW_TRIO, make_target
 
 #: Where the bench clients run by default (see benchmarks/README.md for the measurement).
 DEFAULT_CLIENTS = "shared"
 #: ... and with --vs, where every system's clients run the way the peers' must.
 VS_CLIENTS = "process"
 #: The amqlite-side systems ``--systems`` takes, in the order they run.
-SYSTEMS: tuple[str, ...] = (RAW_TRIO, AMQLITE, AMQLITE_AMQP)
+SYSTEMS: tuple[str, ...] = (RAW_TRIO, AMQLITE, AMQLITE_TLS, AMQLITE_AMQP)
 #: ... those run when --systems is not given and there is no --vs
 DEFAULT_SYSTEMS: tuple[str, ...] = (RAW_TRIO, AMQLITE)
 #: Systems whose clients are trio clients (the others' run in a child process).
@@ -91,6 +91,7 @@ examples:
   amqlite bench --vs rabbitmq,nats --plot benchmarks/vs.png   # side by side with the peers
   amqlite bench --vs rabbitmq --systems amqlite-amqp --quick  # AMQP 0-9-1: pika on both
   amqlite bench --scenarios failover --kills 5   # an HA pair: kill -9 of its master 5 times
+  amqlite bench --systems amqlite,{AMQLITE_TLS} --scenarios 1to1-transient   # TLS vs plain
 
 Each scenario runs against amqlite and against the raw-trio relay (the same
 framing and codec, no broker) in the same invocation; the table shows their ratio.
@@ -100,6 +101,9 @@ servers); a peer that cannot be had is named and left out. With --vs rabbitmq,
 {AMQLITE_AMQP} runs too: amqlite's AMQP 0-9-1 listener (--amqp-port) driven by the
 same pika clients as RabbitMQ, with its ratio to RabbitMQ and server CPU per message
 side by side.
+{AMQLITE_TLS} is amqlite over TLS: a broker of its own with a TLS-only listener and a
+throwaway CA made by trustme at run time; its rows carry ratio_vs_amqlite (TLS msgs/s
+over plain).
 {FAILOVER} runs on {PAIR_SYSTEM} only, a pair it starts itself: the time from a
 kill -9 of the master to the first confirmed publish on the new one, the longest
 gap in deliveries, every confirmed message counted, and persistent confirmed
@@ -680,6 +684,12 @@ def notes(opts: BenchOptions) -> list[str]:
         out.append(
             f"{AMQLITE_AMQP}: amqlite's broker (the same processes as amqlite's rows) over its "
             "AMQP 0-9-1 listener (--amqp-port), driven by the pika clients rabbitmq's runs use"
+        )
+    if AMQLITE_TLS in opts.systems:
+        out.append(
+            f"{AMQLITE_TLS}: a broker of its own (--tls, a throwaway CA and certificate made by "
+            "trustme at start), the same amqlite clients over amqlites:// verifying it; "
+            "'TLS / plain' = its msgs/s over amqlite's in the same scenario"
         )
     if RAW_TRIO in opts.systems:
         out.append(

@@ -31,6 +31,10 @@ RAW_TRIO = "raw-trio"
 AMQLITE_AMQP = "amqlite-amqp"
 #: The client driver of RabbitMQ and of amqlite-amqp: pika's SelectConnection.
 PIKA = "pika"
+#: amqlite over TLS: a broker of its own with a TLS-only native listener (a
+#: throwaway CA made by trustme at run time), driven by the amqlite client over
+#: ``amqlites://`` exactly as ``amqlite`` is over plain TCP.
+AMQLITE_TLS = "amqlite-tls"
 
 #: Prefetch (credit) of every amqlite consumer in the benchmarks.
 PREFETCH = 1000
@@ -67,16 +71,25 @@ class AmqliteTarget:
 
     One queue per consumer, each on its own connection, manual acks, prefetch
     :data:`PREFETCH`. One queue: the default exchange, keyed by the queue name.
-    More: a fanout exchange bound to every queue.
+    More: a fanout exchange bound to every queue. ``ca``: the servers are
+    ``amqlites://`` addresses whose certificates are verified against this file.
     """
 
     system = AMQLITE
 
     def __init__(
-        self, servers: str, *, vhost: str = "/", login: str = "guest", password: str = "guest"
+        self,
+        servers: str,
+        *,
+        vhost: str = "/",
+        login: str = "guest",
+        password: str = "guest",
+        ca: str = "",
     ) -> None:
         self.address = servers
         self.auth = {"vhost": vhost, "login": login, "password": password}
+        if ca:
+            self.auth["ca"] = ca
 
     def _connect(
         self, name: str, max_in_flight: int = 1000
@@ -89,6 +102,7 @@ class AmqliteTarget:
             password=auth["password"],
             client_name=name,
             max_in_flight=max_in_flight,
+            ca=auth.get("ca"),
         )
 
     async def prepare(self, scenario: str, queues: int, *, durable: bool = False) -> Route:

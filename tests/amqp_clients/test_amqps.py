@@ -4,6 +4,7 @@ reason, a plain client on a TLS port and a TLS client on a plain port."""
 
 from __future__ import annotations
 
+import json
 import ssl
 import subprocess
 import sys
@@ -54,6 +55,24 @@ def test_pika_publishes_and_gets_over_amqps(tls_server: AmqpServer, tls_files: T
     finally:
         conn.close()
     assert tls_server.wait_for_log("amqp_connection_opened", user="guest")
+
+
+def test_status_shows_tls_on_both_listeners_and_on_an_amqps_connection(
+    tls_server: AmqpServer, tls_files: TlsFiles
+) -> None:
+    conn = tls_server.connect(ssl_options=_ssl_options(tls_files.ca))
+    try:
+        done = _cli(
+            "status", "--json", "-s", f"amqlites://localhost:{tls_server.port}",
+            "--ca", str(tls_files.ca),
+        )  # fmt: skip
+    finally:
+        conn.close()
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)
+    assert status["tls"] == {"native": True, "amqp": True, "verify": "peer", "min_version": "1.2"}
+    amqp = [c for c in status["connections"] if c.get("protocol") == "amqp-0-9-1"]
+    assert amqp and all(c["tls"] is True for c in amqp), status["connections"]
 
 
 def _pika_error(server: AmqpServer, **kwargs: object) -> str:

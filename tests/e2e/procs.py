@@ -17,6 +17,9 @@ class ServerProcess:
     proc: trio.Process
     port: int
     log_lines: list[dict[str, object]] = field(default_factory=list)
+    #: every byte read from stderr so far, the lines already parsed included (a log
+    #: file written by the tests starts with it: a node may log before it listens)
+    output: bytearray = field(default_factory=bytearray)
     _buffer: bytes = b""
 
     async def read_log_until(self, event: str, deadline_s: float = 10.0) -> dict[str, object]:
@@ -36,6 +39,7 @@ class ServerProcess:
                 chunk = await self.proc.stderr.receive_some(65536)
                 if not chunk:
                     raise EOFError(f"server exited before logging {event!r}")
+                self.output += chunk
                 self._buffer += chunk
 
 

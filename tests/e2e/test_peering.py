@@ -2,7 +2,10 @@
 brokers, link cuts through a fault-injecting proxy under a message stream (0 lost,
 0 duplicated, 0 reordered), a subscribe-mode outage, a ring of brokers with mode
 publish both ways (every consumer gets every message exactly once), and interest
-(messages nobody remote bound put no bytes on the link)."""
+(messages nobody remote bound put no bytes on the link). The kill -9 tests of a
+receiver and of a subscribe link's remote run over TLS too (every listener and link
+speaks TLS, each link verifying its remote's certificate against the CA and the
+host name it dials)."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ import trio
 import amqlite
 from tests.faultproxy import FaultProxy
 
+from ..tls_certs import TlsFiles
 from .procs import ServerProcess, run_cli, start_server
 from .test_ha_pair import _drain, free_port, ha_pair, serve_somewhere
 
@@ -49,6 +53,8 @@ class Sites:
     tmp: Path
     nursery: trio.Nursery
     sites: dict[str, Site] = field(default_factory=dict)
+    #: every site's listener speaks TLS only and every link dials over TLS
+    tls: TlsFiles | None = None
 
     def add(self, name: str) -> Site:
         site = self.sites[name] = Site(name, free_port())
@@ -57,15 +63,30 @@ class Sites:
     def __getitem__(self, name: str) -> Site:
         return self.sites[name]
 
+    def url(self, name: str) -> str:
+        """What a client dials to reach site ``name`` (``amqlites://`` over TLS)."""
+        address = self.sites[name].address
+        return f"amqlites://{address}" if self.tls is not None else address
+
+    @property
+    def ca(self) -> str | None:
+        """The CA a client verifies the sites with (None: plain)."""
+        return str(self.tls.ca) if self.tls is not None else None
+
     async def start(self, name: str) -> Site:
         site = self.sites[name]
         config = self.tmp / f"{name}.toml"
+        tls = self.tls
         text = f'[server]\nnode_id = "{name}"\n'
+        if tls is not None:
+            text += f'tls = true\n[tls]\ncert = "{tls.cert}"\nkey = "{tls.key}"\nca = "{tls.ca}"\n'
         for host, mode in site.links:
             text += (
                 f'\n[[cluster_mta]]\nname = "{EXCHANGE}"\nhost = "{host}"\nmode = "{mode}"\n'
                 'login = "guest"\npassword = "guest"\ntype = "topic"\n'
             )
+            if tls is not None:
+                text += "tls = true\n"
         config.write_text(text)
         site.proc = await start_server(
             "--config", str(config), "--port", str(site.port),
@@ -73,13 +94,13 @@ class Sites:
         )  # fmt: skip
         self.nursery.start_soon(_drain, site.proc, self.tmp / f"{name}.log")
         if not site.links:  # an accepting-only site: the exchange must exist there
-            async with amqlite.connect(site.address) as conn:
+            async with amqlite.connect(self.url(name), ca=self.ca) as conn:
                 await conn.declare_exchange(EXCHANGE, "topic", durable=True)
         return site
 
     async def links(self, name: str) -> list[dict[str, Any]]:
         async with amqlite.connect(
-            self.sites[name].address, role="monitor", reconnect=False
+            self.url(name), ca=self.ca, role="monitor", reconnect=False
         ) as conn:
             status = await conn.status()
         links: list[dict[str, Any]] = status["links"]
@@ -104,9 +125,9 @@ class Sites:
 
 
 @asynccontextmanager
-async def sites(tmp_path: Path) -> AsyncIterator[Sites]:
+async def sites(tmp_path: Path, tls: TlsFiles | None = None) -> AsyncIterator[Sites]:
     async with trio.open_nursery() as nursery:
-        group = Sites(tmp_path, nursery)
+        group = Sites(tmp_path, nursery, tls=tls)
         try:
             yield group
         finally:
@@ -169,10 +190,11 @@ async def _consume_into(
     done: trio.Event,
     total: int,
     durable: str = "",
+    ca: str | None = None,
 ) -> None:
     """Consume ``total`` messages from a queue bound with ``key`` (an exclusive one,
-    or the durable queue ``durable``) into ``checker``."""
-    async with amqlite.connect(address) as conn:
+    or the durable queue ``durable``) into ``checker`` (``ca``: over TLS)."""
+    async with amqlite.connect(address, ca=ca) as conn:
         if durable:
             q = (await conn.declare_queue(durable, durable=True)).name
         else:
@@ -187,10 +209,16 @@ async def _consume_into(
 
 
 async def _publish(
-    address: str, producer: str, n: int, key: str = "k.a", size: int = 16, persistent: bool = False
+    address: str,
+    producer: str,
+    n: int,
+    key: str = "k.a",
+    size: int = 16,
+    persistent: bool = False,
+    ca: str | None = None,
 ) -> None:
     body = b"x" * size
-    async with amqlite.connect(address) as conn:
+    async with amqlite.connect(address, ca=ca) as conn:
         for seq in range(n):
             await conn.publish(
                 EXCHANGE, key, body, headers={"p": producer, "s": seq}, persistent=persistent
@@ -375,12 +403,13 @@ async def _publish_confirmed(
     confirmed: set[int],
     reconnect: bool,
     halfway: trio.Event | None = None,
+    ca: str | None = None,
 ) -> None:
     """Persistent messages ``0..n-1``, each confirmed before the next; ``confirmed``
     collects those the broker confirmed, and ``halfway`` is set once ``n // 2`` are.
     Without ``reconnect`` it stops at the first failure (the broker was killed)."""
     with contextlib.suppress(amqlite.AmqliteError, OSError):
-        async with amqlite.connect(servers, reconnect=reconnect) as conn:
+        async with amqlite.connect(servers, reconnect=reconnect, ca=ca) as conn:
             for seq in range(n):
                 await conn.publish(
                     EXCHANGE,
@@ -402,14 +431,33 @@ def _check_subscriber(checker: StreamChecker, producer: str, confirmed: set[int]
     assert (missing[:10], dup, checker.reordered) == ([], {}, 0), (len(missing), len(dup))
 
 
+#: a kill -9 test runs plain and with every listener and link over TLS
+over_tls_too = pytest.mark.parametrize("tls", ["plain", "tls"], indirect=True)
+
+
+@pytest.fixture
+def tls(request: pytest.FixtureRequest) -> TlsFiles | None:
+    """The certificates when the test is parametrized ``tls`` (None: ``plain``)."""
+    if request.param == "tls":
+        files: TlsFiles = request.getfixturevalue("tls_files")
+        return files
+    return None
+
+
+def _assert_links_tls(links: list[dict[str, Any]], tls: TlsFiles | None) -> None:
+    """Each link's status says whether it runs over TLS, as the sites were set up."""
+    assert links and all(x["tls"] is (tls is not None) for x in links), links
+
+
+@over_tls_too
 async def test_subscribe_remote_killed_mid_stream_loses_and_duplicates_nothing(
-    tmp_path: Path,
+    tmp_path: Path, tls: TlsFiles | None
 ) -> None:
     """A subscribes to B. B's peering queue for A is durable: B is killed with kill -9
     while it publishes persistent confirmed messages and started again; every message
     B confirmed reaches A's consumer once (what B had sent but A had not acknowledged
     comes again with its identity, and A drops the copy)."""
-    async with sites(tmp_path) as group:
+    async with sites(tmp_path, tls) as group:
         a, b = group.add("a"), group.add("b")
         a.links.append((b.address, "subscribe"))
         await group.start("b")
@@ -419,13 +467,18 @@ async def test_subscribe_remote_killed_mid_stream_loses_and_duplicates_nothing(
         bound = trio.Event()
         n = 1500
         confirmed: set[int] = set()
+        ca = group.ca
         with trio.fail_after(120):
             async with trio.open_nursery() as consumers:
-                consumers.start_soon(_consume_into, a.address, "k.*", checker, bound, 10**9, "q")
+                consumers.start_soon(
+                    _consume_into, group.url("a"), "k.*", checker, bound, 10**9, "q", ca
+                )
                 await bound.wait()
                 await group.wait("b", lambda ls: _acceptor(ls)["interest_size"] == 1)
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(_publish_confirmed, b.address, "p", n, confirmed, False)
+                    nursery.start_soon(
+                        _publish_confirmed, group.url("b"), "p", n, confirmed, False, None, ca
+                    )
                     await group.wait("a", lambda ls: _dialer(ls)["received"] >= n // 5)
                     assert b.proc is not None
                     b.proc.proc.kill()
@@ -434,7 +487,7 @@ async def test_subscribe_remote_killed_mid_stream_loses_and_duplicates_nothing(
                 assert 0 < killed_at < n
                 await group.start("b")
                 after: set[int] = set()
-                await _publish_confirmed(b.address, "after", 200, after, False)
+                await _publish_confirmed(group.url("b"), "after", 200, after, False, ca=ca)
                 assert len(after) == 200
                 await checker.reached(len(confirmed) + 200).wait()
                 await group.wait("b", lambda ls: bool(ls) and _acceptor(ls)["lag_messages"] == 0)
@@ -443,6 +496,7 @@ async def test_subscribe_remote_killed_mid_stream_loses_and_duplicates_nothing(
         _check_subscriber(checker, "after", after)
         links = await group.links("a")
         assert _dialer(links)["reconnects"] >= 1
+        _assert_links_tls(links + await group.links("b"), tls)
 
 
 async def test_subscribe_to_an_ha_pair_whose_master_is_killed_loses_and_duplicates_nothing(
@@ -581,15 +635,18 @@ async def test_messages_nobody_remote_bound_put_no_bytes_on_the_link(tmp_path: P
 # --- the receiver killed with kill -9 ------------------------------------------------
 
 
-async def test_receiver_killed_mid_stream_gets_every_message_once(tmp_path: Path) -> None:
+@over_tls_too
+async def test_receiver_killed_mid_stream_gets_every_message_once(
+    tmp_path: Path, tls: TlsFiles | None
+) -> None:
     """Persistent messages into a durable queue on B; B is killed with kill -9 mid-
     stream and restarted: its journal has the peering marks of what it holds, so what
     A sends again is dropped, and what B had not made safe comes again."""
-    async with sites(tmp_path) as group:
+    async with sites(tmp_path, tls) as group:
         a, b = group.add("a"), group.add("b")
         a.links.append((b.address, "publish"))
         await group.start("b")
-        async with amqlite.connect(b.address) as cb:
+        async with amqlite.connect(group.url("b"), ca=group.ca) as cb:
             await cb.declare_queue("q", durable=True)
             await cb.bind("q", EXCHANGE, "k.*")
         await group.start("a")
@@ -598,7 +655,7 @@ async def test_receiver_killed_mid_stream_gets_every_message_once(tmp_path: Path
         n = 4000
         with trio.fail_after(90):
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_publish, a.address, "p", n, "k.a", 16, True)
+                nursery.start_soon(_publish, group.url("a"), "p", n, "k.a", 16, True, group.ca)
                 await group.wait("a", lambda ls: _dialer(ls)["acked"] >= n // 4)
                 assert b.proc is not None
                 b.proc.proc.kill()
@@ -610,8 +667,9 @@ async def test_receiver_killed_mid_stream_gets_every_message_once(tmp_path: Path
                 60,
             )
         assert _dialer(links)["reconnects"] >= 1
+        _assert_links_tls(links + await group.links("b"), tls)
         checker = StreamChecker()
-        async with amqlite.connect(b.address) as cb:
+        async with amqlite.connect(group.url("b"), ca=group.ca) as cb:
             status = await cb.status()
             (held,) = [
                 q["messages"] for v in status["vhosts"] for q in v["queues"] if q["name"] == "q"

@@ -62,6 +62,41 @@ async def test_a_client_publishes_and_gets_over_tls(
             assert (await conn.get("q", no_ack=True)) is None
 
 
+async def test_status_says_where_tls_is_in_force(
+    nursery: trio.Nursery, tls_files: TlsFiles
+) -> None:
+    """``status`` ``tls``: each listener (``amqp`` null without one) and the rules;
+    each client connection's line says whether it came over TLS."""
+    plain = await _start(nursery)
+    assert plain.status()["tls"] == {
+        "native": False,
+        "amqp": None,
+        "verify": "peer",
+        "min_version": "1.2",
+    }
+    async with amqlite.connect(f"127.0.0.1:{plain.port}", reconnect=False) as conn:
+        (line,) = (await conn.status())["connections"]
+        assert line["tls"] is False
+    node = await _start(
+        nursery,
+        **_tls(tls_files, **{"amqp.port": 0, "tls.verify": "mutual", "tls.min_version": "1.3"}),
+    )
+    url = f"amqlites://localhost:{node.port}"
+    ca, cert = str(tls_files.ca), str(tls_files.client_cert)
+    async with amqlite.connect(url, ca=ca, cert=cert, reconnect=False) as conn:
+        status = await conn.status()
+    assert status["tls"] == {
+        "native": True,
+        "amqp": False,
+        "verify": "mutual",
+        "min_version": "1.3",
+    }
+    (line,) = status["connections"]
+    assert line["tls"] is True
+    plain.stop()
+    node.stop()
+
+
 async def _refusal(url: str, **kwargs: Any) -> ConnectionClosed | ConnectionRefused:
     with trio.fail_after(10):
         with pytest.raises((ConnectionClosed, ConnectionRefused)) as info:

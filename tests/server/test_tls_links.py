@@ -84,6 +84,15 @@ async def test_an_ha_pair_replicates_over_tls(
     assert vhost is not None
     await wait_for(lambda: "jobs" in vhost.queues and vhost.queues["jobs"].count() == 10)
     assert all(c.link.stream.__class__ is trio.SSLStream for c in primary.connections)
+    for node in (primary, backup):  # status: the listener and the peer link speak TLS
+        status = node.status()
+        assert status["tls"] == {
+            "native": True,
+            "amqp": None,
+            "verify": "peer",
+            "min_version": "1.2",
+        }
+        assert status["ha"]["tls"] is True
     primary.stop()
     backup.stop()
 
@@ -157,6 +166,9 @@ async def test_a_peering_link_carries_messages_over_tls(
             async for delivery in consumer:
                 assert delivery.body == b"across sites"
                 break
+    # status: the dialer dials over TLS, the acceptor's connection came over TLS
+    assert [(x["role"], x["tls"]) for x in _links(a)] == [("dialer", True)]
+    assert [(x["role"], x["tls"]) for x in _links(b)] == [("acceptor", True)]
     a.stop()
     b.stop()
 

@@ -86,6 +86,7 @@ class AmqpServerConnection:
         self.node = node
         self.remote_address = remote_address
         self.remote_host = remote_host
+        self.tls = isinstance(stream, trio.SSLStream)
         self.proto = AmqpConnection(
             Role.SERVER, frame_max=cfg.frame_max, channel_max=cfg.channel_max
         )
@@ -528,6 +529,7 @@ class AmqpServerConnection:
             "vhost": self.vhost,
             "client": self.client_name,
             "protocol": "amqp-0-9-1",
+            "tls": self.tls,
             "channels": len(self.channels),
             "since_s": round(trio.current_time() - self.connected_at, 3),
             **({"blocked": self.gate.blocked_by.reason} if self.gate.blocked_by else {}),

@@ -21,6 +21,8 @@ class Link(Protocol):
 
     remote_address: str
     proto: Connection
+    #: the connection came in over TLS (a listener with ``tls = true``)
+    tls: bool
 
     @property
     def out(self) -> bytearray:

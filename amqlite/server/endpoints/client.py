@@ -254,6 +254,7 @@ class ClientEndpoint:
             "user": self.user,
             "vhost": self.vhost,
             "client": self.client_name,
+            "tls": self.link.tls,
             "since_s": round(trio.current_time() - self.connected_at, 3),
         }
 

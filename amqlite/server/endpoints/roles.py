@@ -112,6 +112,7 @@ class PeeringEndpoint(_RoleEndpoint):
         self.peering = peering
         self.permissions = permissions
         self.remote_address = link.remote_address
+        self.tls = link.tls
         self.user = user
         self.vhost = vhost
 

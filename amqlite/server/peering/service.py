@@ -528,6 +528,15 @@ class PeeringService:
 
     # --- status ----------------------------------------------------------------------------
 
+    def _link_tls(self, link_id: str) -> bool:
+        """A dialer end: it dials over TLS (``tls = true``); an acceptor end: its
+        connection came over TLS (between connections: the native listener does)."""
+        cfg = self._configs.get(link_id)
+        if cfg is not None:
+            return cfg.tls
+        conn = self.registry.conns.get(link_id)
+        return conn.tls if conn is not None else self.node.config.server.tls
+
     def status(self) -> list[dict[str, Any]]:
         """Every link end, for ``status`` under ``links``."""
         now = trio.current_time()
@@ -536,6 +545,7 @@ class PeeringService:
             for item in px.status(now):
                 link_id = item["link"]
                 item["held"] = self.registry.held_count(link_id)
+                item["tls"] = self._link_tls(link_id)
                 pq = self.registry.queues.get(link_id)
                 if pq is not None:  # what waits in the peering queue is lag too
                     queued = pq.queued()

@@ -40,6 +40,10 @@ class LinkConnection(Protocol):
     def close(self, reason: str) -> None:
         """The link moved on (or a newer connection replaced this one)."""
 
+    @property
+    def tls(self) -> bool:
+        """The connection runs over TLS."""
+
 
 class AcceptedConnection(LinkConnection, Protocol):
     """A server connection opened with ``hello`` role ``peer-link``."""
@@ -71,6 +75,7 @@ class DialedLink:
         self.name = name  # the link id, for the log
         self._max_frame_size = max_frame_size
         self._tls = ssl_context  # dial over TLS (the remote verified by its host name)
+        self.tls = ssl_context is not None
         self._link: FramedLink | None = None  # once welcomed
         self._cancel_scope = trio.CancelScope()  # the dial, before there is a link
 
