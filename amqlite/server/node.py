@@ -254,7 +254,7 @@ class BrokerNode:
         finally:
             self.limits.left(slot)
             if slot.cancelled_caught:  # evicted, or the handshake took too long
-                if not slot.cancel_called:
+                if trio.current_time() >= slot.deadline:  # (cancel_called is True for both)
                     listener = "amqp" if amqp else "native"
                     log.warning(
                         "handshake_timeout", remote=remote, listener=listener, timeout_s=timeout
