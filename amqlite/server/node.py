@@ -367,6 +367,15 @@ class BrokerNode:
             }
         )
         status.update(self.alarms.status())
+        limits = self.limits
+        status["limits"]["connections"] = {
+            "open": limits.open,
+            "max": limits.max_connections,
+            "max_per_user": limits.max_per_user,
+            "unauthenticated": limits.pending,
+            "max_unauthenticated": limits.max_pending,
+            "evicted": limits.evicted,
+        }
         if self.ha is not None:
             status["ha"] = self.ha.status()
         status["links"] = self.peering.status() if self.peering is not None else []
