@@ -92,7 +92,8 @@ class ConnectionLimits:
     :meth:`arrived` returns the oldest one to close when a new one is over it.
     Open connections count against ``max_connections`` and, per user, against
     ``max_per_user`` (0: no per-user limit), unless admitted with
-    ``counted=False`` (the HA pair's own link, which a full node must still take).
+    ``counted=False`` (the HA pair's own link and monitors, which a full node
+    must still take).
     """
 
     __slots__ = (

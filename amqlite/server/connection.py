@@ -46,6 +46,9 @@ if TYPE_CHECKING:
 FRAMES_PER_TURN = 64  # frames handled before other connections get a turn
 MAX_INSTANCE = 64  # longest hello.instance (a client token, see amqlite.broker.dedup)
 ROLES = ("client", "monitor", "ha-peer", "peer-link")
+#: roles a full node still takes, outside its connection counts: the HA pair's own
+#: link, and monitors (the operator's `amqlite status`, which needs `monitoring`)
+UNCOUNTED_ROLES = ("ha-peer", "monitor")
 #: the tag each of the node's own roles needs, and the action it names in a refusal
 ROLE_TAGS: dict[str, tuple[Tag, str]] = {
     "ha-peer": ("cluster", "opening an HA peer link (role 'ha-peer')"),
@@ -259,7 +262,7 @@ class NativeConnection:
                 if self._closing:  # the server closed us while we authenticated
                     return False
                 reached = node.admit_connection(
-                    self.slot, result.name, counted=hello.role != "ha-peer"
+                    self.slot, result.name, counted=hello.role not in UNCOUNTED_ROLES
                 )
                 if reached is None:
                     return self._open(hello, result)

@@ -194,3 +194,15 @@ async def test_raw_refusal_is_a_refused_frame_naming_the_limit(nursery: trio.Nur
         assert reply.code == ReplyCode.NOT_ALLOWED
         assert reply.text == "node connection limit (1) is reached (limits.max_connections)"
         await raw.aclose()
+
+
+async def test_a_full_node_still_takes_a_monitor(nursery: trio.Nursery) -> None:
+    """``amqlite status`` must work when clients have used every connection."""
+    node = await start_node(nursery, max_connections=1)
+    async with connect(node):
+        async with connect(node, role="monitor") as monitor:
+            status = await monitor.status()
+        assert status["limits"]["connections"]["open"] == 1
+        with pytest.raises(ConnectionRefused):
+            async with connect(node):
+                pass  # pragma: no cover
