@@ -15,9 +15,11 @@ import pika
 import pika.exceptions
 import pytest
 
+from amqlite.amqp import methods as m
 from amqlite.auth import hash_password
 
 from .conftest import AmqpServer, start_amqp_server
+from .rawamqp import RawAmqp
 
 PASSWORD = "pw"
 _HASH = hash_password(PASSWORD, salt=b"0123456789abcdef", n=2**4)
@@ -103,9 +105,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AmqpServer]:
     where = tmp_path_factory.mktemp("limits-per-connection")
     config = Path(where / "limits.toml")
     config.write_text(
-        CONFIG.replace("max_connections = 3", "max_connections = 100").replace(
-            "max_connections_per_user = 2", "max_connections_per_user = 0"
-        ),
+        CONFIG.replace(
+            "max_connections = 3", "max_connections = 100\nhandshake_timeout = 1.0"
+        ).replace("max_connections_per_user = 2", "max_connections_per_user = 0"),
         encoding="utf-8",
     )
     amqp_server = start_amqp_server(None, "--config", str(config))
@@ -182,3 +184,20 @@ def test_a_body_over_max_message_size_closes_the_channel_406(server: AmqpServer)
         other.basic_publish("", "", b"still served")
     finally:
         connection.close()
+
+
+def test_a_handshake_stalled_before_connection_open_is_closed(server: AmqpServer) -> None:
+    """Tuned, then silent: the handshake timeout runs until ``connection.open-ok``."""
+    since = len(server.records)
+    raw = RawAmqp(server.amqp_port)
+    raw.send(raw.proto.send_protocol_header())
+    assert isinstance(raw.next_method(), m.ConnectionStart)
+    credentials = f"\0ann\0{PASSWORD}".encode()
+    raw.send(raw.proto.send_method(0, m.ConnectionStartOk({}, "PLAIN", credentials, "en_US")))
+    tune = raw.next_method()
+    assert isinstance(tune, m.ConnectionTune)
+    raw.send(raw.proto.send_method(0, m.ConnectionTuneOk(0, tune.frame_max, 0)))
+    assert raw.receive_raw() == b""  # closed, within WAIT
+    record = server.wait_for_log("handshake_timeout", since=since, listener="amqp")
+    assert record["timeout_s"] == 1.0
+    raw.close()
