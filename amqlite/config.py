@@ -69,7 +69,6 @@ class ServerConfig:
     data_dir: str = ""
     max_frame_bytes: int = 4 * 1024 * 1024
     heartbeat: float = 5.0
-    max_connections: int = 10_000
     vhosts: tuple[str, ...] = ("/",)
     #: record publishes, deliveries and acks into stream ``amq.trace`` (docs/spark.md)
     trace: bool = False
@@ -190,20 +189,39 @@ class TlsConfig:
     min_version: str = "1.2"
 
 
+MIB = 1024 * 1024
+#: RabbitMQ's hard cap on ``max_message_size`` (512 MiB), ours too.
+MAX_MESSAGE_SIZE_CAP = 512 * MIB
+
+
 @dataclass(frozen=True, slots=True)
 class LimitsConfig:
     """``[limits]``: the memory and disk alarms (RabbitMQ's defaults; README,
-    docs/protocol.md "Alarms").
+    docs/protocol.md "Alarms") and the limits on what clients may hold (README
+    "Limits", docs/protocol.md "Limits").
 
     ``memory_high_watermark`` below 1 is a fraction of the machine's memory (or of
     the cgroup's limit, when smaller); 1 or more is a number of bytes. Over it the
     broker blocks every publishing connection. ``disk_free_limit`` is in bytes:
     with less free space on the data directory's file system, connections that
     publish persistent messages are blocked. 0 switches the disk alarm off.
+
+    The counts below refuse what would go past them with an error naming the
+    setting; for the ``max_..._per_...`` ones 0 means no limit (RabbitMQ's default
+    for them). ``max_unauthenticated_connections`` bounds the sockets that have not
+    finished their handshake: past it the oldest is closed. A socket that has not
+    finished its handshake within ``handshake_timeout`` seconds is closed.
     """
 
     memory_high_watermark: float = 0.4
     disk_free_limit: int = 50_000_000
+    max_connections: int = 10_000
+    max_connections_per_user: int = 0
+    max_unauthenticated_connections: int = 1024
+    handshake_timeout: float = 10.0
+    max_consumers_per_connection: int = 0
+    max_queues_per_vhost: int = 0
+    max_message_size: int = 16 * MIB
 
     def memory_limit(self, total_memory: int) -> int:
         """The watermark in bytes, given the memory available to the process."""
@@ -492,6 +510,15 @@ def _file(key: str, value: Any) -> str:
     return path
 
 
+def _moved(where: str) -> _Convert:
+    """A key that now lives elsewhere: refused with where it went."""
+
+    def convert(key: str, value: Any) -> Any:
+        raise ConfigError(key, f"has moved: set {where} instead")
+
+    return convert
+
+
 def _boolean(key: str, value: Any) -> bool:
     if type(value) is not bool:
         raise ConfigError(key, f"must be true or false, got {_type_name(value)}")
@@ -567,7 +594,7 @@ _SERVER_SPEC = _TableSpec(
         "data_dir": _string(allow_empty=True),
         "max_frame_bytes": _integer(4096),
         "heartbeat": _number(0),
-        "max_connections": _integer(1),
+        "max_connections": _moved("limits.max_connections"),
         "vhosts": _unique_names("vhost"),
         "trace": _boolean,
         "tls": _boolean,
@@ -646,7 +673,17 @@ def _watermark(key: str, value: Any) -> float:
 
 _LIMITS_SPEC = _TableSpec(
     LimitsConfig,
-    {"memory_high_watermark": _watermark, "disk_free_limit": _integer(0)},
+    {
+        "memory_high_watermark": _watermark,
+        "disk_free_limit": _integer(0),
+        "max_connections": _integer(1),
+        "max_connections_per_user": _integer(0),
+        "max_unauthenticated_connections": _integer(1),
+        "handshake_timeout": _number(0.1),
+        "max_consumers_per_connection": _integer(0),
+        "max_queues_per_vhost": _integer(0),
+        "max_message_size": _integer(1, MAX_MESSAGE_SIZE_CAP),
+    },
 )
 
 _LOG_SPEC = _TableSpec(LogConfig, {"format": _choice(LOG_FORMATS), "level": _choice(LOG_LEVELS)})

@@ -59,7 +59,6 @@ def test_no_file_gives_the_defaults() -> None:
         data_dir="",
         max_frame_bytes=4 * 1024 * 1024,
         heartbeat=5.0,
-        max_connections=10_000,
         vhosts=("/",),
     )
     assert config.storage == StorageConfig(
@@ -108,7 +107,6 @@ def test_full_file_is_parsed_into_dataclasses(tmp_path: Path) -> None:
         data_dir = "/var/lib/amqlite"
         max_frame_bytes = 4096
         heartbeat = 1
-        max_connections = 5
         vhosts = ["/", "prod"]
         [log]
         format = "json"
@@ -128,7 +126,6 @@ def test_full_file_is_parsed_into_dataclasses(tmp_path: Path) -> None:
         data_dir="/var/lib/amqlite",
         max_frame_bytes=4096,
         heartbeat=1.0,
-        max_connections=5,
         vhosts=("/", "prod"),
     )
     assert isinstance(config.server.heartbeat, float)
@@ -302,7 +299,25 @@ BAD_FILES: list[tuple[str, str, str]] = [
     ("[server]\nheartbeat = 'fast'", "server.heartbeat", "must be a number, got str"),
     ("[server]\nheartbeat = inf", "server.heartbeat", "must be a finite number"),
     ("[server]\nheartbeat = nan", "server.heartbeat", "must be a finite number"),
-    ("[server]\nmax_connections = 0", "server.max_connections", "must be at least 1"),
+    (
+        "[server]\nmax_connections = 5",
+        "server.max_connections",
+        "has moved: set limits.max_connections instead",
+    ),
+    ("[limits]\nmax_connections = 0", "limits.max_connections", "must be at least 1"),
+    ("[limits]\nmax_connections_per_user = -1", "limits.max_connections_per_user", "at least 0"),
+    (
+        "[limits]\nmax_unauthenticated_connections = 0",
+        "limits.max_unauthenticated_connections",
+        "must be at least 1",
+    ),
+    ("[limits]\nhandshake_timeout = 0", "limits.handshake_timeout", "must be at least 0.1"),
+    (
+        "[limits]\nmax_message_size = 536870913",
+        "limits.max_message_size",
+        "must be between 1 and 536870912",
+    ),
+    ("[limits]\nmax_queues_per_vhost = 1.5", "limits.max_queues_per_vhost", "integer"),
     ("[server]\nvhosts = '/'", "server.vhosts", "must be an array of strings, got str"),
     ("[server]\nvhosts = []", "server.vhosts", "must not be empty"),
     ("[server]\nvhosts = ['/', '']", "server.vhosts[1]", "must not be empty"),

@@ -107,7 +107,8 @@ class AmqpConnection:
     ``frame_max`` and ``channel_max`` are this end's limits (a server offers them
     in ``connection.tune``); after ``tune-ok`` they hold the negotiated values, as
     does ``heartbeat``. ``max_body_size`` (0 = none) refuses larger incoming
-    messages with 406 on their channel.
+    messages with 406 on their channel, at their content header;
+    ``max_body_setting`` names the setting in that error's text.
     """
 
     def __init__(
@@ -117,6 +118,7 @@ class AmqpConnection:
         frame_max: int = DEFAULT_FRAME_MAX,
         channel_max: int = DEFAULT_CHANNEL_MAX,
         max_body_size: int = 0,
+        max_body_setting: str = "",
     ) -> None:
         self.role = role
         self.state = ConnState.AWAIT_PROTOCOL_HEADER
@@ -124,6 +126,7 @@ class AmqpConnection:
         self.channel_max = channel_max
         self.heartbeat = 0
         self.max_body_size = max_body_size
+        self.max_body_setting = max_body_setting
         self._peer_sender = Sender.CLIENT if role is Role.SERVER else Sender.SERVER
         self._own_sender = Sender.SERVER if role is Role.SERVER else Sender.CLIENT
         self._reader = FrameReader(
@@ -264,7 +267,7 @@ class AmqpConnection:
             self.state = moved
         if channel > (self.channel_max or _MAX_CHANNEL):
             raise AmqpError(
-                f"channel {channel} is above channel_max {self.channel_max}",
+                f"channel {channel} is above the negotiated channel_max ({self.channel_max})",
                 ReplyCode.NOT_ALLOWED,
                 channel=channel,
             )
@@ -326,7 +329,7 @@ class AmqpConnection:
         if trigger is CT.RECV_CONTENT_METHOD:
             assembler = self._assemblers.get(channel)
             if assembler is None:
-                assembler = ContentAssembler(channel, self.max_body_size)
+                assembler = ContentAssembler(channel, self.max_body_size, self.max_body_setting)
                 self._assemblers[channel] = assembler
             assembler.start(method)
             return None

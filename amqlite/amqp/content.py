@@ -30,7 +30,7 @@ class Content:
 class ContentAssembler:
     """Collects one channel's incoming message. ``max_body_size`` (0 = no limit)
     refuses larger bodies with 406 on the channel, as RabbitMQ's max_message_size
-    does."""
+    does (in its words; ``max_body_setting`` names the setting in the text)."""
 
     __slots__ = (
         "_channel",
@@ -39,11 +39,13 @@ class ContentAssembler:
         "_properties",
         "_received",
         "_size",
+        "max_body_setting",
         "max_body_size",
     )
 
-    def __init__(self, channel: int, max_body_size: int = 0) -> None:
+    def __init__(self, channel: int, max_body_size: int = 0, max_body_setting: str = "") -> None:
         self.max_body_size = max_body_size
+        self.max_body_setting = max_body_setting
         self._method: Method | None = None
         self._properties: BasicProperties | None = None
         self._size = 0
@@ -69,8 +71,10 @@ class ContentAssembler:
                 method_id=method.METHOD_ID,
             )
         if self.max_body_size and body_size > self.max_body_size:
+            setting = f" ({self.max_body_setting})" if self.max_body_setting else ""
             raise AmqpError(
-                f"message size {body_size} is larger than the maximum {self.max_body_size}",
+                f"message size {body_size} is larger than configured max size "
+                f"{self.max_body_size}{setting}",
                 ReplyCode.PRECONDITION_FAILED,
                 channel=self._channel,
                 class_id=method.CLASS_ID,

@@ -13,6 +13,7 @@ from typing import Any
 from amqlite.errors import NotFound
 from amqlite.store.records import Record
 
+from .limits import BrokerLimits
 from .recording import Recorder, Sink
 from .replay import Replay
 from .session import Session
@@ -40,6 +41,7 @@ class Broker:
         "_seed",
         "_vhosts",
         "_wall_offset",
+        "limits",
         "node_id",
         "now",
         "recorder",
@@ -52,8 +54,12 @@ class Broker:
         node_id: str = "node-1",
         *,
         record: Sink | None = None,
+        limits: BrokerLimits | None = None,
     ) -> None:
         self.node_id = node_id
+        #: What client requests may not exceed (queues, consumers, message size);
+        #: journal replay and the HA follower are not held to them.
+        self.limits = limits if limits is not None else BrokerLimits()
         self.now = 0.0
         self._wall_offset = 0.0
         #: Journals durable changes into ``record`` (see :mod:`.recording`); None
@@ -67,7 +73,9 @@ class Broker:
         self._seed = zlib.crc32(node_id.encode()) << 32
         self._vhosts: dict[str, VirtualHost] = {}
         for name in vhosts:
-            self._vhosts[name] = VirtualHost(name, self._new_queue_name, self.recorder)
+            host = VirtualHost(name, self._new_queue_name, self.recorder)
+            host.max_queues = self.limits.max_queues_per_vhost
+            self._vhosts[name] = host
 
     @property
     def vhosts(self) -> tuple[str, ...]:

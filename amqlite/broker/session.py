@@ -26,6 +26,7 @@ from amqlite.errors import (
     ReplyCode,
 )
 
+from .limits import BrokerLimits, consumer_limit_error
 from .message import Delivery, Message, PublishOutcome, QueueInfo
 from .queue import Consumer, Entry, Queue
 from .stream import OFFSET_ARGUMENT, StreamQueue
@@ -60,6 +61,7 @@ class Session:
         "_unacked",
         "_vhost",
         "_writable",
+        "consumers_held",
         "holder",
         "owner",
     )
@@ -74,6 +76,9 @@ class Session:
         #: exclusivity is per connection and each channel is a session) the
         #: connection's holder session, which deletes them when it closes.
         self.holder: Session = self if holder is None else holder
+        #: consumers of every session this one holds (its connection's), counted
+        #: against the broker's ``max_consumers_per_connection``
+        self.consumers_held = 0
         self._closed = False
         self._writable = True
         self._flagged = False
@@ -95,6 +100,11 @@ class Session:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def limits(self) -> BrokerLimits:
+        """The broker's limits on client requests (:mod:`.limits`)."""
+        return self._broker.limits
 
     def _check_open(self) -> None:
         if self._closed:
@@ -250,6 +260,10 @@ class Session:
                 raise NotAllowed(f"attempt to reuse consumer tag {tag!r}")
         else:
             tag = self._new_tag()
+        holder = self.holder
+        limit = self._broker.limits.max_consumers_per_connection
+        if limit and holder.consumers_held >= limit:
+            raise consumer_limit_error(limit)
         if q.has_exclusive_consumer():
             raise AccessRefused(
                 f"queue {queue!r} in vhost {self._vhost.name!r} has an exclusive consumer"
@@ -265,6 +279,7 @@ class Session:
         if isinstance(q, StreamQueue):
             q.attach(consumer, consumer.arguments.get(OFFSET_ARGUMENT))
         self._consumers[tag] = consumer
+        holder.consumers_held += 1
         q.add_consumer(consumer)
         q.dispatch(now)
         return tag
@@ -286,6 +301,7 @@ class Session:
             self._detach(consumer)
 
     def _detach(self, consumer: Consumer) -> None:
+        self.holder.consumers_held -= 1
         queue = consumer.queue
         queue.remove_consumer(consumer)
         if queue.auto_delete and not queue.consumers and not queue.deleted:
@@ -505,6 +521,7 @@ class Session:
         consumer.writable = False
         if self._consumers.get(consumer.tag) is consumer:
             del self._consumers[consumer.tag]
+            self.holder.consumers_held -= 1
         if self._closed:
             return
         self._cancellations.append((consumer.tag, code, text))

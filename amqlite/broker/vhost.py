@@ -26,6 +26,7 @@ from .arguments import QueueSettings, parse_queue_arguments
 from .dead_letter import dead_letter_copy, is_cycle
 from .dedup import PublishKeys
 from .exchange import EXCHANGE_TYPES, BindingWatcher, DefaultExchange, Exchange, binding_id
+from .limits import queue_limit_error
 from .message import Message, PublishOutcome, QueueInfo
 from .queue import Queue
 from .recording import is_persistent
@@ -62,6 +63,7 @@ class VirtualHost:
         "_new_queue_name",
         "_watchers",
         "exchanges",
+        "max_queues",
         "name",
         "publish_keys",
         "queues",
@@ -75,6 +77,8 @@ class VirtualHost:
         self.name = name
         self.recorder = recorder
         self.wall_offset = 0.0  # wall clock = now + wall_offset (the shell sets it)
+        #: clients may not declare a queue past this many (0: no limit)
+        self.max_queues = 0
         self._new_queue_name = new_queue_name
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues)}
@@ -243,6 +247,8 @@ class VirtualHost:
             name = self._new_queue_name()
             while name in self.queues:
                 name = self._new_queue_name()
+        if self.max_queues and not reserved and len(self.queues) >= self.max_queues:
+            raise queue_limit_error(name, self.name, self.max_queues)
         if settings.queue_type == "stream" and (exclusive or auto_delete or not durable):
             raise PreconditionFailed(
                 f"stream queue {name!r} must be durable, non-exclusive and not auto-delete"

@@ -44,9 +44,11 @@ if TYPE_CHECKING:
     from .context import NodeView
 
 FRAMES_PER_TURN = 64  # frames handled before other connections get a turn
-HANDSHAKE_TIMEOUT = 10.0
 MAX_INSTANCE = 64  # longest hello.instance (a client token, see amqlite.broker.dedup)
 ROLES = ("client", "monitor", "ha-peer", "peer-link")
+#: roles a full node still takes, outside its connection counts: the HA pair's own
+#: link, and monitors (the operator's `amqlite status`, which needs `monitoring`)
+UNCOUNTED_ROLES = ("ha-peer", "monitor")
 #: the tag each of the node's own roles needs, and the action it names in a refusal
 ROLE_TAGS: dict[str, tuple[Tag, str]] = {
     "ha-peer": ("cluster", "opening an HA peer link (role 'ha-peer')"),
@@ -65,9 +67,18 @@ class NativeConnection:
     server stops; after the handshake its requests go to one role endpoint."""
 
     def __init__(
-        self, node: NodeView, stream: trio.abc.Stream, remote_address: str, remote_host: str
+        self,
+        node: NodeView,
+        stream: trio.abc.Stream,
+        remote_address: str,
+        remote_host: str,
+        *,
+        slot: object | None = None,
     ):
+        """``slot`` is the socket's key in the node's connection counts (its
+        :class:`~amqlite.broker.limits.ConnectionLimits`)."""
         self.node = node
+        self.slot: object = slot if slot is not None else object()
         self.remote_address = remote_address
         self.remote_host = remote_host
         self.tls = isinstance(stream, trio.SSLStream)
@@ -80,7 +91,7 @@ class NativeConnection:
             low_water=LOW_WATER,
             on_drained=self._drained,
             on_lost=self._lost,
-            handshake_timeout=HANDSHAKE_TIMEOUT,
+            handshake_timeout=node.config.limits.handshake_timeout,
         )
         self.connected_at = trio.current_time()
         #: shut while an alarm blocks this connection (client sessions only)
@@ -127,7 +138,8 @@ class NativeConnection:
     def _lost(self, error: AmqliteError) -> None:
         """The link failed: the stream broke, or the watchdog gave up on the other end."""
         now = trio.current_time()
-        if self.endpoint is None and now - self.connected_at >= HANDSHAKE_TIMEOUT:
+        timeout = self.node.config.limits.handshake_timeout
+        if self.endpoint is None and now - self.connected_at >= timeout:
             log.warning("handshake_timeout", remote=self.remote_address)
         elif self.link.clock.remote_silent(now):
             log.warning("heartbeat_missed", remote=self.remote_address, user=self.user)
@@ -223,8 +235,6 @@ class NativeConnection:
         elif len(hello.instance) > MAX_INSTANCE:
             text = f"hello.instance is longer than {MAX_INSTANCE} characters"
             refusal = (ReplyCode.SYNTAX_ERROR, text, text)
-        elif len(node.connections) > node.config.server.max_connections:
-            refusal = (ReplyCode.NOT_ALLOWED, "too many connections", "max_connections reached")
         else:
             auth = node.authenticator
             args = (hello.login, hello.password, hello.vhost, self.remote_host)
@@ -252,7 +262,12 @@ class NativeConnection:
                         return False
                 if self._closing:  # the server closed us while we authenticated
                     return False
-                return self._open(hello, result)
+                reached = node.admit_connection(
+                    self.slot, result.name, counted=hello.role not in UNCOUNTED_ROLES
+                )
+                if reached is None:
+                    return self._open(hello, result)
+                result = AuthRefused(reached.code, reached.text, reached.text)
             refusal = (result.code, result.text, result.log_reason)
         code, text, reason = refusal
         log.warning(

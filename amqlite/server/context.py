@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from amqlite.auth import Authenticator
     from amqlite.broker import Broker
     from amqlite.broker.alarms import Resource
+    from amqlite.broker.limits import LimitReached
     from amqlite.config import ClusterConfig, Config
     from amqlite.protocol import events as ev
 
@@ -85,6 +86,9 @@ class NodeView(Protocol):
 
     def pump(self) -> None: ...
     def status(self) -> dict[str, Any]: ...
+    def admit_connection(
+        self, slot: object, user: str, *, counted: bool = True
+    ) -> LimitReached | None: ...
 
 
 class HaNode(Protocol):

@@ -15,6 +15,7 @@ import structlog
 
 from amqlite.auth import AuthenticatedUser, Tag, require_tag
 from amqlite.broker import Message, PublishOutcome, Session
+from amqlite.broker.limits import check_message_size
 from amqlite.errors import AccessRefused, AmqliteError, ReplyCode
 from amqlite.protocol import events as ev
 
@@ -52,6 +53,7 @@ class RequestDispatcher:
         self._status = status
         self._peered: Mapping[str, PublishHook] = peered if peered is not None else {}
         self._write_ok: dict[str, bool] = {}  # publish permission, per exchange
+        self._max_message_size = session.limits.max_message_size  # 0: no limit
         self._handlers: dict[type[ev.Event], Callable[[Any, float], Reply]] = {
             ev.Publish: self._publish,
             ev.Ack: self._ack,
@@ -103,6 +105,8 @@ class RequestDispatcher:
             allowed = self._write_ok[p.exchange] = self.permissions.allows("write", resource)
         if not allowed:
             self._check("write", "exchange", p.exchange)
+        if self._max_message_size and len(p.body) > self._max_message_size:
+            check_message_size(len(p.body), self._max_message_size)
         message = Message(p.exchange, p.key, p.body, p.headers, p.props)
         if p.confirm and self._key_prefix:
             message.publish_key = f"{self._key_prefix}{p.id}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import resource
 import signal
 import sys
 from typing import Any
@@ -26,6 +27,9 @@ log = structlog.get_logger("amqlite.server")
 # default the young generations are scanned every few hundred messages and
 # promote those objects to the old one: about a tenth of a peering broker's CPU.
 GC_THRESHOLDS = (20_000, 10, 10)
+#: File descriptors kept for what is not a connection (listeners, journal segments,
+#: the HA and peering links, logs).
+FILES_RESERVED = 64
 
 EPILOG = """\
 examples:
@@ -184,6 +188,7 @@ def run_server(args: argparse.Namespace) -> int:
         return 2
     configure_logging(config.log.format, config.log.level)
     gc.set_threshold(*GC_THRESHOLDS)
+    _raise_open_files_limit(config)
     cannot_listen: list[OSError] = []
     store_errors: list[StoreError] = []
     try:
@@ -207,6 +212,32 @@ def run_server(args: argparse.Namespace) -> int:
     if cannot_listen:
         return 1
     return 0
+
+
+def _raise_open_files_limit(config: Config) -> None:
+    """Lift the soft limit on open files to the hard one (often 1024 against
+    several thousand): every connection, pending or open, is a descriptor, and so
+    are journal segments. Warn when even the hard limit leaves no room for
+    ``limits.max_connections`` and ``limits.max_unauthenticated_connections``."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if wanted > soft:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError) as exc:
+            log.warning("open_files_limit_unchanged", soft=soft, hard=hard, error=str(exc))
+    limits = config.limits
+    needed = limits.max_connections + limits.max_unauthenticated_connections + FILES_RESERVED
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        log.warning(
+            "open_files_limit_low",
+            limit=soft,
+            needed=needed,
+            hint="raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower "
+            "limits.max_connections / limits.max_unauthenticated_connections: past the "
+            "limit new connections fail at accept",
+        )
 
 
 def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import ssl
 import time
 from typing import Any
@@ -13,6 +14,7 @@ import amqlite
 from amqlite.auth import Authenticator
 from amqlite.broker import Broker
 from amqlite.broker.alarms import Resource
+from amqlite.broker.limits import BrokerLimits, ConnectionLimits, LimitReached
 from amqlite.broker.trace import set_trace
 from amqlite.config import Config
 from amqlite.errors import ReplyCode
@@ -30,6 +32,9 @@ from .tls_accept import accept_tls
 
 TICK_INTERVAL = 0.1  # seconds between TTL sweeps
 SHUTDOWN_GRACE = 5.0
+#: Evictions of unauthenticated sockets are logged at most this often (an attack
+#: would otherwise write a line per socket).
+EVICTION_LOG_INTERVAL = 5.0
 
 log = structlog.get_logger("amqlite.server")
 
@@ -61,6 +66,15 @@ class BrokerNode:
         self.cluster_addresses: list[str] = []
         self.authenticator = Authenticator(config.users, config.server.vhosts)
         self.connections: set[NativeConnection | AmqpServerConnection] = set()
+        limits = config.limits
+        #: sockets through their handshake or not, counted (docs/protocol.md "Limits")
+        self.limits = ConnectionLimits(
+            limits.max_connections,
+            limits.max_connections_per_user,
+            limits.max_unauthenticated_connections,
+        )
+        self._evictions_logged = 0
+        self._eviction_logged_at = -math.inf
         self.node_id = config.server.node_id
         self.port = 0
         self.amqp_port: int | None = None  # bound once running, when [amqp] is on
@@ -85,10 +99,16 @@ class BrokerNode:
 
     def new_broker(self) -> Broker:
         storage = self.storage
+        limits = self.config.limits
         broker = Broker(
             vhosts=self.config.server.vhosts,
             node_id=self.node_id,
             record=storage.record if storage is not None else None,
+            limits=BrokerLimits(
+                max_queues_per_vhost=limits.max_queues_per_vhost,
+                max_consumers_per_connection=limits.max_consumers_per_connection,
+                max_message_size=limits.max_message_size,
+            ),
         )
         if self.config.server.trace:
             set_trace(broker, True)
@@ -219,6 +239,64 @@ class BrokerNode:
             await stream.aclose()
             return
         remote = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        # One scope per socket: its deadline is the handshake timeout (lifted once
+        # the connection is admitted), and cancelling it evicts the socket.
+        timeout = self.config.limits.handshake_timeout
+        slot = trio.CancelScope(deadline=trio.current_time() + timeout)
+        evicted = self.limits.arrived(slot)
+        if evicted is not None:
+            assert isinstance(evicted, trio.CancelScope)
+            evicted.cancel()
+            self._log_eviction()
+        try:
+            with slot:
+                await self._serve_socket(stream, amqp, slot, host, remote)
+        finally:
+            self.limits.left(slot)
+            if slot.cancelled_caught:  # evicted, or the handshake took too long
+                if trio.current_time() >= slot.deadline:  # (cancel_called is True for both)
+                    listener = "amqp" if amqp else "native"
+                    log.warning(
+                        "handshake_timeout", remote=remote, listener=listener, timeout_s=timeout
+                    )
+                await trio.aclose_forcefully(stream)
+
+    def _log_eviction(self) -> None:
+        """A pending socket was closed to make room: log it, but not every time."""
+        now = trio.current_time()
+        if now - self._eviction_logged_at < EVICTION_LOG_INTERVAL:
+            return
+        self._eviction_logged_at = now
+        limits = self.limits
+        log.warning(
+            "unauthenticated_connections_evicted",
+            limit=limits.max_pending,
+            evicted=limits.evicted - self._evictions_logged,
+            evicted_total=limits.evicted,
+            reason="limits.max_unauthenticated_connections reached: the oldest socket "
+            "without a finished handshake was closed",
+        )
+        self._evictions_logged = limits.evicted
+
+    def admit_connection(
+        self, slot: object, user: str, *, counted: bool = True
+    ) -> LimitReached | None:
+        """May the connection holding ``slot`` open as ``user``? None: it is open
+        (no longer subject to the handshake timeout); else the limit it hit."""
+        refusal = self.limits.admit(slot, user, counted=counted)
+        if refusal is None and isinstance(slot, trio.CancelScope):
+            slot.deadline = math.inf
+        return refusal
+
+    async def _serve_socket(
+        self,
+        stream: trio.SocketStream,
+        amqp: bool,
+        slot: trio.CancelScope,
+        host: str,
+        remote: str,
+    ) -> None:
+        """Serve one accepted socket to its end."""
         client: trio.abc.Stream = stream
         if self.tls_context is not None and (
             self.config.amqp.tls if amqp else self.config.server.tls
@@ -229,15 +307,16 @@ class BrokerNode:
                 remote=remote,
                 listener="amqp" if amqp else "native",
                 plain_reply=None if amqp else refuse_plain_hello,
+                timeout=self.config.limits.handshake_timeout,
             )
             if tls_stream is None:
                 return
             client = tls_stream
         conn: NativeConnection | AmqpServerConnection
         if amqp:
-            conn = AmqpServerConnection(self, client, remote, host)
+            conn = AmqpServerConnection(self, client, remote, host, slot=slot)
         else:
-            conn = NativeConnection(self, client, remote, host)
+            conn = NativeConnection(self, client, remote, host, slot=slot)
         self.connections.add(conn)
         try:
             await conn.run()
@@ -289,6 +368,15 @@ class BrokerNode:
             }
         )
         status.update(self.alarms.status())
+        limits = self.limits
+        status["limits"]["connections"] = {
+            "open": limits.open,
+            "max": limits.max_connections,
+            "max_per_user": limits.max_per_user,
+            "unauthenticated": limits.pending,
+            "max_unauthenticated": limits.max_pending,
+            "evicted": limits.evicted,
+        }
         if self.ha is not None:
             status["ha"] = self.ha.status()
         status["links"] = self.peering.status() if self.peering is not None else []

@@ -51,7 +51,6 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("amqlite.amqp")
 
-HANDSHAKE_TIMEOUT = 10.0
 #: How long we wait for ``close-ok`` after sending ``connection.close``.
 CLOSE_OK_TIMEOUT = 5.0
 EVENTS_PER_TURN = 64  # events handled before other connections get a turn
@@ -80,15 +79,28 @@ class AmqpServerConnection:
     role = "client"  # closed by HA fencing and switchover, like a native client
 
     def __init__(
-        self, node: NodeView, stream: trio.abc.Stream, remote_address: str, remote_host: str
+        self,
+        node: NodeView,
+        stream: trio.abc.Stream,
+        remote_address: str,
+        remote_host: str,
+        *,
+        slot: object | None = None,
     ) -> None:
+        """``slot`` is the socket's key in the node's connection counts."""
         cfg = node.config.amqp
+        limits = node.config.limits
         self.node = node
+        self.slot: object = slot if slot is not None else object()
         self.remote_address = remote_address
         self.remote_host = remote_host
         self.tls = isinstance(stream, trio.SSLStream)
         self.proto = AmqpConnection(
-            Role.SERVER, frame_max=cfg.frame_max, channel_max=cfg.channel_max
+            Role.SERVER,
+            frame_max=cfg.frame_max,
+            channel_max=cfg.channel_max,
+            max_body_size=limits.max_message_size,
+            max_body_setting="limits.max_message_size",
         )
         self.link: WireLink[AmqpConnection] = WireLink(
             stream,
@@ -99,7 +111,7 @@ class AmqpServerConnection:
             before_flush=self._flush_confirms,
             on_drained=self._drained,
             on_lost=self._lost,
-            handshake_timeout=HANDSHAKE_TIMEOUT,
+            handshake_timeout=limits.handshake_timeout,
         )
         self.connected_at = trio.current_time()
         #: shut while an alarm blocks this connection (see amqlite.server.alarms)
@@ -374,9 +386,6 @@ class AmqpServerConnection:
                 open_,
             )
             return True
-        if len(node.connections) > node.config.server.max_connections:
-            self._close(ReplyCode.NOT_ALLOWED, "NOT_ALLOWED - too many connections", open_)
-            return True
         if node.ha is not None:
             deadline = trio.current_time() + 2 * node.ha.config.failover_timeout_ms / 1000
             admitted, why = await node.ha.admit(deadline)
@@ -396,6 +405,16 @@ class AmqpServerConnection:
                 )
                 return True
         if self._closing:  # the server closed us meanwhile
+            return True
+        reached = node.admit_connection(self.slot, result.name)
+        if reached is not None:
+            log.warning(
+                "amqp_connection_refused",
+                remote=self.remote_address,
+                login=self._login,
+                reason=reached.text,
+            )
+            self._close(reached.code, f"NOT_ALLOWED - {reached.text}", open_)
             return True
         self._user = result
         self.user, self.vhost = result.name, vhost
