@@ -24,6 +24,7 @@ _NODE_FIELDS = (
     "state",
     "listen",
     "amqp_listen",
+    "http_listen",
     "alarms",
 )
 _DEFAULT_EXCHANGE = "amq.default"
