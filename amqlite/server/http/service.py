@@ -109,19 +109,21 @@ class HttpService:
         port = settings.http.port or 0
         config = self._hypercorn_config(host, port)
         app = build_app(self.node, self.rates)
-        async with trio.open_nursery() as nursery:
-            try:
+        started = False
+        try:
+            async with trio.open_nursery() as nursery:
                 binds = await nursery.start(_serve, app, config)
-            except BaseExceptionGroup as group:  # the bind fails inside hypercorn's nursery
-                failed = _first_os_error(group)
-                if failed is None:
-                    raise
-                raise failed from group
-            self.url = binds[0]
-            self.port = int(self.url.rpartition(":")[2])
-            nursery.start_soon(self._sample_rates)
-            log.info("http_listening", url=self.url, tls=settings.http.tls)
-            task_status.started(self.port)
+                self.url = binds[0]
+                self.port = int(self.url.rpartition(":")[2])
+                nursery.start_soon(self._sample_rates)
+                log.info("http_listening", url=self.url, tls=settings.http.tls)
+                started = True
+                task_status.started(self.port)
+        except BaseExceptionGroup as group:  # a bind fails inside hypercorn's nurseries
+            failed = None if started else _first_os_error(group)
+            if failed is None:
+                raise
+            raise failed from None
 
     async def _sample_rates(self) -> None:
         while True:
