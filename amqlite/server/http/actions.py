@@ -7,7 +7,9 @@ call), waits for its ok at the node's one durability barrier (the journal and,
 on an HA pair, the passive node: :meth:`NodeStorage.when_durable`), lets the
 node's pump hand any pushes it caused to their connections, and closes the
 session (which requeues what a ``get`` left unacked). Nothing here touches the
-broker's state any other way.
+broker's state any other way. On an HA pair a change asks for service as a
+client's hello does (``HaView.admit``): a passive node refuses it (503), unless its
+peer went silent, when the request is the client vote that promotes it.
 """
 
 from __future__ import annotations
@@ -93,7 +95,15 @@ async def open_action_session(
 ) -> AsyncIterator[ActionSession]:
     """A session of ``user`` (as :meth:`Authenticator.authorize` gave it for
     ``vhost``) for the duration of the block; closed after it, whatever happens."""
-    if node.state not in SERVING_STATES:
+    ha = node.ha
+    if ha is not None:
+        # a change is a request for service, as a client's hello: on a passive node
+        # whose peer went silent it is the client vote that promotes it (docs/ha.md)
+        deadline = trio.current_time() + 2 * ha.config.failover_timeout_ms / 1000
+        admitted, why = await ha.admit(deadline)
+        if not admitted:
+            raise NotServing(f"node {node.node_id} is {node.state}: {why}")
+    elif node.state not in SERVING_STATES:
         raise NotServing(f"node {node.node_id} is {node.state}: it takes no changes")
     session = node.broker.open_session(vhost, owner=None)
     peered = node.peering.hook_for(vhost) if node.peering is not None else None
