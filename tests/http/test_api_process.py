@@ -10,6 +10,7 @@ listeners.
 from __future__ import annotations
 
 import signal
+import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from amqlite.protocol import events as ev
 
 from ..e2e.procs import ServerProcess, start_server
 from ..server.rawclient import RawClient
+from ..tls_certs import TlsFiles
 
 pytestmark = pytest.mark.e2e
 
@@ -387,6 +389,7 @@ async def test_a_refused_precondition_is_400(web: Web) -> None:
         ("POST", "/api/exchanges/%2F/nope/publish"),
         ("POST", "/api/bindings/%2F/e/amq.direct/q/nope"),
         ("PUT", "/api/queues/nope/q"),
+        ("GET", "/api/no-such-endpoint"),
     ],
 )
 async def test_unknown_names_are_404(web: Web, method: str, path: str) -> None:
@@ -462,3 +465,38 @@ async def test_health_checks(web: Web) -> None:
         ready = await http.get("/health/ready")
     assert live.status_code == 200 and live.json() == {"status": "ok"}
     assert ready.status_code == 200 and ready.json()["state"] == "standalone"
+
+
+async def test_an_unknown_method_is_405_json(web: Web) -> None:
+    async with web.client() as http:
+        reply = await http.patch("/api/queues/%2F/q", json={})
+    assert reply.status_code == 405 and reply.json()["error"] == "bad_method"
+
+
+@pytest.fixture
+def https_config(tmp_path: Path, tls_files: TlsFiles) -> Path:
+    config = tmp_path / "tls.toml"
+    config.write_text(
+        f'[http]\ntls = true\n[tls]\ncert = "{tls_files.cert}"\nkey = "{tls_files.key}"\n'
+        f'ca = "{tls_files.ca}"\n'
+    )
+    return config
+
+
+async def test_https_with_the_nodes_certificate(
+    tmp_path: Path, tls_files: TlsFiles, https_config: Path
+) -> None:
+    web = await _start(tmp_path / "data", https_config)
+    try:
+        url = web.url.replace("http://", "https://")
+        async with httpx.AsyncClient(
+            base_url=url,
+            auth=("guest", "guest"),
+            verify=ssl.create_default_context(cafile=str(tls_files.ca)),
+        ) as https:
+            assert (await https.get("/api/overview")).json()["product_name"] == "amqlite"
+        async with httpx.AsyncClient(base_url=web.url) as plain:
+            with pytest.raises(httpx.HTTPError):
+                await plain.get("/health/live")
+    finally:
+        await _stop(web)

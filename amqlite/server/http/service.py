@@ -71,8 +71,18 @@ def build_app(node: NodeView, rates: RateSampler) -> ASGIApp:
         Route("/health/live", live),
         Route("/health/ready", ready),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(
+        routes=routes, exception_handlers={404: _json_http_error, 405: _json_http_error}
+    )
     return RawPath(BasicAuth(app, node.authenticator))
+
+
+async def _json_http_error(request: Request, exc: Exception) -> Response:
+    """An unknown path (404) or method (405) in RabbitMQ's error JSON."""
+    status = getattr(exc, "status_code", 500)
+    error = "Object Not Found" if status == 404 else "bad_method"
+    reason = "Not Found" if status == 404 else f"{request.method} is not allowed here"
+    return JSONResponse({"error": error, "reason": reason}, status_code=status)
 
 
 class HttpService:
