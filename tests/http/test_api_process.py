@@ -500,3 +500,21 @@ async def test_https_with_the_nodes_certificate(
                 await plain.get("/health/live")
     finally:
         await _stop(web)
+
+
+async def test_the_management_page_and_its_files_are_served(web: Web) -> None:
+    async with web.client(None) as http:
+        page = await http.get("/")
+        script = await http.get("/static/app.js")
+        style = await http.get("/static/style.css")
+        source = await http.get("/static/__init__.py")
+        from_page = await http.get("/api/overview", headers={"X-Amqlite-Page": "1"})
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    assert '<script type="module" src="/static/app.js">' in page.text
+    assert script.headers["content-type"].startswith("text/javascript")
+    assert "/api/overview" in script.text
+    assert style.status_code == 200
+    assert source.status_code == 404  # only the page's own files
+    # the page's requests get a 401 the browser shows no dialog for
+    assert from_page.status_code == 401 and "www-authenticate" not in from_page.headers

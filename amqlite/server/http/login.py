@@ -84,6 +84,10 @@ def _credentials(scope: Scope) -> tuple[str, str] | None:
     return None
 
 
+def _from_page(scope: Scope) -> bool:
+    return any(name == b"x-amqlite-page" for name, _ in scope.get("headers", ()))
+
+
 async def _send_json(send: Send, status: int, body: dict[str, Any], *extra: Any) -> None:
     payload = json.dumps(body).encode()
     headers = [
@@ -110,12 +114,11 @@ class BasicAuth:
             await self.app(scope, receive, send)
             return
         credentials = _credentials(scope)
+        # the management page asks with its own form: no browser dialog for it
+        challenge = () if _from_page(scope) else ((b"www-authenticate", REALM.encode()),)
         if credentials is None:
             await _send_json(
-                send,
-                401,
-                {"error": "not_authorised", "reason": "Not_Authorized"},
-                (b"www-authenticate", REALM.encode()),
+                send, 401, {"error": "not_authorised", "reason": "Not_Authorized"}, *challenge
             )
             return
         login, password = credentials
@@ -123,10 +126,7 @@ class BasicAuth:
         if not await self._check(login, password, str(client[0])):
             log.warning("http_login_refused", login=login, remote=client[0])
             await _send_json(
-                send,
-                401,
-                {"error": "not_authorised", "reason": "Login failed"},
-                (b"www-authenticate", REALM.encode()),
+                send, 401, {"error": "not_authorised", "reason": "Login failed"}, *challenge
             )
             return
         user = self.authenticator.management_user(login)

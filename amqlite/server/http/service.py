@@ -7,7 +7,8 @@ tls = true`` it serves HTTPS only, with ``[tls]``'s certificate (and client
 certificates required with ``verify = "mutual"``). Beside the server it runs the
 rate sampler (:mod:`.rates`), every ``RATE_INTERVAL`` seconds.
 
-Routes: the management API under ``/api/`` (:mod:`.api`, behind basic auth,
+Routes: the management page at ``/`` (:mod:`amqlite.web`: static files, read
+once), the management API under ``/api/`` (:mod:`.api`, behind basic auth,
 :mod:`.login`), ``/metrics`` (:mod:`.metrics`), ``/health/live`` (the process
 answers) and ``/health/ready`` (200 while the node serves clients: standalone or
 the active node of an HA pair, its journal recovered; 503 with the reason
@@ -25,9 +26,12 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from amqlite.web import STATIC_DIR
 
 from .actions import SERVING_STATES
 from .api import ManagementApi, RawPath
@@ -65,7 +69,9 @@ def build_app(node: NodeView, rates: RateSampler) -> ASGIApp:
             {"status": "failed", "state": node.state, "reason": reason}, status_code=503
         )
 
+    page = _page_routes()
     routes = [
+        *page,
         *api.routes(),
         Route("/metrics", get_metrics),
         Route("/health/live", live),
@@ -75,6 +81,38 @@ def build_app(node: NodeView, rates: RateSampler) -> ASGIApp:
         routes=routes, exception_handlers={404: _json_http_error, 405: _json_http_error}
     )
     return RawPath(BasicAuth(app, node.authenticator))
+
+
+#: the page's files: name -> media type (nothing else in the package is served)
+_PAGE_FILES = {
+    "index.html": "text/html; charset=utf-8",
+    "app.js": "text/javascript; charset=utf-8",
+    "style.css": "text/css; charset=utf-8",
+}
+_PAGE_HEADERS = {
+    "content-security-policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'",
+    "x-content-type-options": "nosniff",
+    "cache-control": "no-cache",
+}
+
+
+def _page_routes() -> list[Route]:
+    """``/`` (the management page) and ``/static/{app.js,style.css}``, read once."""
+    files = {name: (STATIC_DIR / name).read_bytes() for name in _PAGE_FILES}
+
+    def serve_file(name: str) -> Response:
+        return Response(files[name], media_type=_PAGE_FILES[name], headers=_PAGE_HEADERS)
+
+    async def index(request: Request) -> Response:
+        return serve_file("index.html")
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in files or name == "index.html":
+            return await _json_http_error(request, HTTPException(404))
+        return serve_file(name)
+
+    return [Route("/", index), Route("/static/{name}", static)]
 
 
 async def _json_http_error(request: Request, exc: Exception) -> Response:
