@@ -183,8 +183,8 @@ function showQueues(queues) {
     cell(row, q.messages_ready, "num ready");
     cell(row, q.messages_unacknowledged, "num");
     cell(row, q.consumers, "num");
-    cell(row, q.message_stats.publish_details.rate, "num");
-    cell(row, q.message_stats.deliver_get_details.rate, "num");
+    cell(row, q.message_stats.publish_details.rate.toFixed(1), "num");
+    cell(row, q.message_stats.deliver_get_details.rate.toFixed(1), "num");
     const actions = cell(row, "");
     const path = `/api/queues/${enc(q.vhost)}/${enc(q.name)}`;
     button(actions, "Get", async () => {
@@ -275,6 +275,7 @@ function showHa(ha, overview) {
 function showLinks(links) {
   const section = $("links-section");
   section.hidden = links.length === 0;
+  $("lag-figure").hidden = links.length === 0;
   const drawing = $("links-drawing");
   drawing.setAttribute("height", String(Math.max(40, links.length * 34 + 8)));
   drawing.replaceChildren();
@@ -328,8 +329,10 @@ function drawChart(canvas, seriesList, labels) {
     g.strokeStyle = COLORS[i % COLORS.length];
     g.lineWidth = 2;
     g.beginPath();
+    const step = width / (POINTS - 1);
+    const start = width - (series.length - 1) * step; // the newest point at the right edge
     series.forEach((value, j) => {
-      const x = (j / (POINTS - 1)) * width;
+      const x = start + j * step;
       const y = height - 2 - (value / top) * (height - 16);
       if (j === 0) g.moveTo(x, y);
       else g.lineTo(x, y);
