@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
+import trio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -143,12 +144,28 @@ def _refusal(reply: ev.Event | None) -> ApiError | None:
     return None
 
 
+#: how old a status the reads may answer from (a page polls several paths at once)
+STATUS_MAX_AGE = 1.0
+
+
 class ManagementApi:
-    """The handlers, bound to one node and its rate sampler."""
+    """The handlers, bound to one node and its rate sampler.
+
+    Reads share one status map for up to ``STATUS_MAX_AGE`` seconds, so a page or a
+    monitor asking several paths at once costs the node one status walk; a change
+    made here drops it, so the next read shows the change."""
 
     def __init__(self, node: NodeView, rates: RateSampler) -> None:
         self.node = node
         self.rates = rates
+        self._cached: tuple[float, dict[str, Any]] | None = None
+
+    def node_status(self) -> dict[str, Any]:
+        now = trio.current_time()
+        cached = self._cached
+        if cached is None or now - cached[0] > STATUS_MAX_AGE:
+            cached = self._cached = (now, self.node.status())
+        return cached[1]
 
     # --- plumbing --------------------------------------------------------------------
 
@@ -197,6 +214,9 @@ class ManagementApi:
 
     def _guarded(self, handler: Handler) -> Handler:
         async def guarded(request: Request) -> Response:
+            change = request.method != "GET"
+            if change:
+                self._cached = None  # the next read must show it
             try:
                 return await handler(request)
             except ApiError as exc:
@@ -207,6 +227,9 @@ class ManagementApi:
                 return _error_response(ApiError(403, "access_refused", exc.text))
             except UnicodeDecodeError:
                 return _error_response(ApiError(400, "bad_request", "bad percent-encoding"))
+            finally:
+                if change:  # a read while it ran may have cached the state before it
+                    self._cached = None
 
         return guarded
 
@@ -216,7 +239,7 @@ class ManagementApi:
         return user
 
     def _status(self, request: Request) -> dict[str, Any]:
-        status = self.node.status()
+        status = self.node_status()
         user = self._user(request)
         if user.has_tag("monitoring"):
             return status
@@ -231,7 +254,7 @@ class ManagementApi:
     def _monitoring(self, request: Request, what: str) -> dict[str, Any]:
         user = self._user(request)
         require_tag(user, "monitoring", f"reading {what}")
-        return self.node.status()
+        return self.node_status()
 
     # --- reads -----------------------------------------------------------------------
 
@@ -473,7 +496,7 @@ class ManagementApi:
     async def delete_binding(self, request: Request) -> Response:
         vhost = _param(request, "vhost")
         user = self._actor(request, vhost)
-        binding = self._binding(request, self.node.status())
+        binding = self._binding(request, self.node_status())
         if not binding["source"]:
             raise ApiError(403, "access_refused", "the default exchange's bindings are implicit")
         async with open_action_session(self.node, user, vhost) as session:
