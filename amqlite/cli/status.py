@@ -60,6 +60,8 @@ def print_status(status: dict[str, Any], file: Any = None) -> None:
         f"[bold]vhosts[/bold] {len(vhosts)}  [bold]queues[/bold] {n_queues}  "
         f"[bold]connections[/bold] {len(conns)}"
     )
+    if status.get("http_listen"):
+        console.print(f"[bold]management API[/bold] {status['http_listen']} (docs/http.md)")
     alarms = status.get("alarms") or []
     if alarms:
         console.print(

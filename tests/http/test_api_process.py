@@ -9,6 +9,7 @@ listeners.
 
 from __future__ import annotations
 
+import json
 import signal
 import ssl
 from collections.abc import AsyncIterator
@@ -23,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from amqlite.auth import hash_password
 from amqlite.protocol import events as ev
 
-from ..e2e.procs import ServerProcess, start_server
+from ..e2e.procs import ServerProcess, run_cli, start_server
 from ..server.rawclient import RawClient
 from ..tls_certs import TlsFiles
 
@@ -518,3 +519,11 @@ async def test_the_management_page_and_its_files_are_served(web: Web) -> None:
     assert source.status_code == 404  # only the page's own files
     # the page's requests get a 401 the browser shows no dialog for
     assert from_page.status_code == 401 and "www-authenticate" not in from_page.headers
+
+
+async def test_status_json_shows_the_http_listener(web: Web) -> None:
+    argv = ("status", "-s", f"127.0.0.1:{web.server.port}", "--json")
+    login = ("--login", "mon", "--password", PASSWORD)
+    reply = await trio.to_thread.run_sync(lambda: run_cli(*argv, *login))
+    assert reply.returncode == 0, reply.stderr
+    assert f"http://{json.loads(reply.stdout)['http_listen']}" == web.url

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
 from typing import Any
 
 from .rates import RateSampler
@@ -325,8 +324,3 @@ def overview(status: dict[str, Any], rates: RateSampler, user: str) -> dict[str,
 def _ha_summary(ha: dict[str, Any]) -> dict[str, Any]:
     keys = ("role", "state", "epoch", "peer_state", "peer_alive", "link_up")
     return {k: ha[k] for k in keys if k in ha}
-
-
-def find(items: list[dict[str, Any]], **fields: Any) -> Iterator[dict[str, Any]]:
-    """The items whose fields equal ``fields``."""
-    return (i for i in items if all(i.get(k) == v for k, v in fields.items()))
