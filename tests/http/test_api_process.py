@@ -527,3 +527,22 @@ async def test_status_json_shows_the_http_listener(web: Web) -> None:
     reply = await trio.to_thread.run_sync(lambda: run_cli(*argv, *login))
     assert reply.returncode == 0, reply.stderr
     assert f"http://{json.loads(reply.stdout)['http_listen']}" == web.url
+
+
+async def test_binary_values_from_a_client_show_as_text_or_base64(web: Web) -> None:
+    client = await RawClient.connect(web.server.port)
+    try:
+        assert isinstance(await client.handshake("admin", PASSWORD), ev.Welcome)
+        await client.request(ev.QueueDeclare, queue="bin")
+        arguments = {"x-match": "all", "raw": b"\xff\x00", "text": b"ok"}
+        reply = await client.request(
+            ev.QueueBind, queue="bin", exchange="amq.headers", arguments=arguments
+        )
+        assert isinstance(reply, ev.Ok)
+    finally:
+        await client.aclose()
+    async with web.client() as http:
+        reply = await http.get("/api/queues/%2F/bin/bindings")
+    assert reply.status_code == 200
+    (headers,) = [b for b in reply.json() if b["source"] == "amq.headers"]
+    assert headers["arguments"] == {"x-match": "all", "raw": "/wA=", "text": "ok"}

@@ -17,6 +17,7 @@ behind :class:`RawPath`, and every handler decodes its parameters itself.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -66,6 +67,25 @@ _ACK_MODES = (
 _MAX_GET = 1000
 
 
+class ApiJson(JSONResponse):
+    """JSON that also carries what the broker's maps may hold beyond JSON's types:
+    bytes (a header or argument value) as text when UTF-8, else base64."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(
+            content, ensure_ascii=False, separators=(",", ":"), default=_plain
+        ).encode("utf-8")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            return base64.b64encode(value).decode("ascii")
+    return repr(value)
+
+
 class ApiError(Exception):
     """Answered as ``{"error": error, "reason": reason}`` with ``status``."""
 
@@ -80,8 +100,8 @@ def _not_found(what: str) -> ApiError:
     return ApiError(404, "Object Not Found", f"{what} not found")
 
 
-def _error_response(exc: ApiError) -> JSONResponse:
-    return JSONResponse({"error": exc.error, "reason": exc.reason}, status_code=exc.status)
+def _error_response(exc: ApiError) -> ApiJson:
+    return ApiJson({"error": exc.error, "reason": exc.reason}, status_code=exc.status)
 
 
 class RawPath:
@@ -260,47 +280,47 @@ class ManagementApi:
 
     async def get_overview(self, request: Request) -> Response:
         user = self._user(request)
-        return JSONResponse(views.overview(self._status(request), self.rates, user.name))
+        return ApiJson(views.overview(self._status(request), self.rates, user.name))
 
     async def get_whoami(self, request: Request) -> Response:
         user = self._user(request)
-        return JSONResponse({"name": user.name, "tags": sorted(user.tags)})
+        return ApiJson({"name": user.name, "tags": sorted(user.tags)})
 
     async def get_nodes(self, request: Request) -> Response:
-        return JSONResponse([views.node_view(self._status(request))])
+        return ApiJson([views.node_view(self._status(request))])
 
     async def get_node(self, request: Request) -> Response:
         status = self._status(request)
         if _param(request, "node") != status.get("node_id"):
             raise _not_found("node")
-        return JSONResponse(views.node_view(status))
+        return ApiJson(views.node_view(status))
 
     async def get_vhosts(self, request: Request) -> Response:
-        return JSONResponse(views.vhost_views(self._status(request), self.rates))
+        return ApiJson(views.vhost_views(self._status(request), self.rates))
 
     async def get_vhost(self, request: Request) -> Response:
         status = self._status(request)
         vhost = self._vhost(request, status)
         found = [v for v in views.vhost_views(status, self.rates) if v["name"] == vhost]
-        return JSONResponse(found[0])
+        return ApiJson(found[0])
 
     async def get_exchanges(self, request: Request) -> Response:
         status = self._status(request)
         vhost = self._vhost(request, status) if "vhost" in request.path_params else None
-        return JSONResponse(views.exchange_views(status, vhost))
+        return ApiJson(views.exchange_views(status, vhost))
 
     async def get_exchange(self, request: Request) -> Response:
         status = self._status(request)
         vhost, name = self._vhost(request, status), _exchange_name(request)
         for ex in views.exchange_views(status, vhost):
             if ex["name"] == name:
-                return JSONResponse(ex)
+                return ApiJson(ex)
         raise _not_found(f"exchange {name!r} in vhost {vhost!r}")
 
     async def get_queues(self, request: Request) -> Response:
         status = self._status(request)
         vhost = self._vhost(request, status) if "vhost" in request.path_params else None
-        return JSONResponse(views.queue_views(status, self.rates, vhost))
+        return ApiJson(views.queue_views(status, self.rates, vhost))
 
     def _queue(self, request: Request, status: dict[str, Any]) -> dict[str, Any]:
         vhost, name = self._vhost(request, status), _param(request, "name")
@@ -310,25 +330,25 @@ class ManagementApi:
         raise _not_found(f"queue {name!r} in vhost {vhost!r}")
 
     async def get_queue(self, request: Request) -> Response:
-        return JSONResponse(self._queue(request, self._status(request)))
+        return ApiJson(self._queue(request, self._status(request)))
 
     async def get_bindings(self, request: Request) -> Response:
         status = self._status(request)
         vhost = self._vhost(request, status) if "vhost" in request.path_params else None
-        return JSONResponse(views.binding_views(status, vhost))
+        return ApiJson(views.binding_views(status, vhost))
 
     async def get_exchange_bindings(self, request: Request) -> Response:
         status = self._status(request)
         vhost, name = self._vhost(request, status), _exchange_name(request)
         if not any(ex["name"] == name for ex in views.exchange_views(status, vhost)):
             raise _not_found(f"exchange {name!r} in vhost {vhost!r}")
-        return JSONResponse([b for b in views.binding_views(status, vhost) if b["source"] == name])
+        return ApiJson([b for b in views.binding_views(status, vhost) if b["source"] == name])
 
     async def get_queue_bindings(self, request: Request) -> Response:
         status = self._status(request)
         queue = self._queue(request, status)
         found = views.binding_views(status, queue["vhost"])
-        return JSONResponse([b for b in found if b["destination"] == queue["name"]])
+        return ApiJson([b for b in found if b["destination"] == queue["name"]])
 
     def _pair(self, request: Request, status: dict[str, Any]) -> list[dict[str, Any]]:
         vhost = self._vhost(request, status)
@@ -346,7 +366,7 @@ class ManagementApi:
         ]
 
     async def get_pair_bindings(self, request: Request) -> Response:
-        return JSONResponse(self._pair(request, self._status(request)))
+        return ApiJson(self._pair(request, self._status(request)))
 
     def _binding(self, request: Request, status: dict[str, Any]) -> dict[str, Any]:
         props = _param(request, "props")
@@ -356,27 +376,27 @@ class ManagementApi:
         raise _not_found("binding")
 
     async def get_binding(self, request: Request) -> Response:
-        return JSONResponse(self._binding(request, self._status(request)))
+        return ApiJson(self._binding(request, self._status(request)))
 
     async def get_connections(self, request: Request) -> Response:
-        return JSONResponse(views.connection_views(self._status(request)))
+        return ApiJson(views.connection_views(self._status(request)))
 
     async def get_connection(self, request: Request) -> Response:
         name = _param(request, "name")
         for c in views.connection_views(self._status(request)):
             if c["name"] == name:
-                return JSONResponse(c)
+                return ApiJson(c)
         raise _not_found("connection")
 
     async def get_ha(self, request: Request) -> Response:
         status = self._monitoring(request, "the HA pair's state")
-        return JSONResponse(status.get("ha") or {"role": "standalone", "state": status["state"]})
+        return ApiJson(status.get("ha") or {"role": "standalone", "state": status["state"]})
 
     async def get_links(self, request: Request) -> Response:
-        return JSONResponse(self._monitoring(request, "the peering links").get("links", []))
+        return ApiJson(self._monitoring(request, "the peering links").get("links", []))
 
     async def get_journal(self, request: Request) -> Response:
-        return JSONResponse(self._monitoring(request, "the journal").get("storage", {}))
+        return ApiJson(self._monitoring(request, "the journal").get("storage", {}))
 
     # --- changes ---------------------------------------------------------------------
 
@@ -538,7 +558,7 @@ class ManagementApi:
                     confirm=True,
                 ),
             )
-        return JSONResponse({"routed": isinstance(reply, ev.Ok)})
+        return ApiJson({"routed": isinstance(reply, ev.Ok)})
 
     async def get_messages(self, request: Request) -> Response:
         """RabbitMQ's ``get``: up to ``count`` messages; ``ackmode`` says whether
@@ -582,4 +602,4 @@ class ManagementApi:
                 elif ackmode == "reject_requeue_false":
                     await self._run(session, ev.Nack(session.next_id(), reply.dtag, requeue=False))
             # *_requeue_true: closing the session requeues them, flagged redelivered
-        return JSONResponse(out)
+        return ApiJson(out)
