@@ -15,6 +15,7 @@ import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -546,3 +547,45 @@ async def test_binary_values_from_a_client_show_as_text_or_base64(web: Web) -> N
     assert reply.status_code == 200
     (headers,) = [b for b in reply.json() if b["source"] == "amq.headers"]
     assert headers["arguments"] == {"x-match": "all", "raw": "/wA=", "text": "ok"}
+
+
+async def test_closing_a_connection_from_the_api(web: Web) -> None:
+    client = await RawClient.connect(web.server.port)
+    try:
+        assert isinstance(await client.handshake("admin", PASSWORD), ev.Welcome)
+        async with web.client() as http:
+            (connection,) = (await http.get("/api/connections")).json()
+            path = f"/api/connections/{quote(connection['name'], safe='')}"
+            async with web.client("mon") as mon:
+                assert (await mon.delete(path)).status_code == 403
+            reply = await http.delete(path, headers={"X-Reason": "maintenance"})
+            assert reply.status_code == 204
+            with trio.fail_after(10):
+                close = await client.receive_until(ev.Close)
+            assert isinstance(close, ev.Close)
+            assert (close.code, close.text) == (320, "maintenance")
+            assert (await http.delete(path)).status_code in (204, 404)
+            assert (await http.delete("/api/connections/nope")).status_code == 404
+    finally:
+        await client.aclose()
+
+
+async def test_rabbitmqs_health_checks(web: Web) -> None:
+    async with web.client("app") as http:
+        ok = [
+            "/api/health/checks/alarms",
+            "/api/health/checks/local-alarms",
+            "/api/health/checks/virtual-hosts",
+            f"/api/health/checks/port-listener/{web.server.port}",
+            "/api/health/checks/protocol-listener/http",
+            "/api/health/checks/ready-to-serve-clients",
+        ]
+        for path in ok:
+            reply = await http.get(path)
+            assert (reply.status_code, reply.json()) == (200, {"status": "ok"}), path
+        for path in (
+            "/api/health/checks/port-listener/1",
+            "/api/health/checks/protocol-listener/amqp091",  # no --amqp-port here
+        ):
+            reply = await http.get(path)
+            assert reply.status_code == 503 and reply.json()["status"] == "failed", path

@@ -35,7 +35,7 @@ from amqlite.protocol import events as ev
 
 from ..status_view import visible_status
 from . import views
-from .actions import ActionSession, NotServing, open_action_session
+from .actions import SERVING_STATES, ActionSession, NotServing, open_action_session
 from .login import USER_SCOPE_KEY
 from .messages import BadMessage, message_json, publish_fields
 from .rates import RateSampler
@@ -227,6 +227,13 @@ class ManagementApi:
             route(f"{b}/{{props}}", self.delete_binding, ("DELETE",)),
             route(f"{a}/connections", self.get_connections),
             route(f"{a}/connections/{{name}}", self.get_connection),
+            route(f"{a}/connections/{{name}}", self.delete_connection, ("DELETE",)),
+            route(f"{a}/health/checks/alarms", self.check_alarms),
+            route(f"{a}/health/checks/local-alarms", self.check_alarms),
+            route(f"{a}/health/checks/virtual-hosts", self.check_vhosts),
+            route(f"{a}/health/checks/port-listener/{{port}}", self.check_port),
+            route(f"{a}/health/checks/protocol-listener/{{protocol}}", self.check_protocol),
+            route(f"{a}/health/checks/ready-to-serve-clients", self.check_serving),
             route(f"{a}/ha", self.get_ha),
             route(f"{a}/links", self.get_links),
             route(f"{a}/journal", self.get_journal),
@@ -387,6 +394,56 @@ class ManagementApi:
             if c["name"] == name:
                 return ApiJson(c)
         raise _not_found("connection")
+
+    async def delete_connection(self, request: Request) -> Response:
+        """Close a client connection (code 320, the reason from ``X-Reason``)."""
+        name = _param(request, "name")
+        require_tag(self._user(request), "administrator", "closing a connection")
+        status = self.node.status()
+        for conn in list(self.node.connections):
+            info = conn.info()
+            if info is None:
+                continue
+            (view,) = views.connection_views({**status, "connections": [info]})
+            if view["name"] == name:
+                reason = request.headers.get("x-reason", "closed via the management API")
+                conn.close_from_server(ReplyCode.CONNECTION_FORCED, reason)
+                return Response(status_code=204)
+        raise _not_found("connection")
+
+    # --- RabbitMQ's health checks (/api/health/checks/...): 200 ok, 503 failed -------
+
+    @staticmethod
+    def _check(problem: str | None) -> Response:
+        if problem is None:
+            return ApiJson({"status": "ok"})
+        return ApiJson({"status": "failed", "reason": problem}, status_code=503)
+
+    async def check_alarms(self, request: Request) -> Response:
+        raised = sorted(r.value for r in self.node.alarms_raised)
+        return self._check(f"alarms in effect: {', '.join(raised)}" if raised else None)
+
+    async def check_vhosts(self, request: Request) -> Response:
+        return self._check(None)  # a vhost runs while the node does: nothing can stop one
+
+    async def check_port(self, request: Request) -> Response:
+        port = _param(request, "port")
+        listeners = views.listeners(self.node_status())
+        found = any(str(listener["port"]) == port for listener in listeners)
+        return self._check(None if found else f"no listener on port {port}")
+
+    async def check_protocol(self, request: Request) -> Response:
+        protocol = _param(request, "protocol").lower()
+        aliases = {"amqp091": "amqp", "amqp0-9-1": "amqp", "management": "http"}
+        wanted = aliases.get(protocol, protocol)
+        listeners = views.listeners(self.node_status())
+        found = any(listener["protocol"] == wanted for listener in listeners)
+        return self._check(None if found else f"no listener for protocol {protocol!r}")
+
+    async def check_serving(self, request: Request) -> Response:
+        state = self.node.state
+        serving = state in SERVING_STATES
+        return self._check(None if serving else f"node {self.node.node_id} is {state}")
 
     async def get_ha(self, request: Request) -> Response:
         status = self._monitoring(request, "the HA pair's state")

@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_EXCHANGE",
     "binding_views",
     "connection_views",
+    "listeners",
     "exchange_views",
     "node_view",
     "overview",
