@@ -1,35 +1,27 @@
 // amqlite's management page: one ES module, no build step, no library.
-// It only talks to the management API (docs/http.md) with HTTP basic credentials
-// kept in this tab's sessionStorage and sent in the Authorization header (never a
-// cookie, so another site cannot make the browser act for the user). Everything
+// It only talks to the management API (docs/http.md). Logging in opens a session
+// (POST /api/login): an HttpOnly, SameSite=Strict cookie the page never sees, and
+// every request carries the X-Amqlite-Page header the server asks of a change made
+// under that cookie (a page on another site cannot add it: no CSRF). Everything
 // the broker says is put in the page as text (textContent), never as HTML.
 
 const POLL_MS = 2000;
 const POINTS = 90;
 const COLORS = ["#2e8b57", "#3b6fb6", "#c98a14", "#b3261e", "#7b4fb6"];
-const AUTH_KEY = "amqlite.auth";
 
 const $ = (id) => document.getElementById(id);
 const state = {
-  auth: sessionStorage.getItem(AUTH_KEY),
   tags: [],
   previous: null, // {at, stats}: the last overview's counters, for the rate chart
   series: { rates: [[], [], []], depths: [[], []], lag: new Map() },
   timer: null,
 };
 
-function encodeCredentials(user, password) {
-  const bytes = new TextEncoder().encode(`${user}:${password}`);
-  let text = "";
-  for (const b of bytes) text += String.fromCharCode(b);
-  return btoa(text);
-}
-
 class LoginNeeded extends Error {}
 
 async function api(method, path, body) {
-  const headers = { Authorization: `Basic ${state.auth}`, "X-Amqlite-Page": "1" };
-  const init = { method, headers, credentials: "omit", cache: "no-store" };
+  const headers = { "X-Amqlite-Page": "1" };
+  const init = { method, headers, credentials: "same-origin", cache: "no-store" };
   if (body !== undefined) {
     headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -75,18 +67,25 @@ async function start() {
   state.timer = setInterval(refresh, POLL_MS);
 }
 
-$("login-form").addEventListener("submit", (event) => {
+$("login-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const form = new FormData(event.target);
-  state.auth = encodeCredentials(form.get("user"), form.get("password"));
-  sessionStorage.setItem(AUTH_KEY, state.auth);
+  try {
+    await api("POST", "/api/login", { username: form.get("user"), password: form.get("password") });
+  } catch (error) {
+    showLogin(error instanceof LoginNeeded ? "Wrong user or password." : error.message);
+    return;
+  }
+  event.target.reset();
   start();
 });
 
-$("logout").addEventListener("click", () => {
-  sessionStorage.removeItem(AUTH_KEY);
-  state.auth = null;
-  showLogin("");
+$("logout").addEventListener("click", async () => {
+  try {
+    await api("POST", "/api/logout");
+  } finally {
+    showLogin("");
+  }
 });
 
 // --- polling -----------------------------------------------------------------------
@@ -221,6 +220,7 @@ function showConnections(connections) {
     cell(row, c.protocol);
     cell(row, c.channels, "num");
     cell(row, c.state);
+    button(cell(row, ""), "Close", () => api("DELETE", `/api/connections/${enc(c.name)}`));
   });
 }
 
@@ -388,5 +388,4 @@ onSubmit("publish-form", async (f) => {
   $("publish-result").textContent = reply.routed ? "routed" : "not routed";
 });
 
-if (state.auth) start();
-else showLogin("");
+start(); // a session cookie from before is still good until it idles out

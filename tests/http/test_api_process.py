@@ -589,3 +589,37 @@ async def test_rabbitmqs_health_checks(web: Web) -> None:
         ):
             reply = await http.get(path)
             assert reply.status_code == 503 and reply.json()["status"] == "failed", path
+
+
+async def test_a_login_session_for_the_page(web: Web) -> None:
+    page = {"X-Amqlite-Page": "1"}
+    async with httpx.AsyncClient(base_url=web.url, timeout=10) as browser:
+        wrong = await browser.post(
+            "/api/login", json={"username": "admin", "password": "nope"}, headers=page
+        )
+        assert wrong.status_code == 401 and "amqlite_session" not in browser.cookies
+        plain = await browser.post(
+            "/api/login", json={"username": "plain", "password": PASSWORD}, headers=page
+        )
+        assert plain.status_code == 403  # no management tag: no session either
+        bad = await browser.post("/api/login", content=b"user=admin", headers=page)
+        assert bad.status_code == 400
+        cross_site = await browser.post(
+            "/api/login", json={"username": "admin", "password": PASSWORD}
+        )
+        assert cross_site.status_code == 403  # a form posted from elsewhere has no header
+        reply = await browser.post(
+            "/api/login", json={"username": "admin", "password": PASSWORD}, headers=page
+        )
+        assert reply.status_code == 200 and reply.json()["name"] == "admin"
+        cookie = reply.headers["set-cookie"]
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        assert (await browser.get("/api/whoami")).json()["name"] == "admin"
+        # a change under the cookie alone (what a cross-site form could send): refused
+        refused = await browser.put("/api/queues/%2F/from.page", json={})
+        assert refused.status_code == 403 and "X-Amqlite-Page" in refused.json()["reason"]
+        made = await browser.put("/api/queues/%2F/from.page", json={}, headers=page)
+        assert made.status_code == 201
+        assert (await browser.post("/api/logout", headers=page)).status_code == 204
+        browser.cookies.clear()
+        assert (await browser.get("/api/whoami")).status_code == 401

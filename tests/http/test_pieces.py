@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from amqlite.server.http.login import CredentialCache
+from amqlite.server.http.login import CredentialCache, SessionStore
 from amqlite.server.http.messages import BadMessage, message_json, publish_fields
 from amqlite.server.http.rates import RateSampler
 from amqlite.server.http.views import (
@@ -196,3 +196,19 @@ def test_latency_histogram_buckets_are_cumulative() -> None:
     buckets = dict(histogram.buckets())
     assert buckets["0.0001"] == 1 and buckets["0.0025"] == 3 and buckets["10.0"] == 3
     assert buckets["+Inf"] == 4 and histogram.count == 4
+
+
+def test_sessions_idle_out_and_stay_bounded() -> None:
+    sessions = SessionStore(idle=10.0, size=2)
+    token = sessions.open("u", now=0.0)
+    assert sessions.login(token, now=9.0) == "u"  # use moves the deadline on
+    assert sessions.login(token, now=18.0) == "u"
+    assert sessions.login(token, now=29.0) is None
+    assert sessions.login("made-up", now=0.0) is None
+    first = sessions.open("a", now=30.0)
+    second = sessions.open("b", now=30.0)
+    third = sessions.open("c", now=30.0)
+    assert sessions.login(first, now=31.0) is None  # the oldest went
+    assert sessions.login(second, now=31.0) == "b" and sessions.login(third, now=31.0) == "c"
+    sessions.close(third)
+    assert sessions.login(third, now=31.0) is None

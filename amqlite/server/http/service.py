@@ -35,7 +35,7 @@ from amqlite.web import STATIC_DIR
 
 from .actions import SERVING_STATES
 from .api import ManagementApi, RawPath
-from .login import BasicAuth
+from .login import ApiAuth
 from .metrics import CONTENT_TYPE, NodeMetrics
 from .rates import RATE_INTERVAL, RateSampler
 from .views import rate_sample
@@ -80,7 +80,7 @@ def build_app(node: NodeView, rates: RateSampler) -> ASGIApp:
     app = Starlette(
         routes=routes, exception_handlers={404: _json_http_error, 405: _json_http_error}
     )
-    return RawPath(BasicAuth(app, node.authenticator))
+    return RawPath(ApiAuth(app, node.authenticator))
 
 
 #: the page's files: name -> media type (nothing else in the package is served)
