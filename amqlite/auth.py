@@ -17,7 +17,7 @@ Tags (``[[users]] tags``) grant what permissions cannot, as RabbitMQ's user
 tags do: ``administrator`` (switchover, trace on/off, anything that changes the
 node; it implies ``monitoring``, ``management`` and ``peering``), ``monitoring``
 (the full ``status`` of every vhost and connection, monitor connections; it
-implies ``management``), ``management`` (the management API, when it lands),
+implies ``management``), ``management`` (the HTTP management API: its own vhosts),
 ``cluster`` (opening the HA pair's peer link) and ``peering`` (opening an
 exchange peering link). :func:`require_tag` is the one check.
 
@@ -364,6 +364,22 @@ class Authenticator:
         if permissions is None:
             return _refused(f"user {login!r} has no permissions on vhost {vhost!r}", vhost=vhost)
         return AuthenticatedUser(login, permissions, record.tags, record.permissions)
+
+    def management_user(self, login: str) -> AuthenticatedUser | None:
+        """Who ``login`` (whose credentials passed) is across the node, for the
+        HTTP API: tags and every vhost's permissions in ``grants``; ``permissions``
+        (one vhost's) allow nothing. None for an unknown login."""
+        nothing = Permissions("", "", "")
+        if self.guest_only:
+            if login != GUEST_LOGIN:
+                return None
+            full = Permissions.full()
+            everywhere = dict.fromkeys(sorted(self._vhosts), full)
+            return AuthenticatedUser(GUEST_LOGIN, nothing, frozenset(TAGS), everywhere)
+        record = self._users.get(login)
+        if record is None:
+            return None
+        return AuthenticatedUser(login, nothing, record.tags, record.permissions)
 
 
 def _refused(log_reason: str, *, vhost: str | None = None) -> AuthRefused:

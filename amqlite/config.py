@@ -9,7 +9,7 @@ key as a dotted path (``server.port``, ``users[0].permissions."/".write``).
 Validation is table-driven: each TOML table has a :class:`_TableSpec` mapping
 its keys to converters (type and range checks). Checks across tables (user
 names unique, permission vhosts exist) live in :func:`_check_references`.
-Tables other than ``[server]``, ``[storage]``, ``[cluster]``, ``[amqp]``, ``[tls]``,
+Tables other than ``[server]``, ``[storage]``, ``[cluster]``, ``[amqp]``, ``[http]``, ``[tls]``,
 ``[limits]``, ``[log]``, ``[[users]]`` and ``[[cluster_mta]]`` (exchange peering,
 docs/peering.md) are refused as unknown keys. ``[tls]`` files must exist and load (a
 certificate that does not match its key names ``tls.key``) when a listener or a link
@@ -47,6 +47,7 @@ __all__ = [
     "AmqpConfig",
     "ClusterConfig",
     "Config",
+    "HttpConfig",
     "LimitsConfig",
     "LogConfig",
     "PeeringConfig",
@@ -130,6 +131,27 @@ class AmqpConfig:
     frame_max: int = 131_072
     channel_max: int = 2047
     #: the AMQP listener speaks TLS only (amqps; RabbitMQ's port for it is 5671)
+    tls: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.port is not None
+
+    def listen_host(self, server: ServerConfig) -> str:
+        return self.host or server.host
+
+
+@dataclass(frozen=True, slots=True)
+class HttpConfig:
+    """``[http]``: the management API, ``/metrics`` and health checks (docs/http.md),
+    off unless ``port`` is set (RabbitMQ's management port is 15672).
+
+    ``host`` empty means ``server.host``; ``tls`` serves HTTPS only, with ``[tls]``'s
+    certificate.
+    """
+
+    port: int | None = None
+    host: str = ""
     tls: bool = False
 
     @property
@@ -306,6 +328,7 @@ class Config:
     storage: StorageConfig = field(default_factory=StorageConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     amqp: AmqpConfig = field(default_factory=AmqpConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
     tls: TlsConfig = field(default_factory=TlsConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -315,7 +338,12 @@ class Config:
     @property
     def uses_tls(self) -> bool:
         """True when a listener or one of the node's dials speaks TLS."""
-        return self.server.tls or self.amqp.tls or any(link.tls for link in self.cluster_mta)
+        return (
+            self.server.tls
+            or self.amqp.tls
+            or self.http.tls
+            or any(link.tls for link in self.cluster_mta)
+        )
 
     @classmethod
     def default(cls) -> Config:
@@ -647,6 +675,11 @@ _AMQP_SPEC = _TableSpec(
     },
 )
 
+_HTTP_SPEC = _TableSpec(
+    HttpConfig,
+    {"port": _integer(0, 65535), "host": _string(allow_empty=True), "tls": _boolean},
+)
+
 _TLS_SPEC = _TableSpec(
     TlsConfig,
     {
@@ -744,6 +777,7 @@ _CONFIG_SPEC = _TableSpec(
         "storage": _table(_STORAGE_SPEC),
         "cluster": _table(_CLUSTER_SPEC),
         "amqp": _table(_AMQP_SPEC),
+        "http": _table(_HTTP_SPEC),
         "tls": _table(_TLS_SPEC),
         "limits": _table(_LIMITS_SPEC),
         "log": _table(_LOG_SPEC),
@@ -829,8 +863,19 @@ def _check_tls(config: Config) -> None:
     tls = config.tls
     if not config.uses_tls:
         return
-    listening = config.server.tls or config.amqp.tls
-    user = "server.tls" if config.server.tls else "amqp.tls" if config.amqp.tls else ""
+    listening = config.server.tls or config.amqp.tls or config.http.tls
+    user = next(
+        (
+            key
+            for key, on in (
+                ("server.tls", config.server.tls),
+                ("amqp.tls", config.amqp.tls),
+                ("http.tls", config.http.tls),
+            )
+            if on
+        ),
+        "",
+    )
     if listening and not tls.cert:
         raise ConfigError("tls.cert", f"is required: {user} = true serves TLS")
     if tls.verify == "mutual" and not tls.ca:

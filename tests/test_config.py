@@ -14,6 +14,7 @@ from amqlite.auth import hash_password, verify_password
 from amqlite.config import (
     AmqpConfig,
     Config,
+    HttpConfig,
     LimitsConfig,
     LogConfig,
     PeeringConfig,
@@ -576,6 +577,31 @@ def test_amqp_is_off_unless_a_port_is_given(tmp_path: Path) -> None:
     ],
 )
 def test_bad_amqp_settings_name_the_key(overrides: dict[str, Any], key: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides=overrides)
+    assert info.value.key == key
+    assert reason in str(info.value)
+
+
+def test_http_is_off_unless_a_port_is_given(tmp_path: Path) -> None:
+    assert not Config.default().http.enabled
+    config = load_config(overrides={"http.port": 0})
+    assert config.http.enabled and config.http.port == 0
+    assert config.http.listen_host(config.server) == "127.0.0.1"
+    config = load_config(write_config(tmp_path, '[http]\nport = 15672\nhost = "0.0.0.0"\n'))
+    assert config.http == HttpConfig(port=15672, host="0.0.0.0")
+    assert config.http.listen_host(config.server) == "0.0.0.0"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "key", "reason"),
+    [
+        ({"http.port": -1}, "http.port", "between 0 and 65535"),
+        ({"http.tls": True}, "tls.cert", "http.tls = true serves TLS"),
+        ({"http.prot": 1}, "http.prot", "did you mean 'port'"),
+    ],
+)
+def test_bad_http_settings_name_the_key(overrides: dict[str, Any], key: str, reason: str) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(overrides=overrides)
     assert info.value.key == key

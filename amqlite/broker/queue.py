@@ -106,6 +106,10 @@ class Queue:
         "ready_bytes",
         "recorder",
         "settings",
+        "stat_ack",
+        "stat_deliver",
+        "stat_publish",
+        "stat_redeliver",
         "unacked",
         "vhost",
     )
@@ -132,6 +136,12 @@ class Queue:
         self.ready_bytes = 0
         self._mark_hint = 0  # where the next message.delivered is likely (see _find)
         self.unacked = 0
+        # RabbitMQ's message_stats: messages in, delivered or got (redelivered ones
+        # counted in both), acknowledged; the shell turns them into rates
+        self.stat_publish = 0
+        self.stat_deliver = 0
+        self.stat_redeliver = 0
+        self.stat_ack = 0
         self.consumers: list[Consumer] = []
         self.had_consumer = False
         self.deleted = False
@@ -197,9 +207,11 @@ class Queue:
         if not ready and self.consumers:
             c = self.next_consumer()
             if c is not None:
+                self.stat_publish += 1
                 c.session._deliver(c, self, message, expires, False)
                 return True
         if expires <= now:
+            self.stat_publish += 1
             self._dead_letter(message, EXPIRED, now)
             return True
         if not ready:
@@ -220,6 +232,7 @@ class Queue:
                 self._sorted = False
         ready.append((message, expires, False))
         self.ready_bytes += size
+        self.stat_publish += 1
         if max_length is not None or max_bytes is not None:
             self._drop_head(now)
         return True

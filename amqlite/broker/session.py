@@ -338,6 +338,9 @@ class Session:
         message, expires, redelivered = entry
         self._last_dtag = dtag = self._last_dtag + 1
         delivery = Delivery("", dtag, redelivered, message, q.name, q, None, expires)
+        q.stat_deliver += 1
+        if redelivered:
+            q.stat_redeliver += 1
         if self._broker.tracer is not None:  # trace hook (amq.trace)
             self._broker.tracer.delivered(q, message, redelivered, now)
         if not no_ack:
@@ -366,6 +369,7 @@ class Session:
             queue = delivery._origin
             if queue is not None and not queue.deleted:
                 queue.unacked -= 1
+                queue.stat_ack += 1
                 if self._broker.tracer is not None:  # trace hook (amq.trace)
                     self._broker.tracer.acked(queue, delivery.message, self._now(now))
                 journal_id = delivery.message.journal_id
@@ -435,6 +439,8 @@ class Session:
                 queue.dead_letter_rejected(delivery.message, now)
             elif delivery.message.journal_id and queue.recorder is not None:
                 queue.recorder.ack(delivery.message.journal_id, queue.name)
+            if requeue is None and counted:
+                queue.stat_ack += 1
             if requeue is None and self._broker.tracer is not None:  # trace hook (amq.trace)
                 self._broker.tracer.acked(queue, delivery.message, now)
         for queue, entries in touched.items():
@@ -499,6 +505,9 @@ class Session:
         delivery = Delivery(
             consumer.tag, dtag, redelivered, message, queue.name, queue, consumer, expires, offset
         )
+        queue.stat_deliver += 1
+        if redelivered:
+            queue.stat_redeliver += 1
         if not consumer.no_ack:
             self._unacked[dtag] = delivery
             consumer.inflight += 1

@@ -66,6 +66,7 @@ class StreamQueue(Queue):
         at = now + self.vhost.wall_offset
         offset = self.next
         self._append(message, at)
+        self.stat_publish += 1
         recorder = self.journal
         if recorder is not None:
             recorder.stream_append(self.vhost.name, self.name, offset, message, at)

@@ -517,6 +517,12 @@ class VirtualHost:
                     "auto_delete": q.auto_delete,
                     "type": q.settings.queue_type,
                     "arguments": dict(q.arguments),
+                    "stats": {
+                        "publish": q.stat_publish,
+                        "deliver_get": q.stat_deliver,
+                        "redeliver": q.stat_redeliver,
+                        "ack": q.stat_ack,
+                    },
                     **(q.status_fields() if isinstance(q, StreamQueue) else {}),
                 }
                 for q in self.queues.values()

@@ -63,6 +63,8 @@ def print_status(status: dict[str, Any], file: Any = None) -> None:
     tls = _tls_line(status.get("tls"))
     if tls:
         console.print(tls, markup=False)
+    if status.get("http_listen"):
+        console.print(f"[bold]management API[/bold] {status['http_listen']} (docs/http.md)")
     alarms = status.get("alarms") or []
     if alarms:
         console.print(

@@ -39,6 +39,7 @@ examples:
   amqlite server --data-dir /var/lib/amqlite --fsync always
   amqlite server --in-memory              # keep nothing on disk
   amqlite server --amqp-port 5672         # AMQP 0-9-1 too: pika, kombu, Celery
+  amqlite server --http-port 15672        # management API, /metrics, /health (docs/http.md)
   amqlite server --tls --tls-cert node.pem --tls-key node.key   # amqlites:// only
   amqlite server --amqp-port 5671 --amqp-tls --tls-cert node.pem  # amqps (docs/tls.md)
   amqlite server --port 5555 --is_primary 1   # an HA pair on one machine:
@@ -91,6 +92,16 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--amqp-host", metavar="H", help="AMQP listen address (default: the --host address)"
     )
+    parser.add_argument(
+        "--http-port",
+        type=int,
+        metavar="N",
+        help="also serve the management API, /metrics and /health on port N (0 = any; "
+        "default: no HTTP listener; [http] in the config; docs/http.md)",
+    )
+    parser.add_argument(
+        "--http-host", metavar="H", help="HTTP listen address (default: the --host address)"
+    )
     tls = parser.add_argument_group("TLS ([tls] in the config; docs/tls.md)")
     tls.add_argument(
         "--tls",
@@ -104,6 +115,12 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         default=None,
         help="the AMQP listener speaks TLS only (amqps; RabbitMQ's port for it is 5671)",
+    )
+    tls.add_argument(
+        "--http-tls",
+        action="store_true",
+        default=None,
+        help="the HTTP listener speaks HTTPS only (with --tls-cert)",
     )
     tls.add_argument("--tls-cert", metavar="FILE", help="this node's certificate chain (PEM)")
     tls.add_argument("--tls-key", metavar="FILE", help="its private key (default: in --tls-cert)")
@@ -154,6 +171,9 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "server.node_id": args.node_id,
         "amqp.port": args.amqp_port,
         "amqp.host": args.amqp_host,
+        "http.port": args.http_port,
+        "http.host": args.http_host,
+        "http.tls": args.http_tls,
         "server.tls": args.tls,
         "amqp.tls": args.amqp_tls,
         "tls.cert": args.tls_cert,
@@ -203,7 +223,8 @@ def run_server(args: argparse.Namespace) -> int:
         return 1
     for failure in cannot_listen:
         if isinstance(failure, CannotListen):
-            hint = " (another broker, e.g. RabbitMQ, may hold it: pick another with --amqp-port)"
+            flag = "--http-port" if failure.where.startswith("HTTP") else "--amqp-port"
+            hint = f" (another broker, e.g. RabbitMQ, may hold it: pick another with {flag})"
             print(f"amqlite: error: {failure.strerror}{hint}", file=sys.stderr)
         else:
             cfg = config.server

@@ -26,6 +26,7 @@ from .amqp import AmqpChannel, AmqpServerConnection
 from .connection import NativeConnection, refuse_plain_hello
 from .endpoints import ClientEndpoint
 from .ha import HaService
+from .http import HttpService
 from .peering import PeeringQueue, PeeringService
 from .storage import NodeStorage
 from .tls_accept import accept_tls
@@ -84,6 +85,7 @@ class BrokerNode:
         self.broker: Broker = self.new_broker()
         self.ha = HaService(self, config.cluster) if config.cluster.enabled else None
         self.peering: PeeringService | None = PeeringService(self, config.cluster_mta)
+        self.http = HttpService(self) if config.http.enabled else None
         self.alarms = AlarmService(
             config.limits, self._alarms_changed, memory=memory_probe, disk=disk_probe
         )
@@ -155,6 +157,8 @@ class BrokerNode:
                 if self.peering is not None:
                     await nursery.start(self.peering.run)
                 nursery.start_soon(self._ticker)
+                if self.http is not None:
+                    await self._start_http(nursery)
                 async with trio.open_nursery() as accept_nursery:
                     for listener in listeners:
                         accept_nursery.start_soon(self._accept_loop, listener, nursery, False)
@@ -167,6 +171,7 @@ class BrokerNode:
                         tls=cfg.tls,
                         amqp=self.amqp_listen,
                         amqp_tls=amqp.tls if amqp.enabled else None,
+                        http=self.http_listen,
                         node_id=self.node_id,
                         vhosts=list(cfg.vhosts),
                         data_dir=storage.directory if storage is not None else None,
@@ -191,6 +196,24 @@ class BrokerNode:
                     await storage.close()
             self.stopped.set()
         log.info("server_stopped", node_id=self.node_id)
+
+    async def _start_http(self, nursery: trio.Nursery) -> None:
+        assert self.http is not None
+        try:
+            await nursery.start(self.http.run)
+        except OSError as exc:
+            cfg = self.config
+            where = f"HTTP {cfg.http.listen_host(cfg.server)}:{cfg.http.port}"
+            raise CannotListen(where, exc) from exc
+
+    @property
+    def http_listen(self) -> str | None:
+        """``host:port`` of the HTTP listener (None: not listening)."""
+        port = self.http.port if self.http is not None else None
+        if port is None:
+            return None
+        host = self.config.http.listen_host(self.config.server)
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def close_clients(self, code: int, text: str) -> None:
         """Close every client connection (not the HA peer link, not monitors):
@@ -363,6 +386,7 @@ class BrokerNode:
                 "listen": f"{self.config.server.host}:{self.port}",
                 "amqp_listen": self.amqp_listen,
                 "tls": self.tls_status(),
+                "http_listen": self.http_listen,
                 "data_dir": self.storage.directory if self.storage is not None else None,
                 "connections": [i for c in self.connections if (i := c.info()) is not None],
             }

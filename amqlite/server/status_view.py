@@ -25,6 +25,7 @@ _NODE_FIELDS = (
     "listen",
     "amqp_listen",
     "tls",
+    "http_listen",
     "alarms",
 )
 _DEFAULT_EXCHANGE = "amq.default"

@@ -56,6 +56,35 @@ class _Waiter(NamedTuple):
     callback: DurableCallback
 
 
+class LatencyHistogram:
+    """Durations in cumulative buckets, as a Prometheus histogram counts them."""
+
+    #: upper bounds in seconds: 0.1 ms to 10 s
+    BOUNDS = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 10.0)
+
+    def __init__(self) -> None:
+        self.counts = [0] * len(self.BOUNDS)  # observations <= each bound (not cumulative)
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self.count += 1
+        self.sum += seconds
+        for i, bound in enumerate(self.BOUNDS):
+            if seconds <= bound:
+                self.counts[i] += 1
+                return
+
+    def buckets(self) -> list[tuple[str, int]]:
+        """``(le, cumulative count)`` pairs, ``+Inf`` last."""
+        out, total = [], 0
+        for bound, n in zip(self.BOUNDS, self.counts, strict=True):
+            total += n
+            out.append((repr(bound), total))
+        out.append(("+Inf", self.count))
+        return out
+
+
 class NodeStorage:
     """One node's journal and the replies waiting on it."""
 
@@ -88,6 +117,8 @@ class NodeStorage:
         #: taking over would give to another message.
         self.stream_replicated: Callable[[str, str, int], bool] = replica.stream_replicated
         self._after_commit: deque[tuple[int, Callable[[], None]]] = deque()
+        #: how long each commit (write + fsync, in a worker thread) took: /metrics
+        self.commit_times = LatencyHistogram()
         self._replica_waiters: set[Callable[[], None]] = set()
 
     # --- opening -----------------------------------------------------------------------
@@ -260,11 +291,14 @@ class NodeStorage:
             await self._maybe_compact(journal)
 
     async def _commit(self, journal: Journal) -> bool:
+        started = time.perf_counter()
         try:
             done = await trio.to_thread.run_sync(journal.commit)
         except StoreWriteError as exc:
             self._failed(exc)
             return False
+        finally:
+            self.commit_times.observe(time.perf_counter() - started)
         self._release(done)
         if self.last_error is not None:
             log.warning("journal_writable_again", data_dir=self.directory)

@@ -219,8 +219,34 @@ def test_status_shape(s: Session, t: Session, broker: Broker) -> None:
             "auto_delete": False,
             "type": "classic",
             "arguments": {"x-max-length": 10},
+            "stats": {"publish": 2, "deliver_get": 1, "redeliver": 0, "ack": 0},
         }
     ]
+
+
+def test_message_stats_count_what_moved(s: Session, broker: Broker) -> None:
+    """RabbitMQ's message_stats: publish counts messages the queue took (not one a
+    full reject-publish queue refused), deliver_get pushes and gets (redelivered
+    ones in redeliver too), ack settlements (not requeues)."""
+    s.declare_queue("q", arguments={"x-max-length": 2, "x-overflow": "reject-publish"})
+    for _ in range(3):
+        publish(s, "", "q")
+    got = s.get("q", now=0)
+    assert got is not None
+    s.nack(got[0].dtag, requeue=True, now=0)
+    again = s.get("q", now=0)
+    assert again is not None and again[0].redelivered
+    s.ack(again[0].dtag)
+    tag = s.consume("q", prefetch=5, now=0)
+    (pushed,) = s.take_deliveries()
+    s.nack(pushed.dtag, requeue=False, now=0)
+    s.cancel(tag)
+    assert queue_status(broker, "q")["stats"] == {
+        "publish": 2,
+        "deliver_get": 3,
+        "redeliver": 1,
+        "ack": 1,
+    }
 
 
 def test_status_is_a_snapshot(s: Session, broker: Broker) -> None:
