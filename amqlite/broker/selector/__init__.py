@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..message import Message
-from .compiler import compile_node
+from .compiler import compile_condition
 from .errors import SelectorError
 from .syntax import parse
 
@@ -32,7 +32,7 @@ class Selector:
 def compile_selector(text: str) -> Selector:
     """Parse and compile ``text``; :class:`SelectorError` (406) with the position and
     reason when it is not a valid selector."""
-    fn = compile_node(parse(text))
+    fn = compile_condition(parse(text))
 
     def accepts(message: Message) -> bool:
         return fn(message) is True

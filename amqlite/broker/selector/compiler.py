@@ -93,13 +93,38 @@ ORDERING: dict[str, Callable[[Any, Any], bool]] = {
 
 
 def equal(a: Any, b: Any) -> bool:
-    """JMS equality of two non-NULL values."""
+    """JMS ``=`` of two non-NULL values (FALSE for unlike types)."""
     ta, tb = type(a), type(b)
     if ta is tb:
         return bool(a == b)
     if ta in _NUM and tb in _NUM:
         return float(a) == float(b)
     return False
+
+
+def unequal(a: Any, b: Any) -> bool:
+    """JMS ``<>`` of two non-NULL values: FALSE for unlike types too, so it is not
+    the negation of ``=`` (``'a' <> 1`` and ``'a' = 1`` are both FALSE)."""
+    ta, tb = type(a), type(b)
+    if ta is tb:
+        return bool(a != b)
+    if ta in _NUM and tb in _NUM:
+        return float(a) != float(b)
+    return False
+
+
+def compile_condition(node: Node) -> Fn:
+    """The closure computing ``node`` as a condition: True, False or None (UNKNOWN);
+    an identifier whose value is not a boolean is UNKNOWN."""
+    f = compile_node(node)
+    if not isinstance(node, Ident):
+        return f
+
+    def condition(m: Message) -> Any:
+        a = f(m)
+        return a if a is True or a is False else None
+
+    return condition
 
 
 def compile_node(node: Node) -> Fn:
@@ -190,10 +215,7 @@ def _binary(node: Binary) -> Fn:
         return _arithmetic(ARITHMETIC[op], compile_node(node.left), compile_node(node.right))
     if op in ORDERING:
         return _ordering(ORDERING[op], node.left, node.right)
-    eq = _equality(node.left, node.right)
-    if op == "=":
-        return eq
-    return _unary("NOT", eq)
+    return _equality(node.left, node.right, op == "=")
 
 
 def _arithmetic(fn: Callable[[Any, Any], Any], f: Fn, g: Fn) -> Fn:
@@ -248,12 +270,13 @@ def _ordering_constant(cmp: Callable[[Any, Any], bool], f: Fn, c: Any) -> Fn:
     return ordering_constant
 
 
-def _equality(left: Node, right: Node) -> Fn:
+def _equality(left: Node, right: Node, equals: bool) -> Fn:
     if isinstance(right, Literal) and not isinstance(left, Literal):
-        return _equals_constant(compile_node(left), right.value)
+        return _equals_constant(compile_node(left), right.value, equals)
     if isinstance(left, Literal) and not isinstance(right, Literal):
-        return _equals_constant(compile_node(right), left.value)
+        return _equals_constant(compile_node(right), left.value, equals)
     f, g = compile_node(left), compile_node(right)
+    same = equal if equals else unequal
 
     def equality(m: Message) -> Any:
         a = f(m)
@@ -262,16 +285,30 @@ def _equality(left: Node, right: Node) -> Fn:
         b = g(m)
         if b is None:
             return None
-        return equal(a, b)
+        return same(a, b)
 
     return equality
 
 
-def _equals_constant(f: Fn, c: Any) -> Fn:
-    """``f = c`` for a constant ``c``: the common case, one call less."""
+def _equals_constant(f: Fn, c: Any, equals: bool) -> Fn:
+    """``f = c`` or ``f <> c`` for a constant ``c``: the common case, one call less."""
     tc = type(c)
     numeric = tc in _NUM
     fc = float(c) if numeric else 0.0
+    if not equals:
+
+        def unequal_constant(m: Message) -> Any:
+            a = f(m)
+            ta = type(a)
+            if ta is tc:
+                return a != c
+            if a is None:
+                return None
+            if numeric and ta in _NUM:
+                return float(a) != fc
+            return False
+
+        return unequal_constant
 
     def equals_constant(m: Message) -> Any:
         a = f(m)

@@ -146,9 +146,7 @@ def _number(text: str, start: int, tokens: list[Token]) -> int:
         return _finish(text, start, j, float(digits), tokens)
     if len(digits) > 1 and digits[0] == "0":
         if any(d in "89" for d in digits):
-            raise SelectorError(
-                start, f"{digits!r} is not an octal number (Java reads 0... as octal)"
-            )
+            raise SelectorError(start, f"{digits!r} is not octal (Java reads a leading 0 so)")
         value = int(digits, 8)
     else:
         value = int(digits)
