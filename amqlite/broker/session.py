@@ -28,6 +28,7 @@ from amqlite.errors import (
 
 from .message import Delivery, Message, PublishOutcome, QueueInfo
 from .queue import Consumer, Entry, Queue
+from .selector import compile_selector
 from .stream import OFFSET_ARGUMENT, StreamQueue
 from .trace import set_trace
 
@@ -237,14 +238,28 @@ class Session:
         no_ack: bool = False,
         exclusive: bool = False,
         arguments: Mapping[str, Any] | None = None,
+        selector: str | None = None,
         now: float,
     ) -> str:
-        """Subscribe to ``queue``; returns the consumer tag (``ctag-N`` when empty)."""
+        """Subscribe to ``queue``; returns the consumer tag (``ctag-N`` when empty).
+
+        ``selector`` (JMS message-selector text, docs/selectors.md) limits the
+        consumer to the messages it selects; a bad one is refused with 406 naming
+        the position and the reason (:class:`~.selector.SelectorError`). An empty
+        (or blank) selector is no selector, as in JMS."""
         self._check_open()
         now = self._now(now)
         q = self._vhost.queue(self, queue)
         if type(prefetch) is not int or prefetch < 0:
             raise PreconditionFailed(f"prefetch must be a non-negative integer, got {prefetch!r}")
+        accepts = None
+        if selector is not None and selector.strip():
+            if isinstance(q, StreamQueue):
+                raise PreconditionFailed(
+                    f"queue {queue!r} in vhost {self._vhost.name!r} is a stream queue: "
+                    "selectors are for classic queues"
+                )
+            accepts = compile_selector(selector).accepts
         if tag:
             if tag in self._consumers:
                 raise NotAllowed(f"attempt to reuse consumer tag {tag!r}")
@@ -260,7 +275,15 @@ class Session:
                 f"{self._vhost.name!r}: it has consumers"
             )
         consumer = Consumer(
-            tag, q, self, prefetch, no_ack, exclusive, dict(arguments or {}), self._writable
+            tag,
+            q,
+            self,
+            prefetch,
+            no_ack,
+            exclusive,
+            dict(arguments or {}),
+            self._writable,
+            accepts,
         )
         if isinstance(q, StreamQueue):
             q.attach(consumer, consumer.arguments.get(OFFSET_ARGUMENT))
