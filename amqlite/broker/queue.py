@@ -10,8 +10,10 @@ Guarantees:
 - Requeued messages go back to the head, in the order given.
 - A consumer with a selector gets only the messages its selector accepts, in queue
   order; a message no consumer with credit accepts stays where it is, for a later
-  consumer (JMS). Only a queue that has such a consumer pays for this: with none,
-  ``offer`` and ``dispatch`` take the plain path (one counter test more).
+  consumer (JMS). The messages of a group (``group_id``) go to one consumer at a
+  time, in order (:mod:`.groups`). Only a queue that has a selector consumer or has
+  seen a grouped message pays for this ("constrained" dispatch): any other takes
+  the plain path in ``offer`` and ``dispatch`` (a counter and a flag test more).
 
 A ready entry is ``(message, expires_at, redelivered)``; ``expires_at`` is ``inf``
 for a message that never expires.
@@ -27,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from .arguments import Overflow, QueueSettings
 from .dead_letter import EXPIRED, MAXLEN, REJECTED
-from .message import INF, Message
+from .groups import GROUP_PROPERTY, Group, GroupFirstMessage
+from .message import INF, PEERING_QUEUE_PREFIX, Message
 
 if TYPE_CHECKING:
     from .recording import Recorder
@@ -42,7 +45,8 @@ class Consumer:
 
     ``limit`` is the prefetch as a bound on ``inflight`` (unlimited for 0);
     ``writable`` mirrors the session's flow-control flag and is False once cancelled;
-    ``accepts`` is the compiled selector (None: every message).
+    ``accepts`` is the compiled selector (None: every message); ``groups`` the ids
+    of the message groups it holds (None: none).
     """
 
     __slots__ = (
@@ -50,6 +54,7 @@ class Consumer:
         "arguments",
         "cursor",
         "exclusive",
+        "groups",
         "inflight",
         "limit",
         "no_ack",
@@ -84,6 +89,7 @@ class Consumer:
         self.inflight = 0
         self.cursor = 0  # streams: the next offset to deliver
         self.accepts = accepts
+        self.groups: set[str] | None = None
 
 
 class Queue:
@@ -107,6 +113,8 @@ class Queue:
         "consumers",
         "deleted",
         "durable",
+        "grouped",
+        "groups",
         "had_consumer",
         "journal",
         "name",
@@ -144,6 +152,8 @@ class Queue:
         self.unacked = 0
         self.consumers: list[Consumer] = []
         self.selecting = 0  # how many consumers have a selector
+        self.grouped = False  # a grouped message came here: dispatch is constrained for good
+        self.groups: dict[str, Group] = {}
         self.had_consumer = False
         self.deleted = False
         self.bindings: set[Any] = set()
@@ -210,10 +220,37 @@ class Queue:
             self.selecting += 1
 
     def remove_consumer(self, consumer: Consumer) -> None:
+        """Take ``consumer`` off; its groups lose their owner (they move on with their
+        next message once their deliveries are settled: the caller dispatches)."""
         consumer.writable = False
         self.consumers.remove(consumer)
         if consumer.accepts is not None:
             self.selecting -= 1
+        if consumer.groups:
+            groups = self.groups
+            for gid in consumer.groups:
+                group = groups.get(gid)
+                if group is not None and group.owner is consumer:
+                    group.owner = None
+                    if group.unsettled <= 0:
+                        del groups[gid]
+            consumer.groups = None
+
+    def _start_grouping(self) -> bool:
+        """A grouped message arrived: keep its groups from now on (True), unless this
+        is a peering queue, whose one consumer forwards messages as they are."""
+        if not self.name.startswith(PEERING_QUEUE_PREFIX):
+            self.grouped = True
+        return self.grouped
+
+    def group_settled(self, message: Message) -> None:
+        """A delivery of ``message`` to an acknowledging consumer was settled."""
+        gid: str | None = message.properties.get(GROUP_PROPERTY)
+        group = self.groups.get(gid) if gid is not None else None
+        if group is not None and gid is not None:
+            group.unsettled -= 1
+            if group.owner is None and group.unsettled <= 0:
+                del self.groups[gid]
 
     # --- messages in --------------------------------------------------------------
 
@@ -228,13 +265,14 @@ class Queue:
             if expiration is not None and now + expiration / 1000 < expires:
                 expires = now + expiration / 1000
         ready = self.ready
-        if self.selecting:
-            # Selector consumers: any consumer with credit has no ready message its
-            # selector accepts (dispatch runs whenever credit appears), so one that
-            # accepts this message may take it ahead of the ready ones, in order.
-            c = self.next_selecting(message)
-            if c is not None:
-                c.session._deliver(c, self, message, expires, False)
+        constrained = self.selecting or self.grouped
+        if not self.grouped and GROUP_PROPERTY in message.properties:
+            constrained = self._start_grouping() or constrained
+        if constrained:
+            # Constrained: any consumer with credit has no ready message it may take
+            # (dispatch runs whenever credit appears), so one that may take this
+            # message takes it ahead of the ready ones without breaking its order.
+            if self.consumers and self._deliver_constrained(message, expires, False) is not None:
                 return True
         elif not ready and self.consumers:
             c = self.next_consumer()
@@ -301,6 +339,8 @@ class Queue:
 
     def restore(self, message: Message, expires: float) -> None:
         """Append a journaled message as ready, as it was: no limits, no dispatch."""
+        if GROUP_PROPERTY in message.properties and not self.grouped:
+            self._start_grouping()
         ready = self.ready
         if not ready:
             self._sorted = True
@@ -363,9 +403,10 @@ class Queue:
 
     def dispatch(self, now: float) -> None:
         """Push ready messages to consumers with credit until one side runs out."""
-        if self.selecting:
-            # only a queue with a selector consumer goes there: a plain one stays here
-            self._dispatch_selecting(now)
+        if self.selecting or self.grouped:
+            # only a queue with a selector consumer or groups goes there: a plain one
+            # stays here
+            self._dispatch_constrained(now)
             return
         ready = self.ready
         while ready:
@@ -379,11 +420,50 @@ class Queue:
                 continue
             c.session._deliver(c, self, message, expires, redelivered)
 
-    def _dispatch_selecting(self, now: float) -> None:
-        """Dispatch with selectors: each ready message, in order, to the next consumer
-        with credit that accepts it; the others stay, in order. Stops once no
-        consumer has credit. A pass costs (ready messages looked at) x (consumers)
-        selector runs, as a backlog nobody with credit wants is looked at again."""
+    def _deliver_constrained(
+        self, message: Message, expires: float, redelivered: bool
+    ) -> Consumer | None:
+        """Deliver ``message`` to the consumer that may take it now and return that
+        consumer: its group's owner, else (a group free to move, or no group) the
+        next consumer with credit whose selector accepts it. None: it must wait."""
+        gid = message.properties.get(GROUP_PROPERTY) if self.grouped else None
+        if gid is None:
+            c = self.next_selecting(message)
+            if c is not None:
+                c.session._deliver(c, self, message, expires, redelivered)
+            return c
+        group = self.groups.get(gid)
+        if group is not None and group.owner is not None:
+            c = group.owner
+            if not (
+                c.writable and c.inflight < c.limit and (c.accepts is None or c.accepts(message))
+            ):
+                return None
+            c.session._deliver(c, self, message, expires, redelivered)
+        else:
+            if group is not None and group.unsettled > 0:
+                return None  # its last consumer's deliveries are not all settled yet
+            found = self.next_selecting(message)
+            if found is None:
+                return None
+            c = found
+            if group is None:
+                group = self.groups[gid] = Group()
+            group.owner = c
+            if c.groups is None:
+                c.groups = set()
+            c.groups.add(gid)
+            c.session._deliver(c, self, GroupFirstMessage(message), expires, redelivered)
+        if not c.no_ack:
+            group.unsettled += 1
+        return c
+
+    def _dispatch_constrained(self, now: float) -> None:
+        """Dispatch with selectors and groups: each ready message, in order, to the
+        consumer that may take it (:meth:`_deliver_constrained`); the others stay,
+        in order. Stops once no consumer has credit. A pass costs (ready messages
+        looked at) x (consumers) selector runs, as a backlog nobody with credit
+        wants is looked at again."""
         ready = self.ready
         if not ready or not self._has_credit():
             return
@@ -395,12 +475,11 @@ class Queue:
                 self.ready_bytes -= len(message.body)
                 self._dead_letter(message, EXPIRED, now)
                 continue
-            c = self.next_selecting(message)
+            c = self._deliver_constrained(message, expires, redelivered)
             if c is None:
                 kept.append(entry)
                 continue
             self.ready_bytes -= len(message.body)
-            c.session._deliver(c, self, message, expires, redelivered)
             if c.inflight >= c.limit and not self._has_credit():
                 break
         if kept:

@@ -26,6 +26,7 @@ from amqlite.errors import (
     ReplyCode,
 )
 
+from .groups import original_of
 from .message import Delivery, Message, PublishOutcome, QueueInfo
 from .queue import Consumer, Entry, Queue
 from .selector import compile_selector
@@ -310,9 +311,12 @@ class Session:
 
     def _detach(self, consumer: Consumer) -> None:
         queue = consumer.queue
+        had_groups = bool(consumer.groups)
         queue.remove_consumer(consumer)
         if queue.auto_delete and not queue.consumers and not queue.deleted:
             self._vhost.remove_queue(queue)
+        elif had_groups and queue.ready and not queue.deleted:
+            queue.dispatch(self._broker.now)  # its groups may move now
 
     def store_offset(self, queue: str, name: str, offset: int) -> None:
         """Keep ``offset`` under ``name`` in stream ``queue`` (survives a restart)."""
@@ -373,6 +377,8 @@ class Session:
             queue = delivery._origin
             if queue is not None and not queue.deleted:
                 queue.unacked -= 1
+                if queue.groups and consumer is not None:
+                    queue.group_settled(delivery.message)
                 if self._broker.tracer is not None:  # trace hook (amq.trace)
                     self._broker.tracer.acked(queue, delivery.message, self._now(now))
                 journal_id = delivery.message.journal_id
@@ -432,14 +438,16 @@ class Session:
                 continue
             if counted:
                 queue.unacked -= 1
+                if queue.groups and consumer is not None:
+                    queue.group_settled(delivery.message)
             entries = touched.get(queue)
             if entries is None:
                 entries = touched[queue] = []
             if requeue:
                 redelivered = delivery.redelivered if delivery.dtag in unsent else True
-                entries.append((delivery.message, delivery._expires, redelivered))
+                entries.append((original_of(delivery.message), delivery._expires, redelivered))
             elif requeue is not None:
-                queue.dead_letter_rejected(delivery.message, now)
+                queue.dead_letter_rejected(original_of(delivery.message), now)
             elif delivery.message.journal_id and queue.recorder is not None:
                 queue.recorder.ack(delivery.message.journal_id, queue.name)
             if requeue is None and self._broker.tracer is not None:  # trace hook (amq.trace)
