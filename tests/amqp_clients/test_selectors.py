@@ -108,3 +108,23 @@ def test_native_selector_over_amqp_published_messages(
     assert bad.code == 406
     assert "selector error at position 20" in bad.text
     assert _receive(ch, q, 2) == [b"0", b"1"]
+
+
+def test_pika_message_groups_flag_the_first_delivery(conn: pika.BlockingConnection) -> None:
+    """A group (AMQP header JMSXGroupID) goes to one consumer; its first delivery
+    there has JMSXGroupFirstForConsumer, the others do not; a selector can name it."""
+    ch = conn.channel()
+    q = _name("groups")
+    ch.queue_declare(q)
+    for i, group in enumerate("abab"):
+        _publish(ch, q, f"{i}{group}", headers={"JMSXGroupID": group})
+    got = []
+    arguments = {"x-selector": "JMSXGroupID = 'a'"}
+    for method, props, body in ch.consume(q, inactivity_timeout=WAIT, arguments=arguments):
+        assert method is not None
+        ch.basic_ack(method.delivery_tag)
+        got.append((body, (props.headers or {}).get("JMSXGroupFirstForConsumer")))
+        if len(got) == 2:
+            break
+    ch.cancel()
+    assert got == [(b"0a", True), (b"2a", None)]
