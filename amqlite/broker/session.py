@@ -574,7 +574,12 @@ class Session:
         self._pending = []
         self._noack_journal_ids = []
         self._cancellations = []
-        for consumer in list(self._consumers.values()):
+        consumers = list(self._consumers.values())
+        for consumer in consumers:
+            # a queue dispatching while we detach (a group moving) must not push to
+            # a consumer of this closing session: nothing would take that push
+            consumer.writable = False
+        for consumer in consumers:
             if self._consumers.pop(consumer.tag, None) is consumer:
                 self._detach(consumer)
         for queue in list(self._owned):

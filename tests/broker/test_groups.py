@@ -150,23 +150,29 @@ def test_groups_hold_after_a_restart() -> None:
 # --- the property: one consumer per group at a time, order, flags ----------------------------
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(
     steps=st.lists(
         st.one_of(
             st.tuples(st.just("publish"), st.sampled_from("abc-")),
             st.tuples(
-                st.sampled_from(["ack", "nack", "cancel", "close", "join"]), st.integers(0, 3)
+                st.sampled_from(
+                    ["ack", "nack", "cancel", "close", "join", "also", "pause", "resume"]
+                ),
+                st.integers(0, 3),
             ),
         ),
         max_size=50,
     ),
     prefetch=st.integers(0, 3),
+    no_acks=st.lists(st.booleans(), min_size=8, max_size=8),
 )
-def test_never_two_consumers_hold_one_group(steps: list[tuple[str, Any]], prefetch: int) -> None:
+def test_never_two_consumers_hold_one_group(
+    steps: list[tuple[str, Any]], prefetch: int, no_acks: list[bool]
+) -> None:
     """At every step each group's unsettled deliveries are on one consumer; each
     consumer sees a group's fresh messages in publish order; the first delivery of a
-    group to a consumer is flagged and no other is."""
+    group to a consumer is flagged and no other is; and no message is lost."""
     broker = Broker()
     pub = broker.open_session("/", owner="pub")
     pub.declare_queue("q")
@@ -174,11 +180,14 @@ def test_never_two_consumers_hold_one_group(steps: list[tuple[str, Any]], prefet
     held: dict[tuple[Session, str], list[Delivery]] = {}
     seen: dict[tuple[Session, str], set[str]] = {}
     fresh: dict[tuple[Session, str, str], list[int]] = {}
+    done: list[int] = []  # acked, or taken by a no-ack consumer
     serial = 0
 
-    def join() -> None:
-        session = broker.open_session("/", owner=f"c{len(consumers)}")
-        key = (session, session.consume("q", prefetch=prefetch, now=0))
+    def join(session: Session | None = None) -> None:
+        no_ack = no_acks[len(consumers) % len(no_acks)]
+        if session is None:
+            session = broker.open_session("/", owner=f"c{len(consumers)}")
+        key = (session, session.consume("q", prefetch=prefetch, no_ack=no_ack, now=0))
         consumers.append(key)
         held[key] = []
         seen[key] = set()
@@ -196,7 +205,10 @@ def test_never_two_consumers_hold_one_group(steps: list[tuple[str, Any]], prefet
                         fresh.setdefault((session, d.ctag, group), []).append(int(d.message.body))
                 else:
                     assert not flagged
-                held[key].append(d)
+                if no_acks[consumers.index(key) % len(no_acks)]:
+                    done.append(int(d.message.body))
+                else:
+                    held[key].append(d)
         holders: dict[str, set[tuple[Session, str]]] = {}
         for key, deliveries in held.items():
             for d in deliveries:
@@ -224,16 +236,31 @@ def test_never_two_consumers_hold_one_group(steps: list[tuple[str, Any]], prefet
                 d = held[key].pop(0)
                 if op == "ack":
                     session.ack(d.dtag)
+                    done.append(int(d.message.body))
                 else:
                     session.nack(d.dtag, requeue=True)
+            elif op == "also" and not session.closed:
+                join(session)  # a second consumer on the same session
             elif op == "cancel" and not session.closed:
                 session.cancel(tag)  # its deliveries stay held until settled
+            elif op in ("pause", "resume"):
+                session.set_writable(op == "resume", now=0)
             elif op == "close":
-                session.close()
-                del held[key]
+                session.close()  # requeues what its consumers held
+                for other in [k for k in held if k[0] is session]:
+                    del held[other]
         collect()
     for numbers in fresh.values():
         assert numbers == sorted(numbers)
+    for _ in range(serial + 1):  # settle everything, as often as it takes
+        for key in list(held):
+            for d in held[key]:
+                key[0].ack(d.dtag)
+                done.append(int(d.message.body))
+            held[key] = []
+        collect()
+    ready = [int(m.body) for m, _, _ in broker.vhost("/").queues["q"].ready]  # type: ignore[union-attr]
+    assert sorted(done + ready) == list(range(serial))
 
 
 def test_cancelling_a_consumer_moves_its_settled_groups_at_once(
@@ -250,3 +277,24 @@ def test_cancelling_a_consumer_moves_its_settled_groups_at_once(
     assert u.take_deliveries() == []
     t.cancel(tag)
     assert _flags(u.take_deliveries()) == [(b"1a", True), (b"2a", False)]
+
+
+def test_closing_a_session_loses_no_group_message_to_its_own_consumers(
+    s: Session, t: Session, broker: Broker
+) -> None:
+    """Closing t frees A's group a while t's other consumer B still has credit: the
+    freed message must not be pushed to B (t is going), but stay for u."""
+    s.declare_queue("q")
+    t.consume("q", prefetch=1, now=0)  # A
+    _grouped(s, "q", "a")
+    [a0] = t.take_deliveries()
+    t.ack(a0.dtag)
+    _grouped(s, "q", "b", start=1)
+    [_b1] = t.take_deliveries()  # A holds it: no credit, and owns a and b
+    t.consume("q", no_ack=True, selector="JMSXGroupID = 'a'", now=0)  # B
+    _grouped(s, "q", "a", start=2)  # waits for A
+    assert t.take_deliveries() == []
+    t.close()
+    u = broker.open_session("/", owner="u")
+    u.consume("q", now=0)
+    assert _flags(u.take_deliveries()) == [(b"1b", True), (b"2a", True)]
