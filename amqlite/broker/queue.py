@@ -265,10 +265,11 @@ class Queue:
             if expiration is not None and now + expiration / 1000 < expires:
                 expires = now + expiration / 1000
         ready = self.ready
-        constrained = self.selecting or self.grouped
-        if not self.grouped and GROUP_PROPERTY in message.properties:
-            constrained = self._start_grouping() or constrained
-        if constrained:
+        if (
+            self.grouped
+            or (GROUP_PROPERTY in message.properties and self._start_grouping())
+            or self.selecting
+        ):
             # Constrained: any consumer with credit has no ready message it may take
             # (dispatch runs whenever credit appears), so one that may take this
             # message takes it ahead of the ready ones without breaking its order.
