@@ -128,3 +128,38 @@ def test_pika_message_groups_flag_the_first_delivery(conn: pika.BlockingConnecti
             break
     ch.cancel()
     assert got == [(b"0a", True), (b"2a", None)]
+
+
+def test_native_group_moves_when_its_consumer_connection_closes(server: AmqpServer) -> None:
+    """Two native connections consume one queue; the group's consumer goes (its
+    connection closes with an unacked message): the group moves to the other
+    connection, starting with the requeued message, flagged."""
+    q = _name("grouped")
+    address = f"127.0.0.1:{server.port}"
+
+    async def scenario() -> list[tuple[bytes, bool, bool]]:
+        async with amqlite.connect(address) as other:
+            await other.declare_queue(q)
+            async with amqlite.connect(address) as first_conn:
+                first = await first_conn.consume(q, prefetch=10)  # first in round robin
+                second = await other.consume(q, prefetch=10)
+                for i in range(3):
+                    await other.publish("", q, f"{i}".encode(), properties={"group_id": "g"},
+                                        confirm=True)  # fmt: skip
+                with trio.fail_after(WAIT):
+                    d = await first.__anext__()  # the first consumer got the group
+                assert d.body == b"0" and d.headers.get("JMSXGroupFirstForConsumer") is True
+                assert second.buffered == 0
+            # closed without acking: the group and its messages move
+            got = []
+            with trio.fail_after(WAIT):
+                async for d in second:
+                    got.append(
+                        (d.body, d.redelivered, d.headers.get("JMSXGroupFirstForConsumer", False))
+                    )
+                    await d.ack()
+                    if len(got) == 3:
+                        break
+            return got
+
+    assert trio.run(scenario) == [(b"0", True, True), (b"1", True, False), (b"2", True, False)]
