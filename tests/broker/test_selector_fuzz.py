@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from amqlite.broker import Message
 from amqlite.broker.selector import SelectorError, compile_selector
-from amqlite.broker.selector.compiler import compile_condition
+from amqlite.broker.selector.compiler import compile_condition, compile_node
+from amqlite.broker.selector.lexer import tokenize
 from amqlite.broker.selector.syntax import (
     Between,
     Binary,
@@ -29,10 +30,11 @@ from amqlite.broker.selector.syntax import (
     Literal,
     Node,
     Unary,
+    _Parser,
     parse,
 )
 
-from .selector_reference import reference_condition
+from .selector_reference import reference, reference_condition
 
 HEADERS = ("a", "b", "c", "d")
 NAMES = (*HEADERS, "priority", "routing_key", "JMSPriority", "message_id")
@@ -261,3 +263,22 @@ def test_any_text_compiles_or_raises_selector_error(text: str) -> None:
         return
     message = Message("", "k", b"", {"a": 1, "b": "x"}, {"priority": 3})
     assert selector.accepts(message) in (True, False)
+
+
+numeric_values = st.one_of(
+    st.integers(-(2**63), 2**63 - 1),
+    st.integers(-7, 7),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.sampled_from([0.0, -0.0, 0.5, -2.5]),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(numbers, st.fixed_dictionaries({name: numeric_values for name in HEADERS}))
+def test_arithmetic_agrees_with_the_reference(node: Node, headers: dict[str, Any]) -> None:
+    """Arithmetic values themselves (not only the conditions over them): Java
+    promotion, 64-bit wrapping, truncating division, IEEE division by zero."""
+    text = show(node, minimal=True)
+    parsed = _Parser(tokenize(text)).expression(0)
+    message = Message("", "", b"", headers, {"priority": 3})
+    assert _same(compile_node(parsed)(message), reference(node, message)), text
