@@ -921,3 +921,25 @@ def test_nothing_outside_the_command_line_imports_it() -> None:
                 ):
                     found.append(f"{rel}:{node.lineno} imports {name}")
     assert found == []
+
+
+def test_consume_with_a_selector(server: str, capsys: pytest.CaptureFixture[str]) -> None:
+    q = _name("selected")
+    run(capsys, "declare", "queue", q, "-s", server)
+    for region in ("eu", "us", "eu", "us"):
+        code, _, _ = run(
+            capsys, "publish", "-s", server, "-k", q, "-H", f"region={region}", "--confirm", region
+        )
+        assert code == 0
+    code, out, _ = run(
+        capsys, "consume", "-s", server, "-q", q, "--selector", "region = 'us'", "--timeout", "0.3"
+    )
+    assert (code, out) == (0, "us\nus\n")
+    code, out, err = run(
+        capsys, "consume", "-s", server, "-q", q, "--selector", "region = 'eu", "--count", "1"
+    )
+    assert code != 0
+    assert out == ""
+    assert "406" in err and "selector error at position 9: string not closed" in err
+    code, out, _ = run(capsys, "consume", "-s", server, "-q", q, "--timeout", "0.3")
+    assert (code, out) == (0, "eu\neu\n")  # left in the queue for others

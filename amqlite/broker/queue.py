@@ -8,6 +8,12 @@ Guarantees:
 - An expired message is never handed out: every entry's expiry is checked when it
   leaves the queue, and :meth:`Queue.expire` clears expired entries in between.
 - Requeued messages go back to the head, in the order given.
+- A consumer with a selector gets only the messages its selector accepts, in queue
+  order; a message no consumer with credit accepts stays where it is, for a later
+  consumer (JMS). The messages of a group (``group_id``) go to one consumer at a
+  time, in order (:mod:`.groups`). Only a queue that has a selector consumer or has
+  seen a grouped message pays for this ("constrained" dispatch): any other takes
+  the plain path in ``offer`` and ``dispatch`` (a counter and a flag test more).
 
 A ready entry is ``(message, expires_at, redelivered)``; ``expires_at`` is ``inf``
 for a message that never expires.
@@ -18,11 +24,13 @@ from __future__ import annotations
 import itertools
 import sys
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .arguments import Overflow, QueueSettings
 from .dead_letter import EXPIRED, MAXLEN, REJECTED
-from .message import INF, Message
+from .groups import GROUP_PROPERTY, Group, GroupFirstMessage
+from .message import INF, PEERING_QUEUE_PREFIX, Message
 
 if TYPE_CHECKING:
     from .recording import Recorder
@@ -36,13 +44,17 @@ class Consumer:
     """A subscription of one session to one queue.
 
     ``limit`` is the prefetch as a bound on ``inflight`` (unlimited for 0);
-    ``writable`` mirrors the session's flow-control flag and is False once cancelled.
+    ``writable`` mirrors the session's flow-control flag and is False once cancelled;
+    ``accepts`` is the compiled selector (None: every message); ``groups`` the ids
+    of the message groups it holds (None: none).
     """
 
     __slots__ = (
+        "accepts",
         "arguments",
         "cursor",
         "exclusive",
+        "groups",
         "inflight",
         "limit",
         "no_ack",
@@ -63,6 +75,7 @@ class Consumer:
         exclusive: bool,
         arguments: dict[str, Any],
         writable: bool,
+        accepts: Callable[[Message], bool] | None = None,
     ) -> None:
         self.tag = tag
         self.queue = queue
@@ -75,6 +88,8 @@ class Consumer:
         self.writable = writable
         self.inflight = 0
         self.cursor = 0  # streams: the next offset to deliver
+        self.accepts = accepts
+        self.groups: set[str] | None = None
 
 
 class Queue:
@@ -98,6 +113,8 @@ class Queue:
         "consumers",
         "deleted",
         "durable",
+        "grouped",
+        "groups",
         "had_consumer",
         "journal",
         "name",
@@ -105,6 +122,7 @@ class Queue:
         "ready",
         "ready_bytes",
         "recorder",
+        "selecting",
         "settings",
         "stat_ack",
         "stat_deliver",
@@ -143,6 +161,9 @@ class Queue:
         self.stat_redeliver = 0
         self.stat_ack = 0
         self.consumers: list[Consumer] = []
+        self.selecting = 0  # how many consumers have a selector
+        self.grouped = False  # a grouped message came here: dispatch is constrained for good
+        self.groups: dict[str, Group] = {}
         self.had_consumer = False
         self.deleted = False
         self.bindings: set[Any] = set()
@@ -183,13 +204,63 @@ class Queue:
     def has_exclusive_consumer(self) -> bool:
         return any(c.exclusive for c in self.consumers)
 
+    def next_selecting(self, message: Message) -> Consumer | None:
+        """The next consumer in round-robin order that has credit and accepts
+        ``message`` (no selector, or one that selects it), or None."""
+        consumers = self.consumers
+        n = len(consumers)
+        i = self._rr
+        for _ in range(n):
+            if i >= n:
+                i = 0
+            c = consumers[i]
+            i += 1
+            if c.writable and c.inflight < c.limit and (c.accepts is None or c.accepts(message)):
+                self._rr = i
+                return c
+        return None
+
+    def _has_credit(self) -> bool:
+        return any(c.writable and c.inflight < c.limit for c in self.consumers)
+
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
         self.had_consumer = True
+        if consumer.accepts is not None:
+            self.selecting += 1
 
     def remove_consumer(self, consumer: Consumer) -> None:
+        """Take ``consumer`` off; its groups lose their owner (they move on with their
+        next message once their deliveries are settled: the caller dispatches)."""
         consumer.writable = False
         self.consumers.remove(consumer)
+        if consumer.accepts is not None:
+            self.selecting -= 1
+        if consumer.groups:
+            groups = self.groups
+            for gid in consumer.groups:
+                group = groups.get(gid)
+                if group is not None and group.owner is consumer:
+                    group.owner = None
+                    if group.unsettled <= 0:
+                        del groups[gid]
+            consumer.groups = None
+
+    def _start_grouping(self) -> bool:
+        """A grouped message arrived: keep its groups from now on (True), unless this
+        is a peering queue, whose one consumer forwards messages as they are."""
+        if not self.name.startswith(PEERING_QUEUE_PREFIX):
+            self.grouped = True
+        return self.grouped
+
+    def group_settled(self, message: Message) -> None:
+        """A delivery of ``message`` to an acknowledging consumer was settled."""
+        gid: str | None = message.properties.get(GROUP_PROPERTY)
+        group = self.groups.get(gid) if gid is not None else None
+        if group is not None and gid is not None:
+            group.unsettled -= 1
+            if group.owner is None and group.unsettled <= 0:
+                del self.groups[gid]
 
     # --- messages in --------------------------------------------------------------
 
@@ -204,7 +275,17 @@ class Queue:
             if expiration is not None and now + expiration / 1000 < expires:
                 expires = now + expiration / 1000
         ready = self.ready
-        if not ready and self.consumers:
+        if (
+            self.grouped
+            or (GROUP_PROPERTY in message.properties and self._start_grouping())
+            or self.selecting
+        ):
+            # Constrained: any consumer with credit has no ready message it may take
+            # (dispatch runs whenever credit appears), so one that may take this
+            # message takes it ahead of the ready ones without breaking its order.
+            if self.consumers and self._deliver_constrained(message, expires, False) is not None:
+                return True
+        elif not ready and self.consumers:
             c = self.next_consumer()
             if c is not None:
                 self.stat_publish += 1
@@ -272,6 +353,8 @@ class Queue:
 
     def restore(self, message: Message, expires: float) -> None:
         """Append a journaled message as ready, as it was: no limits, no dispatch."""
+        if GROUP_PROPERTY in message.properties and not self.grouped:
+            self._start_grouping()
         ready = self.ready
         if not ready:
             self._sorted = True
@@ -287,8 +370,10 @@ class Queue:
     def _find(self, journal_id: int, start: int = 0) -> int:
         """The index of ready message ``journal_id`` (-1: not here), looking from ``start``
         on, then before it. A passive HA node applies ``message.delivered`` records
-        in queue order, so a hint just past the last one makes each find O(1)
-        instead of a scan as deep as the consumers' prefetch."""
+        mostly in queue order, so a hint just past the last one makes each find O(1)
+        instead of a scan as deep as the consumers' prefetch. (Selector consumers
+        take messages from the middle: then the order differs, and the second scan
+        finds them; nothing here relies on the order.)"""
         ready = self.ready
         if start >= len(ready):
             start = 0
@@ -332,6 +417,11 @@ class Queue:
 
     def dispatch(self, now: float) -> None:
         """Push ready messages to consumers with credit until one side runs out."""
+        if self.selecting or self.grouped:
+            # only a queue with a selector consumer or groups goes there: a plain one
+            # stays here
+            self._dispatch_constrained(now)
+            return
         ready = self.ready
         while ready:
             c = self.next_consumer()
@@ -343,6 +433,71 @@ class Queue:
                 self._dead_letter(message, EXPIRED, now)
                 continue
             c.session._deliver(c, self, message, expires, redelivered)
+
+    def _deliver_constrained(
+        self, message: Message, expires: float, redelivered: bool
+    ) -> Consumer | None:
+        """Deliver ``message`` to the consumer that may take it now and return that
+        consumer: its group's owner, else (a group free to move, or no group) the
+        next consumer with credit whose selector accepts it. None: it must wait."""
+        gid = message.properties.get(GROUP_PROPERTY) if self.grouped else None
+        if gid is None:
+            c = self.next_selecting(message)
+            if c is not None:
+                c.session._deliver(c, self, message, expires, redelivered)
+            return c
+        group = self.groups.get(gid)
+        if group is not None and group.owner is not None:
+            c = group.owner
+            if not (
+                c.writable and c.inflight < c.limit and (c.accepts is None or c.accepts(message))
+            ):
+                return None
+            c.session._deliver(c, self, message, expires, redelivered)
+        else:
+            if group is not None and group.unsettled > 0:
+                return None  # its last consumer's deliveries are not all settled yet
+            found = self.next_selecting(message)
+            if found is None:
+                return None
+            c = found
+            if group is None:
+                group = self.groups[gid] = Group()
+            group.owner = c
+            if c.groups is None:
+                c.groups = set()
+            c.groups.add(gid)
+            c.session._deliver(c, self, GroupFirstMessage(message), expires, redelivered)
+        if not c.no_ack:
+            group.unsettled += 1
+        return c
+
+    def _dispatch_constrained(self, now: float) -> None:
+        """Dispatch with selectors and groups: each ready message, in order, to the
+        consumer that may take it (:meth:`_deliver_constrained`); the others stay,
+        in order. Stops once no consumer has credit. A pass costs (ready messages
+        looked at) x (consumers) selector runs, as a backlog nobody with credit
+        wants is looked at again."""
+        ready = self.ready
+        if not ready or not self._has_credit():
+            return
+        kept: list[Entry] = []
+        while ready:
+            entry = ready.popleft()
+            message, expires, redelivered = entry
+            if expires <= now:
+                self.ready_bytes -= len(message.body)
+                self._dead_letter(message, EXPIRED, now)
+                continue
+            c = self._deliver_constrained(message, expires, redelivered)
+            if c is None:
+                kept.append(entry)
+                continue
+            self.ready_bytes -= len(message.body)
+            if c.inflight >= c.limit and not self._has_credit():
+                break
+        if kept:
+            ready.extendleft(reversed(kept))
 
     def take(self, now: float) -> Entry | None:
         """Pop the first unexpired ready entry (for a get), or None."""

@@ -26,9 +26,11 @@ from amqlite.errors import (
     ReplyCode,
 )
 
+from .groups import original_of
 from .limits import BrokerLimits, consumer_limit_error
 from .message import Delivery, Message, PublishOutcome, QueueInfo
 from .queue import Consumer, Entry, Queue
+from .selector import compile_selector
 from .stream import OFFSET_ARGUMENT, StreamQueue
 from .trace import set_trace
 
@@ -247,14 +249,28 @@ class Session:
         no_ack: bool = False,
         exclusive: bool = False,
         arguments: Mapping[str, Any] | None = None,
+        selector: str | None = None,
         now: float,
     ) -> str:
-        """Subscribe to ``queue``; returns the consumer tag (``ctag-N`` when empty)."""
+        """Subscribe to ``queue``; returns the consumer tag (``ctag-N`` when empty).
+
+        ``selector`` (JMS message-selector text, docs/selectors.md) limits the
+        consumer to the messages it selects; a bad one is refused with 406 naming
+        the position and the reason (:class:`~.selector.SelectorError`). An empty
+        (or blank) selector is no selector, as in JMS."""
         self._check_open()
         now = self._now(now)
         q = self._vhost.queue(self, queue)
         if type(prefetch) is not int or prefetch < 0:
             raise PreconditionFailed(f"prefetch must be a non-negative integer, got {prefetch!r}")
+        accepts = None
+        if selector is not None and selector.strip():
+            if isinstance(q, StreamQueue):
+                raise PreconditionFailed(
+                    f"queue {queue!r} in vhost {self._vhost.name!r} is a stream queue: "
+                    "selectors are for classic queues"
+                )
+            accepts = compile_selector(selector).accepts
         if tag:
             if tag in self._consumers:
                 raise NotAllowed(f"attempt to reuse consumer tag {tag!r}")
@@ -274,7 +290,15 @@ class Session:
                 f"{self._vhost.name!r}: it has consumers"
             )
         consumer = Consumer(
-            tag, q, self, prefetch, no_ack, exclusive, dict(arguments or {}), self._writable
+            tag,
+            q,
+            self,
+            prefetch,
+            no_ack,
+            exclusive,
+            dict(arguments or {}),
+            self._writable,
+            accepts,
         )
         if isinstance(q, StreamQueue):
             q.attach(consumer, consumer.arguments.get(OFFSET_ARGUMENT))
@@ -303,9 +327,12 @@ class Session:
     def _detach(self, consumer: Consumer) -> None:
         self.holder.consumers_held -= 1
         queue = consumer.queue
+        had_groups = bool(consumer.groups)
         queue.remove_consumer(consumer)
         if queue.auto_delete and not queue.consumers and not queue.deleted:
             self._vhost.remove_queue(queue)
+        elif had_groups and queue.ready and not queue.deleted:
+            queue.dispatch(self._broker.now)  # its groups may move now
 
     def store_offset(self, queue: str, name: str, offset: int) -> None:
         """Keep ``offset`` under ``name`` in stream ``queue`` (survives a restart)."""
@@ -370,6 +397,8 @@ class Session:
             if queue is not None and not queue.deleted:
                 queue.unacked -= 1
                 queue.stat_ack += 1
+                if queue.groups and consumer is not None:
+                    queue.group_settled(delivery.message)
                 if self._broker.tracer is not None:  # trace hook (amq.trace)
                     self._broker.tracer.acked(queue, delivery.message, self._now(now))
                 journal_id = delivery.message.journal_id
@@ -429,14 +458,16 @@ class Session:
                 continue
             if counted:
                 queue.unacked -= 1
+                if queue.groups and consumer is not None:
+                    queue.group_settled(delivery.message)
             entries = touched.get(queue)
             if entries is None:
                 entries = touched[queue] = []
             if requeue:
                 redelivered = delivery.redelivered if delivery.dtag in unsent else True
-                entries.append((delivery.message, delivery._expires, redelivered))
+                entries.append((original_of(delivery.message), delivery._expires, redelivered))
             elif requeue is not None:
-                queue.dead_letter_rejected(delivery.message, now)
+                queue.dead_letter_rejected(original_of(delivery.message), now)
             elif delivery.message.journal_id and queue.recorder is not None:
                 queue.recorder.ack(delivery.message.journal_id, queue.name)
             if requeue is None and counted:
@@ -569,7 +600,12 @@ class Session:
         self._pending = []
         self._noack_journal_ids = []
         self._cancellations = []
-        for consumer in list(self._consumers.values()):
+        consumers = list(self._consumers.values())
+        for consumer in consumers:
+            # a queue dispatching while we detach (a group moving) must not push to
+            # a consumer of this closing session: nothing would take that push
+            consumer.writable = False
+        for consumer in consumers:
             if self._consumers.pop(consumer.tag, None) is consumer:
                 self._detach(consumer)
         for queue in list(self._owned):

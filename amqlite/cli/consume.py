@@ -120,7 +120,9 @@ def cmd_consume(args: argparse.Namespace) -> int:
             unstored, since_store = None, 0
 
         try:
-            async with await conn.consume(queue, prefetch=prefetch, offset=offset) as consumer:
+            async with await conn.consume(
+                queue, prefetch=prefetch, offset=offset, selector=args.selector
+            ) as consumer:
                 while args.count is None or seen < args.count:
                     if consumer.buffered:
                         d = await consumer.__anext__()

@@ -18,6 +18,7 @@ examples:
   amqlite consume -q jobs                      # until Ctrl-C
   amqlite consume -q jobs --count 10 --timeout 5
   amqlite consume -e events -k 'orders.#' --json
+  amqlite consume -q orders --selector "region = 'eu' AND priority > 4"
   amqlite consume -q audit --offset first --timeout 1     # a stream, from its oldest
   amqlite consume -q audit --offset 2026-11-22T10:00:00Z --json   # offsets included
   amqlite consume -q audit --name billing                 # resume where billing stopped

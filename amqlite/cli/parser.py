@@ -133,6 +133,13 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--count", type=int, metavar="N", help="stop after N messages")
     p.add_argument("--timeout", type=float, metavar="SECONDS", help="stop after idle SECONDS")
     p.add_argument("--json", action="store_true", help="one JSON object per message")
+    p.add_argument(
+        "--selector",
+        metavar="EXPR",
+        default="",
+        help="only messages this JMS selector selects, e.g. \"priority > 4 AND region = 'eu'\" "
+        "(see docs/selectors.md); the others stay in the queue",
+    )
     stream = p.add_argument_group("stream queues")
     stream.add_argument(
         "--offset",

@@ -686,8 +686,14 @@ class Connection(Declarations, StreamRequests):
         tag: str = "",
         arguments: dict[str, Any] | None = None,
         offset: StreamOffset | None = None,
+        selector: str = "",
     ) -> Consumer:
         """Subscribe to ``queue``; iterate the returned :class:`Consumer`.
+
+        ``selector`` (a JMS message selector, docs/selectors.md) limits the
+        consumer to the messages it selects, e.g. ``"priority > 4 AND region =
+        'eu'"``; the server refuses a bad one with 406 (PreconditionFailed) naming
+        the position and the reason. It is kept for resuming after a reconnect.
 
         ``offset`` (stream queues) says where to start: ``"first"``, ``"last"``,
         ``"next"`` (the server's default), an offset, a Unix time (float), a
@@ -708,8 +714,9 @@ class Connection(Declarations, StreamRequests):
             no_ack=no_ack,
             exclusive=exclusive,
             arguments=dict(args),  # its own: it follows a stream's deliveries
+            selector=selector,
         )
-        req = ev.Consume(self._new_id(), queue, tag, prefetch, no_ack, exclusive, args)
+        req = ev.Consume(self._new_id(), queue, tag, prefetch, no_ack, exclusive, args, selector)
         pending: PendingReply | None = None
 
         def registered(reply: ev.Event) -> None:

@@ -64,6 +64,7 @@ class Consumer:
         "no_ack",
         "prefetch",
         "queue",
+        "selector",
         "tag",
     )
 
@@ -78,6 +79,7 @@ class Consumer:
         no_ack: bool,
         exclusive: bool,
         arguments: dict[str, Any],
+        selector: str = "",
     ) -> None:
         self._host = host
         self._cancel = cancel  # the connection's cancel of a consumer
@@ -87,6 +89,7 @@ class Consumer:
         self.no_ack = no_ack
         self.exclusive = exclusive
         self.arguments = arguments
+        self.selector = selector
         self._buffer: deque[Delivery] = deque()
         self._waiter: trio.Event | None = None
         self.active = True

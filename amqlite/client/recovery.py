@@ -372,6 +372,7 @@ class Reconnector:
                 consumer.no_ack,
                 consumer.exclusive,
                 consumer.resume_arguments(),
+                consumer.selector,
             )
             try:
                 await self._internal(req)

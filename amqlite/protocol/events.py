@@ -297,6 +297,8 @@ class Consume(Event):
     no_ack: bool = False
     exclusive: bool = False
     arguments: dict[str, Any] = field(default_factory=dict)
+    #: a JMS message selector (docs/selectors.md); "" = none
+    selector: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -240,6 +240,7 @@ class RequestDispatcher:
             no_ack=c.no_ack,
             exclusive=c.exclusive,
             arguments=c.arguments,
+            selector=c.selector or None,
             now=now,
         )
         return ev.Ok(c.id, {"tag": tag})

@@ -416,3 +416,20 @@ async def test_closing_while_reconnecting_stops_it(
         dials = len(net.dials)
         await trio.sleep(30)
         assert len(net.dials) == dials
+
+
+async def test_a_consumer_resumes_with_its_selector(
+    autojump_clock: trio.testing.MockClock, net: MemoryNetwork
+) -> None:
+    a = _broker(net, PRIMARY, name="a")
+    b = _broker(net, BACKUP, name="b")
+    async with amqlite.connect(SERVERS) as conn:
+        seen = _Reconnects(conn)
+        await conn.declare_queue("q")
+        consumer = await conn.consume("q", selector="region = 'eu'")
+        [first] = a.frames_of(ev.Consume)
+        assert first.selector == "region = 'eu'"
+        await net.cut(PRIMARY)
+        await seen.next()
+        [resumed] = b.frames_of(ev.Consume)
+        assert (resumed.tag, resumed.selector) == (consumer.tag, "region = 'eu'")

@@ -222,6 +222,7 @@ FULL: dict[type[ev.Event], ev.Event] = {
         no_ack=True,
         exclusive=True,
         arguments={"x-priority": 1},
+        selector="priority > 4",
     ),
     ev.Cancel: ev.Cancel(id=17, tag="c1"),
     ev.Ack: ev.Ack(id=18, dtag=5, multiple=True),

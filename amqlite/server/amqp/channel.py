@@ -42,6 +42,9 @@ log = structlog.get_logger("amqlite.amqp")
 
 #: RabbitMQ's header on each message delivered from a stream queue: its offset.
 STREAM_OFFSET_HEADER = "x-stream-offset"
+#: basic.consume's argument holding a JMS message selector (docs/selectors.md), as
+#: ActiveMQ's AMQP clients name it; the consumer's selector, not kept as an argument
+SELECTOR_ARGUMENT = "x-selector"
 
 
 class ChannelLink(Protocol):
@@ -350,6 +353,12 @@ class AmqpChannel:
         self.link.send_method(self.number, m.BasicQosOk())
 
     def _consume(self, c: m.BasicConsume, now: float) -> None:
+        arguments = self._arguments(c, c.arguments)
+        selector = arguments.pop(SELECTOR_ARGUMENT, "")
+        if not isinstance(selector, str):
+            self._fail(
+                c, ReplyCode.PRECONDITION_FAILED, f"invalid arg '{SELECTOR_ARGUMENT}': not text"
+            )
         request = ev.Consume(
             0,
             c.queue,
@@ -357,7 +366,8 @@ class AmqpChannel:
             prefetch=self.prefetch,
             no_ack=c.no_ack,
             exclusive=c.exclusive,
-            arguments=self._arguments(c, c.arguments),
+            arguments=arguments,
+            selector=selector,
         )
         reply = self._request(request, c, now)
         if not c.nowait and isinstance(reply, ev.Ok):
