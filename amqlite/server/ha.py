@@ -100,6 +100,11 @@ class HaService:
         # the machine's actions not applied yet: those after a PersistEpoch wait for it
         self._backlog: deque[Action] = deque()
         self._persisting = False  # an epoch is being written (in a worker thread)
+        # the epoch of the state this node shows (node.state): the machine's epoch
+        # once it is on disk; status reports this one, so that a snapshot never pairs
+        # a state not yet left with an epoch not yet stored (a demoted master read as
+        # "active" in the new master's epoch while its fence is being written)
+        self._shown_epoch = 0
         self.replicator = Replicator()  # this node active: to the passive peer
         self._sender_wake = trio.Event()
         self.follower = Follower()  # this node passive: from the active peer
@@ -150,6 +155,7 @@ class HaService:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         cfg = self.config
         epoch = await trio.to_thread.run_sync(self._load_epoch)
+        self._shown_epoch = epoch
         async with trio.open_nursery() as nursery:
             self._nursery = nursery  # before the machine: its actions may need it
             self.machine = HaMachine(
@@ -235,6 +241,7 @@ class HaService:
             log.critical("ha_epoch_write_failed", epoch=epoch, error=str(exc))
             raise
         self._persisting = False
+        self._shown_epoch = epoch
         self._drain()
 
     def _apply_one(self, action: Action) -> None:
@@ -662,6 +669,8 @@ class HaService:
             return {"role": self.role.value}
         now = trio.current_time()
         status = machine.status(now)
+        status["state"] = self.node.state  # the state applied, with its stored epoch:
+        status["epoch"] = self._shown_epoch  # one snapshot (see __init__)
         storage = self.node.storage
         appended = storage.appended if storage is not None else 0
         replicator = self.replicator

@@ -1,5 +1,6 @@
 """A promotion writes its epoch in a worker thread: the event loop keeps running
-meanwhile, and no client is served before the epoch is on disk."""
+meanwhile, no client is served before the epoch is on disk, and status shows the
+new epoch only with the state it belongs to."""
 
 from __future__ import annotations
 
@@ -52,10 +53,17 @@ async def test_a_promotion_serves_no_client_before_its_epoch_is_stored(tmp_path:
         with trio.move_on_after(0.3):  # ...the loop runs (this very wait proves it)...
             await served.wait()
         assert not served.is_set() and node.state != "active"  # ...but serves nobody yet
+        # status pairs the state shown with its stored epoch, not the one being written
+        shown = node.status()
+        assert shown["state"] == shown["ha"]["state"] == node.state
+        assert shown["ha"]["epoch"] < machine.epoch
         gate.set()
         with trio.fail_after(10):
             await served.wait()
         assert node.state == "active"
+        shown = node.status()
+        assert (shown["state"], shown["ha"]["state"]) == ("active", "active")
+        assert shown["ha"]["epoch"] == machine.epoch
         assert writers and writers[0] != threading.get_ident()  # written off the loop
         stored = (tmp_path / "primary" / "HA_EPOCH").read_text("ascii")
         assert int(stored) == machine.epoch
