@@ -208,6 +208,16 @@ class NodeStorage:
         self._dirty.set()
         return position
 
+    def hold(self) -> None:
+        """Open a turn whose records one commit writes whole (:meth:`Journal.hold`)."""
+        if self.journal is not None:
+            self.journal.hold()
+
+    def release(self) -> None:
+        """Close the turn opened by :meth:`hold`."""
+        if self.journal is not None:
+            self.journal.release()
+
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once everything appended so far is committed."""
         self._after_commit.append((self.appended, callback))

@@ -200,6 +200,10 @@ class Journal:
         self._mutex = threading.Lock()  # the buffer, the state, the counters
         self._writer = threading.Lock()  # one commit / compaction at a time
         self._pending: list[_Pending] = []
+        # a turn held open (hold/release): records appended from _hold_from on wait
+        # until it ends, so that a commit never stores half of one turn
+        self._holds = 0
+        self._hold_from = 0
         self._unsynced: list[_Pending] = []  # written, not yet covered by an fsync
         self._state = StoreState()
         self._sealed: dict[int, int] = {}  # seq -> size, older segments
@@ -408,6 +412,25 @@ class Journal:
             self._pending.append(_Pending(position, record, framed))
         return position, framed
 
+    def hold(self) -> None:
+        """Open a turn: the records appended from now until the matching
+        :meth:`release` are written by one commit, never split between two. A commit
+        running meanwhile (in another thread) writes only what came before. This is
+        what lets a record that vouches for others (peering marks after the messages
+        they cover) follow them in the same turn: the files never hold the messages
+        without it, whatever instant a ``kill -9`` picks. Holds nest."""
+        with self._mutex:
+            if self._holds == 0:
+                self._hold_from = self._appended + 1
+            self._holds += 1
+
+    def release(self) -> None:
+        """Close the turn opened by :meth:`hold`."""
+        with self._mutex:
+            if self._holds <= 0:
+                raise RuntimeError("journal release without a hold")
+            self._holds -= 1
+
     def flush(self) -> int:
         """Write the buffered records to the file, without fsync; returns the position
         written up to. Raises StoreWriteError (see :meth:`commit`)."""
@@ -435,9 +458,18 @@ class Journal:
                     self._fail(exc, [])
             return self.committed
 
-    def _write_pending(self) -> None:
+    def _write_pending(self, *, everything: bool = False) -> None:
         with self._mutex:
-            batch, self._pending = self._pending, []
+            pending = self._pending
+            if self._holds and not everything:  # leave the open turn's records
+                start = self._hold_from
+                cut = next((i for i, p in enumerate(pending) if p.position >= start), None)
+                if cut is None:
+                    batch, self._pending = pending, []
+                else:
+                    batch, self._pending = pending[:cut], pending[cut:]
+            else:
+                batch, self._pending = pending, []
         if not batch:
             return
         try:
@@ -685,7 +717,7 @@ class Journal:
                 return
             try:
                 if self._recovered:
-                    self._write_pending()
+                    self._write_pending(everything=True)
                     if self._active is not None and (
                         self._active.synced < self._active.size or self._unsynced
                     ):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
+import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -167,3 +170,44 @@ def test_stats(tmp_path: Path) -> None:
         and stats.bytes == (tmp_path / "journal-0000000000000001.log").stat().st_size
     )
     journal.close()
+
+
+def _files_now(directory: Path) -> Any:
+    """The state recovered from a copy of the files as they are (the journal that
+    wrote them is still open and locked), as after a kill -9 at this instant."""
+    copy = directory.parent / f"{directory.name}-{uuid.uuid4().hex}"
+    shutil.copytree(directory, copy)
+    return recovered_state(copy)
+
+
+@pytest.mark.parametrize("policy", ["always", "batch", "never"])
+def test_a_commit_during_a_held_turn_stores_none_of_it(tmp_path: Path, policy: str) -> None:
+    """A commit (in the committer's thread) while the event loop is inside a turn
+    (hold ... release) writes what came before the turn and none of the turn, so the
+    files never hold half of it; the next commit writes the whole turn."""
+    journal, _ = _warm(tmp_path, policy)
+    before = journal.append(enq(1))
+    journal.hold()
+    journal.append(enq(2))
+    journal.hold()  # nested: one turn
+    journal.append(enq(3))
+    journal.release()
+    committed = journal.commit() if policy != "never" else journal.flush()
+    assert committed == before
+    assert sorted(bodies(_files_now(tmp_path))) == [b"m1"]  # what a kill -9 would leave
+    journal.append(enq(4))
+    journal.release()
+    last = journal.commit() if policy != "never" else journal.flush()
+    assert last == journal.appended
+    assert sorted(bodies(_files_now(tmp_path))) == [b"m1", b"m2", b"m3", b"m4"]
+    with pytest.raises(RuntimeError):
+        journal.release()
+    journal.close()
+
+
+def test_close_writes_a_turn_still_held(tmp_path: Path) -> None:
+    journal, _ = _warm(tmp_path)
+    journal.hold()
+    journal.append(enq(1))
+    journal.close()
+    assert sorted(bodies(recovered_state(tmp_path))) == [b"m1"]
