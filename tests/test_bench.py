@@ -533,8 +533,8 @@ def test_amqlite_tls_counts_every_message_and_compares_with_plain(
     assert set(by) == {"amqlite", "amqlite-tls"}
     tls = by["amqlite-tls"]
     assert tls["consumed"] == tls["expected"] == tls["published"] == 300
-    assert tls["ratio_vs_amqlite"] == pytest.approx(
-        tls["msgs_per_s"] / by["amqlite"]["msgs_per_s"], rel=1e-3
+    assert tls["ratio_vs_amqlite"] == pytest.approx(  # reported to 4 decimals
+        tls["msgs_per_s"] / by["amqlite"]["msgs_per_s"], rel=1e-3, abs=5e-5
     )
 
 
