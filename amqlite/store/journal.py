@@ -204,6 +204,7 @@ class Journal:
         # until it ends, so that a commit never stores half of one turn
         self._holds = 0
         self._hold_from = 0
+        self._turn_over = threading.Condition(self._mutex)  # notified when holds reach 0
         self._unsynced: list[_Pending] = []  # written, not yet covered by an fsync
         self._state = StoreState()
         self._sealed: dict[int, int] = {}  # seq -> size, older segments
@@ -430,6 +431,8 @@ class Journal:
             if self._holds <= 0:
                 raise RuntimeError("journal release without a hold")
             self._holds -= 1
+            if not self._holds:
+                self._turn_over.notify_all()
 
     def flush(self) -> int:
         """Write the buffered records to the file, without fsync; returns the position
@@ -599,6 +602,10 @@ class Journal:
             self._check_open()
             forgotten = 0
             with self._mutex:
+                # the snapshot covers whole turns only, as a commit does (see hold); a
+                # turn is short and runs on another thread (compaction runs in a worker)
+                while self._holds:
+                    self._turn_over.wait()
                 if live_journal_ids is not None:
                     keep = set(live_journal_ids)
                     for journal_id in self._state.live_journal_ids():

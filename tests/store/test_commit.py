@@ -211,3 +211,22 @@ def test_close_writes_a_turn_still_held(tmp_path: Path) -> None:
     journal.append(enq(1))
     journal.close()
     assert sorted(bodies(recovered_state(tmp_path))) == [b"m1"]
+
+
+def test_compaction_waits_for_a_held_turn_to_end(tmp_path: Path) -> None:
+    """Compaction (in a worker thread) snapshots whole turns only: started inside
+    one, it waits for the release and then takes the whole turn."""
+    journal, _ = _warm(tmp_path)
+    journal.append(enq(1))
+    journal.hold()
+    journal.append(enq(2))
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (journal.compact(), done.set()))
+    worker.start()
+    assert not done.wait(0.2)  # held: no snapshot of half a turn
+    journal.append(enq(3))
+    journal.release()
+    worker.join(10)
+    assert done.is_set()
+    assert sorted(bodies(_files_now(tmp_path))) == [b"m1", b"m2", b"m3"]
+    journal.close()
