@@ -399,26 +399,6 @@ def _plain_deliver(m: dict[Any, Any]) -> ev.Deliver:
     return _deliver_from_map(m)
 
 
-def plain_deliver_map(m: dict[Any, Any]) -> dict[Any, Any] | ev.Deliver:
-    """The usual deliver map itself (the six keys of :func:`_plain_deliver`, checked
-    the same way), for a client that reads its fields from the map
-    (:meth:`Connection.events_with_deliver_maps`); any other map gets the checked
-    decoder's event (or its FieldError). It exists because a consumer receiving tens
-    of thousands of messages a second spends a fifth of its per-message time building
-    an event it reads once: the map cbor2 made is already the message."""
-    if len(m) == 6:
-        get = m.get
-        if (
-            type(get("ctag")) is str
-            and type(get("dtag")) is int
-            and type(get("exchange")) is str
-            and type(get("key")) is str
-            and type(get("body")) is bytes
-        ):
-            return m
-    return _deliver_from_map(m)
-
-
 def _bare_ok(m: dict[Any, Any]) -> ev.Ok | None:
     """An ``ok`` without ``info`` (a publish confirm, mostly); None for any other
     map, which the checked decoder then reads."""

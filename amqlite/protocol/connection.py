@@ -61,13 +61,6 @@ _HOT_DECODERS: dict[ev.Role, dict[str, _HotDecoder]] = {
     },
 }
 
-# a client reading deliveries as maps (events_with_deliver_maps): the usual deliver
-# map is handed on as it is; every other frame decodes as in _HOT_DECODERS
-_HOT_DELIVER_MAPS: dict[str, _HotDecoder] = {
-    **_HOT_DECODERS[ev.Role.CLIENT],
-    "deliver": codec.plain_deliver_map,  # type: ignore[dict-item]
-}
-
 #: A ``deliver`` frame's map in its usual shape, as :meth:`Connection.events_with_deliver_maps`
 #: hands it on: exactly the keys ``m``, ``ctag`` (str), ``dtag`` (int), ``exchange``
 #: (str), ``key`` (str) and ``body`` (bytes), checked.
@@ -109,7 +102,9 @@ class Connection:
         # per-message methods decoded without the general checks, only while the
         # table keeps an OPEN connection OPEN on any operation (set by _set_state)
         self._hot: dict[str, _HotDecoder] = {}
-        self._hot_maps: dict[str, _HotDecoder] = {}  # the same for events_with_deliver_maps
+        # a usual deliver map may be handed on as it is (events_with_deliver_maps):
+        # set with _hot, on a client
+        self._maps_ok = False
         # a bare ok (a publish confirm) read from its bytes; set with _hot, on a client
         self._read_ok: Callable[[bytes | bytearray, int, int], ev.Ok | None] | None = None
         self._buf: bytes | bytearray = b""  # the chunk being decoded, or chunks gathered
@@ -169,7 +164,7 @@ class Connection:
             stays_open = next_state(state, Trigger.OPERATION) is state is ConnState.OPEN
             self._hot = _HOT_DECODERS[self.role] if stays_open else {}
             client = stays_open and self.role is ev.Role.CLIENT
-            self._hot_maps = _HOT_DELIVER_MAPS if client else self._hot
+            self._maps_ok = client
             self._read_ok = codec.read_bare_ok if client else None
 
     def _next_state(self, cls: type[ev.Event]) -> ConnState | None:
@@ -187,7 +182,7 @@ class Connection:
     def next_event(self) -> ev.Event | _NeedData:
         """The next event from the other end, or ``NEED_DATA`` when a frame is incomplete."""
         one = self._one
-        self._decode(one, 1, self._hot)
+        self._decode(one, 1, False)
         return one.pop() if one else NEED_DATA
 
     def events(self, limit: int = sys.maxsize) -> list[ev.Event]:
@@ -199,7 +194,7 @@ class Connection:
         error behind events of the batch is raised by the next call; after the
         ``EndOfStream``, every call returns it again."""
         out: list[ev.Event] = []
-        self._decode(out, limit, self._hot)
+        self._decode(out, limit, False)
         return out
 
     def events_with_deliver_maps(self, limit: int = sys.maxsize) -> list[ev.Event | DeliverMap]:
@@ -208,10 +203,10 @@ class Connection:
         consumer then builds one object per message, not two. Any other deliver frame
         comes as the event (or its error), as from :meth:`events`."""
         out: list[ev.Event | DeliverMap] = []
-        self._decode(out, limit, self._hot_maps)
+        self._decode(out, limit, True)
         return out
 
-    def _decode(self, out: list[Any], limit: int, hot: dict[str, _HotDecoder]) -> None:
+    def _decode(self, out: list[Any], limit: int, maps: bool) -> None:
         """The frame splitter, for :meth:`events` and :meth:`next_event`: decode up to
         ``limit`` events into ``out``. While the connection is OPEN, the per-message
         frames (publish and ack in, deliver and bare ok out) take their role's decoder
@@ -225,8 +220,9 @@ class Connection:
         pos = self._pos
         state = self._state
         closed = state is _CLOSED
+        hot = self._hot
         read_ok = self._read_ok
-        plain = hot is _HOT_DELIVER_MAPS  # deliver maps are handed on as they are
+        plain = maps and self._maps_ok  # usual deliver maps are handed on as they are
         max_frame = self.max_frame_size
         loads = cbor2.loads
         unpack = _LEN.unpack_from
@@ -269,8 +265,10 @@ class Connection:
                     and type(m.get("key")) is str
                     and type(m.get("body")) is bytes
                 ):
-                    # codec.plain_deliver_map's test, inline: a consumer's per-message
-                    # frame pays for no call (the agreement is in tests/protocol)
+                    # the fields codec._plain_deliver reads, with their types: the map
+                    # is the message, no event is built (a fifth of a consumer's time
+                    # per message); tests/protocol/test_protocol_fast_paths.py checks it
+                    # against the checked decoder
                     append(m)
                     continue
                 if hot and type(m) is dict:

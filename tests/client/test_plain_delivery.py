@@ -10,8 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from amqlite.client.delivery import Delivery, PlainDelivery
-from amqlite.protocol import codec
+from amqlite.protocol import ConnState, codec
 from amqlite.protocol import events as ev
+
+from ..protocol.wire import client_in, frame
 
 FIELDS = ("body", "exchange", "routing_key", "headers", "properties", "redelivered", "offset")
 FIELDS += ("delivery_tag", "consumer_tag", "queue", "settled", "stale")
@@ -44,7 +46,9 @@ class Recorder:
 
 
 def both(m: dict[str, Any], settler: Any, no_ack: bool) -> tuple[Delivery, Delivery]:
-    assert codec.plain_deliver_map(m) is m  # the usual shape: handed on as it is
+    conn = client_in(ConnState.OPEN)
+    conn.receive_data(frame(m))
+    assert conn.events_with_deliver_maps() == [m]  # the usual shape: handed on as it is
     event = codec.event_from_map(ev.Deliver, m)
     plain = PlainDelivery(settler, m, m["dtag"] + 7, "c1", "q", no_ack)
     general = Delivery(settler, event, m["dtag"] + 7, "c1", "q", no_ack)

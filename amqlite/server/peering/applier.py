@@ -92,13 +92,12 @@ class ActionApplier:
 
     def apply(self, actions: list[Action]) -> None:
         """Apply the core's actions in order; ends the turn if this is the outermost call."""
-        storage = self.durability.storage
-        outermost = not self._depth and storage is not None
-        if outermost and storage is not None:
+        held = self.durability.storage if not self._depth else None  # the outermost call's
+        if held is not None:
             # the deliveries' records and the marks that cover them reach the files
             # together: a kill -9 between them would leave messages the restarted node
             # takes again from the sender (tests/e2e/test_peering.py, receiver killed)
-            storage.hold()
+            held.hold()
         try:
             if actions:
                 self._depth += 1
@@ -113,8 +112,8 @@ class ActionApplier:
             if self.durability.marks_pending:
                 self.durability.record_marks()
         finally:
-            if outermost and storage is not None:
-                storage.release()
+            if held is not None:
+                held.release()
         if self._delivered:
             self._delivered = False
             self._pump()
