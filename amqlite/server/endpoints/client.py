@@ -42,9 +42,9 @@ LOW_WATER = 512 * 1024
 log = structlog.get_logger("amqlite.server")
 
 # Requests whose ok promises durability: they wait at the barrier for the journal
-# span the broker call names. (A consume records first deliveries; its ok must not
-# wait, or the pushes would overtake it.)
-_DURABLE = frozenset(
+# span the broker call names (HTTP actions too). (A consume records first
+# deliveries; its ok must not wait, or the pushes would overtake it.)
+DURABLE_REQUESTS = frozenset(
     {
         ev.Publish,
         ev.ExchangeDeclare,
@@ -113,7 +113,7 @@ class ClientEndpoint:
                 code=reply.code,
                 text=reply.text,
             )
-        elif rt is ev.Ok and t in _DURABLE:
+        elif rt is ev.Ok and t in DURABLE_REQUESTS:
             storage = self.node.storage
             session = self.session
             if storage is not None and session is not None:

@@ -26,6 +26,7 @@ from amqlite.errors import ReplyCode
 from amqlite.protocol import events as ev
 
 from ..dispatch import RequestDispatcher
+from ..endpoints.client import DURABLE_REQUESTS
 
 if TYPE_CHECKING:
     from amqlite.broker import Session
@@ -36,16 +37,6 @@ __all__ = ["ActionSession", "NotServing", "open_action_session"]
 
 #: node states in which the broker takes changes (not a passive or starting HA node)
 SERVING_STATES = frozenset({"standalone", "active"})
-_DURABLE = (
-    ev.Publish,
-    ev.ExchangeDeclare,
-    ev.ExchangeDelete,
-    ev.QueueDeclare,
-    ev.QueueDelete,
-    ev.QueuePurge,
-    ev.QueueBind,
-    ev.QueueUnbind,
-)
 
 
 class NotServing(Exception):
@@ -71,7 +62,7 @@ class ActionSession:
         reply = self._dispatcher.handle(event, trio.current_time())
         node.pump()
         storage = node.storage
-        if isinstance(reply, ev.Ok) and isinstance(event, _DURABLE) and storage is not None:
+        if isinstance(reply, ev.Ok) and type(event) in DURABLE_REQUESTS and storage is not None:
             first, last = self.session.journal_span
             if last:
                 done = trio.Event()
