@@ -176,6 +176,14 @@ class ClusterConfig:
     failover_timeout_ms: int = 1000
     login: str = "guest"
     password: str = field(default="guest", repr=False)
+    #: ``host:port`` of an ``amqlite witness`` (empty: none); the node logs in there
+    #: with ``login`` / ``password`` too
+    witness: str = ""
+    #: without a witness, what a master whose peer is silent promises (docs/ha.md)
+    on_peer_silence: str = "serve"
+    #: how long a persistent publish waits for a confirm that the promise holds back
+    #: (peer and witness out of reach) before it fails
+    hold_timeout_ms: int = 10_000
 
     @property
     def enabled(self) -> bool:
@@ -648,6 +656,13 @@ def _address(key: str, value: Any) -> str:
     return text
 
 
+ON_PEER_SILENCE = ("serve", "hold")
+
+
+def _witness_address(key: str, value: Any) -> str:
+    return "" if value == "" else _address(key, value)
+
+
 _CLUSTER_SPEC = _TableSpec(
     ClusterConfig,
     {
@@ -659,6 +674,9 @@ _CLUSTER_SPEC = _TableSpec(
         "failover_timeout_ms": _integer(20, 600_000),
         "login": _string(),
         "password": _string(allow_empty=True),
+        "witness": _witness_address,
+        "on_peer_silence": _choice(ON_PEER_SILENCE),
+        "hold_timeout_ms": _integer(100, 3_600_000),
     },
 )
 
@@ -808,6 +826,8 @@ def _check_references(config: Config) -> None:
         )
     if cluster.enabled and cluster.primary_peer == cluster.backup_peer:
         raise ConfigError("cluster.backup_peer", "must differ from cluster.primary_peer")
+    if cluster.enabled and cluster.witness in (cluster.primary_peer, cluster.backup_peer):
+        raise ConfigError("cluster.witness", "must differ from both nodes' addresses")
     links: set[tuple[str, str, str]] = set()
     for index, link in enumerate(config.cluster_mta):
         link_key = f"cluster_mta[{index}]"

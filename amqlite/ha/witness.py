@@ -199,7 +199,8 @@ def encode_frame(data: dict[str, Any]) -> bytes:
 
 
 class FrameReader:
-    """Bytes in, maps out (sans-IO): :meth:`feed` then :meth:`maps`."""
+    """Bytes in, maps out (sans-IO): :meth:`feed`, then :meth:`next_map` or
+    :meth:`maps`."""
 
     def __init__(self) -> None:
         self._buffer = bytearray()
@@ -207,25 +208,31 @@ class FrameReader:
     def feed(self, data: bytes) -> None:
         self._buffer += data
 
-    def maps(self) -> list[dict[Any, Any]]:
-        """Every complete frame so far; raises :class:`WitnessProtocolError` on a
-        frame too big or not a CBOR map."""
-        out: list[dict[Any, Any]] = []
+    def next_map(self) -> dict[Any, Any] | None:
+        """The next complete frame's map, or None until more bytes come; raises
+        :class:`WitnessProtocolError` on a frame too big or not a CBOR map."""
         buf = self._buffer
-        while len(buf) >= 4:
-            (n,) = _LEN.unpack_from(buf, 0)
-            if n > MAX_WITNESS_FRAME:
-                raise WitnessProtocolError(f"witness frame of {n} bytes is too big")
-            if len(buf) < 4 + n:
-                break
-            payload = bytes(buf[4 : 4 + n])
-            del buf[: 4 + n]
-            try:
-                data = cbor2.loads(payload)
-            except (cbor2.CBORDecodeError, ValueError) as exc:
-                raise WitnessProtocolError(f"witness frame is not CBOR: {exc}") from None
-            if not isinstance(data, dict):
-                raise WitnessProtocolError("a witness frame must be a CBOR map")
+        if len(buf) < 4:
+            return None
+        (n,) = _LEN.unpack_from(buf, 0)
+        if n > MAX_WITNESS_FRAME:
+            raise WitnessProtocolError(f"witness frame of {n} bytes is too big")
+        if len(buf) < 4 + n:
+            return None
+        payload = bytes(buf[4 : 4 + n])
+        del buf[: 4 + n]
+        try:
+            data = cbor2.loads(payload)
+        except (cbor2.CBORDecodeError, ValueError) as exc:
+            raise WitnessProtocolError(f"witness frame is not CBOR: {exc}") from None
+        if not isinstance(data, dict):
+            raise WitnessProtocolError("a witness frame must be a CBOR map")
+        return data
+
+    def maps(self) -> list[dict[Any, Any]]:
+        """Every complete frame so far (as :meth:`next_map`)."""
+        out: list[dict[Any, Any]] = []
+        while (data := self.next_map()) is not None:
             out.append(data)
         return out
 

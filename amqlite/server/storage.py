@@ -54,6 +54,7 @@ class _Waiter(NamedTuple):
     last: int  # released once the commit (and the replica) covers this position
     first: int  # a message the disk dropped in first..last refuses it
     callback: DurableCallback
+    since: float = 0.0  # when it started waiting (HA: held replies fail after a bound)
 
 
 class LatencyHistogram:
@@ -266,6 +267,36 @@ class NodeStorage:
             self._release(self._committed)
             self._wake_replica_waiters()
 
+    def confirm_alone(self, allowed: bool) -> None:
+        """HA: whether replies may go on the local commit while no passive node is
+        replicated to (the pair's promise, docs/ha.md); allowing releases what waited."""
+        replica = self.replica
+        if replica.alone_ok == allowed:
+            return
+        replica.alone_ok = allowed
+        if allowed:
+            self._release(self._committed)
+
+    @property
+    def holding(self) -> bool:
+        """HA: replies wait for a passive node that is not there (the promise holds
+        them back)."""
+        return self.replica.upto is None and not self.replica.alone_ok
+
+    def fail_held(self, since_before: float, text: str) -> int:
+        """HA: refuse (with ``text``) every held reply waiting since before
+        ``since_before``; returns how many."""
+        keep: deque[_Waiter] = deque()
+        failed = 0
+        for w in self._waiting:
+            if w.since < since_before:
+                w.callback(text)
+                failed += 1
+            else:
+                keep.append(w)
+        self._waiting = keep
+        return failed
+
     def when_durable(self, first: int, last: int, callback: DurableCallback) -> None:
         """The durability barrier: call ``callback(None)`` once the journal has
         committed position ``last`` and, while a passive node is replicated to, that
@@ -279,7 +310,7 @@ class NodeStorage:
         if self.replica.releasable(self._committed) >= last:
             callback(None)
             return
-        self._waiting.append(_Waiter(last, first, callback))
+        self._waiting.append(_Waiter(last, first, callback, trio.current_time()))
         self._dirty.set()
 
     # --- the committer -------------------------------------------------------------------

@@ -22,7 +22,7 @@ import amqlite
 from amqlite.errors import AmqliteError, ConnectionRefused, ReplyCode
 
 from ..tls_certs import TlsFiles
-from .procs import ServerProcess, run_cli, start_server
+from .procs import ServerProcess, run_cli, start_server, start_witness
 
 pytestmark = pytest.mark.e2e
 
@@ -46,6 +46,7 @@ class Pair:
     configs: dict[str, Path] = field(default_factory=dict)  # per side, else ``config``
     login: tuple[str, str] = ("guest", "guest")  # a user with the monitoring tag
     tls_ca: str = ""  # the pair speaks TLS ([server] tls = true): clients verify with it
+    witness: ServerProcess | None = None  # the pair's witness, when it has one
 
     @property
     def servers(self) -> str:
@@ -160,12 +161,17 @@ async def _drain(server: ServerProcess, path: Path) -> None:
 
 @asynccontextmanager
 async def ha_pair(
-    tmp_path: Path, extra: str = "", tls: TlsFiles | None = None
+    tmp_path: Path, extra: str = "", tls: TlsFiles | None = None, *, witness: bool = False
 ) -> AsyncIterator[Pair]:
     """A pair sharing one config (``extra`` is added to its ``[cluster]`` table and
     may open further tables); with ``tls`` both listeners and the peer link speak
-    TLS with those certificates."""
+    TLS with those certificates; with ``witness`` an ``amqlite witness`` runs and the
+    pair names it."""
     ports = {"primary": free_port(), "backup": free_port()}
+    witness_proc = None
+    if witness:
+        witness_proc = await start_witness("--state", str(tmp_path / "witness.json"))
+        extra = f'witness = "127.0.0.1:{witness_proc.port}"\n' + extra
     config = tmp_path / "pair.toml"
     tls_tables = (
         f'[server]\ntls = true\n[tls]\ncert = "{tls.cert}"\nkey = "{tls.key}"\nca = "{tls.ca}"\n'
@@ -179,11 +185,16 @@ async def ha_pair(
         "heartbeat_ms = 100\nfailover_timeout_ms = 600\n" + extra
     )
     pair = Pair(tmp_path, config, ports, tls_ca=str(tls.ca) if tls is not None else "")
+    pair.witness = witness_proc
     async with trio.open_nursery() as nursery:
         pair.nursery = nursery
+        if witness_proc is not None:
+            nursery.start_soon(_drain, witness_proc, tmp_path / "witness.log")
         try:
             yield pair
         finally:
+            if pair.witness is not None:
+                pair.procs["witness"] = pair.witness
             for proc in pair.procs.values():
                 if proc.proc.returncode is None:
                     proc.proc.send_signal(signal.SIGCONT)
@@ -192,9 +203,15 @@ async def ha_pair(
             nursery.cancel_scope.cancel()
 
 
-async def test_kill_9_of_the_master_loses_no_confirmed_message(tmp_path: Path) -> None:
-    async with ha_pair(tmp_path) as pair:
+@pytest.mark.parametrize("witness", [False, True], ids=["no-witness", "witness"])
+async def test_kill_9_of_the_master_loses_no_confirmed_message(
+    tmp_path: Path, witness: bool
+) -> None:
+    async with ha_pair(tmp_path, witness=witness) as pair:
         await _kill_9_loses_nothing(pair)
+        if witness:
+            backup = await pair.status("backup")
+            assert backup is not None and backup["ha"]["promise"] == "witness"
 
 
 async def test_kill_9_of_the_master_over_tls_loses_no_confirmed_message(
@@ -300,8 +317,9 @@ async def test_returning_primary_stays_passive_and_a_backup_restart_resets(
             assert info.messages == 10
 
 
-async def test_a_frozen_master_is_fenced_when_it_wakes(tmp_path: Path) -> None:
-    async with ha_pair(tmp_path) as pair:
+@pytest.mark.parametrize("witness", [False, True], ids=["no-witness", "witness"])
+async def test_a_frozen_master_is_fenced_when_it_wakes(tmp_path: Path, witness: bool) -> None:
+    async with ha_pair(tmp_path, witness=witness) as pair:
         await pair.start("primary")
         await pair.start("backup")
         await pair.wait_states("active", "passive")
