@@ -663,19 +663,26 @@ class HaService:
             self._witness_out = send
             self.witness_link_up = True
             log.info("ha_witness_link_up", witness=cfg.witness)
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._witness_writer, stream, receive)
-                self._wake.set()  # the ticker asks at once if a renewal is due
-                while True:
-                    data = await _read_map(stream, reader)
-                    if data.get("m") != "lease":
-                        text = str(data.get("text", data.get("m")))
-                        raise WitnessProtocolError(f"the witness says: {text}")
-                    machine = self.machine
-                    if machine is not None:
-                        self.apply(
-                            machine.on_lease(LeaseAnswer.from_map(data), trio.current_time())
-                        )
+            broken: BaseException | None = None
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._witness_writer, stream, receive)
+                    self._wake.set()  # the ticker asks at once if a renewal is due
+                    await self._read_witness(stream, reader)
+            except* (trio.BrokenResourceError, OSError, EOFError, WitnessProtocolError) as group:
+                broken = group.exceptions[0]
+            if broken is not None:  # one error, not a group, for _witness_loop
+                raise broken
+
+    async def _read_witness(self, stream: trio.SocketStream, reader: FrameReader) -> None:
+        while True:
+            data = await _read_map(stream, reader)
+            if data.get("m") != "lease":
+                text = str(data.get("text", data.get("m")))
+                raise WitnessProtocolError(f"the witness says: {text}")
+            machine = self.machine
+            if machine is not None:
+                self.apply(machine.on_lease(LeaseAnswer.from_map(data), trio.current_time()))
 
     async def _witness_writer(
         self, stream: trio.SocketStream, receive: trio.MemoryReceiveChannel[bytes]
