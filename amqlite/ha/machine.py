@@ -292,7 +292,10 @@ class HaMachine:
         self._pending[request.id] = (now, request)
         if len(self._pending) > _MAX_PENDING:  # the witness is not answering: forget
             del self._pending[min(self._pending)]
-        self._next_ask_at = now + self._interval
+        # a master renews every heartbeat interval; a node that wants to take over
+        # asks four times as often (it waits for the old lease to run out)
+        pace = self._interval if self._state is HaState.ACTIVE else self._interval / 4
+        self._next_ask_at = now + pace
         return AskWitness(request)
 
     def _takeover_epoch(self) -> int:
@@ -388,7 +391,7 @@ class HaMachine:
                 f"node {self._node_id!r} is {self._state.value} and its peer is silent: "
                 "asking the witness for the lease of a new epoch"
             )
-            retry = now + self._interval / 2
+            retry = now + self._interval / 4
             return ClientDecision(Verdict.HOLD, text, tuple(fired), retry_at=retry)
         actions = tuple(fired)
         if self._state is HaState.PASSIVE:
