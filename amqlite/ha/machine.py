@@ -466,9 +466,10 @@ class HaMachine:
     def _wants_witness(self, event: HaEvent, now: float, holds: frozenset[Guard]) -> bool:
         """With a witness, a passive or starting node asks it for a new epoch where
         a pair without one would promote it, and also when it has been starting for
-        a whole failover timeout and hears a peer that is not active (the witness
+        two failover timeouts and hears a peer that is not active (the witness
         refused the peer: we may be the node it waits for, the one that confirmed
-        alone last)."""
+        alone last). Two: the lease we held before restarting runs out within one,
+        and the peer, which asks at once, should win a plain restart."""
         if event not in _PEER_OR_CLIENT or self._state is HaState.ACTIVE:
             return False
         unwitnessed = holds | {Guard.UNWITNESSED}
@@ -482,7 +483,7 @@ class HaMachine:
             self._state.is_starting
             and event is not HaEvent.CLIENT_REQUEST
             and Guard.PEER_YIELDS in holds
-            and now - self._started_at >= self._timeout
+            and now - self._started_at >= 2 * self._timeout
         )
 
     def _fire(

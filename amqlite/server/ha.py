@@ -490,7 +490,6 @@ class HaService:
             # Restart our side as a starting node: the peer hears PRIMARY/BACKUP from
             # its master and takes over; we then hear it active and go passive.
             epoch = machine.epoch
-            self._stop_replication()
             self.machine = HaMachine(
                 self.role,
                 self.node.node_id,
@@ -502,6 +501,9 @@ class HaService:
                 promise=self.promise,
             )
             self.node.state = self.machine.state.value
+            # after the swap: the old machine must not tell the witness it confirms
+            # alone now (that would keep the peer from taking over)
+            self._stop_replication()
             self._wake.set()  # the ticker announces us as starting at once
             machine = self.machine
             with trio.move_on_after(request.timeout / 2):

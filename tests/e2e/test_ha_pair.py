@@ -103,6 +103,17 @@ class Pair:
         status = await self.status(side)
         return None if status is None else str(status["state"])
 
+    async def wait_in_sync(self, side: str, deadline: float = 20) -> None:
+        """Until ``side`` (active, with a witness) replicates to its peer and has told
+        the witness it no longer confirms alone."""
+        with trio.fail_after(deadline):
+            while True:
+                status = await self.status(side)
+                ha = None if status is None else status["ha"]
+                if ha is not None and ha["replicating"] and not ha["witness"]["lease_alone"]:
+                    return
+                await trio.sleep(0.05)
+
     async def wait_states(self, primary: str, backup: str, deadline: float = 20) -> None:
         with trio.fail_after(deadline):
             while (await self.state("primary"), await self.state("backup")) != (primary, backup):  # noqa: ASYNC110 (another process)
@@ -293,10 +304,11 @@ def _events(path: Path) -> list[str]:
     ]
 
 
+@pytest.mark.parametrize("witness", [False, True], ids=["no-witness", "witness"])
 async def test_returning_primary_stays_passive_and_a_backup_restart_resets(
-    tmp_path: Path,
+    tmp_path: Path, witness: bool
 ) -> None:
-    async with ha_pair(tmp_path) as pair:
+    async with ha_pair(tmp_path, witness=witness) as pair:
         await pair.start("primary")
         await pair.start("backup")
         await pair.wait_states("active", "passive")
@@ -309,6 +321,10 @@ async def test_returning_primary_stays_passive_and_a_backup_restart_resets(
         assert (await serve_somewhere(pair.servers)).endswith(str(pair.ports["backup"]))
         await pair.start("primary")
         await pair.wait_states("passive", "active")
+        if witness:
+            # the backup confirmed alone while the primary was away: the witness lets
+            # the primary take over only once it holds all that (the backup in sync)
+            await pair.wait_in_sync("backup")
         await pair.kill("backup")
         await pair.start("backup")  # restarting the backup resets the pair
         await pair.wait_states("active", "passive")
@@ -380,8 +396,9 @@ async def test_a_restarting_primary_serves_no_one_while_the_backup_is_master(
         assert await pair.state("primary") == "passive"
 
 
-async def test_planned_switchover_loses_nothing(tmp_path: Path) -> None:
-    async with ha_pair(tmp_path) as pair:
+@pytest.mark.parametrize("witness", [False, True], ids=["no-witness", "witness"])
+async def test_planned_switchover_loses_nothing(tmp_path: Path, witness: bool) -> None:
+    async with ha_pair(tmp_path, witness=witness) as pair:
         await pair.start("primary")
         await pair.start("backup")
         await pair.wait_states("active", "passive")
