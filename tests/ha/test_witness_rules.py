@@ -249,3 +249,24 @@ def test_without_a_witness_nothing_is_asked() -> None:
         ]
     assert "witness" not in p.status(now)
     assert p.set_alone(True, now) == []
+
+
+def test_a_starting_node_asks_for_itself_only_after_two_failover_timeouts() -> None:
+    """A restarted node that hears its peer passive (the witness refuses the peer:
+    this node confirmed alone last) asks for a new epoch itself, but only after two
+    failover timeouts: on a plain restart the peer, which asks at once, wins."""
+    b = machine(B, now=0.0, promise=W, epoch=2)
+    assert not asks(b.on_heartbeat(hb(P, HS.PASSIVE, epoch=2), TIMEOUT))
+    assert not asks(b.on_heartbeat(hb(P, HS.PASSIVE, epoch=2), 2 * TIMEOUT - 0.01))
+    (ask,) = asks(b.on_heartbeat(hb(P, HS.PASSIVE, epoch=2), 2 * TIMEOUT))
+    assert (ask.request.epoch, ask.request.alone) == (4, False)
+    grant(b, ask, 2 * TIMEOUT)
+    assert b.state is HS.ACTIVE and b.epoch == 4
+
+
+def test_both_starting_only_the_primary_asks() -> None:
+    """The normal start keeps its preference: the primary asks when it hears the
+    backup starting; the backup, hearing the primary starting, waits."""
+    p, b = machine(P, promise=W), machine(B, promise=W)
+    assert not asks(b.on_heartbeat(p.heartbeat(), 0.1))
+    assert asks(p.on_heartbeat(b.heartbeat(), 0.1))
