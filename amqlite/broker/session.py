@@ -52,8 +52,10 @@ class Session:
     __slots__ = (
         "_broker",
         "_cancellations",
+        "_channel_prefetch",
         "_closed",
         "_consumers",
+        "_credit_out",
         "_flagged",
         "_last_ctag",
         "_last_dtag",
@@ -83,6 +85,11 @@ class Session:
         self.consumers_held = 0
         self._closed = False
         self._writable = True
+        #: the channel-wide prefetch (AMQP ``basic.qos`` global=true): at most this
+        #: many unacknowledged deliveries on the session, shared by its consumers
+        #: (0: none); ``_credit_out`` is True while they are all taken
+        self._channel_prefetch = 0
+        self._credit_out = False
         self._flagged = False
         self._last_dtag = 0
         self._last_ctag = 0
@@ -297,7 +304,7 @@ class Session:
             no_ack,
             exclusive,
             dict(arguments or {}),
-            self._writable,
+            self._writable and (no_ack or not self._credit_out),
             accepts,
         )
         if isinstance(q, StreamQueue):
@@ -359,6 +366,7 @@ class Session:
         self._check_open()
         now = self._now(now)
         q = self._vhost.queue(self, queue)
+        q.used_at = None  # a get is a use (x-expires)
         entry = q.take(now)
         if entry is None:
             return None
@@ -406,6 +414,8 @@ class Session:
                     queue.recorder.ack(journal_id, queue.name)
                 if queue.ready or queue.is_stream:
                     queue.dispatch(self._now(now))
+            if self._credit_out and len(self._unacked) < self._channel_prefetch:
+                self._credit_back(self._now(now))
             return
         self._release(self._take(dtag, multiple), None, self._now(now))
 
@@ -480,6 +490,8 @@ class Session:
         for queue in touched:
             if not queue.deleted:
                 queue.dispatch(now)
+        if self._credit_out and len(self._unacked) < self._channel_prefetch:
+            self._credit_back(now)
 
     def set_trace(self, enabled: bool) -> bool:
         """Turn the broker's trace into ``amq.trace`` on or off (see :mod:`.trace`)."""
@@ -495,12 +507,48 @@ class Session:
         if self._closed or flag == self._writable:
             return
         self._writable = flag
-        for consumer in self._consumers.values():
-            consumer.writable = flag
+        self._apply_writable()
         if flag:
-            at = self._now(now)
-            for queue in {c.queue: None for c in self._consumers.values()}:
-                queue.dispatch(at)
+            self._dispatch_all(self._now(now))
+
+    def set_channel_prefetch(self, count: int, *, now: float | None = None) -> None:
+        """Share a prefetch of ``count`` unacknowledged deliveries among all this
+        session's consumers, present and future (AMQP ``basic.qos`` with
+        global=true, as RabbitMQ applies it to a channel); 0 lifts it. It works
+        beside each consumer's own prefetch: a consumer needs credit in both. No-ack
+        consumers are not limited, as in RabbitMQ."""
+        self._check_open()
+        if type(count) is not int or count < 0:
+            raise PreconditionFailed(f"prefetch must be a non-negative integer, got {count!r}")
+        self._channel_prefetch = count
+        out = bool(count) and len(self._unacked) >= count
+        if out:
+            self._set_credit_out(True)
+        elif self._credit_out:
+            self._credit_back(self._now(now))
+
+    def _set_credit_out(self, out: bool) -> None:
+        if out != self._credit_out:
+            self._credit_out = out
+            self._apply_writable()
+
+    def _credit_back(self, now: float) -> None:
+        """The channel-wide prefetch has room again: every queue the session
+        consumes from may push (not only those whose deliveries were settled)."""
+        self._set_credit_out(False)
+        if self._writable and not self._closed:
+            self._dispatch_all(now)
+
+    def _apply_writable(self) -> None:
+        flag = self._writable
+        out = self._credit_out
+        for consumer in self._consumers.values():
+            consumer.writable = flag and (consumer.no_ack or not out)
+
+    def _dispatch_all(self, now: float) -> None:
+        for queue in {c.queue: None for c in self._consumers.values()}:
+            if not queue.deleted:
+                queue.dispatch(now)
 
     def take_deliveries(self) -> list[Delivery]:
         """Pushes produced since the last call, in delivery-tag order."""
@@ -543,6 +591,8 @@ class Session:
             self._unacked[dtag] = delivery
             consumer.inflight += 1
             queue.unacked += 1
+            if self._channel_prefetch and len(self._unacked) >= self._channel_prefetch:
+                self._set_credit_out(True)
         if message.journal_id:
             recorder = queue.recorder
             if recorder is not None:

@@ -364,7 +364,10 @@ class BrokerNode:
     async def _ticker(self) -> None:
         while True:
             await trio.sleep(TICK_INTERVAL)
-            self.broker.tick(trio.current_time())
+            # only a node serving clients deletes unused queues (x-expires); an HA node
+            # that is not (yet) master replays its master's deletes instead
+            serving = self.state in ("standalone", "active")
+            self.broker.tick(trio.current_time(), expire_queues=serving)
             self.pump()
 
     def pump(self) -> None:

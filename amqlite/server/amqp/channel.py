@@ -346,10 +346,15 @@ class AmqpChannel:
     def _qos(self, q: m.BasicQos, now: float) -> None:
         if q.prefetch_size:
             self._fail(q, ReplyCode.NOT_IMPLEMENTED, "prefetch_size (a byte limit)")
-        # global=false (pika's and kombu's default): a limit for each consumer the
-        # channel creates after it. global=true (RabbitMQ: shared by the channel's
-        # consumers) is applied per consumer too: a documented difference.
-        self.prefetch = q.prefetch_count
+        # As RabbitMQ 3.x: global=false (pika's and kombu's default) is a limit for
+        # each consumer the channel creates after it; global=true is one limit shared
+        # by all the channel's consumers, present and future. Both may be in force.
+        if q.global_:
+            session = self.session
+            if session is not None:
+                session.set_channel_prefetch(q.prefetch_count, now=now)
+        else:
+            self.prefetch = q.prefetch_count
         self.link.send_method(self.number, m.BasicQosOk())
 
     def _consume(self, c: m.BasicConsume, now: float) -> None:
