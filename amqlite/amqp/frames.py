@@ -252,7 +252,7 @@ class FrameReader:
         costs about a quarter of the broker's CPU per AMQP message. Anything
         unusual (a body in several frames, a frame cut by the buffer's end, a bad
         end octet) goes the general way, which also raises the errors: the two are
-        checked to agree by tests/amqp/test_fast_publish.py."""
+        checked to agree by tests/amqp/test_fast_content.py."""
         if self._expect_header:
             return None
         buf = self._buffer

@@ -57,6 +57,17 @@ class ChannelLink(Protocol):
     def send_content(
         self, channel: int, method: Method, properties: BasicProperties, body: bytes
     ) -> None: ...
+    def send_deliver(
+        self,
+        channel: int,
+        consumer_tag: str,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        properties: BasicProperties,
+        body: bytes,
+    ) -> None: ...
     def fail(self, error: AmqpError) -> None: ...
     def flow(self) -> None: ...
 
@@ -581,11 +592,16 @@ class AmqpChannel:
         headers = message.headers
         if d.offset is not None:
             headers = {**headers, STREAM_OFFSET_HEADER: d.offset}
-        props = from_native(headers, message.properties)
-        deliver = m.BasicDeliver(
-            d.ctag, d.dtag, d.redelivered, message.exchange, message.routing_key
+        self.link.send_deliver(
+            self.number,
+            d.ctag,
+            d.dtag,
+            d.redelivered,
+            message.exchange,
+            message.routing_key,
+            from_native(headers, message.properties),
+            message.body,
         )
-        self.link.send_content(self.number, deliver, props, message.body)
 
     def _send_cancel(self, tag: str) -> None:
         # consumer_cancel_notify: the queue went away under the consumer

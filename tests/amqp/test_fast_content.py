@@ -1,10 +1,14 @@
-"""The receive fast path for ``basic.publish`` (``FrameReader.peek_publish`` and
+"""The fast paths of the AMQP codec agree with the general ones.
+
+The receive fast path for ``basic.publish`` (``FrameReader.peek_publish`` and
 ``AmqpConnection._fast_publish``) agrees with the general frame-by-frame path on
 every byte stream: the same events in the same order, the same error (code,
 channel, class and method) at the same point, and the same channel states after.
 Streams mix publishes of every body size (none, one frame, several frames) with
 other methods and channels, are cut into arbitrary chunks, and are sometimes
-corrupted."""
+corrupted. The send fast path for ``basic.deliver``
+(``AmqpConnection.send_deliver``) gives the bytes, or the error, that
+``send_content`` gives, in every channel state."""
 
 from __future__ import annotations
 
@@ -17,7 +21,10 @@ from hypothesis import strategies as st
 from amqlite.amqp import AmqpConnection, AmqpError, Event
 from amqlite.amqp import connection as amqp_connection
 from amqlite.amqp import methods as m
+from amqlite.amqp import properties as amqp_properties
+from amqlite.amqp.events import ContentReceived
 from amqlite.amqp.frames import NEED_DATA
+from amqlite.amqp.mapping import from_native
 from amqlite.amqp.properties import BasicProperties
 from amqlite.amqp.states import ChannelState
 
@@ -141,3 +148,86 @@ def test_a_client_never_takes_the_server_fast_path() -> None:
         b"\x01\x00\x01\x00\x00\x00\x0b\x00\x3c\x00\x28\x00\x00\x00\x00\x00\xce"
     )
     assert client._fast_publish() is None
+
+
+# --- sending basic.deliver -------------------------------------------------------------
+
+_TEXT = st.one_of(st.text(max_size=12), st.text(min_size=250, max_size=260), st.integers(0, 3))
+
+
+def _send(conn: AmqpConnection, general: bool, *args: Any) -> tuple[str, Any]:
+    try:
+        if general:
+            deliver = m.BasicDeliver(*args[1:6])
+            return "ok", conn.send_content(args[0], deliver, args[6], args[7])
+        return "ok", conn.send_deliver(*args)
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    frame_max=st.sampled_from([4096, 131072]),
+    channel=st.sampled_from([1, 2, 3]),
+    close_first=st.booleans(),
+    tag=_TEXT,
+    dtag=st.one_of(st.integers(-1, 2**64), st.just(1.5)),
+    redelivered=st.one_of(st.booleans(), st.none()),
+    exchange=_TEXT,
+    key=_TEXT,
+    props=st.one_of(
+        properties,
+        st.sampled_from(
+            [
+                amqp_properties.NO_PROPERTIES,
+                amqp_properties.PERSISTENT_PROPERTIES,
+                amqp_properties.TRANSIENT_PROPERTIES,
+            ]
+        ),
+    ),
+    size=st.sampled_from([0, 1, 100, 4088, 4089, 20000]),
+)
+def test_send_deliver_gives_the_bytes_send_content_gives(
+    frame_max: int,
+    channel: int,
+    close_first: bool,
+    tag: Any,
+    dtag: Any,
+    redelivered: Any,
+    exchange: Any,
+    key: Any,
+    props: BasicProperties,
+    size: int,
+) -> None:
+    outcomes = []
+    for general in (False, True):
+        client, server = handshake(frame_max=frame_max)
+        for number in (1, 2):
+            open_channel(client, server, number)
+        if close_first:
+            server.send_method(1, m.ChannelClose(200, "bye", 0, 0))
+        args = (channel, tag, dtag, redelivered, exchange, key, props, bytes(size))
+        outcome = _send(server, general, *args)
+        outcomes.append((outcome, server.channel_state(channel), server.state))
+        if outcome[0] == "ok":  # and the client reads it as that delivery
+            got = events(client, outcome[1])
+            deliver = m.BasicDeliver(tag, dtag, bool(redelivered), exchange, key)
+            assert got == [ContentReceived(channel, deliver, props, bytes(size))]
+    assert outcomes[0] == outcomes[1]
+
+
+def test_the_usual_properties_are_shared_values_with_the_general_encoding() -> None:
+    for shared in (
+        amqp_properties.PERSISTENT_PROPERTIES,
+        amqp_properties.TRANSIENT_PROPERTIES,
+    ):
+        copy = BasicProperties(delivery_mode=shared.delivery_mode)
+        assert copy is not shared
+        assert amqp_properties.encode_header_payload(7, shared) == (
+            amqp_properties.encode_header_payload(7, copy)
+        )
+    assert from_native({}, {"persistent": True}) is amqp_properties.PERSISTENT_PROPERTIES
+    assert from_native({}, {"persistent": False}) is amqp_properties.TRANSIENT_PROPERTIES
+    assert from_native({}, {"persistent": True, "type": "t"}) == BasicProperties(
+        delivery_mode=2, type="t"
+    )
