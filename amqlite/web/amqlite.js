@@ -317,7 +317,7 @@ class Message {
     if (this._settled) return;
     this._settled = true;
     // a delivery of a channel that broke comes again on the next one
-    if (this._conn._channel === this._channel) this._conn._send(frame);
+    if (this._conn._channel === this._channel) this._conn._send({ ...frame, id: this._conn._nextId++ });
   }
 }
 
@@ -350,12 +350,17 @@ class Subscription extends EventTarget {
     }
     this.queue = queue;
     const manual = this.ack === "manual";
-    const ok = await conn._request({
-      m: "consume", queue, no_ack: !manual, prefetch: manual ? this.prefetch : 0,
-    });
-    this.tag = ok.tag;
     this.channel = conn._channel;
-    conn._consumers.set(this.tag, this);
+    // the consumer is known as its ok arrives: its first deliveries may follow in
+    // the same batch of frames, before a promise's continuation would run
+    await conn._request(
+      { m: "consume", queue, no_ack: !manual, prefetch: manual ? this.prefetch : 0 },
+      false,
+      (info) => {
+        this.tag = info.tag;
+        conn._consumers.set(info.tag, this);
+      },
+    );
   }
 
   deliver(frame) {
@@ -451,12 +456,12 @@ class Connection extends EventTarget {
     if (this._channel) this._channel.send([frame]);
   }
 
-  _request(frame, resend = false) {
+  _request(frame, resend = false, onok = null) {
     if (this.closed) return Promise.reject(new Error("amqlite: the connection is closed"));
     const id = this._nextId++;
     const full = { ...frame, id };
     return new Promise((resolve, reject) => {
-      this._pending.set(id, { resolve, reject, frame: full, resend });
+      this._pending.set(id, { resolve, reject, frame: full, resend, onok });
       this._send(full);
     });
   }
@@ -505,8 +510,12 @@ class Connection extends EventTarget {
     const pending = this._pending.get(id);
     if (!pending) return;
     this._pending.delete(id);
-    if (error) pending.reject(error);
-    else pending.resolve(value);
+    if (error) {
+      pending.reject(error);
+    } else {
+      if (pending.onok) pending.onok(value);
+      pending.resolve(value);
+    }
   }
 
   _lost(channel, reason) {

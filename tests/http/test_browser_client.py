@@ -113,50 +113,50 @@ def test_ws_topic_subscription_gets_1000_in_order_and_a_confirm(tmp_path: Path) 
     executable = _chromium()
     from playwright.sync_api import sync_playwright
 
-    with static_site(tmp_path / "site") as origin:
-        with (
-            broker("--in-memory", "--http-allow-origin", origin) as (_, listening),
-            sync_playwright() as p,
-        ):
-            url = f"http://{listening['http']}"
-            browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-            try:
-                page = browser.new_page()
-                page.goto(origin)
-                channel = page.evaluate(IMPORT, [url, {"servers": [url]}])
-                assert channel == "ws"
-                _subscribe_topic(page)
-                _thousand_in_order_and_a_confirm_back(page, listening["port"])
-                # a wrong password is refused, naming the reason
-                refused = page.evaluate(IMPORT, [url, {"servers": [url], "password": "nope"}])
-                assert refused.startswith("refused: amqlite: "), refused
-                assert "refused" in refused[len("refused: ") :] and "login" in refused.lower()
-            finally:
-                browser.close()
+    with (
+        static_site(tmp_path / "site") as origin,
+        broker("--in-memory", "--http-allow-origin", origin) as (_, listening),
+        sync_playwright() as p,
+    ):
+        url = f"http://{listening['http']}"
+        browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(origin)
+            channel = page.evaluate(IMPORT, [url, {"servers": [url]}])
+            assert channel == "ws"
+            _subscribe_topic(page)
+            _thousand_in_order_and_a_confirm_back(page, listening["port"])
+            # a wrong password is refused, naming the reason
+            refused = page.evaluate(IMPORT, [url, {"servers": [url], "password": "nope"}])
+            assert refused.startswith("refused: amqlite: "), refused
+            assert "refused" in refused[len("refused: ") :] and "login" in refused.lower()
+        finally:
+            browser.close()
 
 
 def test_poll_fallback_when_websockets_never_open(tmp_path: Path) -> None:
     executable = _chromium()
     from playwright.sync_api import sync_playwright
 
-    with static_site(tmp_path / "site") as origin:
-        with (
-            broker("--in-memory", "--http-allow-origin", origin) as (_, listening),
-            sync_playwright() as p,
-        ):
-            url = f"http://{listening['http']}"
-            browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-            try:
-                page = browser.new_page()
-                page.add_init_script(NEVER_OPENS)
-                page.goto(origin)
-                options = {"servers": [url], "wsTimeout": 500}
-                assert page.evaluate(IMPORT, [url, options]) == "poll"
-                _subscribe_topic(page)
-                _thousand_in_order_and_a_confirm_back(page, listening["port"])
-                assert page.evaluate("window.conn.channel") == "poll"
-            finally:
-                browser.close()
+    with (
+        static_site(tmp_path / "site") as origin,
+        broker("--in-memory", "--http-allow-origin", origin) as (_, listening),
+        sync_playwright() as p,
+    ):
+        url = f"http://{listening['http']}"
+        browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.add_init_script(NEVER_OPENS)
+            page.goto(origin)
+            options = {"servers": [url], "wsTimeout": 500}
+            assert page.evaluate(IMPORT, [url, options]) == "poll"
+            _subscribe_topic(page)
+            _thousand_in_order_and_a_confirm_back(page, listening["port"])
+            assert page.evaluate("window.conn.channel") == "poll"
+        finally:
+            browser.close()
 
 
 def test_a_page_from_an_origin_not_allowed_is_refused(tmp_path: Path) -> None:
@@ -227,7 +227,12 @@ def test_kill_9_of_the_master_loses_no_confirmed_message(tmp_path: Path) -> None
                     """async () => {
                       window.seen = new Set();
                       window.failovers = [];
-                      window.conn.addEventListener("failover", (e) => window.failovers.push(e.detail));
+                      window.events = [];
+                      const conn = window.conn;
+                      for (const name of ["failover", "disconnect", "closed", "missed"]) {
+                        conn.addEventListener(name, (e) => window.events.push([name, e.detail]));
+                      }
+                      conn.addEventListener("failover", (e) => window.failovers.push(e.detail));
                       await window.conn.subscribe({ queue: "web.jobs" }, (msg) => {
                         window.seen.add(msg.text);
                         msg.ack();
@@ -241,7 +246,13 @@ def test_kill_9_of_the_master_loses_no_confirmed_message(tmp_path: Path) -> None
                 primary.kill()  # kill -9 of the master
                 primary.wait()
                 _publish(servers, after, key="web.jobs", exchange="", persistent=True)
-                page.wait_for_function("window.seen.size >= 200", timeout=WAIT_MS * 2)
+                try:
+                    page.wait_for_function("window.seen.size >= 200", timeout=WAIT_MS * 2)
+                except Exception:
+                    state = page.evaluate(
+                        "JSON.stringify([window.seen.size, window.events, window.conn.server])"
+                    )
+                    raise AssertionError(f"the page after the failover: {state}") from None
                 seen = set(page.evaluate("[...window.seen]"))
                 assert seen == set(before + after)
                 assert page.evaluate("window.conn.server") == urls[1]
