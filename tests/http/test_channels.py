@@ -326,3 +326,31 @@ async def test_a_slow_page_loses_its_oldest_transient_messages_with_a_notice(
                 last = answer["last"]
         notice = next(f for f in got if f["m"] == "dropped")
         assert notice["count"] > 0 and notice["total"] >= notice["count"]
+
+
+async def test_the_management_api_lists_and_closes_browser_sessions(node: Node) -> None:
+    from urllib.parse import quote
+
+    ws = await WsClient.connect(node.port)
+    assert (await ws.hello())["m"] == "welcome"
+    async with node.client() as http:
+        token = (await _open(http)).json()["session"]
+    async with httpx.AsyncClient(base_url=node.url, auth=("guest", "guest")) as api:
+        listed = (await api.get("/api/connections")).json()
+        by_protocol = {c["protocol"]: c for c in listed}
+        assert set(by_protocol) == {"amqlite WebSocket", "amqlite long polling"}
+        assert all(c["user"] == "guest" for c in listed)
+        for conn in listed:
+            closed = await api.delete(
+                f"/api/connections/{quote(conn['name'], safe='')}", headers={"x-reason": "bye"}
+            )
+            assert closed.status_code == 204
+        assert (await api.get("/api/connections")).json() == []
+    close = await ws.recv_until("close")
+    assert (close["code"], close["text"]) == (320, "bye")
+    assert await ws.recv() is None and ws.closed == 1001
+    async with node.client() as http:
+        (close,), _ = await _frames_until(http, token, 1)
+        assert close["m"] == "close" and close["code"] == 320
+        gone = await http.get("/poll/recv", headers={"x-amqlite-session": token})
+        assert gone.status_code == 401

@@ -127,13 +127,19 @@ class BrowserConnection:
             return
         self.closing = (code, text)
         self.outbox.add(codec.notice("close", code=code, text=text))
-        self.wake()
+        # the broker session ends now (its unacked messages go back to their
+        # queues); the page still gets what waits in the outbox, then the close
+        self.release()
 
     def alarms_changed(self, raised: frozenset[Resource]) -> None:
         """Publishes are refused while an alarm is raised (the endpoint checks)."""
 
     def info(self) -> dict[str, Any] | None:
         return self.endpoint.info() if self.endpoint is not None else None
+
+    @property
+    def released(self) -> bool:
+        return self._released
 
     def release(self) -> None:
         """The channel is gone: close the broker session, leave the node."""
@@ -529,7 +535,7 @@ class BrowserChannels:
             with trio.move_on_after(min(max(wait, 0.0), POLL_WAIT)):
                 while not outbox.after(ack, 1) and conn.closing is None:
                     await conn.wait()
-                    if conn._released:
+                    if conn.released:
                         break
         finally:
             conn.polls -= 1
@@ -563,8 +569,6 @@ class BrowserChannels:
             for conn in list(self.sessions.values()):
                 if conn.polls == 0 and now - conn.last_seen > self.idle:
                     self._end(conn, "expired")
-                elif conn.endpoint is not None and conn.endpoint.session is None:
-                    self._end(conn, "gone")
 
     # --- the JS client -----------------------------------------------------------------
 
