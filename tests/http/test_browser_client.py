@@ -259,3 +259,39 @@ def test_kill_9_of_the_master_loses_no_confirmed_message(tmp_path: Path) -> None
                 assert page.evaluate("window.failovers.length") >= 1
             finally:
                 browser.close()
+
+
+def _readme_page() -> str:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## From a web page", 1)[1]
+    return section.split("```html\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_page_works(tmp_path: Path) -> None:
+    executable = _chromium()
+    from playwright.sync_api import expect, sync_playwright
+
+    site = tmp_path / "site"
+    with (
+        static_site(site) as origin,
+        broker("--in-memory", "--http-allow-origin", origin) as (_, listening),
+        sync_playwright() as p,
+    ):
+        url = f"http://{listening['http']}"
+        (site / "orders.html").write_text(_readme_page().replace("http://127.0.0.1:15672", url))
+        browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(f"{origin}/orders.html")
+            expect(page.locator("#status")).to_have_text(
+                f"connected to {url} over ws", timeout=WAIT_MS
+            )
+            _publish(listening["port"], ["order 1", "order 2"], key="orders.eu")
+            page.click("#send button")
+            log = page.locator("#log li")
+            expect(log).to_have_text(
+                ["orders.eu: order 1", "orders.eu: order 2", "orders.web: hello from the page"],
+                timeout=WAIT_MS,
+            )
+        finally:
+            browser.close()
