@@ -23,6 +23,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
 
@@ -218,6 +219,9 @@ def test_kill_9_of_the_master_loses_no_confirmed_message(tmp_path: Path) -> None
                     await conn.declare_queue("web.jobs", durable=True)
 
             trio.run(declare)
+            # the passive node sends browser clients on (360), as it does native ones
+            passive = httpx.post(f"{urls[1]}/poll/open", json={}, headers={"origin": origin})
+            assert passive.status_code == 503 and passive.json()["code"] == 360
             browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
             try:
                 page = browser.new_page()

@@ -354,3 +354,54 @@ async def test_the_management_api_lists_and_closes_browser_sessions(node: Node) 
         assert close["m"] == "close" and close["code"] == 320
         gone = await http.get("/poll/recv", headers={"x-amqlite-session": token})
         assert gone.status_code == 401
+
+
+async def test_a_slow_page_with_nothing_to_drop_pauses_its_session_and_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "amqlite.toml"
+    config.write_text(CONFIG)
+    server = await start_server(
+        "--config", str(config), "--data-dir", str(tmp_path / "data"), "--http-port", "0"
+    )
+    node = Node(server, str(server.log_lines[-1]["http"]))
+    try:
+        async with node.client() as http:
+            token = (await _open(http)).json()["session"]
+            send = {"x-amqlite-session": token}
+            setup = [
+                {"m": "queue.declare", "id": 1, "queue": "slow.q", "durable": True},
+                {"m": "consume", "id": 2, "queue": "slow.q", "no_ack": True},
+            ]
+            await http.post("/poll/send", json=setup, headers=send)
+            _, last = await _frames_until(http, token, 2)
+            # 6 MiB of persistent messages on a durable queue (journaled: never dropped)
+            body = "z" * 30_000
+            for batch in range(70):
+                frames = [
+                    {"m": "publish", "id": 100 + batch * 3 + n, "exchange": "", "key": "slow.q",
+                     "body": f"{batch * 3 + n} {body}", "props": {"persistent": True}}
+                    for n in range(3)
+                ]  # fmt: skip
+                sent = await http.post("/poll/send", json=frames, headers=send)
+                assert sent.status_code == 204
+            # the session stopped taking deliveries: the rest wait in the queue
+            async with httpx.AsyncClient(base_url=node.url, auth=("guest", "guest")) as api:
+                with trio.fail_after(10):
+                    while True:
+                        queue = (await api.get("/api/queues/%2F/slow.q")).json()
+                        if queue["messages_ready"] > 0:
+                            break
+            got: list[Any] = []
+            with trio.fail_after(30):
+                while len([f for f in got if f["m"] == "deliver"]) < 210:
+                    answer = await _recv(http, token, last, wait=1)
+                    got += answer["frames"]
+                    last = answer["last"]
+            numbers = [int(f["body"].split()[0]) for f in got if f["m"] == "deliver"]
+            assert numbers == list(range(210))
+            assert not [f for f in got if f["m"] == "dropped"]
+    finally:
+        server.proc.send_signal(signal.SIGTERM)
+        with trio.fail_after(10):
+            await server.proc.wait()
