@@ -234,13 +234,19 @@ def test_kill_9_of_the_master_loses_no_confirmed_message(tmp_path: Path) -> None
                       window.events = [];
                       const conn = window.conn;
                       for (const name of ["failover", "disconnect", "closed", "missed"]) {
-                        conn.addEventListener(name, (e) => window.events.push([name, e.detail]));
+                        conn.addEventListener(name, (e) => window.events.push(
+                          [name, e.detail.reason || e.detail.server]));
                       }
                       conn.addEventListener("failover", (e) => window.failovers.push(e.detail));
                       await window.conn.subscribe({ queue: "web.jobs" }, (msg) => {
                         window.seen.add(msg.text);
                         msg.ack();
                       }, { ack: "manual", prefetch: 20 });
+                      window.topic = await window.conn.subscribe(
+                        { exchange: "amq.topic", key: "news.#" }, () => {});
+                      window.topicMissed = [];
+                      window.topic.addEventListener("missed",
+                        (e) => window.topicMissed.push(e.detail.reason));
                     }"""
                 )
                 before = [f"job-{n}" for n in range(100)]
@@ -261,6 +267,9 @@ def test_kill_9_of_the_master_loses_no_confirmed_message(tmp_path: Path) -> None
                 assert seen == set(before + after)
                 assert page.evaluate("window.conn.server") == urls[1]
                 assert page.evaluate("window.failovers.length") >= 1
+                # the { exchange, key } subscription says it may have missed messages
+                assert page.evaluate("window.topicMissed")[:1] == ["failover"]
+                assert ["missed", "failover"] in page.evaluate("window.events")
             finally:
                 browser.close()
 
