@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,8 @@ import httpx
 import pytest
 import trio
 
-from ..e2e.procs import ServerProcess, start_server
+from ..e2e.procs import start_server
+from .test_browser import broker
 from .wsclient import Rejected, WsClient
 
 pytestmark = pytest.mark.e2e
@@ -35,8 +37,7 @@ max_frame_bytes = 65536
 
 
 class Node:
-    def __init__(self, server: ServerProcess, http: str) -> None:
-        self.server = server
+    def __init__(self, http: str) -> None:
         self.url = f"http://{http}"
         self.port = int(http.rpartition(":")[2])
 
@@ -45,14 +46,28 @@ class Node:
         return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=10)
 
 
+@pytest.fixture(scope="module")
+def shared_http(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One broker process for the tests that need nothing of their own."""
+    config = tmp_path_factory.mktemp("channels") / "amqlite.toml"
+    config.write_text(CONFIG)
+    with broker("--config", str(config), "--in-memory") as (_, listening):
+        yield str(listening["http"])
+
+
 @pytest.fixture
-async def node(tmp_path: Path) -> AsyncIterator[Node]:
+def node(shared_http: str) -> Node:
+    return Node(shared_http)
+
+
+@asynccontextmanager
+async def own_node(tmp_path: Path, *args: str) -> AsyncIterator[Node]:
+    """A broker process of the test's own."""
     config = tmp_path / "amqlite.toml"
     config.write_text(CONFIG)
-    server = await start_server("--config", str(config), "--in-memory", "--http-port", "0")
-    http = str(server.log_lines[-1]["http"])
+    server = await start_server("--config", str(config), "--http-port", "0", *args)
     try:
-        yield Node(server, http)
+        yield Node(str(server.log_lines[-1]["http"]))
     finally:
         if server.proc.returncode is None:
             server.proc.send_signal(signal.SIGTERM)
@@ -328,7 +343,12 @@ async def test_a_slow_page_loses_its_oldest_transient_messages_with_a_notice(
         assert notice["count"] > 0 and notice["total"] >= notice["count"]
 
 
-async def test_the_management_api_lists_and_closes_browser_sessions(node: Node) -> None:
+async def test_the_management_api_lists_and_closes_browser_sessions(tmp_path: Path) -> None:
+    async with own_node(tmp_path, "--in-memory") as node:
+        await _list_and_close(node)
+
+
+async def _list_and_close(node: Node) -> None:
     from urllib.parse import quote
 
     ws = await WsClient.connect(node.port)
@@ -359,49 +379,43 @@ async def test_the_management_api_lists_and_closes_browser_sessions(node: Node) 
 async def test_a_slow_page_with_nothing_to_drop_pauses_its_session_and_loses_nothing(
     tmp_path: Path,
 ) -> None:
-    config = tmp_path / "amqlite.toml"
-    config.write_text(CONFIG)
-    server = await start_server(
-        "--config", str(config), "--data-dir", str(tmp_path / "data"), "--http-port", "0"
-    )
-    node = Node(server, str(server.log_lines[-1]["http"]))
-    try:
-        async with node.client() as http:
-            token = (await _open(http)).json()["session"]
-            send = {"x-amqlite-session": token}
-            setup = [
-                {"m": "queue.declare", "id": 1, "queue": "slow.q", "durable": True},
-                {"m": "consume", "id": 2, "queue": "slow.q", "no_ack": True},
-            ]
-            await http.post("/poll/send", json=setup, headers=send)
-            _, last = await _frames_until(http, token, 2)
-            # 6 MiB of persistent messages on a durable queue (journaled: never dropped)
-            body = "z" * 30_000
-            for batch in range(70):
-                frames = [
-                    {"m": "publish", "id": 100 + batch * 3 + n, "exchange": "", "key": "slow.q",
-                     "body": f"{batch * 3 + n} {body}", "props": {"persistent": True}}
-                    for n in range(3)
-                ]  # fmt: skip
-                sent = await http.post("/poll/send", json=frames, headers=send)
-                assert sent.status_code == 204
-            # the session stopped taking deliveries: the rest wait in the queue
-            async with httpx.AsyncClient(base_url=node.url, auth=("guest", "guest")) as api:
-                with trio.fail_after(10):
-                    while True:
-                        queue = (await api.get("/api/queues/%2F/slow.q")).json()
-                        if queue["messages_ready"] > 0:
-                            break
-            got: list[Any] = []
-            with trio.fail_after(30):
-                while len([f for f in got if f["m"] == "deliver"]) < 210:
-                    answer = await _recv(http, token, last, wait=1)
-                    got += answer["frames"]
-                    last = answer["last"]
-            numbers = [int(f["body"].split()[0]) for f in got if f["m"] == "deliver"]
-            assert numbers == list(range(210))
-            assert not [f for f in got if f["m"] == "dropped"]
-    finally:
-        server.proc.send_signal(signal.SIGTERM)
-        with trio.fail_after(10):
-            await server.proc.wait()
+    async with own_node(tmp_path, "--data-dir", str(tmp_path / "data")) as node:
+        await _slow_page_nothing_to_drop(node)
+
+
+async def _slow_page_nothing_to_drop(node: Node) -> None:
+    async with node.client() as http:
+        token = (await _open(http)).json()["session"]
+        send = {"x-amqlite-session": token}
+        setup = [
+            {"m": "queue.declare", "id": 1, "queue": "slow.q", "durable": True},
+            {"m": "consume", "id": 2, "queue": "slow.q", "no_ack": True},
+        ]
+        await http.post("/poll/send", json=setup, headers=send)
+        _, last = await _frames_until(http, token, 2)
+        # 6 MiB of persistent messages on a durable queue (journaled: never dropped)
+        body = "z" * 30_000
+        for batch in range(70):
+            frames = [
+                {"m": "publish", "id": 100 + batch * 3 + n, "exchange": "", "key": "slow.q",
+                 "body": f"{batch * 3 + n} {body}", "props": {"persistent": True}}
+                for n in range(3)
+            ]  # fmt: skip
+            sent = await http.post("/poll/send", json=frames, headers=send)
+            assert sent.status_code == 204
+        # the session stopped taking deliveries: the rest wait in the queue
+        async with httpx.AsyncClient(base_url=node.url, auth=("guest", "guest")) as api:
+            with trio.fail_after(10):
+                while True:
+                    queue = (await api.get("/api/queues/%2F/slow.q")).json()
+                    if queue["messages_ready"] > 0:
+                        break
+        got: list[Any] = []
+        with trio.fail_after(30):
+            while len([f for f in got if f["m"] == "deliver"]) < 210:
+                answer = await _recv(http, token, last, wait=1)
+                got += answer["frames"]
+                last = answer["last"]
+        numbers = [int(f["body"].split()[0]) for f in got if f["m"] == "deliver"]
+        assert numbers == list(range(210))
+        assert not [f for f in got if f["m"] == "dropped"]
