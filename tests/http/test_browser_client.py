@@ -28,6 +28,7 @@ import pytest
 import trio
 
 import amqlite
+from amqlite.errors import ConnectionClosed, ConnectionRefused
 
 from .test_browser import WAIT_MS, _chromium, _free_port, broker
 
@@ -79,10 +80,22 @@ def _publish(port: int | str, messages: list[str], *, key: str, exchange: str = 
     servers = port if isinstance(port, str) else f"127.0.0.1:{port}"
 
     async def run() -> None:
-        async with amqlite.connect(servers) as conn:
-            for text in messages:
-                await conn.publish(exchange, key.format(text), text, confirm=True,
-                                   persistent=persistent)  # fmt: skip
+        # right after a kill -9 of the master the backup says it is passive (360)
+        # until it has heard nothing for failover_timeout_ms: try again, bounded
+        with trio.fail_after(WAIT_MS / 1000):
+            while True:
+                connected = False
+                try:
+                    async with amqlite.connect(servers) as conn:
+                        connected = True
+                        for text in messages:
+                            await conn.publish(exchange, key.format(text), text, confirm=True,
+                                               persistent=persistent)  # fmt: skip
+                    return
+                except (ConnectionRefused, ConnectionClosed):
+                    if connected:
+                        raise
+                await trio.sleep(0.05)
 
     trio.run(run)
 
