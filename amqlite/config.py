@@ -150,7 +150,9 @@ class HttpConfig:
     certificate. ``allowed_origins`` lists the origins (``https://app.example``)
     whose pages may open the browser channels besides the listener's own
     (docs/browser.md); a long-polling session ends after ``poll_idle`` seconds
-    without a poll.
+    without a poll. Over a WebSocket the broker and the page each send a heartbeat
+    every ``ws_heartbeat`` seconds when they have nothing else to send, and end the
+    session after three heartbeats' time of silence from the other end (0: off).
     """
 
     port: int | None = None
@@ -158,6 +160,7 @@ class HttpConfig:
     tls: bool = False
     allowed_origins: tuple[str, ...] = ()
     poll_idle: float = 30.0
+    ws_heartbeat: float = 10.0
 
     @property
     def enabled(self) -> bool:
@@ -708,6 +711,7 @@ _HTTP_SPEC = _TableSpec(
         "tls": _boolean,
         "allowed_origins": _origins,
         "poll_idle": _number(0.1),
+        "ws_heartbeat": _number(0),
     },
 )
 

@@ -81,6 +81,32 @@ class WsChannel {
     this.onlost = onlost;
     this.socket = null;
     this.open = false;
+    this.beat = null; // the heartbeat timer, once welcomed
+    this.heard = 0; // when the broker last sent anything (ms)
+  }
+
+  /** Heartbeats (the welcome's `heartbeat`, seconds; 0: off): send one each
+   * period, and treat three periods without a frame from the broker as a lost
+   * channel (a stopped or cut-off server never closes the socket itself). */
+  startHeartbeat(seconds) {
+    if (!seconds) return;
+    const period = seconds * 1000;
+    this.beat = setInterval(() => {
+      if (!this.open) return;
+      if (Date.now() - this.heard > 3 * period) {
+        this.stopHeartbeat();
+        this.open = false;
+        try { this.socket.close(4000); } catch (_) { /* already closing */ }
+        this.onlost(`the broker sent nothing for ${+(3 * seconds).toFixed(3)} s`);
+        return;
+      }
+      this.socket.send('{"m":"heartbeat"}');
+    }, period);
+  }
+
+  stopHeartbeat() {
+    if (this.beat !== null) clearInterval(this.beat);
+    this.beat = null;
   }
 
   connect(hello) {
@@ -110,6 +136,7 @@ class WsChannel {
       socket.onopen = () => socket.send(JSON.stringify(hello));
       socket.onerror = () => fail(new Error("WebSocket could not open"));
       socket.onclose = (event) => {
+        this.stopHeartbeat();
         if (!settled) {
           fail(new Error(`WebSocket closed (${event.code})`));
         } else if (this.open) {
@@ -118,6 +145,7 @@ class WsChannel {
         }
       };
       socket.onmessage = (event) => {
+        this.heard = Date.now();
         let value;
         try {
           value = JSON.parse(event.data);
@@ -129,6 +157,7 @@ class WsChannel {
           clearTimeout(timer);
           if (value.m === "welcome") {
             this.open = true;
+            this.startHeartbeat(value.heartbeat);
             resolve(value);
           } else {
             socket.close();
@@ -136,7 +165,9 @@ class WsChannel {
           }
           return;
         }
-        for (const frame of Array.isArray(value) ? value : [value]) this.onframe(frame);
+        for (const frame of Array.isArray(value) ? value : [value]) {
+          if (frame.m !== "heartbeat") this.onframe(frame);
+        }
       };
     });
   }
@@ -148,6 +179,7 @@ class WsChannel {
 
   close() {
     this.open = false;
+    this.stopHeartbeat();
     if (this.socket) this.socket.close(1000);
   }
 }

@@ -16,6 +16,7 @@ Skipped, with the install line, without chromium or playwright.
 from __future__ import annotations
 
 import http.server
+import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -319,5 +320,44 @@ def test_the_readme_page_works(tmp_path: Path) -> None:
                 ["orders.eu: order 1", "orders.eu: order 2", "orders.web: hello from the page"],
                 timeout=WAIT_MS,
             )
+        finally:
+            browser.close()
+
+
+def test_a_stopped_broker_is_noticed_by_the_pages_heartbeat(tmp_path: Path) -> None:
+    """A SIGSTOPped broker never closes the WebSocket: the page's heartbeat notices
+    the silence and drops the channel (then reconnects or fails over)."""
+    executable = _chromium()
+    from playwright.sync_api import sync_playwright
+
+    config = tmp_path / "heartbeat.toml"
+    config.write_text("[http]\nws_heartbeat = 0.3\n")
+    with (
+        static_site(tmp_path / "site") as origin,
+        broker("--in-memory", "--config", str(config), "--http-allow-origin", origin) as (
+            proc,
+            listening,
+        ),
+        sync_playwright() as p,
+    ):
+        url = f"http://{listening['http']}"
+        browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            page = browser.new_page()
+            page.goto(origin)
+            assert page.evaluate(IMPORT, [url, {"servers": [url]}]) == "ws"
+            page.evaluate(
+                """() => {
+                  window.reasons = [];
+                  window.conn.addEventListener(
+                    "disconnect", (e) => window.reasons.push(e.detail.reason));
+                }"""
+            )
+            proc.send_signal(signal.SIGSTOP)
+            try:
+                page.wait_for_function("window.reasons.length > 0", timeout=WAIT_MS)
+            finally:
+                proc.send_signal(signal.SIGCONT)
+            assert "sent nothing for 0.9" in page.evaluate("window.reasons[0]")
         finally:
             browser.close()

@@ -61,10 +61,10 @@ def node(shared_http: str) -> Node:
 
 
 @asynccontextmanager
-async def own_node(tmp_path: Path, *args: str) -> AsyncIterator[Node]:
-    """A broker process of the test's own."""
+async def own_node(tmp_path: Path, *args: str, http: str = "") -> AsyncIterator[Node]:
+    """A broker process of the test's own; ``http``: more ``[http]`` settings."""
     config = tmp_path / "amqlite.toml"
-    config.write_text(CONFIG)
+    config.write_text(CONFIG.replace("[http]\n", f"[http]\n{http}\n"))
     server = await start_server("--config", str(config), "--http-port", "0", *args)
     try:
         yield Node(str(server.log_lines[-1]["http"]))
@@ -169,6 +169,27 @@ async def test_ws_from_a_disallowed_origin_is_refused(node: Node) -> None:
     ws = await WsClient.connect(node.port, origin=node.url)
     assert (await ws.hello())["m"] == "welcome"
     await ws.aclose()
+
+
+async def test_ws_heartbeats_both_ways_and_a_silent_page_is_dropped(tmp_path: Path) -> None:
+    async with own_node(tmp_path, http="ws_heartbeat = 0.2") as node:
+        ws = await WsClient.connect(node.port, origin=APP)
+        welcome = await ws.hello()
+        assert welcome["m"] == "welcome" and welcome["heartbeat"] == 0.2
+        with trio.fail_after(10):
+            # the broker says it lives when it has nothing else to say; a page that
+            # answers in kind stays, for five periods (past the 0.6 s of silence
+            # that would end it)
+            for _ in range(5):
+                assert (await ws.recv())["m"] == "heartbeat"
+                await ws.send({"m": "heartbeat"})
+            await ws.send({"m": "queue.declare", "id": 2, "queue": ""})
+            assert (await ws.recv_until("ok"))["re"] == 2
+            # then the page goes silent: the broker ends the session and says why
+            closing = await ws.recv_until("close")
+        assert closing is not None and closing["code"] == 320
+        assert "heartbeat" in closing["text"]
+        await ws.aclose()
 
 
 async def test_ws_huge_message_closes_that_channel_only(node: Node) -> None:

@@ -173,6 +173,7 @@ class BrowserChannels:
         self.max_frame = 2 * node.config.server.max_frame_bytes  # JSON and base64 cost
         self.sessions: dict[str, BrowserConnection] = {}
         self.idle = node.config.http.poll_idle
+        self.ws_heartbeat = node.config.http.ws_heartbeat
         self._script = (STATIC_DIR / "amqlite.js").read_bytes()
 
     def routes(self) -> list[Route | WebSocketRoute]:
@@ -379,21 +380,36 @@ class BrowserChannels:
                 await ws.send_text(refused)
                 await _ws_close(ws, _WS_CLOSE_POLICY)
                 return False
-            await ws.send_text(codec.notice("welcome", re=rid, channel="ws", **welcome))
+            await ws.send_text(
+                codec.notice(
+                    "welcome", re=rid, channel="ws", heartbeat=self.ws_heartbeat, **welcome
+                )
+            )
             return True
         log.warning("handshake_timeout", remote=conn.remote_address, listener="ws")
         return False
 
     async def _ws_reader(self, ws: WebSocket, conn: BrowserConnection) -> None:
+        silence = 3 * self.ws_heartbeat or math.inf
         while conn.closing is None:
             try:
-                value = await self._ws_receive(ws)
+                with trio.move_on_after(silence) as waited:
+                    value = await self._ws_receive(ws)
             except FrameError as exc:
                 if conn.endpoint is not None:
                     conn.endpoint.send_text(exc.reply)
                 continue
+            if waited.cancelled_caught:
+                # a page that vanished without closing (a closed laptop, a dropped
+                # network): its session and unacked messages go now, not when TCP
+                # gives up minutes later
+                log.info("browser_session_silent", remote=conn.remote_address, seconds=silence)
+                conn.close_from_server(ReplyCode.CONNECTION_FORCED, "no heartbeat from the page")
+                break
             if value is None:
                 return
+            if type(value) is dict and value.get("m") == "heartbeat":
+                continue  # it lives: that is all a heartbeat says
             self._run(conn, value)
         await trio.sleep_forever()  # the writer ends the channel after the close frame
 
@@ -401,8 +417,13 @@ class BrowserChannels:
         self, ws: WebSocket, conn: BrowserConnection, scope: trio.CancelScope
     ) -> None:
         outbox = conn.outbox
+        quiet = self.ws_heartbeat or math.inf
         while True:
-            await conn.wait()
+            with trio.move_on_after(quiet) as waited:
+                await conn.wait()
+            if waited.cancelled_caught:  # nothing to send for a while: say we live
+                await ws.send_text(_HEARTBEAT)
+                continue
             while len(outbox):
                 frames = outbox.take(BATCH_BYTES)
                 if conn.endpoint is not None:
@@ -579,6 +600,9 @@ class BrowserChannels:
             "x-content-type-options": "nosniff",
         }
         return Response(self._script, media_type="text/javascript; charset=utf-8", headers=headers)
+
+
+_HEARTBEAT = '{"m":"heartbeat"}'
 
 
 async def _ws_close(ws: WebSocket, code: int) -> None:
