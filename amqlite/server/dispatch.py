@@ -16,7 +16,8 @@ import structlog
 from amqlite.auth import AuthenticatedUser, Tag, require_tag
 from amqlite.broker import Message, PublishOutcome, Session
 from amqlite.broker.limits import check_message_size
-from amqlite.errors import AccessRefused, AmqliteError, ReplyCode
+from amqlite.errors import AccessRefused, AmqliteError, BrokerError, ReplyCode
+from amqlite.protocol import codec
 from amqlite.protocol import events as ev
 
 from .status_view import visible_status
@@ -54,6 +55,12 @@ class RequestDispatcher:
         self._peered: Mapping[str, PublishHook] = peered if peered is not None else {}
         self._write_ok: dict[str, bool] = {}  # publish permission, per exchange
         self._max_message_size = session.limits.max_message_size  # 0: no limit
+        #: the largest reply frame a ``stream.fetch`` may get (the shell sets it to
+        #: the connection's frame limit)
+        self.max_reply_bytes = 4 * 1024 * 1024
+        #: HA: (vhost, queue) -> the first offset of the stream the passive node
+        #: does not hold yet (None: it holds them all); a fetch reads below it
+        self.stream_visible: Callable[[str, str], int | None] | None = None
         self._handlers: dict[type[ev.Event], Callable[[Any, float], Reply]] = {
             ev.Publish: self._publish,
             ev.Ack: self._ack,
@@ -72,6 +79,8 @@ class RequestDispatcher:
             ev.Status: self._status_request,
             ev.OffsetStore: self._offset_store,
             ev.OffsetQuery: self._offset_query,
+            ev.StreamFetch: self._stream_fetch,
+            ev.PublishBatch: self._publish_batch,
             ev.Trace: self._trace,
         }
 
@@ -98,7 +107,7 @@ class RequestDispatcher:
 
     # --- the hot path ------------------------------------------------------------------
 
-    def _publish(self, p: ev.Publish, now: float) -> Reply:
+    def _publish(self, p: ev.Publish, now: float, span: bool = True) -> Reply:
         allowed = self._write_ok.get(p.exchange)
         if allowed is None:
             resource = p.exchange or DEFAULT_EXCHANGE_RESOURCE
@@ -120,7 +129,7 @@ class RequestDispatcher:
                     ReplyCode.RESOURCE_ERROR,
                     f"a peering link of exchange {p.exchange!r} is full (overflow = block)",
                 )
-        outcome = self.session.publish(message, mandatory=p.mandatory, now=now)
+        outcome = self.session.publish(message, mandatory=p.mandatory, now=now, span=span)
         if (
             hook is not None
             and outcome is not PublishOutcome.DUPLICATE  # a publish sent again went on before
@@ -147,6 +156,41 @@ class RequestDispatcher:
                 "a queue refused the message (x-overflow = reject-publish and it is full)",
             )
         return None
+
+    def _publish_batch(self, b: ev.PublishBatch, now: float) -> Reply:
+        """Each message as the confirmed publish ``id + i``; one ``ok`` {count,
+        refused} for them all, whose journal span covers every one routed:
+        ``refused`` lists ``[i, code, text, kind]`` for each message ``returned``,
+        ``nacked`` or failed (``error``); the others are confirmed."""
+        self.session.new_span()
+        refused: list[list[Any]] = []
+        exchange, mandatory, rid = b.exchange, b.mandatory, b.id
+        persistent = {"persistent": True} if b.persistent else None
+        publish = self._publish
+        for i, m in enumerate(b.msgs):
+            if len(m) == 2:
+                headers: dict[str, Any] = {}
+                props: dict[str, Any] = persistent or {}
+            else:
+                headers = m[2] or {}
+                props = m[3] or {}
+                if persistent:
+                    props = {**props, **persistent}
+            p = ev.Publish(rid + i, exchange, m[0], m[1], headers, props, mandatory, True)
+            try:
+                reply = publish(p, now, span=False)
+            except AmqliteError as exc:
+                if i == 0 and exc.code == ReplyCode.ACCESS_REFUSED:
+                    raise  # the whole batch is refused
+                refused.append([i, int(exc.code), exc.text, "error"])
+                continue
+            if type(reply) is not ev.Ok:
+                assert isinstance(reply, ev.Returned | ev.Nacked)
+                refused.append([i, int(reply.code), reply.text, reply.METHOD])
+        info: dict[str, Any] = {"count": len(b.msgs)}
+        if refused:
+            info["refused"] = refused
+        return ev.Ok(rid, info)
 
     def _ack(self, a: ev.Ack, now: float) -> Reply:
         self.session.ack(a.dtag, multiple=a.multiple)
@@ -277,6 +321,28 @@ class RequestDispatcher:
     def _offset_query(self, o: ev.OffsetQuery, now: float) -> Reply:
         self._check("read", "queue", o.queue)
         return ev.Ok(o.id, {"offset": self.session.query_offset(o.queue, o.name)})
+
+    def _stream_fetch(self, f: ev.StreamFetch, now: float) -> Reply:
+        self._check("read", "queue", f.queue)
+        limit = self.max_reply_bytes - codec.RECORDS_OVERHEAD
+        budget = max(1, min(f.max_bytes, limit))
+        visible = self.stream_visible(self.vhost, f.queue) if self.stream_visible else None
+        q, first, messages, dropped = self.session.fetch_stream(
+            f.queue, f.start, f.end, budget, visible=visible, now=now
+        )
+        while True:
+            reply = codec.stream_records(
+                f.id, first, messages, dropped=dropped, kept_first=q.first, kept_next=q.next
+            )
+            if codec.records_size(reply) <= limit:
+                return reply
+            if len(messages) == 1:
+                raise BrokerError(
+                    f"the record at offset {first} of stream {f.queue!r} does not fit in "
+                    f"a frame of {self.max_reply_bytes} bytes",
+                    ReplyCode.CONTENT_TOO_LARGE,
+                )
+            messages = messages[: len(messages) // 2]
 
     def _trace(self, t: ev.Trace, now: float) -> Reply:
         # the trace covers every vhost of the node: a node-wide switch
