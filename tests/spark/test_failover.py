@@ -3,6 +3,7 @@ every offset once, in order."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -19,6 +20,8 @@ import amqlite
 from amqlite.errors import AmqliteError
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
+
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -62,6 +65,7 @@ def pair(tmp_path: Path) -> Iterator[dict[str, Any]]:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=(tmp_path / f"{side}.log").open("wb"),
+            env={**os.environ, "PYTHONPATH": str(CHECKOUT)},  # this checkout's amqlite
         )  # fmt: skip
     addresses = {side: f"127.0.0.1:{port}" for side, port in ports.items()}
     try:
