@@ -219,9 +219,7 @@ def test_batch_read_finishes_across_a_kill_of_the_master(spark: Any, pair: dict[
     assert sorted(offsets) == list(range(n))  # every offset once
 
 
-def test_batch_write_finishes_across_a_kill_of_the_master(
-    spark: Any, pair: dict[str, Any]
-) -> None:
+def test_batch_write_finishes_across_a_kill_of_the_master(spark: Any, pair: dict[str, Any]) -> None:
     n = 100_000
 
     async def declare() -> None:
