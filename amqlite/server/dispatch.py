@@ -161,12 +161,73 @@ class RequestDispatcher:
         """Each message as the confirmed publish ``id + i``; one ``ok`` {count,
         refused} for them all, whose journal span covers every one routed:
         ``refused`` lists ``[i, code, text, kind]`` for each message ``returned``,
-        ``nacked`` or failed (``error``); the others are confirmed."""
+        ``nacked`` or failed (``error``); the others are confirmed. An exchange with
+        peering links takes each message through :meth:`_publish`; any other, a
+        loop doing the same steps without a ``Publish`` event per message."""
         self.session.new_span()
+        exchange, mandatory, rid = b.exchange, b.mandatory, b.id
+        if self._peered and exchange in self._peered:
+            return self._publish_batch_each(b, now)
+        self._check_write(exchange)
+        refused: list[list[Any]] = []
+        persistent = {"persistent": True} if b.persistent else None
+        plain_props: dict[str, Any] = persistent or {}
+        limit = self._max_message_size
+        prefix = self._key_prefix
+        publish = self.session.publish
+        routed, duplicate = PublishOutcome.ROUTED, PublishOutcome.DUPLICATE
+        for i, m in enumerate(b.msgs):
+            key, body = m[0], m[1]
+            if len(m) == 2:
+                headers: dict[str, Any] = {}
+                props = plain_props
+            else:
+                headers = m[2] or {}
+                props = m[3] or {}
+                if persistent:
+                    props = {**props, **persistent}
+            if limit and len(body) > limit:
+                try:
+                    check_message_size(len(body), limit)
+                except AmqliteError as exc:
+                    refused.append([i, int(exc.code), exc.text, "error"])
+                    continue
+            message = Message(exchange, key, body, headers, props)
+            if prefix:
+                message.publish_key = f"{prefix}{rid + i}"
+            outcome = publish(message, mandatory=mandatory, now=now, span=False)
+            if outcome is routed or outcome is duplicate:
+                continue
+            if outcome is PublishOutcome.UNROUTABLE:
+                if mandatory:
+                    text = f"no queue bound to exchange {exchange!r} matches key {key!r}"
+                    refused.append([i, int(ReplyCode.NO_ROUTE), text, "returned"])
+                continue
+            text = "a queue refused the message (x-overflow = reject-publish and it is full)"
+            refused.append([i, int(ReplyCode.PRECONDITION_FAILED), text, "nacked"])
+        return self._batch_ok(rid, len(b.msgs), refused)
+
+    def _check_write(self, exchange: str) -> None:
+        allowed = self._write_ok.get(exchange)
+        if allowed is None:
+            resource = exchange or DEFAULT_EXCHANGE_RESOURCE
+            allowed = self._write_ok[exchange] = self.permissions.allows("write", resource)
+        if not allowed:
+            self._check("write", "exchange", exchange)
+
+    @staticmethod
+    def _batch_ok(rid: int, count: int, refused: list[list[Any]]) -> ev.Ok:
+        info: dict[str, Any] = {"count": count}
+        if refused:
+            info["refused"] = refused
+        return ev.Ok(rid, info)
+
+    def _publish_batch_each(self, b: ev.PublishBatch, now: float) -> Reply:
+        """:meth:`_publish_batch` through :meth:`_publish`, message by message (an
+        exchange with peering links)."""
         refused: list[list[Any]] = []
         exchange, mandatory, rid = b.exchange, b.mandatory, b.id
         persistent = {"persistent": True} if b.persistent else None
-        publish = self._publish
         for i, m in enumerate(b.msgs):
             if len(m) == 2:
                 headers: dict[str, Any] = {}
@@ -178,7 +239,7 @@ class RequestDispatcher:
                     props = {**props, **persistent}
             p = ev.Publish(rid + i, exchange, m[0], m[1], headers, props, mandatory, True)
             try:
-                reply = publish(p, now, span=False)
+                reply = self._publish(p, now, span=False)
             except AmqliteError as exc:
                 if i == 0 and exc.code == ReplyCode.ACCESS_REFUSED:
                     raise  # the whole batch is refused
@@ -187,10 +248,7 @@ class RequestDispatcher:
             if type(reply) is not ev.Ok:
                 assert isinstance(reply, ev.Returned | ev.Nacked)
                 refused.append([i, int(reply.code), reply.text, reply.METHOD])
-        info: dict[str, Any] = {"count": len(b.msgs)}
-        if refused:
-            info["refused"] = refused
-        return ev.Ok(rid, info)
+        return self._batch_ok(rid, len(b.msgs), refused)
 
     def _ack(self, a: ev.Ack, now: float) -> Reply:
         self.session.ack(a.dtag, multiple=a.multiple)
