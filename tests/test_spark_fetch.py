@@ -161,3 +161,50 @@ def test_timestamps_and_headers_become_arrow_values(broker: BackgroundNode) -> N
 def test_a_missing_queue_is_a_clear_error(broker: BackgroundNode, tmp_path: Path) -> None:
     with pytest.raises(Exception, match="no-such-queue"):
         _fast_rows(broker, "no-such-queue", 0, 3)
+
+
+def test_arrow_rows_become_batch_messages_and_frames() -> None:
+    from amqlite.spark.arrow import wire_messages
+    from amqlite.spark.bridge import _frames
+
+    rb = pa.RecordBatch.from_pydict(
+        {
+            "routing_key": ["a", None, "c"],
+            "body": ["x", "y", None],
+            "headers": pa.array([None, [("h", "1")], []], type=pa.map_(pa.string(), pa.string())),
+            "message_id": [None, "m2", "m3"],
+        }
+    )
+    assert wire_messages(rb) == [
+        ["a", b"x"],
+        ["", b"y", {"h": "1"}, {"message_id": "m2"}],
+        ["c", b"", None, {"message_id": "m3"}],
+    ]
+    plain = pa.RecordBatch.from_pydict({"body": pa.array([b"1", b"2"])})
+    assert wire_messages(plain) == [["", b"1"], ["", b"2"]]
+    frames = list(_frames([["k", bytes(100)]] * 50, 1000))
+    assert [len(f) for f in frames] == [8] * 6 + [2]
+    big = list(_frames([["k", b"", {"h": "x" * 2000}, None], ["k", b""]], 1000))
+    assert [len(f) for f in big] == [1, 1]
+
+
+def test_publish_wire_confirms_every_row_and_fails_on_a_refused_one(
+    broker: BackgroundNode,
+) -> None:
+    from amqlite.errors import PublishReturned
+    from amqlite.spark.bridge import publish_wire
+
+    async def declare(conn: amqlite.Connection) -> None:
+        await conn.declare_queue("wire-sink")
+
+    broker.call(declare)
+    batches = [[["wire-sink", b"%d" % i] for i in range(j, j + 1000)] for j in range(0, 5000, 1000)]
+    assert publish_wire(_access(broker), "", iter(batches)).published == 5000
+
+    async def depth(conn: amqlite.Connection) -> int:
+        return (await conn.declare_queue("wire-sink", passive=True)).messages
+
+    assert broker.call(depth) == 5000
+    bad = [[["wire-sink", b"a"], ["nowhere", b"b"]]]
+    with pytest.raises(PublishReturned, match="message 1 of the batch"):
+        publish_wire(_access(broker), "", iter(bad), mandatory=True)

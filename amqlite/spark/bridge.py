@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import cbor2
 import trio
 
 from amqlite.client import connect
@@ -459,7 +460,9 @@ def _frames(messages: list[list[Any]], limit: int) -> Iterator[list[list[Any]]]:
     chunk: list[list[Any]] = []
     size = 0
     for m in messages:
-        n = len(m[1]) + 4 * len(m[0]) + 12 + (256 if len(m) > 2 else 0)
+        n = len(m[1]) + 4 * len(m[0]) + 12
+        if len(m) > 2:
+            n += len(cbor2.dumps(m[2:]))
         if chunk and size + n > limit:
             yield chunk
             chunk, size = [], 0
