@@ -210,7 +210,8 @@ class StreamQueue(Queue):
     ) -> tuple[int, list[Message], int]:
         """The kept messages from offset ``start`` (below ``end``; None: all the
         stream holds; below ``visible`` too when given), as many as about
-        ``max_bytes`` of keys, exchanges and bodies allow (at least one):
+        ``max_bytes`` of keys, exchanges and bodies allow (at least one; headers and
+        properties estimated):
         ``(first, messages, dropped)``. ``first`` is the offset of the first one
         (``start``, or the oldest kept when retention dropped ``dropped`` offsets of
         the range). Changes nothing: no cursor, no credit, no journal."""
@@ -231,12 +232,13 @@ class StreamQueue(Queue):
         i = lo
         while i < hi:
             m = log[base + i]
-            budget -= len(m.body) + len(m.routing_key) + len(m.exchange) + 12
+            cost = len(m.body) + len(m.routing_key) + len(m.exchange) + 12
             if m.headers or m.properties:
-                budget -= 64 + 24 * (len(m.headers) + len(m.properties))
-            i += 1
-            if budget <= 0:
+                cost += 64 + 24 * (len(m.headers) + len(m.properties))
+            if cost > budget and i > lo:
                 break
+            budget -= cost
+            i += 1
         return lo, log[base + lo : base + i], dropped
 
     # --- named offsets -------------------------------------------------------------------

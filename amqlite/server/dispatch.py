@@ -392,9 +392,13 @@ class RequestDispatcher:
             reply = codec.stream_records(
                 f.id, first, messages, dropped=dropped, kept_first=q.first, kept_next=q.next
             )
-            if codec.records_size(reply) <= limit:
+            # within the frame, and within what the client asked (it may take no
+            # larger frames): read() estimated headers and properties
+            if codec.records_size(reply) <= min(limit, budget + codec.RECORDS_OVERHEAD):
                 return reply
             if len(messages) == 1:
+                if codec.records_size(reply) <= limit:
+                    return reply  # one record: sent whatever the budget
                 raise BrokerError(
                     f"the record at offset {first} of stream {f.queue!r} does not fit in "
                     f"a frame of {self.max_reply_bytes} bytes",

@@ -14,6 +14,7 @@ import amqlite
 from amqlite.client.bulk import StreamRangeDropped
 from amqlite.config import load_config
 from amqlite.errors import NotFound, PreconditionFailed, PublishNacked, PublishReturned
+from amqlite.protocol.codec import RECORDS_OVERHEAD, records_size
 from amqlite.server import BrokerNode
 
 STREAM = {"x-queue-type": "stream"}
@@ -72,6 +73,15 @@ async def test_fetch_budget_and_errors(node: BrokerNode) -> None:
         assert offsets == list(range(50))
         one = await conn.fetch_stream("s", 7, max_bytes=1)
         assert one.count == 1  # at least one record, whatever the budget
+        await conn.declare_queue("h", durable=True, arguments=STREAM)
+        for i in range(40):  # headers larger than the server's estimate of them
+            await conn.publish("", "h", b"", headers={"k": "é" * 200, "n": i}, confirm=True)
+        at = 0
+        while (b := await conn.fetch_stream("h", at, max_bytes=2000)).count:
+            assert b.count == 1 or records_size(b.records) <= 2000 + RECORDS_OVERHEAD
+            assert [r[4]["n"] for r in b.rows()] == list(range(at, b.next))
+            at = b.next
+        assert at == 40
         await conn.declare_queue("classic")
         with pytest.raises(PreconditionFailed):
             await conn.fetch_stream("classic", 0)
