@@ -421,8 +421,8 @@ def _pumped(access: ServerAccess, queue: str, produce: Any) -> Iterator[Any]:
             item = items.get()
             if item is _DONE:
                 return
-            while isinstance(item, BaseExceptionGroup) and len(item.exceptions) == 1:
-                item = item.exceptions[0]  # a nursery's one failure
+            while isinstance(item, BaseExceptionGroup):
+                item = item.exceptions[0]  # a nursery's (first) failure: the fetches' cause
             if isinstance(item, SparkSourceError):
                 raise item
             if isinstance(item, AmqliteError):
