@@ -133,6 +133,11 @@ class Session:
         if recorder is not None:
             recorder.start_span()
 
+    def new_span(self) -> None:
+        """A request begins whose reply depends on what the calls after this journal
+        (a ``publish.batch``: its publishes pass ``span=False``)."""
+        self._start_span()
+
     @property
     def journal_span(self) -> tuple[int, int]:
         """The journal positions ``(first, last)`` the reply to the latest request
@@ -226,9 +231,13 @@ class Session:
 
     # --- publishing ---------------------------------------------------------------
 
-    def publish(self, message: Message, *, mandatory: bool = False, now: float) -> PublishOutcome:
+    def publish(
+        self, message: Message, *, mandatory: bool = False, now: float, span: bool = True
+    ) -> PublishOutcome:
         """Route ``message``. ``mandatory`` changes nothing here: the shell returns
-        an UNROUTABLE mandatory message to its publisher."""
+        an UNROUTABLE mandatory message to its publisher. ``span=False``: the
+        message joins the journal span of the request before (the messages of one
+        ``publish.batch`` after the first: one reply vouches for them all)."""
         if self._closed:
             self._check_open()
         broker = self._broker
@@ -237,7 +246,8 @@ class Session:
         if recorder is None:
             outcome = self._vhost.publish(message, now)
         else:
-            recorder.start_span()
+            if span:
+                recorder.start_span()
             outcome = self._vhost.publish(message, now)
             if outcome is PublishOutcome.DUPLICATE:
                 recorder.depend_on(self._vhost.publish_keys.position(message.publish_key))
@@ -351,6 +361,30 @@ class Session:
         """The offset stored under ``name`` in stream ``queue``; 404 when none is."""
         self._check_open()
         return self._stream(queue).query_offset(name)
+
+    def fetch_stream(
+        self,
+        queue: str,
+        start: int,
+        end: int | None,
+        max_bytes: int,
+        *,
+        visible: int | None = None,
+        now: float,
+    ) -> tuple[StreamQueue, int, list[Message], int]:
+        """The stored messages of stream ``queue`` from ``start`` (see
+        :meth:`StreamQueue.read`): ``(queue, first, messages, dropped)``. Changes
+        nothing on the broker; with the trace on, each message read is traced as a
+        delivery."""
+        self._check_open()
+        now = self._now(now)
+        q = self._stream(queue)
+        first, messages, dropped = q.read(start, end, max_bytes, visible)
+        tracer = self._broker.tracer
+        if tracer is not None:
+            for m in messages:
+                tracer.delivered(q, m, False, now)
+        return q, first, messages, dropped
 
     def _stream(self, name: str) -> StreamQueue:
         q = self._vhost.queue(self, name)

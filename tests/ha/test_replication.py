@@ -403,6 +403,7 @@ def test_progress_holds_nothing_back_while_not_required() -> None:
     assert not p.required
     assert p.releasable(10) == 10
     assert p.replicated(1) and p.stream_replicated("/", "s", 0)
+    assert p.stream_unreplicated("/", "s") is None
     assert not p.peer_synced(5) and not p.peer_applied(5)
     assert p.upto is None
 
@@ -416,7 +417,10 @@ def test_progress_holds_replies_until_synced_and_pushes_until_applied() -> None:
     assert p.releasable(5) == 0
     assert not p.replicated(7) and p.replicated(8)  # 8 was never tracked
     assert not p.stream_replicated("/", "s", 0) and p.stream_replicated("/", "other", 0)
+    # a stream.fetch reads below the first offset the passive node lacks
+    assert p.stream_unreplicated("/", "s") == 0 and p.stream_unreplicated("/", "other") is None
     assert p.peer_applied(4)  # pushes may go now
+    assert p.stream_unreplicated("/", "s") == 1
     assert p.replicated(7) and p.stream_replicated("/", "s", 0)
     assert not p.stream_replicated("/", "s", 1)
     assert p.releasable(5) == 0  # applied is not committed
