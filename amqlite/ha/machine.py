@@ -380,13 +380,14 @@ class HaMachine:
 
     def on_client_request(self, now: float) -> ClientDecision:
         """A client asks for service: accept (ACTIVE, possibly just promoted by this
-        very request), refuse (PASSIVE with a live peer) or hold (starting)."""
+        very request), refuse (PASSIVE with a live peer) or hold (starting, or, with a
+        witness, waiting for its answer while the peer is silent)."""
         fired = self._fire(HaEvent.CLIENT_REQUEST, now, None)
         if self._state is HaState.ACTIVE:
             return ClientDecision(Verdict.ACCEPT, f"active in epoch {self._epoch}", tuple(fired))
         if self.witnessed and self.peer_silent(now):
             # the peer is silent: take over only if the witness grants a new epoch
-            # (_fire asked it, at most once per heartbeat interval)
+            # (_fire asked it, at most four times per heartbeat interval)
             text = (
                 f"node {self._node_id!r} is {self._state.value} and its peer is silent: "
                 "asking the witness for the lease of a new epoch"
