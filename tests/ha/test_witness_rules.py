@@ -4,9 +4,12 @@ promise of each ``on_peer_silence`` mode."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from amqlite.ha import (
     AskWitness,
@@ -270,3 +273,36 @@ def test_both_starting_only_the_primary_asks() -> None:
     p, b = machine(P, promise=W), machine(B, promise=W)
     assert not asks(b.on_heartbeat(p.heartbeat(), 0.1))
     assert asks(p.on_heartbeat(b.heartbeat(), 0.1))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    data=st.one_of(
+        st.binary(max_size=64),
+        st.builds(
+            lambda frame, at, byte: frame[:at] + bytes([byte]) + frame[at + 1 :],
+            st.sampled_from(
+                [
+                    encode_frame(req("p", 3, alone=True).to_map()),
+                    encode_frame(LeaseAnswer(7, True, "p", 3, True, "").to_map()),
+                ]
+            ),
+            st.integers(0, 60),
+            st.integers(0, 255),
+        ),
+    ),
+    cut=st.integers(0, 64),
+)
+def test_the_witness_decoders_raise_only_their_protocol_error(data: bytes, cut: int) -> None:
+    """Garbage, cut or flipped frames: a map, nothing yet, or WitnessProtocolError
+    (which drops that connection), never another exception."""
+    reader = FrameReader()
+    try:
+        reader.feed(data[:cut])
+        reader.feed(data[cut:])
+        for found in reader.maps():
+            for decode in (LeaseRequest.from_map, LeaseAnswer.from_map):
+                with contextlib.suppress(WitnessProtocolError):
+                    decode(found)
+    except WitnessProtocolError:
+        pass
