@@ -187,6 +187,8 @@ class ClusterConfig:
     #: ``host:port`` of an ``amqlite witness`` (empty: none); the node logs in there
     #: with ``login`` / ``password`` too
     witness: str = ""
+    #: dial the witness over TLS (``amqlite witness --tls``), verified with ``[tls]``
+    witness_tls: bool = False
     #: without a witness, what a master whose peer is silent promises (docs/ha.md)
     on_peer_silence: str = "serve"
     #: how long a persistent publish waits for a confirm that the promise holds back
@@ -703,6 +705,7 @@ _CLUSTER_SPEC = _TableSpec(
         "login": _string(),
         "password": _string(allow_empty=True),
         "witness": _witness_address,
+        "witness_tls": _boolean,
         "on_peer_silence": _choice(ON_PEER_SILENCE),
         "hold_timeout_ms": _integer(100, 3_600_000),
     },

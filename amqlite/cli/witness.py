@@ -4,6 +4,8 @@ witness")."""
 from __future__ import annotations
 
 import argparse
+import functools
+import ssl
 import sys
 
 from amqlite.config import load_config
@@ -25,10 +27,12 @@ examples:
   amqlite witness --port 7777                            # state in amqlite-data/witness-7777.json
   amqlite witness --port 7777 --host 0.0.0.0 --state /var/lib/amqlite/witness.json
   amqlite witness --port 7777 --config pair.toml         # its [[users]] log in
+  amqlite witness --port 7777 --config pair.toml --tls   # and TLS with its [tls]
 
 and in the pair's config:
   [cluster]
   witness = "witness-host:7777"
+  witness_tls = true          # with --tls: the node verifies the witness with [tls] ca
 
 The nodes log in with [cluster] login/password: with --config, that user must
 be in the file's [[users]] with the 'cluster' tag; without it, only guest from
@@ -57,6 +61,12 @@ def add_witness_arguments(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a config whose [[users]] may log in (they need the 'cluster' tag)",
     )
+    p.add_argument(
+        "--tls",
+        action="store_true",
+        help="serve TLS with the --config file's [tls] (cert, key; verify = 'mutual' asks the "
+        "nodes for certificates signed by ca); the pair then sets [cluster] witness_tls = true",
+    )
     p.add_argument("--log-format", choices=("console", "json"), default="console")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
@@ -78,12 +88,26 @@ def cmd_witness(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(str(exc), file=sys.stderr)
         return 2
+    ssl_context = None
+    if args.tls:
+        if not args.config or not config.tls.cert:
+            print(
+                "amqlite: error: --tls needs --config with a [tls] cert (and key)", file=sys.stderr
+            )
+            return 2
+        from amqlite.tls import server_context
+
+        try:
+            ssl_context = server_context(config.tls)
+        except (OSError, ssl.SSLError) as exc:
+            print(f"amqlite: error: [tls]: {exc}", file=sys.stderr)
+            return 2
     configure_logging(args.log_format, args.log_level)
     state = args.state or default_state_path(args.port)
     os.makedirs(os.path.dirname(os.path.abspath(state)), exist_ok=True)
     service = WitnessService(state, Authenticator(config.users, config.server.vhosts))
     try:
-        trio.run(service.serve, args.host, args.port)
+        trio.run(functools.partial(service.serve, args.host, args.port, ssl_context=ssl_context))
     except ValueError as exc:  # a damaged state file
         print(f"amqlite: error: {exc}", file=sys.stderr)
         return 1

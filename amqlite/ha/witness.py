@@ -205,7 +205,7 @@ class FrameReader:
     def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> None:
+    def feed(self, data: bytes | bytearray) -> None:
         self._buffer += data
 
     def next_map(self) -> dict[Any, Any] | None:

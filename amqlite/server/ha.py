@@ -76,7 +76,7 @@ from amqlite.link import DialFailed, FramedLink, dial
 from amqlite.protocol import events as ev
 from amqlite.store.durable_file import read_if_present, write_durably
 from amqlite.store.segment import frame_record, parse_framed
-from amqlite.tls import node_client_context
+from amqlite.tls import describe_tls_error, node_client_context
 
 if TYPE_CHECKING:
     from .context import HaNode, HaPeerEnd
@@ -95,7 +95,7 @@ class _WitnessRefused(Exception):
         self.text = text
 
 
-async def _read_map(stream: trio.SocketStream, reader: FrameReader) -> dict[Any, Any]:
+async def _read_map(stream: trio.abc.Stream, reader: FrameReader) -> dict[Any, Any]:
     while True:
         data = reader.next_map()
         if data is not None:
@@ -635,6 +635,12 @@ class HaService:
                     log.error("ha_witness_refused", witness=cfg.witness, text=exc.text)
                 refused = exc.text
             except (OSError, trio.BrokenResourceError, trio.TooSlowError, EOFError) as exc:
+                # a failed TLS handshake comes as BrokenResourceError from its SSLError
+                tls = cfg.witness_tls and isinstance(exc, trio.BrokenResourceError)
+                text = describe_tls_error(exc) if tls else ""
+                if text and text != refused:
+                    log.error("ha_witness_tls_failed", witness=cfg.witness, error=text)
+                    refused = text
                 log.debug("ha_witness_link_failed", witness=cfg.witness, error=str(exc))
             except WitnessProtocolError as exc:
                 log.warning("ha_witness_protocol_error", witness=cfg.witness, error=exc.text)
@@ -648,8 +654,14 @@ class HaService:
     async def _run_witness_link(self, host: str, port: int) -> None:
         cfg = self.config
         timeout = cfg.failover_timeout_ms / 1000
+        stream: trio.abc.Stream
         with trio.fail_after(timeout):
             stream = await trio.open_tcp_stream(host, port)
+            if cfg.witness_tls:  # the cluster password must not cross in clear
+                stream = trio.SSLStream(
+                    stream, node_client_context(self.node.config.tls), server_hostname=host
+                )
+                await stream.do_handshake()
         reader = FrameReader()
         async with stream:
             with trio.fail_after(timeout):
@@ -676,7 +688,7 @@ class HaService:
             if broken is not None:  # one error, not a group, for _witness_loop
                 raise broken
 
-    async def _read_witness(self, stream: trio.SocketStream, reader: FrameReader) -> None:
+    async def _read_witness(self, stream: trio.abc.Stream, reader: FrameReader) -> None:
         while True:
             data = await _read_map(stream, reader)
             if data.get("m") != "lease":
@@ -687,7 +699,7 @@ class HaService:
                 self.apply(machine.on_lease(LeaseAnswer.from_map(data), trio.current_time()))
 
     async def _witness_writer(
-        self, stream: trio.SocketStream, receive: trio.MemoryReceiveChannel[bytes]
+        self, stream: trio.abc.Stream, receive: trio.MemoryReceiveChannel[bytes]
     ) -> None:
         async for frame in receive:
             await stream.send_all(frame)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 from typing import Any
 
 import structlog
@@ -34,6 +35,7 @@ from amqlite.ha.witness import (
     encode_frame,
 )
 from amqlite.store.durable_file import read_if_present, write_durably
+from amqlite.tls import describe_tls_error
 
 log = structlog.get_logger("amqlite.witness")
 
@@ -83,8 +85,15 @@ class WitnessService:
         self.requests = 0
 
     async def serve(
-        self, host: str, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+        self,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
     ) -> None:
+        """Listen on ``host:port`` (over TLS with ``ssl_context``) and answer lease
+        requests; reports the bound port."""
         saved = await trio.to_thread.run_sync(self.state.load)
         self._ttl = saved["ttl"]
         self.ledger = WitnessLedger(
@@ -94,13 +103,19 @@ class WitnessService:
             now=trio.current_time(),
             restart_ttl=self._ttl,
         )
-        listeners = await trio.open_tcp_listeners(port, host=host)
-        bound = listeners[0].socket.getsockname()[1]
+        tcp = await trio.open_tcp_listeners(port, host=host)
+        bound = tcp[0].socket.getsockname()[1]
+        listeners: list[trio.abc.Listener[Any]] = list(tcp)
+        if ssl_context is not None:
+            listeners = [
+                trio.SSLListener(listener, ssl_context, https_compatible=False) for listener in tcp
+            ]
         log.info(
             "witness_listening",
             host=host,
             port=bound,
             state=self.state.path,
+            tls=ssl_context is not None,
             holder=saved["holder"],
             epoch=saved["epoch"],
             stale=saved["stale"],
@@ -108,8 +123,10 @@ class WitnessService:
         task_status.started(bound)
         await trio.serve_listeners(self._handle, listeners)
 
-    async def _handle(self, stream: trio.SocketStream) -> None:
-        remote = stream.socket.getpeername()
+    async def _handle(self, stream: trio.abc.Stream) -> None:
+        tcp = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
+        assert isinstance(tcp, trio.SocketStream)
+        remote = tcp.socket.getpeername()
         remote_host = str(remote[0])
         reader = FrameReader()
         node = ""
@@ -126,7 +143,10 @@ class WitnessService:
                 request = LeaseRequest.from_map(data)
                 answer = await self._decide(request)
                 await stream.send_all(encode_frame(answer.to_map()))
-        except (trio.BrokenResourceError, trio.ClosedResourceError, EOFError, trio.TooSlowError):
+        except trio.BrokenResourceError as exc:
+            if isinstance(stream, trio.SSLStream) and not node:  # the handshake failed
+                log.warning("witness_tls_failed", remote=remote_host, error=describe_tls_error(exc))
+        except (trio.ClosedResourceError, EOFError, trio.TooSlowError):
             pass
         except WitnessProtocolError as exc:
             log.warning("witness_protocol_error", remote=remote_host, node=node, error=exc.text)
@@ -138,7 +158,7 @@ class WitnessService:
                 log.info("witness_node_gone", node=node, remote=remote_host)
             await trio.aclose_forcefully(stream)
 
-    async def _next(self, stream: trio.SocketStream, reader: FrameReader) -> dict[Any, Any]:
+    async def _next(self, stream: trio.abc.Stream, reader: FrameReader) -> dict[Any, Any]:
         while True:
             data = reader.next_map()
             if data is not None:
@@ -148,7 +168,7 @@ class WitnessService:
                 raise EOFError
             reader.feed(chunk)
 
-    async def _login(self, stream: trio.SocketStream, hello: dict[Any, Any], remote: str) -> str:
+    async def _login(self, stream: trio.abc.Stream, hello: dict[Any, Any], remote: str) -> str:
         """The node id of a node allowed in ("" when refused, after saying why)."""
         if hello.get("m") != "hello":
             raise WitnessProtocolError("a witness connection must open with hello")

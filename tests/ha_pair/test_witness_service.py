@@ -3,6 +3,7 @@ the state file that a restarted witness starts from."""
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from amqlite.auth import Authenticator, hash_password
 from amqlite.config import UserConfig
 from amqlite.ha.witness import FrameReader, LeaseAnswer, LeaseRequest, encode_frame, hello_map
 from amqlite.server.witness import WitnessService
+from amqlite.tls import describe_tls_error
 
 
 class Node:
@@ -132,3 +134,39 @@ def test_a_damaged_state_file_is_named(tmp_path: Path) -> None:
     path.write_text("{not json")
     with pytest.raises(ValueError, match="damaged"):
         WitnessState(str(path)).load()
+
+
+async def test_over_tls_a_verified_node_gets_its_lease_and_a_plain_one_gets_nothing(
+    tmp_path: Path,
+) -> None:
+    from amqlite.config import TlsConfig
+    from amqlite.tls import node_client_context, server_context
+    from tests.tls_certs import make_tls_files
+
+    files = make_tls_files(tmp_path / "tls")
+    served = TlsConfig(cert=str(files.cert), key=str(files.key), ca=str(files.ca))
+    async with trio.open_nursery() as nursery:
+        service = WitnessService(str(tmp_path / "witness.json"), GUEST_ONLY)
+        port: int = await nursery.start(
+            functools.partial(service.serve, "127.0.0.1", 0, ssl_context=server_context(served))
+        )
+        # the node's side as HaService dials it with [cluster] witness_tls = true
+        tcp = await trio.open_tcp_stream("127.0.0.1", port)
+        stream = trio.SSLStream(tcp, node_client_context(served), server_hostname="127.0.0.1")
+        node = Node(stream)  # type: ignore[arg-type]
+        assert (await node.hello("guest", "guest", "p"))["m"] == "welcome"
+        answer = await node.ask(LeaseRequest(1, "p", 1, 1.0, False))
+        assert answer.granted and answer.epoch == 1
+        # a node verifying against another CA never gets to say hello
+        wrong = TlsConfig(ca=str(files.other_ca))
+        tcp = await trio.open_tcp_stream("127.0.0.1", port)
+        refused = trio.SSLStream(tcp, node_client_context(wrong), server_hostname="127.0.0.1")
+        with pytest.raises(trio.BrokenResourceError) as caught:
+            await refused.do_handshake()
+        assert "certificate verify failed" in describe_tls_error(caught.value)
+        # a plain node: the witness reads no hello from it (its bytes are no TLS)
+        plain = await _node(port)
+        await plain.stream.send_all(encode_frame(hello_map("guest", "guest", "b")))
+        with trio.fail_after(10), pytest.raises((EOFError, trio.BrokenResourceError)):
+            await plain.next()
+        nursery.cancel_scope.cancel()
