@@ -75,6 +75,9 @@ class ServerConfig:
     trace: bool = False
     #: the native listener speaks TLS only (``[tls]``; ``amqlites://`` clients)
     tls: bool = False
+    #: after a restart or failover, how long a message group waits for the consumer
+    #: that had it to come back once another wants it (seconds; docs/selectors.md)
+    group_resume_timeout: float = 10.0
 
     def effective_node_id(self, bound_port: int | None = None) -> str:
         """``node_id``, or ``"<host>:<port>"`` when it is empty.
@@ -626,6 +629,7 @@ _SERVER_SPEC = _TableSpec(
         "vhosts": _unique_names("vhost"),
         "trace": _boolean,
         "tls": _boolean,
+        "group_resume_timeout": _number(0),
     },
 )
 

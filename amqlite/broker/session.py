@@ -65,6 +65,7 @@ class Session:
         "_writable",
         "consumers_held",
         "holder",
+        "instance",
         "owner",
     )
 
@@ -81,6 +82,9 @@ class Session:
         #: consumers of every session this one holds (its connection's), counted
         #: against the broker's ``max_consumers_per_connection``
         self.consumers_held = 0
+        #: the client's ``hello.instance`` (kept across its reconnects; "" none): names
+        #: its consumers as owners of message groups (:mod:`.groups`)
+        self.instance = ""
         self._closed = False
         self._writable = True
         self._flagged = False

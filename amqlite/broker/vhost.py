@@ -63,11 +63,13 @@ class VirtualHost:
         "_new_queue_name",
         "_watchers",
         "exchanges",
+        "group_resume_timeout",
         "max_queues",
         "name",
         "publish_keys",
         "queues",
         "recorder",
+        "reserving",
         "wall_offset",
     )
 
@@ -79,6 +81,11 @@ class VirtualHost:
         self.wall_offset = 0.0  # wall clock = now + wall_offset (the shell sets it)
         #: clients may not declare a queue past this many (0: no limit)
         self.max_queues = 0
+        #: how long a message group stays reserved for its owner of a previous life
+        #: of the broker once a consumer wants it (seconds; docs/selectors.md)
+        self.group_resume_timeout = 10.0
+        #: queues with a group reservation whose wait is running (see Queue.lapse_reservations)
+        self.reserving: set[Queue] = set()
         self._new_queue_name = new_queue_name
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues)}
@@ -348,6 +355,10 @@ class VirtualHost:
     def expire(self, now: float) -> None:
         for queue in list(self.queues.values()):
             queue.expire(now)
+        if self.reserving:
+            for queue in list(self.reserving):
+                if queue.lapse_reservations(now) and not queue.deleted:
+                    queue.dispatch(now)
 
     # --- bindings -----------------------------------------------------------------
 

@@ -123,6 +123,12 @@ class ReplicaProgress:
         position = self._messages.get(journal_id)
         return position is None or position <= self.applied
 
+    def holds(self, position: int) -> bool:
+        """Whether the passive node's broker holds the record at ``position`` (True
+        when no passive node is replicated to): a message group's new owner
+        (``group.owner``) must reach it before the group's first delivery goes."""
+        return self.upto is None or position <= self.applied
+
     def stream_replicated(self, vhost: str, queue: str, offset: int) -> bool:
         """:meth:`replicated` for the message at ``offset`` of stream ``queue``."""
         if self.upto is None:

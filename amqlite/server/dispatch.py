@@ -44,6 +44,7 @@ class RequestDispatcher:
         peered: Mapping[str, PublishHook] | None = None,
     ) -> None:
         self.session = session
+        session.instance = instance  # names its consumers as message-group owners
         # publish keys (amqlite.broker.dedup) for confirmed publishes: "instance:id"
         self._key_prefix = f"{instance}:" if instance else ""
         self.user = user.name

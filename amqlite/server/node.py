@@ -111,6 +111,7 @@ class BrokerNode:
                 max_consumers_per_connection=limits.max_consumers_per_connection,
                 max_message_size=limits.max_message_size,
             ),
+            group_resume_timeout=self.config.server.group_resume_timeout,
         )
         if self.config.server.trace:
             set_trace(broker, True)
