@@ -203,7 +203,7 @@ def _held_by_ctag_1(groups: str) -> list[Record]:
 
 def test_after_a_takeover_a_group_waits_for_its_consumer_which_gets_it_back_flagged() -> None:
     records = _held_by_ctag_1("aab")  # ctag-1 holds a (0a delivered), b waits
-    again, back, other = _taken_over(records)
+    _, back, other = _taken_over(records)
     other.consume("dq", now=1)
     # a is reserved for abc/ctag-1; b had no owner yet: it goes at once
     assert _flags(other.take_deliveries()) == [(b"2b", True)]
