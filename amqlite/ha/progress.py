@@ -24,7 +24,7 @@ from collections import deque
 class ReplicaProgress:
     """The passive node's progress through the active journal (see the module)."""
 
-    __slots__ = ("_messages", "_order", "_streams", "applied", "upto")
+    __slots__ = ("_awaited", "_messages", "_order", "_streams", "applied", "upto")
 
     def __init__(self) -> None:
         #: the passive node has committed everything up to here; None while no
@@ -37,6 +37,8 @@ class ReplicaProgress:
         self._order: deque[tuple[int, int]] = deque()  # (position, journal id)
         #: (vhost, stream) -> (offset, position) of its appends not yet applied, in order
         self._streams: dict[tuple[str, str], deque[tuple[int, int]]] = {}
+        #: the highest position a push waits for through :meth:`holds` (0: none)
+        self._awaited = 0
 
     @property
     def required(self) -> bool:
@@ -56,6 +58,7 @@ class ReplicaProgress:
         self._messages.clear()
         self._order.clear()
         self._streams.clear()
+        self._awaited = 0
 
     # --- what the active node appends (only while required) -----------------------------
 
@@ -93,9 +96,12 @@ class ReplicaProgress:
         return self._forget(self.applied)
 
     def _forget(self, upto: int) -> bool:
+        awaited = self._awaited != 0  # a push waits for a position: let it look again
+        if awaited and upto >= self._awaited:
+            self._awaited = 0
         messages, streams = self._messages, self._streams
         if not messages and not streams:
-            return False
+            return awaited
         order = self._order
         while order and order[0][0] <= upto:
             messages.pop(order.popleft()[1], None)
@@ -127,7 +133,10 @@ class ReplicaProgress:
         """Whether the passive node's broker holds the record at ``position`` (True
         when no passive node is replicated to): a message group's new owner
         (``group.owner``) must reach it before the group's first delivery goes."""
-        return self.upto is None or position <= self.applied
+        if self.upto is None or position <= self.applied:
+            return True
+        self._awaited = max(self._awaited, position)
+        return False
 
     def stream_replicated(self, vhost: str, queue: str, offset: int) -> bool:
         """:meth:`replicated` for the message at ``offset`` of stream ``queue``."""
