@@ -65,7 +65,7 @@ class BrokerNode:
         self.version = amqlite.__version__
         self.state = "standalone"
         self.cluster_addresses: list[str] = []
-        self.authenticator = Authenticator(config.users, config.server.vhosts)
+        self.authenticator = Authenticator(config.users, config.server.vhosts, config.constraints)
         self.connections: set[NativeConnection | AmqpServerConnection] = set()
         limits = config.limits
         #: sockets through their handshake or not, counted (docs/protocol.md "Limits")

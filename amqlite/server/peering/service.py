@@ -429,6 +429,20 @@ class PeeringService:
             conn.send_map(Refused(ReplyCode.ACCESS_REFUSED, text).to_map())
             conn.close_from_server(ReplyCode.ACCESS_REFUSED, text)
             return
+        refusal = conn.constraint_refusal(px.ctx.exchange)
+        if refusal is not None:
+            log.warning(
+                "constraint_refused",
+                remote=conn.remote_address,
+                user=conn.user,
+                vhost=vhost,
+                action="peer",
+                resource=f"exchange {exchange!r}",
+                reason=refusal,
+            )
+            conn.send_map(Refused(ReplyCode.ACCESS_REFUSED, refusal).to_map())
+            conn.close_from_server(ReplyCode.ACCESS_REFUSED, refusal)
+            return
         try:
             attached, actions = px.attach(msg, now)
         except PeeringProtocolError as exc:
