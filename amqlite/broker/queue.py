@@ -60,6 +60,7 @@ class Consumer:
         "no_ack",
         "prefetch",
         "queue",
+        "selector",
         "session",
         "tag",
         "writable",
@@ -89,6 +90,7 @@ class Consumer:
         self.inflight = 0
         self.cursor = 0  # streams: the next offset to deliver
         self.accepts = accepts
+        self.selector: str | None = None  # the selector's text (exchange peering's filter)
         self.groups: set[str] | None = None
 
 

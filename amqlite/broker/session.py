@@ -304,12 +304,15 @@ class Session:
             self._writable,
             accepts,
         )
+        if accepts is not None:
+            consumer.selector = selector
         if isinstance(q, StreamQueue):
             q.attach(consumer, consumer.arguments.get(OFFSET_ARGUMENT))
         self._consumers[tag] = consumer
         holder.consumers_held += 1
         q.add_consumer(consumer)
         q.dispatch(now)
+        self._vhost.consumers_changed(q)
         return tag
 
     def _new_tag(self) -> str:
@@ -333,6 +336,7 @@ class Session:
         queue = consumer.queue
         had_groups = bool(consumer.groups)
         queue.remove_consumer(consumer)
+        self._vhost.consumers_changed(queue)
         if queue.auto_delete and not queue.consumers and not queue.deleted:
             self._vhost.remove_queue(queue)
         elif had_groups and queue.ready and not queue.deleted:

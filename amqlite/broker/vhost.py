@@ -66,6 +66,7 @@ class VirtualHost:
         "group_resume_timeout",
         "max_queues",
         "name",
+        "on_consumers",
         "publish_keys",
         "queues",
         "recorder",
@@ -95,6 +96,9 @@ class VirtualHost:
         self._dead_lettering = False
         self.publish_keys = PublishKeys()
         self._watchers: dict[str, BindingWatcher] = {}
+        #: told of every queue that gained or lost a consumer (exchange peering
+        #: mirrors its consumers' selectors); must not raise
+        self.on_consumers: Callable[[Queue], None] | None = None
 
     # --- lookups ------------------------------------------------------------------
 
@@ -128,6 +132,11 @@ class VirtualHost:
             )
 
     # --- exchanges ----------------------------------------------------------------
+
+    def consumers_changed(self, queue: Queue) -> None:
+        """``queue`` gained or lost a consumer: tell ``on_consumers``."""
+        if self.on_consumers is not None:
+            self.on_consumers(queue)
 
     def watch(self, name: str, watcher: BindingWatcher | None) -> None:
         """Tell ``watcher`` of every binding on the exchange ``name``, now and after
