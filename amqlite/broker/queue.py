@@ -521,16 +521,15 @@ class Queue:
 
     def _reserved_for(self, group: Group, message: Message, now: float) -> Consumer | None:
         """The consumer that may take ``message`` of the reserved ``group``: the one
-        it is reserved for, if it is back and able; any other once the wait for it
+        it is reserved for once it is back (while it cannot take the message, the
+        group waits for it); while it is not back, any other once the wait for it
         (started now, if not yet) has ended. None: the group waits."""
         reserved = group.reserved
         for c in self.consumers if reserved != NO_RESUME else ():
-            if (
-                c.writable
-                and c.inflight < c.limit
-                and identity(c.session.instance, c.tag) == reserved
-                and (c.accepts is None or c.accepts(message))
-            ):
+            if identity(c.session.instance, c.tag) == reserved:
+                able = c.writable and c.inflight < c.limit
+                if not able or (c.accepts is not None and not c.accepts(message)):
+                    return None  # it is back: the group waits for it, as for an owner
                 group.reserved = None
                 return c
         if group.until == INF:

@@ -228,6 +228,26 @@ def test_a_reservation_lapses_once_a_consumer_has_waited_the_resume_timeout() ->
     assert back.take_deliveries() == []
 
 
+def test_a_returned_owner_without_credit_keeps_its_reservation() -> None:
+    broker, records = recording_broker()
+    s = broker.open_session("/", owner="s")
+    s.instance = "abc"
+    s.declare_queue("dq", durable=True)
+    s.consume("dq", prefetch=2, now=0)  # ctag-1: takes 0- and 1a (so it owns a)
+    s.publish(Message("", "dq", b"0-", None, {"persistent": True}), now=0)
+    _persistent_groups(s, "dq", "aa", start=1)
+    again, back, other = _taken_over(records)
+    again.vhost("/").group_resume_timeout = 5.0  # type: ignore[union-attr]
+    back.consume("dq", tag="ctag-1", prefetch=1, now=0)
+    [plain] = back.take_deliveries()  # 0- (no group) uses its one credit
+    assert plain.message.body == b"0-"
+    other.consume("dq", now=1)  # wants a, which waits for ctag-1: it is back
+    again.tick(100)
+    assert other.take_deliveries() == []
+    back.ack(plain.dtag)
+    assert _flags(back.take_deliveries()) == [(b"1a", True)]
+
+
 def test_an_owner_without_an_instance_is_never_recognised() -> None:
     broker, records = recording_broker()
     s = broker.open_session("/", owner="s")  # no instance (an AMQP channel)
