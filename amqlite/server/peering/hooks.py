@@ -115,4 +115,6 @@ class BindingHook:
         px = self.px
         if has_subscriber(px):
             exchange = self.vhost.exchanges.get(px.ctx.exchange)
-            self.applier.apply(px.filter_changed(consumer_filter(exchange), now))
+            actions = px.filter_changed(consumer_filter(exchange), now)
+            if actions:  # (a consumer came or went mid-request: no turn for nothing)
+                self.applier.apply(actions)
