@@ -150,12 +150,20 @@ class HttpConfig:
     off unless ``port`` is set (RabbitMQ's management port is 15672).
 
     ``host`` empty means ``server.host``; ``tls`` serves HTTPS only, with ``[tls]``'s
-    certificate.
+    certificate. ``allowed_origins`` lists the origins (``https://app.example``)
+    whose pages may open the browser channels besides the listener's own
+    (docs/browser.md); a long-polling session ends after ``poll_idle`` seconds
+    without a poll. Over a WebSocket the broker and the page each send a heartbeat
+    every ``ws_heartbeat`` seconds when they have nothing else to send, and end the
+    session after three heartbeats' time of silence from the other end (0: off).
     """
 
     port: int | None = None
     host: str = ""
     tls: bool = False
+    allowed_origins: tuple[str, ...] = ()
+    poll_idle: float = 30.0
+    ws_heartbeat: float = 10.0
 
     @property
     def enabled(self) -> bool:
@@ -570,6 +578,26 @@ def _unique_names(what: str) -> _Convert:
     return convert
 
 
+_ORIGIN = re.compile(r"https?://[^/?#\s]+")
+
+
+def _origins(key: str, value: Any) -> tuple[str, ...]:
+    """Web origins: ``scheme://host[:port]``, no path (a trailing slash is dropped)."""
+    if not isinstance(value, list | tuple):
+        raise ConfigError(key, f"must be an array of origins, got {_type_name(value)}")
+    origins: list[str] = []
+    for index, item in enumerate(value):
+        origin: str = _string()(f"{key}[{index}]", item)
+        origin = origin.rstrip("/")
+        if not _ORIGIN.fullmatch(origin):
+            raise ConfigError(
+                f"{key}[{index}]",
+                f"{item!r} is not an origin (scheme://host[:port], e.g. https://app.example)",
+            )
+        origins.append(origin.lower())
+    return tuple(origins)
+
+
 def _file(key: str, value: Any) -> str:
     """A path to a readable file (empty: not given)."""
     path: str = _string(allow_empty=True)(key, value)
@@ -732,7 +760,14 @@ _AMQP_SPEC = _TableSpec(
 
 _HTTP_SPEC = _TableSpec(
     HttpConfig,
-    {"port": _integer(0, 65535), "host": _string(allow_empty=True), "tls": _boolean},
+    {
+        "port": _integer(0, 65535),
+        "host": _string(allow_empty=True),
+        "tls": _boolean,
+        "allowed_origins": _origins,
+        "poll_idle": _number(0.1),
+        "ws_heartbeat": _number(0),
+    },
 )
 
 _TLS_SPEC = _TableSpec(

@@ -114,12 +114,15 @@ class Broker:
                 out.append(session)
         return out
 
-    def tick(self, now: float) -> None:
-        """Remove (and dead-letter) messages whose TTL has passed at ``now``; end the
-        message-group reservations whose wait is over (:mod:`.groups`)."""
+    def tick(self, now: float, *, expire_queues: bool = True) -> None:
+        """Remove (and dead-letter) messages whose TTL has passed at ``now``, and
+        (``expire_queues``) delete queues unused past their ``x-expires``. A queue's
+        unused time is measured in ticks: it is deleted at the first tick at least
+        ``x-expires`` after the last tick that saw it in use. End the message-group
+        reservations whose wait is over (:mod:`.groups`)."""
         self.now = now
         for host in self._vhosts.values():
-            host.expire(now)
+            host.expire(now, queues=expire_queues)
 
     def apply(self, records: Iterable[Record], now: float) -> int:
         """Rebuild durable state from journal records (recovery after a restart, or a

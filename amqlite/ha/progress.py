@@ -138,6 +138,14 @@ class ReplicaProgress:
         self._awaited = max(self._awaited, position)
         return False
 
+    def stream_unreplicated(self, vhost: str, queue: str) -> int | None:
+        """The first offset of stream ``queue`` the passive node does not hold yet;
+        None when it holds every one (or no passive node is replicated to)."""
+        if self.upto is None:
+            return None
+        appends = self._streams.get((vhost, queue))
+        return appends[0][0] if appends else None
+
     def stream_replicated(self, vhost: str, queue: str, offset: int) -> bool:
         """:meth:`replicated` for the message at ``offset`` of stream ``queue``."""
         if self.upto is None:

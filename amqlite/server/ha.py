@@ -563,6 +563,7 @@ class HaService:
             elif isinstance(action, ReplicationStarted):
                 if storage is not None:
                     storage.tee = self._tee
+                    storage.tee_turn = self._tee_turn
                     storage.replica_required(True)
                 log.info(
                     "ha_replication_started",
@@ -572,6 +573,7 @@ class HaService:
             elif isinstance(action, ReplicationStopped):
                 if storage is not None:
                     storage.tee = None
+                    storage.tee_turn = None
                     storage.replica_required(False)
                 log.warning("ha_replication_stopped", synced_upto=action.synced_upto)
                 self._signal_progress()
@@ -579,6 +581,13 @@ class HaService:
     def _tee(self, position: int, frame: bytes) -> None:
         self.replicator.appended(position, frame)
         self._sender_wake.set()
+
+    def _tee_turn(self, opened: bool) -> None:
+        if opened:
+            self.replicator.hold()
+        else:
+            self.replicator.release()
+            self._sender_wake.set()
 
     async def _sender(self) -> None:
         """Send what the replicator has for the peer. Woken by appends and acks; what
@@ -623,9 +632,16 @@ class HaService:
                 self._apply_follower([action], conn)
 
     async def _apply_in_chunks(self, chunks: tuple[bytes, ...]) -> None:
-        for chunk in chunks:
-            self._apply_chunk(chunk)
-            await trio.lowlevel.checkpoint()
+        storage = self.node.storage
+        if storage is not None:
+            storage.hold()  # the snapshot reaches the files whole
+        try:
+            for chunk in chunks:
+                self._apply_chunk(chunk)
+                await trio.lowlevel.checkpoint()
+        finally:
+            if storage is not None:
+                storage.release()
         self._applying = False
         self._drain_follow()
         self._drain()
@@ -639,8 +655,15 @@ class HaService:
         storage = node.storage
         if storage is not None and storage.journal is not None:
             journal = storage.journal
-            for record, frame in framed:
-                journal.append_framed(record, frame)
+            # one sync is one or more whole turns of the master's journal (the
+            # replicator never splits one): a commit running meanwhile in the
+            # committer's thread must not write half of it
+            journal.hold()
+            try:
+                for record, frame in framed:
+                    journal.append_framed(record, frame)
+            finally:
+                journal.release()
 
     def _apply_follower(self, actions: Sequence[FollowerAction], conn: HaPeerEnd) -> None:
         storage = self.node.storage

@@ -104,6 +104,9 @@ class NodeStorage:
         #: HA: every appended record's (position, frame) also goes here while the
         #: active node replicates to its passive peer.
         self.tee: Callable[[int, bytes], None] | None = None
+        #: HA: told of journal turns opening (True) and closing (False) while ``tee``
+        #: is set, so that replication never splits one
+        self.tee_turn: Callable[[bool], None] | None = None
         #: HA: what the passive peer holds (the bookkeeping is sans-IO, in ``ha/``)
         self.replica = replica = ReplicaProgress()
         #: Whether the passive peer holds message ``journal_id`` (True when no peer is
@@ -212,11 +215,15 @@ class NodeStorage:
         """Open a turn whose records one commit writes whole (:meth:`Journal.hold`)."""
         if self.journal is not None:
             self.journal.hold()
+            if self.tee_turn is not None:
+                self.tee_turn(True)
 
     def release(self) -> None:
         """Close the turn opened by :meth:`hold`."""
         if self.journal is not None:
             self.journal.release()
+            if self.tee_turn is not None:
+                self.tee_turn(False)
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once everything appended so far is committed."""
