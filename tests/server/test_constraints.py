@@ -6,8 +6,9 @@ links alike; a user with the role passes, and unconstrained resources are open t
 anyone the permissions allow.
 
 Users (all with full permissions on "/"): ``trader`` (roles traders), ``auditor``
-(roles auditors), ``nobody`` (no roles), ``peer`` (peering tag, role traders) and
-``outsider`` (peering tag, no roles).
+(roles auditors), ``nobody`` (no roles), ``peer`` (peering tag, role traders),
+``outsider`` (peering tag, no roles), ``webnobody`` and ``webtrader`` (administrator
+for the HTTP API; no roles, role traders).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import dataclasses
 from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
 import pika
 import pytest
 import trio
@@ -42,6 +44,8 @@ USERS = (
     _user("nobody"),
     _user("peer", "traders", tags=("peering",)),
     _user("outsider", tags=("peering",)),
+    _user("webnobody", tags=("administrator",)),
+    _user("webtrader", "traders", tags=("administrator",)),
 )
 CONSTRAINTS = (
     ConstraintConfig(exchange="orders", send=("traders",), subscribe=("traders", "auditors")),
@@ -56,6 +60,7 @@ def _config() -> Config:
             "server.port": 0,
             "storage.persist": False,
             "amqp.port": 0,
+            "http.port": 0,
         }
     )
     return dataclasses.replace(base, users=USERS, constraints=CONSTRAINTS)
@@ -193,6 +198,22 @@ async def test_amqp_clients_meet_the_same_constraints(node: BrokerNode) -> None:
     assert "subscribe on queue 'audit'" in text and "(constraint 'audit-log')" in text
     logged_refusals = refusals(entries, "constraint_refused")
     assert len(logged_refusals) == 2 and all("access refused" in r for r in logged_refusals)
+
+
+# --- the HTTP API ---------------------------------------------------------------------------
+
+
+async def test_an_http_publish_meets_the_same_constraints(node: BrokerNode) -> None:
+    body = {"routing_key": "a.b", "payload": "hi", "payload_encoding": "string"}
+    url = f"http://{node.http_listen}/api/exchanges/%2F/orders/publish"
+    async with httpx.AsyncClient(timeout=10) as http:
+        with logged() as entries:
+            refused = await http.post(url, json=body, auth=("webnobody", PASSWORD))
+        allowed = await http.post(url, json=body, auth=("webtrader", PASSWORD))
+    assert refused.status_code == 403, refused.text
+    assert "send on exchange 'orders'" in refused.text and "webnobody" in refused.text
+    assert len(refusals(entries, "constraint_refused")) == 1
+    assert allowed.status_code == 200, allowed.text
 
 
 # --- peering links ------------------------------------------------------------------------
