@@ -21,6 +21,11 @@ implies ``management``), ``management`` (the HTTP management API: its own vhosts
 ``cluster`` (opening the HA pair's peer link) and ``peering`` (opening an
 exchange peering link). :func:`require_tag` is the one check.
 
+Role constraints (``[[constraints]]``, the Flex message service's
+security-constraint) come on top: a user carries roles (``[[users]] roles``), and a
+constraint names the roles that may ``send`` to or ``subscribe`` to one exchange or
+queue of a vhost. :meth:`AuthenticatedUser.refusal` is the one check.
+
 Every refusal carries reply code 403 and a text that reveals nothing an attacker
 could use (not whether the login exists, nor whether the vhost exists); the
 detail goes to ``log_reason`` for the server's log only.
@@ -42,7 +47,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 from amqlite.errors import AccessRefused, ReplyCode
 
 if TYPE_CHECKING:
-    from amqlite.config import UserConfig
+    from amqlite.config import ConstraintConfig, UserConfig
 
 __all__ = [
     "GUEST_LOGIN",
@@ -54,9 +59,12 @@ __all__ = [
     "AuthResult",
     "AuthenticatedUser",
     "Authenticator",
+    "ConstrainedAction",
     "PermissionKind",
     "Permissions",
     "ResourceType",
+    "RoleConstraint",
+    "RoleConstraints",
     "ScryptHash",
     "Tag",
     "check",
@@ -96,6 +104,7 @@ _IMPLIED: Mapping[str, frozenset[str]] = {
     "monitoring": frozenset({"management"}),
 }
 ResourceType = Literal["exchange", "queue"]
+ConstrainedAction = Literal["send", "subscribe"]
 
 _BAD_CREDENTIALS = "access refused: bad login or password"
 
@@ -243,6 +252,73 @@ class Permissions:
         return pattern.pattern != "" and pattern.search(resource) is not None
 
 
+@dataclass(frozen=True, slots=True)
+class RoleConstraint:
+    """Who may ``send`` to / ``subscribe`` to one exchange or queue (None: anyone
+    the permissions allow); ``label`` is how refusals name it."""
+
+    label: str
+    vhost: str
+    resource_type: str
+    resource: str
+    send: frozenset[str] | None = None
+    subscribe: frozenset[str] | None = None
+
+    @classmethod
+    def from_config(cls, c: ConstraintConfig) -> RoleConstraint:
+        return cls(
+            c.label,
+            c.vhost,
+            c.resource_type,
+            c.resource,
+            None if c.send is None else frozenset(c.send),
+            None if c.subscribe is None else frozenset(c.subscribe),
+        )
+
+
+class RoleConstraints:
+    """The role constraints of one vhost, by (resource type, name)."""
+
+    __slots__ = ("_by_resource", "queues_send")
+
+    def __init__(self, constraints: Iterable[RoleConstraint] = ()) -> None:
+        self._by_resource = {(c.resource_type, c.resource): c for c in constraints}
+        #: some queue has a send constraint: a publish to the default exchange looks
+        self.queues_send = any(
+            c.resource_type == "queue" and c.send is not None for c in self._by_resource.values()
+        )
+
+    def __bool__(self) -> bool:
+        return bool(self._by_resource)
+
+    def refusal(
+        self,
+        action: ConstrainedAction,
+        resource_type: ResourceType,
+        name: str,
+        user: str,
+        roles: frozenset[str],
+    ) -> str | None:
+        """Why ``user`` with ``roles`` may not ``action`` the resource (the text names
+        the constraint), or None when no constraint stops it."""
+        c = self._by_resource.get((resource_type, name))
+        if c is None:
+            return None
+        allowed = c.send if action == "send" else c.subscribe
+        if allowed is None or not allowed.isdisjoint(roles):
+            return None
+        needed = ", ".join(sorted(allowed)) or "none"
+        has = ", ".join(sorted(roles)) or "none"
+        return (
+            f"access refused: {action} on {resource_type} {name!r} in vhost {c.vhost!r} "
+            f"needs one of the roles [{needed}] (constraint {c.label}); "
+            f"user {user!r} has roles [{has}]"
+        )
+
+
+_NO_CONSTRAINTS = RoleConstraints()
+
+
 def effective_tags(tags: Iterable[str]) -> frozenset[str]:
     """``tags`` with what they imply (``administrator`` -> ``monitoring``, ...)."""
     given = frozenset(tags)
@@ -259,10 +335,23 @@ class AuthenticatedUser:
     permissions: Permissions
     tags: frozenset[str] = frozenset()
     grants: Mapping[str, Permissions] = field(default_factory=dict, compare=False, hash=False)
+    roles: frozenset[str] = frozenset()
+    #: the role constraints of the vhost the user logged into
+    constraints: RoleConstraints = field(default=_NO_CONSTRAINTS, compare=False, hash=False)
 
     def has_tag(self, tag: Tag) -> bool:
         """True when the user carries ``tag`` or a tag that implies it."""
         return tag in effective_tags(self.tags)
+
+    def refusal(
+        self, action: ConstrainedAction, resource_type: ResourceType, name: str
+    ) -> str | None:
+        """Why a role constraint of this vhost stops this user from ``action`` on the
+        exchange or queue ``name`` (a 403 text naming the constraint), or None."""
+        constraints = self.constraints
+        if not constraints:
+            return None
+        return constraints.refusal(action, resource_type, name, self.name, self.roles)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +371,7 @@ class _UserRecord:
     password_hash: str
     permissions: Mapping[str, Permissions]
     tags: frozenset[str]
+    roles: frozenset[str] = frozenset()
 
 
 class Authenticator:
@@ -296,8 +386,17 @@ class Authenticator:
     password, so response time does not reveal which logins exist.
     """
 
-    def __init__(self, users: Iterable[UserConfig], vhosts: Iterable[str]) -> None:
+    def __init__(
+        self,
+        users: Iterable[UserConfig],
+        vhosts: Iterable[str],
+        constraints: Iterable[ConstraintConfig] = (),
+    ) -> None:
         self._vhosts = frozenset(vhosts)
+        by_vhost: dict[str, list[RoleConstraint]] = {}
+        for c in constraints:
+            by_vhost.setdefault(c.vhost, []).append(RoleConstraint.from_config(c))
+        self._constraints = {vhost: RoleConstraints(cs) for vhost, cs in by_vhost.items()}
         self._users: dict[str, _UserRecord] = {
             user.name: _UserRecord(
                 user.password_hash,
@@ -306,6 +405,7 @@ class Authenticator:
                     for grant in user.permissions
                 },
                 frozenset(user.tags),
+                frozenset(user.roles),
             )
             for user in users
         }
@@ -356,14 +456,27 @@ class Authenticator:
         if self.guest_only:
             full = Permissions.full()
             everywhere = dict.fromkeys(sorted(self._vhosts), full)
-            return AuthenticatedUser(GUEST_LOGIN, full, frozenset(TAGS), everywhere)
+            return AuthenticatedUser(
+                GUEST_LOGIN,
+                full,
+                frozenset(TAGS),
+                everywhere,
+                constraints=self._constraints.get(vhost, _NO_CONSTRAINTS),
+            )
         record = self._users.get(login)
         if record is None:
             return _refused(f"user {login!r} has no permissions on vhost {vhost!r}", vhost=vhost)
         permissions = record.permissions.get(vhost)
         if permissions is None:
             return _refused(f"user {login!r} has no permissions on vhost {vhost!r}", vhost=vhost)
-        return AuthenticatedUser(login, permissions, record.tags, record.permissions)
+        return AuthenticatedUser(
+            login,
+            permissions,
+            record.tags,
+            record.permissions,
+            record.roles,
+            self._constraints.get(vhost, _NO_CONSTRAINTS),
+        )
 
     def management_user(self, login: str) -> AuthenticatedUser | None:
         """Who ``login`` (whose credentials passed) is across the node, for the

@@ -75,6 +75,9 @@ class ServerConfig:
     trace: bool = False
     #: the native listener speaks TLS only (``[tls]``; ``amqlites://`` clients)
     tls: bool = False
+    #: after a restart or failover, how long a message group waits for the consumer
+    #: that had it to come back once another wants it (seconds; docs/selectors.md)
+    group_resume_timeout: float = 10.0
 
     def effective_node_id(self, bound_port: int | None = None) -> str:
         """``node_id``, or ``"<host>:<port>"`` when it is empty.
@@ -299,10 +302,48 @@ class UserConfig:
     password_hash: str = field(repr=False)
     permissions: tuple[VhostPermissions, ...] = ()
     tags: tuple[str, ...] = ()
+    #: the roles role constraints name (``[[constraints]]``, docs/selectors.md)
+    roles: tuple[str, ...] = ()
 
     def permissions_for(self, vhost: str) -> VhostPermissions | None:
         """This user's grant in ``vhost``, or None."""
         return next((grant for grant in self.permissions if grant.vhost == vhost), None)
+
+
+@dataclass(frozen=True, slots=True)
+class ConstraintConfig:
+    """``[[constraints]]``: who may send to and subscribe to one exchange or queue of
+    a vhost, by role (the Flex message service's security-constraint).
+
+    ``send``: the roles that may publish to the exchange (for a queue: publish to it
+    through the default exchange); ``subscribe``: the roles that may consume from
+    the queue (for an exchange: bind a queue to it, or peer with it). None: that
+    action is not constrained. A user passes with any one of the roles; the
+    constraint comes on top of the vhost permissions. ``name`` is what refusals and
+    the log call it (default: ``<exchange|queue> '<name>' in vhost '<vhost>'``).
+    """
+
+    vhost: str = "/"
+    exchange: str | None = None
+    queue: str | None = None
+    send: tuple[str, ...] | None = None
+    subscribe: tuple[str, ...] | None = None
+    name: str = ""
+
+    @property
+    def resource_type(self) -> str:
+        return "exchange" if self.exchange is not None else "queue"
+
+    @property
+    def resource(self) -> str:
+        return self.exchange if self.exchange is not None else self.queue or ""
+
+    @property
+    def label(self) -> str:
+        """The constraint as refusals name it."""
+        if self.name:
+            return repr(self.name)
+        return f"{self.resource_type} {self.resource!r} in vhost {self.vhost!r}"
 
 
 PEERING_EXCHANGE_TYPES = ("direct", "fanout", "topic", "headers")
@@ -352,6 +393,7 @@ class Config:
     log: LogConfig = field(default_factory=LogConfig)
     users: tuple[UserConfig, ...] = ()
     cluster_mta: tuple[PeeringConfig, ...] = ()
+    constraints: tuple[ConstraintConfig, ...] = ()
 
     @property
     def uses_tls(self) -> bool:
@@ -622,6 +664,18 @@ def _tags(key: str, value: Any) -> tuple[str, ...]:
     return tuple(tags)
 
 
+def _roles(key: str, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple):
+        raise ConfigError(key, f"must be an array of role names, got {_type_name(value)}")
+    roles: list[str] = []
+    for index, item in enumerate(value):
+        role: str = _string()(f"{key}[{index}]", item)
+        if role in roles:
+            raise ConfigError(f"{key}[{index}]", f"duplicate role {role!r}")
+        roles.append(role)
+    return tuple(roles)
+
+
 def _table(spec: _TableSpec) -> _Convert:
     def convert(key: str, value: Any) -> Any:
         return _build_table(spec, key, value)
@@ -664,6 +718,7 @@ _SERVER_SPEC = _TableSpec(
         "vhosts": _unique_names("vhost"),
         "trace": _boolean,
         "tls": _boolean,
+        "group_resume_timeout": _number(0),
     },
 )
 
@@ -788,8 +843,21 @@ _USER_SPEC = _TableSpec(
         "password_hash": _password_hash,
         "permissions": _table_of_tables(_PERMISSIONS_SPEC, "vhost"),
         "tags": _tags,
+        "roles": _roles,
     },
     required=frozenset({"name", "password_hash"}),
+)
+
+_CONSTRAINT_SPEC = _TableSpec(
+    ConstraintConfig,
+    {
+        "vhost": _string(),
+        "exchange": _string(allow_empty=True),
+        "queue": _string(),
+        "send": _roles,
+        "subscribe": _roles,
+        "name": _string(allow_empty=True),
+    },
 )
 
 
@@ -839,6 +907,7 @@ _CONFIG_SPEC = _TableSpec(
         "log": _table(_LOG_SPEC),
         "users": _array_of_tables(_USER_SPEC),
         "cluster_mta": _array_of_tables(_PEERING_SPEC),
+        "constraints": _array_of_tables(_CONSTRAINT_SPEC),
     },
 )
 
@@ -884,6 +953,7 @@ def _check_references(config: Config) -> None:
         links.add(ident)
     _check_cluster_login(config)
     _check_tls(config)
+    _check_constraints(config)
     seen: set[str] = set()
     for index, user in enumerate(config.users):
         user_key = f"users[{index}]"
@@ -897,6 +967,30 @@ def _check_references(config: Config) -> None:
                     f"unknown vhost {grant.vhost!r} "
                     f"(server.vhosts is {list(config.server.vhosts)})",
                 )
+
+
+def _check_constraints(config: Config) -> None:
+    """Each constraint names one exchange or one queue of a known vhost, constrains
+    something, and no two constrain the same one."""
+    seen: set[tuple[str, str, str]] = set()
+    for index, c in enumerate(config.constraints):
+        key = f"constraints[{index}]"
+        if c.vhost not in config.server.vhosts:
+            raise ConfigError(
+                f"{key}.vhost",
+                f"unknown vhost {c.vhost!r} (server.vhosts is {list(config.server.vhosts)})",
+            )
+        if (c.exchange is None) == (c.queue is None):
+            raise ConfigError(key, "must name exactly one of exchange and queue")
+        if c.send is None and c.subscribe is None:
+            raise ConfigError(key, "must constrain send or subscribe (a list of roles)")
+        ident = (c.vhost, c.resource_type, c.resource)
+        if ident in seen:
+            raise ConfigError(
+                f"{key}.{c.resource_type}",
+                f"{c.resource_type} {c.resource!r} in vhost {c.vhost!r} is constrained twice",
+            )
+        seen.add(ident)
 
 
 def _check_cluster_login(config: Config) -> None:

@@ -109,6 +109,42 @@ def test_every_scenario_on_both_systems_counts_every_message(
         assert r["server_peak_rss_mb"] is None or r["server_peak_rss_mb"] > 0
 
 
+@pytest.mark.e2e
+def test_selector_and_group_scenarios_run_on_amqlite_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    scenarios = "1to1-transient,selectors-1to10,groups-10x1000"
+    args = _args("--messages", "1000", "--scenarios", scenarios, "--json")
+    assert run_bench(args) == 0
+    captured = capsys.readouterr()
+    rows = {(r["system"], r["scenario"]): r for r in json.loads(captured.out)["results"]}
+    assert set(rows) == {
+        ("amqlite", "1to1-transient"),
+        ("amqlite", "selectors-1to10"),
+        ("amqlite", "groups-10x1000"),
+        ("raw-trio", "1to1-transient"),
+    }
+    for name in ("selectors-1to10", "groups-10x1000"):
+        r = rows[("amqlite", name)]
+        assert r["published"] == r["consumed"] == r["expected"] == 1000
+        assert r["msgs_per_s"] > 0
+        assert f"raw-trio: {name} not run: selectors and message groups" in captured.err
+
+
+def test_the_selector_scenario_gives_each_consumer_its_tenth() -> None:
+    selectors, groups = build_scenarios(
+        ["selectors-1to10", "groups-10x1000"], messages=1005, latency_seconds=1.0
+    )
+    tallies = selectors.tallies()
+    assert [t.selector for t in tallies] == [f"k = {j}" for j in range(10)]
+    assert [t.expected for t in tallies] == [101] * 5 + [100] * 5
+    assert selectors.plan.pattern == "select" and selectors.queues == 1
+    shared = groups.tallies()
+    assert len(shared) == 10 and len({id(t.shared) for t in shared}) == 1
+    assert shared[0].shared is not None and shared[0].shared.expected == 1005
+    assert Scenario.from_json(groups.to_json()) == groups
+
+
 def test_bad_flags_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_bench(_args("--scenarios", "1to1-transient,nope")) == 2
     assert "--scenarios" in capsys.readouterr().err

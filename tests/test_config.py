@@ -14,6 +14,7 @@ from amqlite.auth import hash_password, verify_password
 from amqlite.config import (
     AmqpConfig,
     Config,
+    ConstraintConfig,
     HttpConfig,
     LimitsConfig,
     LogConfig,
@@ -93,6 +94,11 @@ def test_shipped_users_example_loads_once_uncommented(tmp_path: Path) -> None:
     (user,) = config.users
     assert user.name == "app"
     assert user.tags == ()
+    assert user.roles == ("traders",)
+    (constraint,) = config.constraints
+    assert constraint == ConstraintConfig(
+        exchange="orders", send=("traders",), subscribe=("traders", "auditors"), name="orders"
+    )
     grant = user.permissions_for("/")
     assert grant == VhostPermissions("/", configure=r"app\..*", write=".*", read=".*")
 
@@ -165,6 +171,44 @@ def test_user_tags_are_parsed(tmp_path: Path) -> None:
     assert ops.tags == ("monitoring", "administrator")
     assert pair.tags == ("cluster",)
     assert ops.permissions == ()
+
+
+def test_constraints_name_one_resource_of_a_known_vhost(tmp_path: Path) -> None:
+    ok = load_config(
+        write_config(
+            tmp_path,
+            """
+            [[constraints]]
+            queue = "audit"
+            subscribe = ["auditors"]
+            [[constraints]]
+            exchange = ""
+            send = []
+            """,
+        )
+    )
+    audit, default = ok.constraints
+    assert (audit.resource_type, audit.resource, audit.send) == ("queue", "audit", None)
+    assert audit.label == "queue 'audit' in vhost '/'"
+    assert (default.resource_type, default.resource, default.send) == ("exchange", "", ())
+    bad = {
+        'exchange = "x"\nqueue = "q"\nsend = ["a"]': (
+            "constraints[0]",
+            "must name exactly one of exchange and queue",
+        ),
+        'queue = "q"': ("constraints[0]", "must constrain send or subscribe (a list of roles)"),
+        'queue = "q"\nsend = "a"': ("constraints[0].send", "must be an array of role names"),
+        'queue = "q"\nsend = ["a"]\nvhost = "nope"': ("constraints[0].vhost", "unknown vhost"),
+        'queue = "q"\nsend = ["a"]\n[[constraints]]\nqueue = "q"\nsubscribe = ["b"]': (
+            "constraints[1].queue",
+            "queue 'q' in vhost '/' is constrained twice",
+        ),
+    }
+    for body, (key, reason) in bad.items():
+        with pytest.raises(ConfigError) as caught:
+            load_config(write_config(tmp_path, "[[constraints]]\n" + body))
+        assert caught.value.key == key, body
+        assert caught.value.reason.startswith(reason), caught.value.reason
 
 
 def test_overrides_win_over_the_file(tmp_path: Path) -> None:

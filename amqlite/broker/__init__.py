@@ -6,6 +6,7 @@ return values, deliveries and cancellations. See docs/CONTRACTS.md, "Broker core
 
 from .arguments import Overflow, QueueSettings, parse_queue_arguments
 from .broker import Broker
+from .groups import group_record_position
 from .headers import HeadersRule
 from .message import PEERING_QUEUE_PREFIX, Delivery, Message, PublishOutcome, QueueInfo
 from .recording import ALL_APPENDED
@@ -25,5 +26,6 @@ __all__ = [
     "QueueSettings",
     "Session",
     "TopicMatcher",
+    "group_record_position",
     "parse_queue_arguments",
 ]

@@ -55,6 +55,7 @@ class Broker:
         *,
         record: Sink | None = None,
         limits: BrokerLimits | None = None,
+        group_resume_timeout: float = 10.0,
     ) -> None:
         self.node_id = node_id
         #: What client requests may not exceed (queues, consumers, message size);
@@ -75,6 +76,7 @@ class Broker:
         for name in vhosts:
             host = VirtualHost(name, self._new_queue_name, self.recorder)
             host.max_queues = self.limits.max_queues_per_vhost
+            host.group_resume_timeout = group_resume_timeout
             self._vhosts[name] = host
 
     @property
@@ -116,7 +118,8 @@ class Broker:
         """Remove (and dead-letter) messages whose TTL has passed at ``now``, and
         (``expire_queues``) delete queues unused past their ``x-expires``. A queue's
         unused time is measured in ticks: it is deleted at the first tick at least
-        ``x-expires`` after the last tick that saw it in use."""
+        ``x-expires`` after the last tick that saw it in use. End the message-group
+        reservations whose wait is over (:mod:`.groups`)."""
         self.now = now
         for host in self._vhosts.values():
             host.expire(now, queues=expire_queues)

@@ -8,14 +8,27 @@ again), to another consumer, but only once every delivery of the group made so f
 is settled: two consumers never hold messages of one group at once.
 
 :class:`Group` is the queue's record of one group; the queue keeps one only while
-it has an owner or unsettled deliveries.
+it has an owner or unsettled deliveries, or is kept for a consumer of a previous
+life of the broker.
+
+**Across a restart or an HA failover.** On a recorded (durable) queue every change
+of owner is journaled (``group.owner``, naming the consumer by its client's
+``hello.instance`` and its consumer tag, which a reconnecting client keeps). A node
+that recovers or takes over does not know whether that consumer is still working
+on a message of the group it received before (the client cannot ack it any more),
+so it keeps the group **reserved** for it: only a consumer with the same identity
+(the client resuming its consumer) may take it, which it does with the group's
+oldest message, flagged again; once a consumer of the queue has waited for the
+group for the broker's ``group_resume_timeout``, the reservation lapses and the
+group goes to any consumer. An owner that cannot come back (no instance: AMQP
+clients) is ``"-"``, whose reservation only lapses.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .message import Message
+from .message import INF, Message
 
 if TYPE_CHECKING:
     from .queue import Consumer
@@ -26,15 +39,30 @@ FIRST_FOR_CONSUMER = "JMSXGroupFirstForConsumer"
 GROUP_PROPERTY = "group_id"
 
 
+#: the owner of a group whose consumer cannot be recognised after a reconnect
+NO_RESUME = "-"
+
+
+def identity(instance: str, tag: str) -> str:
+    """How a group's owner is journaled: recognisable after its client reconnects
+    when the client gave a ``hello.instance``."""
+    return f"i:{instance}/{tag}" if instance else NO_RESUME
+
+
 class Group:
     """``owner``: the consumer the group is with (None: none); ``unsettled``: its
-    deliveries to consumers (acknowledging ones) not yet acked, nacked or requeued."""
+    deliveries to consumers (acknowledging ones) not yet acked, nacked or requeued;
+    ``reserved``: the identity of the consumer of a previous life of the broker
+    the group waits for (None: none), until ``until`` (``INF``: the wait has not
+    started: it starts when a consumer first wants the group)."""
 
-    __slots__ = ("owner", "unsettled")
+    __slots__ = ("owner", "reserved", "unsettled", "until")
 
     def __init__(self) -> None:
         self.owner: Consumer | None = None
         self.unsettled = 0
+        self.reserved: str | None = None
+        self.until = INF
 
 
 class GroupFirstMessage(Message):
@@ -42,7 +70,7 @@ class GroupFirstMessage(Message):
     same message plus the header :data:`FIRST_FOR_CONSUMER`. ``original`` is what
     goes back into the queue if it is requeued (the flag belongs to one delivery)."""
 
-    __slots__ = ("original",)
+    __slots__ = ("original", "position")
 
     def __init__(self, original: Message) -> None:
         super().__init__(
@@ -57,6 +85,15 @@ class GroupFirstMessage(Message):
         self.mesh = original.mesh
         self.deaths = original.deaths
         self.original = original
+        #: the journal position of the ``group.owner`` record of this assignment
+        #: (0: none): on an HA pair the push waits until the passive node holds it
+        self.position = 0
+
+
+def group_record_position(message: Message) -> int:
+    """The journal position a push of ``message`` waits for on an HA pair: its
+    group's ``group.owner`` record when it gives the group to a consumer, else 0."""
+    return message.position if type(message) is GroupFirstMessage else 0
 
 
 def original_of(message: Message) -> Message:

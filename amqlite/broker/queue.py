@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .arguments import Overflow, QueueSettings
 from .dead_letter import EXPIRED, MAXLEN, REJECTED
-from .groups import GROUP_PROPERTY, Group, GroupFirstMessage
+from .groups import GROUP_PROPERTY, NO_RESUME, Group, GroupFirstMessage, identity
 from .message import INF, PEERING_QUEUE_PREFIX, Message
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ class Consumer:
         "no_ack",
         "prefetch",
         "queue",
+        "selector",
         "session",
         "tag",
         "writable",
@@ -89,6 +90,7 @@ class Consumer:
         self.inflight = 0
         self.cursor = 0  # streams: the next offset to deliver
         self.accepts = accepts
+        self.selector: str | None = None  # the selector's text (exchange peering's filter)
         self.groups: set[str] | None = None
 
 
@@ -247,7 +249,7 @@ class Queue:
                 if group is not None and group.owner is consumer:
                     group.owner = None
                     if group.unsettled <= 0:
-                        del groups[gid]
+                        self._free(gid)
             consumer.groups = None
 
     def _start_grouping(self) -> bool:
@@ -264,7 +266,42 @@ class Queue:
         if group is not None and gid is not None:
             group.unsettled -= 1
             if group.owner is None and group.unsettled <= 0:
-                del self.groups[gid]
+                self._free(gid)
+
+    def _free(self, gid: str) -> None:
+        """Group ``gid`` has no owner and nothing unsettled: forget it."""
+        del self.groups[gid]
+        if self.journal is not None:
+            self.journal.group_owner(self.vhost.name, self.name, gid, "")
+
+    def reserve_group(self, gid: str, owner: str) -> None:
+        """A journal record: group ``gid`` had ``owner`` (``""``: it was free) in a
+        previous life of the broker: keep it for that consumer (:mod:`.groups`)."""
+        if not owner:
+            self.groups.pop(gid, None)
+            return
+        self._start_grouping()
+        group = self.groups.get(gid)
+        if group is None:
+            group = self.groups[gid] = Group()
+        group.reserved = owner
+        group.until = INF
+
+    def lapse_reservations(self, now: float) -> bool:
+        """Release the reservations whose wait ended at ``now``; True when one did
+        (the caller dispatches). The queue leaves the vhost's ``reserving`` set once
+        no wait is running."""
+        lapsed = waiting = False
+        for group in self.groups.values():
+            if group.reserved is not None and group.until != INF:
+                if group.until <= now:
+                    group.reserved = None
+                    lapsed = True
+                else:
+                    waiting = True
+        if not waiting:
+            self.vhost.reserving.discard(self)
+        return lapsed
 
     # --- messages in --------------------------------------------------------------
 
@@ -287,7 +324,10 @@ class Queue:
             # Constrained: any consumer with credit has no ready message it may take
             # (dispatch runs whenever credit appears), so one that may take this
             # message takes it ahead of the ready ones without breaking its order.
-            if self.consumers and self._deliver_constrained(message, expires, False) is not None:
+            if (
+                self.consumers
+                and self._deliver_constrained(message, expires, False, now) is not None
+            ):
                 return True
         elif not ready and self.consumers:
             c = self.next_consumer()
@@ -439,7 +479,7 @@ class Queue:
             c.session._deliver(c, self, message, expires, redelivered)
 
     def _deliver_constrained(
-        self, message: Message, expires: float, redelivered: bool
+        self, message: Message, expires: float, redelivered: bool, now: float
     ) -> Consumer | None:
         """Deliver ``message`` to the consumer that may take it now and return that
         consumer: its group's owner, else (a group free to move, or no group) the
@@ -461,7 +501,10 @@ class Queue:
         else:
             if group is not None and group.unsettled > 0:
                 return None  # its last consumer's deliveries are not all settled yet
-            found = self.next_selecting(message)
+            if group is not None and group.reserved is not None:
+                found = self._reserved_for(group, message, now)
+            else:
+                found = self.next_selecting(message)
             if found is None:
                 return None
             c = found
@@ -471,10 +514,35 @@ class Queue:
             if c.groups is None:
                 c.groups = set()
             c.groups.add(gid)
-            c.session._deliver(c, self, GroupFirstMessage(message), expires, redelivered)
+            first = GroupFirstMessage(message)
+            if self.journal is not None:
+                owner = identity(c.session.instance, c.tag)
+                first.position = self.journal.group_owner(self.vhost.name, self.name, gid, owner)
+            c.session._deliver(c, self, first, expires, redelivered)
         if not c.no_ack:
             group.unsettled += 1
         return c
+
+    def _reserved_for(self, group: Group, message: Message, now: float) -> Consumer | None:
+        """The consumer that may take ``message`` of the reserved ``group``: the one
+        it is reserved for once it is back (while it cannot take the message, the
+        group waits for it); while it is not back, any other once the wait for it
+        (started now, if not yet) has ended. None: the group waits."""
+        reserved = group.reserved
+        for c in self.consumers if reserved != NO_RESUME else ():
+            if identity(c.session.instance, c.tag) == reserved:
+                able = c.writable and c.inflight < c.limit
+                if not able or (c.accepts is not None and not c.accepts(message)):
+                    return None  # it is back: the group waits for it, as for an owner
+                group.reserved = None
+                return c
+        if group.until == INF:
+            group.until = now + self.vhost.group_resume_timeout
+            self.vhost.reserving.add(self)
+        if now < group.until:
+            return None
+        group.reserved = None
+        return self.next_selecting(message)
 
     def _dispatch_constrained(self, now: float) -> None:
         """Dispatch with selectors and groups: each ready message, in order, to the
@@ -493,7 +561,7 @@ class Queue:
                 self.ready_bytes -= len(message.body)
                 self._dead_letter(message, EXPIRED, now)
                 continue
-            c = self._deliver_constrained(message, expires, redelivered)
+            c = self._deliver_constrained(message, expires, redelivered, now)
             if c is None:
                 kept.append(entry)
                 continue

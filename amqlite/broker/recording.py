@@ -9,6 +9,8 @@ the journal's contract (``docs/storage.md``, "The fold and the caller's contract
   bindings whose queue is recorded and whose exchange is durable;
 - persistent messages, naming only the recorded queues they reached, each under a
   journal id the recorder assigns (``Message.journal_id``; 0 = not recorded);
+- ``group.owner`` when a message group of a recorded queue gets an owner or is
+  free again (:mod:`.groups`);
 - ``message.delivered`` the first time a recorded message is handed out from a
   queue, ``message.ack`` when it leaves that queue for good (acked, rejected,
   expired, dropped, dead-lettered, purged; a no-ack delivery is an ack at once).
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from amqlite.store.records import (
     ExchangeDeclare,
     ExchangeDelete,
+    GroupOwner,
     MessageAck,
     MessageDelivered,
     MessageEnqueue,
@@ -218,6 +221,13 @@ class Recorder:
     def ack(self, journal_id: int, queue: str) -> None:
         if not self.paused:
             self._put(MessageAck(id=journal_id, queue=queue))
+
+    def group_owner(self, vhost: str, queue: str, group: str, owner: str) -> int:
+        """Record a group's new owner (``""``: free); its journal position (0: none).
+        Not part of the current request's span: a delivery waits for it instead."""
+        if self.paused:
+            return 0
+        return self.sink(GroupOwner(vhost=vhost, queue=queue, group=group, owner=owner)) or 0
 
 
 def is_persistent(message: Message) -> bool:

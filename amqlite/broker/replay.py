@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from amqlite.store.records import (
     ExchangeDeclare,
     ExchangeDelete,
+    GroupOwner,
     MessageAck,
     MessageDelivered,
     MessageEnqueue,
@@ -203,6 +204,11 @@ class Replay:
         if isinstance(stream, StreamQueue):
             stream.tracked[r.name] = r.offset
 
+    def _group_owner(self, host: VirtualHost, r: GroupOwner) -> None:
+        queue = host.queues.get(r.queue)
+        if queue is not None and not queue.is_stream:
+            queue.reserve_group(r.group, r.owner)
+
     def _peering_out(self, host: VirtualHost, r: PeeringOut) -> None:
         if r.publish_key:  # a publish that only a peering link took
             host.publish_keys.add(r.publish_key)
@@ -243,6 +249,7 @@ _ONE_VHOST: dict[type[Record], Callable[[Replay, VirtualHost, Any], None]] = {
     StreamAppend: Replay._stream_append,
     StreamTruncate: Replay._stream_truncate,
     StreamTrack: Replay._stream_track,
+    GroupOwner: Replay._group_owner,
     PeeringMarks: Replay._peering_state,
     PeeringOut: Replay._peering_out,
     PeeringOutAck: Replay._peering_state,

@@ -67,6 +67,7 @@ class Session:
         "_writable",
         "consumers_held",
         "holder",
+        "instance",
         "owner",
     )
 
@@ -83,6 +84,9 @@ class Session:
         #: consumers of every session this one holds (its connection's), counted
         #: against the broker's ``max_consumers_per_connection``
         self.consumers_held = 0
+        #: the client's ``hello.instance`` (kept across its reconnects; "" none): names
+        #: its consumers as owners of message groups (:mod:`.groups`)
+        self.instance = ""
         self._closed = False
         self._writable = True
         #: the channel-wide prefetch (AMQP ``basic.qos`` global=true): at most this
@@ -317,12 +321,15 @@ class Session:
             self._writable and (no_ack or not self._credit_out),
             accepts,
         )
+        if accepts is not None:
+            consumer.selector = selector
         if isinstance(q, StreamQueue):
             q.attach(consumer, consumer.arguments.get(OFFSET_ARGUMENT))
         self._consumers[tag] = consumer
         holder.consumers_held += 1
         q.add_consumer(consumer)
         q.dispatch(now)
+        self._vhost.consumers_changed(q)
         return tag
 
     def _new_tag(self) -> str:
@@ -346,6 +353,7 @@ class Session:
         queue = consumer.queue
         had_groups = bool(consumer.groups)
         queue.remove_consumer(consumer)
+        self._vhost.consumers_changed(queue)
         if queue.auto_delete and not queue.consumers and not queue.deleted:
             self._vhost.remove_queue(queue)
         elif had_groups and queue.ready and not queue.deleted:

@@ -63,11 +63,14 @@ class VirtualHost:
         "_new_queue_name",
         "_watchers",
         "exchanges",
+        "group_resume_timeout",
         "max_queues",
         "name",
+        "on_consumers",
         "publish_keys",
         "queues",
         "recorder",
+        "reserving",
         "wall_offset",
     )
 
@@ -79,6 +82,11 @@ class VirtualHost:
         self.wall_offset = 0.0  # wall clock = now + wall_offset (the shell sets it)
         #: clients may not declare a queue past this many (0: no limit)
         self.max_queues = 0
+        #: how long a message group stays reserved for its owner of a previous life
+        #: of the broker once a consumer wants it (seconds; docs/selectors.md)
+        self.group_resume_timeout = 10.0
+        #: queues with a group reservation whose wait is running (see Queue.lapse_reservations)
+        self.reserving: set[Queue] = set()
         self._new_queue_name = new_queue_name
         self.queues: dict[str, Queue] = {}
         self.exchanges: dict[str, Exchange] = {"": DefaultExchange(self.queues)}
@@ -88,6 +96,9 @@ class VirtualHost:
         self._dead_lettering = False
         self.publish_keys = PublishKeys()
         self._watchers: dict[str, BindingWatcher] = {}
+        #: told of every queue that gained or lost a consumer (exchange peering
+        #: mirrors its consumers' selectors); must not raise
+        self.on_consumers: Callable[[Queue], None] | None = None
 
     # --- lookups ------------------------------------------------------------------
 
@@ -121,6 +132,11 @@ class VirtualHost:
             )
 
     # --- exchanges ----------------------------------------------------------------
+
+    def consumers_changed(self, queue: Queue) -> None:
+        """``queue`` gained or lost a consumer: tell ``on_consumers``."""
+        if self.on_consumers is not None:
+            self.on_consumers(queue)
 
     def watch(self, name: str, watcher: BindingWatcher | None) -> None:
         """Tell ``watcher`` of every binding on the exchange ``name``, now and after
@@ -359,6 +375,10 @@ class VirtualHost:
                 queue.used_at = now
             elif (now - queue.used_at) * 1000 >= limit:
                 self.remove_queue(queue)
+        if self.reserving:
+            for queue in list(self.reserving):
+                if queue.lapse_reservations(now) and not queue.deleted:
+                    queue.dispatch(now)
 
     # --- bindings -----------------------------------------------------------------
 

@@ -173,6 +173,10 @@ def print_links(status: dict[str, Any], console: Any) -> None:
             console.print(
                 f"    peering queue {get('queue')}: {_cell(get('queued'))} waiting", markup=False
             )
+        if get("filter") is not None:  # a subscribe link's selector filter
+            console.print(
+                f"    filter {get('filter')}  filtered {_cell(get('filtered'))}", markup=False
+            )
         if get("restored"):
             console.print(f"    restored from the journal: {get('restored')}", markup=False)
         if get("last_error"):

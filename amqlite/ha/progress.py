@@ -24,7 +24,16 @@ from collections import deque
 class ReplicaProgress:
     """The passive node's progress through the active journal (see the module)."""
 
-    __slots__ = ("_messages", "_order", "_released", "_streams", "alone_ok", "applied", "upto")
+    __slots__ = (
+        "_awaited",
+        "_messages",
+        "_order",
+        "_released",
+        "_streams",
+        "alone_ok",
+        "applied",
+        "upto",
+    )
 
     def __init__(self) -> None:
         #: the passive node has committed everything up to here; None while no
@@ -42,6 +51,8 @@ class ReplicaProgress:
         #: nothing past what was already released goes until a passive node holds it
         self.alone_ok = True
         self._released = 0
+        #: the highest position a push waits for through :meth:`holds` (0: none)
+        self._awaited = 0
 
     @property
     def required(self) -> bool:
@@ -61,6 +72,7 @@ class ReplicaProgress:
         self._messages.clear()
         self._order.clear()
         self._streams.clear()
+        self._awaited = 0
 
     # --- what the active node appends (only while required) -----------------------------
 
@@ -98,9 +110,12 @@ class ReplicaProgress:
         return self._forget(self.applied)
 
     def _forget(self, upto: int) -> bool:
+        awaited = self._awaited != 0  # a push waits for a position: let it look again
+        if awaited and upto >= self._awaited:
+            self._awaited = 0
         messages, streams = self._messages, self._streams
         if not messages and not streams:
-            return False
+            return awaited
         order = self._order
         while order and order[0][0] <= upto:
             messages.pop(order.popleft()[1], None)
@@ -136,6 +151,15 @@ class ReplicaProgress:
             return True
         position = self._messages.get(journal_id)
         return position is None or position <= self.applied
+
+    def holds(self, position: int) -> bool:
+        """Whether the passive node's broker holds the record at ``position`` (True
+        when no passive node is replicated to): a message group's new owner
+        (``group.owner``) must reach it before the group's first delivery goes."""
+        if self.upto is None or position <= self.applied:
+            return True
+        self._awaited = max(self._awaited, position)
+        return False
 
     def stream_unreplicated(self, vhost: str, queue: str) -> int | None:
         """The first offset of stream ``queue`` the passive node does not hold yet;

@@ -30,6 +30,7 @@ from .states import TRANSITIONS, LinkEvent, LinkState, next_state
 from .wire import (
     Ack,
     Envelope,
+    Filter,
     Forward,
     Forwards,
     Heartbeat,
@@ -61,6 +62,7 @@ __all__ = [
     "Entry",
     "Envelope",
     "ExchangeContext",
+    "Filter",
     "Forward",
     "Forwards",
     "Heartbeat",

@@ -249,6 +249,14 @@ class PeeredExchange:
         """A queue bound to the local exchange was deleted."""
         return self._interest_changed((), tuple(self.ctx.mirror.remove_queue(queue)), now)
 
+    def filter_changed(self, selector: str | None, now: float) -> list[Action]:
+        """The consumers of the queues bound here now want only what ``selector``
+        accepts (None: everything): subscribe links tell their remotes."""
+        actions: list[Action] = []
+        for link in self.links.values():
+            actions += link.filter_changed(selector, now)
+        return actions
+
     def _interest_changed(
         self, added: tuple[BindingKey, ...], removed: tuple[BindingKey, ...], now: float
     ) -> list[Action]:

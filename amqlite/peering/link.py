@@ -53,6 +53,7 @@ from .states import LinkEvent, LinkState, next_state
 from .wire import (
     Ack,
     Envelope,
+    Filter,
     Forward,
     Forwards,
     Heartbeat,
@@ -127,6 +128,12 @@ class PeeringLink:
         self.remote_epoch = 0
         self.remote_lease: float | None = None  # subscribe, acceptor: the dialer's wishes
         self.remote_buffer_bytes: int | None = None
+        #: subscribe mode, dialer: the selector its consumers want (None: every
+        #: message), told to the remote (``peer.filter``)
+        self.local_filter: str | None = None
+        #: subscribe mode, acceptor: the subscriber's filter (None: every message);
+        #: its peering queue sends only what it accepts
+        self.remote_filter: str | None = None
         self.last_error = ""
         self._retry_at = INF
         self._connect_deadline = INF
@@ -356,6 +363,8 @@ class PeeringLink:
         self._ack_due_at = INF
         self._resync_at = now + self.settings.resync_interval
         actions: list[Action] = [self._send(self._interest(full=True))]
+        if self.role is LinkRole.DIALER:  # a subscriber: its filter, whatever it is
+            actions.append(self._send(Filter(self.local_filter)))
         assert self.remote_node is not None
         mark = self.ctx.marks.mark(self.remote_node, self.name, self.remote_epoch)
         if mark is not None:
@@ -402,6 +411,10 @@ class PeeringLink:
                 return self._on_ack(msg)
             if isinstance(msg, Interest):
                 return self._on_interest(msg)
+            if isinstance(msg, Filter):
+                self.remote_filter = msg.selector
+                self.counters["filters"] += 1
+                return []
         else:
             if isinstance(msg, Forwards):
                 return self._on_forwards(msg, now)
@@ -732,6 +745,21 @@ class PeeringLink:
             return []
         return self._sent(now, [self._send(self._interest(full=False, add=added, remove=removed))])
 
+    def filter_changed(self, selector: str | None, now: float) -> list[Action]:
+        """A subscriber's consumers now want only what ``selector`` accepts (None:
+        everything): tell the remote (now, or when the link is next up)."""
+        if not self.receives or self.role is not LinkRole.DIALER or selector == self.local_filter:
+            return []
+        self.local_filter = selector
+        if self.state is not _UP:
+            return []
+        return self._sent(now, [self._send(Filter(selector))])
+
+    def filtered(self, count: int = 1) -> None:
+        """The shell kept ``count`` messages from crossing: the remote filter
+        rejected them (counted in ``stats``)."""
+        self.counters["filtered"] += count
+
     # --- helpers ------------------------------------------------------------------------
 
     def _send(self, message: PeeringMessage) -> Send:
@@ -785,6 +813,10 @@ class PeeringLink:
             else len(self.ctx.mirror),
             "reconnects": c["reconnects"],
             "resyncs": c["resyncs"],
+            # subscribe mode: the subscriber's selector filter (None: every message)
+            # and what it kept from crossing
+            "filter": self.remote_filter if self.sends else self.local_filter,
+            "filtered": c["filtered"],
         }
 
 

@@ -16,6 +16,8 @@ methods. Shapes (``?`` = may be null):
 ``peer.interest``  full (bool), add [[key, {arguments}]...], remove [...],
                    count and digest of the advertiser's whole set after this message
 ``peer.resync``    (no fields): the sender's digest differs; advertise the full set
+``peer.filter``    selector?: the receiver's consumers want only the messages this
+                   JMS selector accepts (null: every message); subscribe mode
 ``peer.forward``   seq, id [origin node, origin epoch, origin seq], path [node...],
                    hops, exchange, routing_key, headers {}, properties {}, body (bytes)
 ``peer.forwards`` seq (of the first), exchange, path, hops, msgs [[origin node,
@@ -215,6 +217,17 @@ class Interest:
 
 
 @dataclass(frozen=True, slots=True)
+class Filter:
+    """From the receiving end: send only what ``selector`` accepts (None: all)."""
+
+    TYPE: ClassVar[str] = "peer.filter"
+    selector: str | None
+
+    def to_map(self) -> dict[str, Any]:
+        return {"type": self.TYPE, "selector": self.selector}
+
+
+@dataclass(frozen=True, slots=True)
 class ResyncRequest:
     TYPE: ClassVar[str] = "peer.resync"
 
@@ -296,7 +309,9 @@ class Heartbeat:
         return {"type": self.TYPE}
 
 
-PeeringMessage = Hello | Refused | Interest | ResyncRequest | Forward | Forwards | Ack | Heartbeat
+PeeringMessage = (
+    Hello | Refused | Interest | Filter | ResyncRequest | Forward | Forwards | Ack | Heartbeat
+)
 
 
 # --- decoding -----------------------------------------------------------------------
@@ -589,6 +604,11 @@ def from_map(m: object) -> PeeringMessage:
         return Heartbeat()
     if kind == ResyncRequest.TYPE:
         return ResyncRequest()
+    if kind == Filter.TYPE:
+        selector = m.get("selector")
+        if selector is not None and not isinstance(selector, str):
+            raise r.fail("selector", "text or null")
+        return Filter(selector)
     if kind == Refused.TYPE:
         return Refused(r.integer("code"), r.text("text"))
     raise PeeringProtocolError(f"unknown peering message type {kind!r}")

@@ -291,7 +291,7 @@ class NativeConnection:
             return MonitorEndpoint(self, node, user)
         if hello.role == "peer-link":
             return PeeringEndpoint(
-                self, node.peering, user.permissions, user=user.name, vhost=hello.vhost
+                self, node.peering, user.permissions, user=user.name, vhost=hello.vhost, login=user
             )
         session = node.broker.open_session(hello.vhost, owner=None)
         peered = node.peering.hook_for(hello.vhost) if node.peering is not None else None

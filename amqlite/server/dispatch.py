@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from amqlite.auth import AuthenticatedUser, Tag, require_tag
+from amqlite.auth import AuthenticatedUser, ConstrainedAction, ResourceType, Tag, require_tag
 from amqlite.broker import Message, PublishOutcome, Session
 from amqlite.broker.limits import check_message_size
 from amqlite.errors import AccessRefused, AmqliteError, BrokerError, ReplyCode
@@ -45,6 +45,7 @@ class RequestDispatcher:
         peered: Mapping[str, PublishHook] | None = None,
     ) -> None:
         self.session = session
+        session.instance = instance  # names its consumers as message-group owners
         # publish keys (amqlite.broker.dedup) for confirmed publishes: "instance:id"
         self._key_prefix = f"{instance}:" if instance else ""
         self.user = user.name
@@ -54,6 +55,8 @@ class RequestDispatcher:
         self._status = status
         self._peered: Mapping[str, PublishHook] = peered if peered is not None else {}
         self._write_ok: dict[str, bool] = {}  # publish permission, per exchange
+        # a queue's send constraint applies to publishes through the default exchange
+        self._queues_send = user.constraints.queues_send
         self._max_message_size = session.limits.max_message_size  # 0: no limit
         #: the largest reply frame a ``stream.fetch`` may get (the shell sets it to
         #: the connection's frame limit)
@@ -105,15 +108,34 @@ class RequestDispatcher:
                 f"for user {self.user!r}"
             )
 
+    def _constrain(self, action: ConstrainedAction, what: ResourceType, name: str) -> None:
+        """Raise 403 (and log it) when a role constraint stops this user."""
+        refusal = self._login.refusal(action, what, name)
+        if refusal is not None:
+            log.warning(
+                "constraint_refused",
+                user=self.user,
+                vhost=self.vhost,
+                action=action,
+                resource=f"{what} {name!r}",
+                reason=refusal,
+            )
+            raise AccessRefused(refusal)
+
     # --- the hot path ------------------------------------------------------------------
 
     def _publish(self, p: ev.Publish, now: float, span: bool = True) -> Reply:
         allowed = self._write_ok.get(p.exchange)
         if allowed is None:
             resource = p.exchange or DEFAULT_EXCHANGE_RESOURCE
-            allowed = self._write_ok[p.exchange] = self.permissions.allows("write", resource)
+            allowed = self._write_ok[p.exchange] = self.permissions.allows("write", resource) and (
+                self._login.refusal("send", "exchange", p.exchange) is None
+            )
         if not allowed:
             self._check("write", "exchange", p.exchange)
+            self._constrain("send", "exchange", p.exchange)
+        if not p.exchange and self._queues_send:
+            self._constrain("send", "queue", p.key)
         if self._max_message_size and len(p.body) > self._max_message_size:
             check_message_size(len(p.body), self._max_message_size)
         message = Message(p.exchange, p.key, p.body, p.headers, p.props)
@@ -320,6 +342,7 @@ class RequestDispatcher:
     def _queue_bind(self, b: ev.QueueBind, now: float) -> Reply:
         self._check("write", "queue", b.queue)
         self._check("read", "exchange", b.exchange)
+        self._constrain("subscribe", "exchange", b.exchange)
         self.session.bind(b.queue, b.exchange, b.key, b.arguments)
         self._log("queue_bound", queue=b.queue, exchange=b.exchange, key=b.key)
         return ev.Ok(b.id)
@@ -335,6 +358,7 @@ class RequestDispatcher:
 
     def _consume(self, c: ev.Consume, now: float) -> Reply:
         self._check("read", "queue", c.queue)
+        self._constrain("subscribe", "queue", c.queue)
         tag = self.session.consume(
             c.queue,
             tag=c.tag,
@@ -353,6 +377,7 @@ class RequestDispatcher:
 
     def _get(self, g: ev.Get, now: float) -> Reply:
         self._check("read", "queue", g.queue)
+        self._constrain("subscribe", "queue", g.queue)
         got = self.session.get(g.queue, no_ack=g.no_ack, now=now)
         if got is None:
             return ev.GetEmpty(g.id)

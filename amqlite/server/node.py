@@ -65,7 +65,7 @@ class BrokerNode:
         self.version = amqlite.__version__
         self.state = "standalone"
         self.cluster_addresses: list[str] = []
-        self.authenticator = Authenticator(config.users, config.server.vhosts)
+        self.authenticator = Authenticator(config.users, config.server.vhosts, config.constraints)
         self.connections: set[NativeConnection | AmqpServerConnection | BrowserConnection] = set()
         limits = config.limits
         #: sockets through their handshake or not, counted (docs/protocol.md "Limits")
@@ -111,6 +111,7 @@ class BrokerNode:
                 max_consumers_per_connection=limits.max_consumers_per_connection,
                 max_message_size=limits.max_message_size,
             ),
+            group_resume_timeout=self.config.server.group_resume_timeout,
         )
         if self.config.server.trace:
             set_trace(broker, True)

@@ -252,6 +252,11 @@ class NodeStorage:
         if moved:
             self._wake_replica_waiters()
 
+    def position_replicated(self, position: int) -> bool:
+        """HA: whether the passive peer's broker holds the record at ``position``
+        (True when no peer is replicated to)."""
+        return self.replica.holds(position)
+
     def when_replicated(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` whenever the passive peer acks more (until it is
         removed with ``discard_waiter``) or replication stops."""

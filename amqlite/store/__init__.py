@@ -17,6 +17,7 @@ from .errors import JournalCorrupt, RecordError, StoreError, StoreLocked, StoreW
 from .records import (
     ExchangeDeclare,
     ExchangeDelete,
+    GroupOwner,
     MessageAck,
     MessageDelivered,
     MessageEnqueue,
@@ -42,6 +43,7 @@ __all__ = [
     "Defect",
     "ExchangeDeclare",
     "ExchangeDelete",
+    "GroupOwner",
     "JournalCorrupt",
     "MessageAck",
     "MessageDelivered",

@@ -26,6 +26,7 @@ Types and fields (``docs/storage.md`` has the full table):
 ``stream.truncate``  vhost, queue, before
 ``stream.track``     vhost, queue, name, offset
 ``peering.marks``    vhost, exchange, marks
+``group.owner``      vhost, queue, group, owner
 ``snapshot.begin``   last_id
 ``snapshot.end``     (none)
 ================== ==============================================================
@@ -270,6 +271,21 @@ class PeeringOutAck:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class GroupOwner:
+    """A message group of ``queue`` was given to a consumer, ``owner`` naming it
+    across its client's reconnects (``"i:<hello.instance>/<consumer tag>"``, or
+    ``"-"`` for one that cannot come back); ``owner`` ``""``: the group is free
+    again (no owner, every delivery of it settled). A node that recovers or takes
+    over keeps each group for its owner for a while (docs/selectors.md)."""
+
+    TYPE: ClassVar[str] = "group.owner"
+    vhost: str = "/"
+    queue: str
+    group: str
+    owner: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class SnapshotBegin:
     """Everything before this record is superseded: the records up to the matching
     :class:`SnapshotEnd` rebuild the whole durable state. Written by compaction
@@ -303,6 +319,7 @@ Record: TypeAlias = (
     | PeeringMarks
     | PeeringOut
     | PeeringOutAck
+    | GroupOwner
     | SnapshotBegin
     | SnapshotEnd
 )
@@ -324,6 +341,7 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     PeeringMarks,
     PeeringOut,
     PeeringOutAck,
+    GroupOwner,
     SnapshotBegin,
     SnapshotEnd,
 )

@@ -36,6 +36,7 @@ from typing import Any
 from .records import (
     ExchangeDeclare,
     ExchangeDelete,
+    GroupOwner,
     MessageAck,
     MessageDelivered,
     MessageEnqueue,
@@ -132,6 +133,8 @@ class StoreState:
         self._streams: dict[_Key, StoredStream] = {}
         #: Exchange peering's receive marks, the latest per (vhost, exchange).
         self.peering: dict[_Key, PeeringMarks] = {}
+        #: Message groups with an owner, per (vhost, queue, group): the latest record.
+        self.groups: dict[tuple[str, str, str], GroupOwner] = {}
         #: Exchange peering's durable sending logs: per (vhost, exchange, link), the
         #: persistent messages not yet acknowledged by the remote, in ``id`` order.
         self.peering_out: dict[tuple[str, str, str], dict[int, PeeringOut]] = {}
@@ -186,6 +189,8 @@ class StoreState:
         self._streams.pop(key, None)
         for bkey in [k for k in self._bindings if k[0] == r.vhost and k[2] == r.name]:
             del self._bindings[bkey]
+        for gkey in [k for k in self.groups if k[0] == r.vhost and k[1] == r.name]:
+            del self.groups[gkey]
 
     def _queue_purge(self, r: QueuePurge) -> None:
         key = (r.vhost, r.name)
@@ -264,6 +269,13 @@ class StoreState:
         if stream is not None:
             stream.tracked[r.name] = r.offset
 
+    def _group_owner(self, r: GroupOwner) -> None:
+        key = (r.vhost, r.queue, r.group)
+        if not r.owner:
+            self.groups.pop(key, None)
+        elif (r.vhost, r.queue) in self._queues:
+            self.groups[key] = r
+
     def _peering_marks(self, r: PeeringMarks) -> None:
         self.peering[(r.vhost, r.exchange)] = r
 
@@ -333,6 +345,7 @@ class StoreState:
                 StreamTrack(vhost=vhost, queue=queue, name=name, offset=offset)
                 for name, offset in stream.tracked.items()
             )
+        out.extend(self.groups.values())
         out.extend(self.peering.values())
         for kept in self.peering_out.values():
             out.extend(kept.values())
@@ -404,6 +417,7 @@ class StoreState:
             self.snapshot_open,
             self.message_bytes,
             {key: stream.canonical() for key, stream in self._streams.items()},
+            self.groups,
         )
 
     def __eq__(self, other: object) -> bool:
@@ -441,6 +455,7 @@ _HANDLERS: dict[type[Record], Any] = {
     StreamAppend: StoreState._stream_append,
     StreamTruncate: StoreState._stream_truncate,
     StreamTrack: StoreState._stream_track,
+    GroupOwner: StoreState._group_owner,
     PeeringMarks: StoreState._peering_marks,
     PeeringOut: StoreState._peering_out,
     PeeringOutAck: StoreState._peering_out_ack,

@@ -34,7 +34,7 @@ from .errors import BenchError
 from .failover import PAIR_SYSTEM
 from .peers import NATS, RABBITMQ, Peer, PeerUnavailable, missing_client, start_peer, stop_peer
 from .procs import ServerExited, ServerProcess, baseline_argv, broker_argv
-from .scenarios import FAILOVER, PERSISTENT
+from .scenarios import AMQLITE_ONLY, FAILOVER, PERSISTENT
 from .systems import AMQLITE, AMQLITE_AMQP, AMQLITE_TLS, PIKA, RAW_TRIO
 from .tlscerts import TrustmeMissing, make_certificates
 
@@ -115,6 +115,10 @@ class Lineup:
                 self.say(f"{name}: {FAILOVER} not run: {PAIR_ONLY}")
             return self.contenders
         await self._start_others(nursery, systems, peers, scenarios, servers, auth)
+        for c in self.contenders:  # selectors and groups: the native client's options
+            if c.driver != AMQLITE and c.system != PAIR_SYSTEM:
+                for name in AMQLITE_ONLY:
+                    c.skip[name] = "selectors and message groups are measured on amqlite"
         if FAILOVER in scenarios:
             for c in self.contenders:
                 if c.system in (AMQLITE, AMQLITE_AMQP):

@@ -23,6 +23,13 @@ BATCH = 500
 TICK = 0.001
 #: Header carrying the send time (perf_counter_ns) of a latency-stamped message.
 STAMP_HEADER = "ts"
+#: Message shapes for amqlite's consumer features (``PublishPlan.pattern``):
+#: ``select``: header ``k`` = the message's number mod :data:`SELECT_SHARES` (each
+#: consumer selects one value); ``group``: ``group_id`` = its number mod :data:`GROUPS`.
+SELECT, GROUP = "select", "group"
+SELECT_HEADER = "k"
+SELECT_SHARES = 10
+GROUPS = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +53,9 @@ class PublishPlan:
     """``messages`` bodies of ``body_size`` bytes, as fast as possible or at ``rate``/s;
     ``stamp`` adds the send time in the :data:`STAMP_HEADER` header. ``persistent``
     messages go to durable queues; ``confirm`` > 0 asks for publisher confirms with
-    at most that many outstanding (the run ends when all are confirmed)."""
+    at most that many outstanding (the run ends when all are confirmed). ``pattern``
+    (:data:`SELECT`, :data:`GROUP`, "" plain) shapes each message for the selector
+    and group scenarios."""
 
     messages: int
     body_size: int = 100
@@ -54,6 +63,7 @@ class PublishPlan:
     stamp: bool = False
     persistent: bool = False
     confirm: int = 0
+    pattern: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -68,6 +78,7 @@ class PublishPlan:
             bool(d["stamp"]),
             bool(d.get("persistent", False)),
             int(d.get("confirm", 0)),
+            str(d.get("pattern", "")),
         )
 
 
@@ -86,13 +97,31 @@ class PublishTally:
 
 
 @dataclass(slots=True)
+class SharedCount:
+    """Consumers that share one expectation (a group-keyed queue: which consumer
+    gets which group is the broker's choice): ``reached`` is set at ``expected``."""
+
+    expected: int
+    consumed: int = 0
+    reached: trio.Event | None = None
+
+    def event(self) -> trio.Event:
+        if self.reached is None:
+            self.reached = trio.Event()
+        return self.reached
+
+
+@dataclass(slots=True)
 class ConsumeTally:
-    """One consumer's count; ``done_ns`` is set when ``consumed`` reaches ``expected``."""
+    """One consumer's count; ``done_ns`` is set when ``consumed`` reaches ``expected``
+    (or, with ``shared``, when the consumers together reach ``shared.expected``)."""
 
     expected: int
     hist: HdrHistogram | None = None
     consumed: int = 0
     done_ns: int = 0
+    shared: SharedCount | None = None
+    selector: str | None = None  # the consumer's selector (the selector scenario)
 
 
 @dataclass(slots=True)

@@ -46,8 +46,11 @@ from .failover import (
 )
 from .hapair import DEFAULT_FAILOVER_TIMEOUT_MS, DEFAULT_HEARTBEAT_MS, PairTiming
 from .peers import INSTALL_HINT, PEERS, RABBITMQ
+from .plan import GROUPS as GROUPS_PER_QUEUE
+from .plan import SELECT_HEADER
 from .report import dumps, failover_lines, markdown_table, print_report
 from .scenarios import (
+    AMQLITE_ONLY,
     CLIENT_MODES,
     CONFIRM_WINDOW,
     DEFAULT_MESSAGES,
@@ -55,11 +58,13 @@ from .scenarios import (
     FANOUT,
     FANOUT_QUEUES,
     LATENCY_SECONDS,
+    ONE_TO_ONE,
     PERSISTENT,
     PERSISTENT_SHARE,
     QUICK_LATENCY_SECONDS,
     QUICK_MESSAGES,
     SCENARIO_NAMES,
+    SELECTORS,
     RunResult,
     Scenario,
     build_scenarios,
@@ -82,7 +87,7 @@ VS_REPEAT = 3
 PAUSE_BETWEEN_RUNS = 0.3
 
 EPILOG = f"""\
-scenarios: {", ".join(SCENARIO_NAMES)} (the default), {FAILOVER}
+scenarios: {", ".join(SCENARIO_NAMES)} (the default), {", ".join(AMQLITE_ONLY)}, {FAILOVER}
 examples:
   amqlite bench                              # the default scenarios, 200,000 messages
   amqlite bench --quick --json               # 20,000 messages, 2 s of latency, JSON on stdout
@@ -655,6 +660,16 @@ def notes(opts: BenchOptions) -> list[str]:
             out.append(
                 f"{FANOUT}: {s.plan.messages:,} published x {s.queues} queues; msgs/s counts a "
                 "message once all its copies are delivered, deliveries/s counts every copy"
+            )
+        if s.name in AMQLITE_ONLY:
+            what = (
+                f"each selecting a tenth (header {SELECT_HEADER} = 0..9)"
+                if s.name == SELECTORS
+                else f"sharing {GROUPS_PER_QUEUE:,} message groups (group_id)"
+            )
+            out.append(
+                f"{s.name}: {s.plan.messages:,} messages to one queue, {s.consumer_count} "
+                f"consumers {what}; compare its msgs/s with {ONE_TO_ONE}'s (amqlite only)"
             )
         if s.name == PERSISTENT:
             amqlites = [x for x in (AMQLITE, AMQLITE_AMQP) if x in opts.systems]

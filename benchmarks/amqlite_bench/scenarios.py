@@ -13,6 +13,13 @@
   last of the 10 copies delivered); deliveries/s = 10 x that.
 - ``latency-at-5k``: 5,000 msg/s for 5 s, each message stamped with its send
   time; the consumer records publish -> delivery latency in an HdrHistogram.
+- ``selectors-1to10`` (amqlite only, not in the default set): 1 publisher -> 1
+  queue -> 10 consumers on it, each with a selector taking a tenth of the messages
+  (header ``k`` = 0..9, consumer j: ``k = j``). msgs/s as ``1to1-transient``, whose
+  rate it is compared with.
+- ``groups-10x1000`` (amqlite only, not in the default set): 1 queue, 10 consumers,
+  every message in one of 1,000 message groups (``group_id``); the broker keeps
+  each group on one consumer. msgs/s as ``1to1-transient``.
 - ``failover`` (not in the default set: it takes minutes): an HA pair the bench
   starts, kill -9 of its master N times under confirmed load, and the cost of
   replication; run by :mod:`amqlite_bench.failover`, on ``amqlite-pair`` only.
@@ -37,7 +44,19 @@ import trio
 from amqlite.errors import AmqliteError
 
 from .errors import BenchError, collapse_errors
-from .plan import ClientReport, ConsumeTally, PublishPlan, PublishTally, Route, new_histogram
+from .plan import (
+    GROUP,
+    SELECT,
+    SELECT_HEADER,
+    SELECT_SHARES,
+    ClientReport,
+    ConsumeTally,
+    PublishPlan,
+    PublishTally,
+    Route,
+    SharedCount,
+    new_histogram,
+)
 from .procs import child_env
 from .procstat import ServerMeter, own_cpu_seconds
 from .systems import Target
@@ -48,10 +67,16 @@ PERSISTENT = "1to1-persistent-confirm"
 FANOUT = "fanout-1to10"
 LATENCY = "latency-at-5k"
 FAILOVER = "failover"
+SELECTORS = "selectors-1to10"
+GROUPS = "groups-10x1000"
+#: Scenarios of amqlite's own consumer features (native client only).
+AMQLITE_ONLY: tuple[str, ...] = (SELECTORS, GROUPS)
 #: The scenarios run when ``--scenarios`` is not given.
 SCENARIO_NAMES: tuple[str, ...] = (ONE_TO_ONE, PERSISTENT, FANOUT, LATENCY)
 #: Every scenario ``--scenarios`` accepts.
-KNOWN_SCENARIOS: tuple[str, ...] = (*SCENARIO_NAMES, FAILOVER)
+KNOWN_SCENARIOS: tuple[str, ...] = (*SCENARIO_NAMES, *AMQLITE_ONLY, FAILOVER)
+#: Consumers of the selector and group scenarios (on one queue).
+SHARED_QUEUE_CONSUMERS = SELECT_SHARES
 
 DEFAULT_MESSAGES = 200_000
 QUICK_MESSAGES = 20_000
@@ -72,9 +97,34 @@ CLIENT_MODES: tuple[str, ...] = ("shared", "split", "process")
 
 @dataclass(frozen=True, slots=True)
 class Scenario:
+    """``consumers``: how many consume (0: one per queue; more: they share the queues
+    round robin, as the selector and group scenarios do on their one queue)."""
+
     name: str
     queues: int
     plan: PublishPlan
+    consumers: int = 0
+
+    @property
+    def consumer_count(self) -> int:
+        return self.consumers or self.queues
+
+    def tallies(self) -> list[ConsumeTally]:
+        """One count per consumer, each expecting its share."""
+        plan = self.plan
+        n = self.consumer_count
+        if plan.pattern == GROUP:
+            shared = SharedCount(plan.messages)
+            return [ConsumeTally(plan.messages, shared=shared) for _ in range(n)]
+        if plan.pattern == SELECT:  # consumer j takes the messages numbered j mod n
+            base, extra = divmod(plan.messages, n)
+            return [
+                ConsumeTally(base + (1 if j < extra else 0), selector=f"{SELECT_HEADER} = {j}")
+                for j in range(n)
+            ]
+        return [
+            ConsumeTally(plan.messages, new_histogram() if plan.stamp else None) for _ in range(n)
+        ]
 
     @property
     def deliveries(self) -> int:
@@ -93,11 +143,21 @@ class Scenario:
         return self.deliveries / floor + 60.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "queues": self.queues, "plan": self.plan.to_json()}
+        return {
+            "name": self.name,
+            "queues": self.queues,
+            "plan": self.plan.to_json(),
+            "consumers": self.consumers,
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Scenario:
-        return cls(str(d["name"]), int(d["queues"]), PublishPlan.from_json(d["plan"]))
+        return cls(
+            str(d["name"]),
+            int(d["queues"]),
+            PublishPlan.from_json(d["plan"]),
+            int(d.get("consumers", 0)),
+        )
 
 
 def build_scenarios(
@@ -115,6 +175,10 @@ def build_scenarios(
         elif name == FANOUT:
             per_queue = max(1, messages // FANOUT_QUEUES)
             out.append(Scenario(name, FANOUT_QUEUES, PublishPlan(per_queue, BODY_SIZE)))
+        elif name in AMQLITE_ONLY:
+            pattern = SELECT if name == SELECTORS else GROUP
+            plan = PublishPlan(messages, BODY_SIZE, pattern=pattern)
+            out.append(Scenario(name, 1, plan, SHARED_QUEUE_CONSUMERS))
         elif name == LATENCY:
             n = max(1, round(LATENCY_RATE * latency_seconds))
             out.append(Scenario(name, 1, PublishPlan(n, BODY_SIZE, LATENCY_RATE, stamp=True)))
@@ -306,10 +370,7 @@ async def run_clients(
     what = f"{target.system} {scenario.name}"
     plan = scenario.plan
     route = await _prepare(target, scenario, what)
-    tallies = [
-        ConsumeTally(plan.messages, new_histogram() if plan.stamp else None)
-        for _ in range(scenario.queues)
-    ]
+    tallies = scenario.tallies()
     pub = PublishTally()
     child_cpu: list[float] = []
     cpu0 = cpu1 = 0.0

@@ -12,14 +12,27 @@ import os
 import time
 from contextlib import AbstractAsyncContextManager
 from itertools import count
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
 from amqlite import Connection, connect
 from amqlite.client.addresses import parse_address
 
-from .plan import STAMP_HEADER, ConsumeTally, PublishPlan, PublishTally, Route, drive_publisher
+from .plan import (
+    GROUP,
+    GROUPS,
+    SELECT,
+    SELECT_HEADER,
+    SELECT_SHARES,
+    STAMP_HEADER,
+    ConsumeTally,
+    PublishPlan,
+    PublishTally,
+    Route,
+    SharedCount,
+    drive_publisher,
+)
 from .relayclient import RelayPublisher
 from .relayclient import consume as relay_consume
 
@@ -135,8 +148,12 @@ class AmqliteTarget:
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
         async with self._connect(f"bench-consumer-{index}") as c:
-            consumer = await c.consume(route.queues[index], prefetch=PREFETCH)
+            queue = route.queues[index % len(route.queues)]
+            consumer = await c.consume(queue, prefetch=PREFETCH, selector=tally.selector or "")
             task_status.started()
+            if tally.shared is not None:
+                await _consume_shared(consumer, tally, tally.shared)
+                return
             hist = tally.hist
             expected = tally.expected
             clock = time.perf_counter_ns
@@ -166,6 +183,8 @@ class AmqliteTarget:
             body = b"x" * plan.body_size
             clock = time.perf_counter_ns
             persistent = plan.persistent
+            shares = [{SELECT_HEADER: v} for v in range(SELECT_SHARES)]
+            groups = [{"group_id": f"g{v}"} for v in range(GROUPS)]
 
             async def send_batch(k: int) -> None:
                 if plan.confirm:  # a window of plan.confirm outstanding (max_in_flight)
@@ -175,6 +194,14 @@ class AmqliteTarget:
                 elif plan.stamp:
                     for _ in range(k):
                         await publish(exchange, key, body, headers={STAMP_HEADER: clock()})
+                elif plan.pattern == SELECT:
+                    first = tally.published
+                    for i in range(first, first + k):
+                        await publish(exchange, key, body, headers=shares[i % SELECT_SHARES])
+                elif plan.pattern == GROUP:
+                    first = tally.published
+                    for i in range(first, first + k):
+                        await publish(exchange, key, body, properties=groups[i % GROUPS])
                 else:
                     for _ in range(k):
                         await publish(exchange, key, body)
@@ -183,6 +210,27 @@ class AmqliteTarget:
             if plan.confirm:
                 await conn.wait_for_confirms()
                 tally.last_ns = clock()
+
+
+async def _consume_shared(consumer: Any, tally: ConsumeTally, shared: SharedCount) -> None:
+    """Consume until the consumers together have every message (which consumer has
+    which group is the broker's choice), then stop."""
+    reached = shared.event()
+    async with trio.open_nursery() as nursery:
+
+        async def stop() -> None:
+            await reached.wait()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(stop)
+        async for d in consumer:
+            await d.ack()
+            tally.consumed += 1
+            shared.consumed += 1
+            if shared.consumed >= shared.expected:
+                tally.done_ns = time.perf_counter_ns()
+                reached.set()
+                break
 
 
 class RelayTarget:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from amqlite.broker import Broker, Delivery, Message, Session
 from amqlite.broker.groups import FIRST_FOR_CONSUMER
+from amqlite.store.records import GroupOwner, Record
 
 from .support import bodies, publish
 from .test_recording import recording_broker, restored
@@ -145,6 +146,136 @@ def test_groups_hold_after_a_restart() -> None:
     assert _flags(u.take_deliveries()) == [(b"1b", True), (b"3b", False)]  # 2a waits for t
     t.ack(first.dtag)
     assert _flags([first, *t.take_deliveries()]) == [(b"0a", True), (b"2a", False)]
+
+
+def _persistent_groups(s: Session, queue: str, groups: str, start: int = 0) -> None:
+    for i, g in enumerate(groups, start):
+        props = {"persistent": True, "group_id": g}
+        s.publish(Message("", queue, f"{i}{g}".encode(), None, props), now=0)
+
+
+def _owners(records: list[Record]) -> list[tuple[str, str]]:
+    return [(r.group, r.owner) for r in records if isinstance(r, GroupOwner)]
+
+
+def test_a_recorded_queue_journals_each_change_of_owner() -> None:
+    broker, records = recording_broker()
+    s = broker.open_session("/", owner="s")
+    s.instance = "abc"
+    s.declare_queue("dq", durable=True)
+    s.declare_queue("tq")
+    tag = s.consume("dq", now=0)
+    s.consume("tq", now=0)
+    _persistent_groups(s, "dq", "aab")
+    _grouped(s, "tq", "c")  # not recorded: the queue is not
+    assert _owners(records) == [("a", "i:abc/ctag-1"), ("b", "i:abc/ctag-1")]
+    held = s.take_deliveries()
+    s.cancel(tag)
+    assert _owners(records)[2:] == []  # its deliveries are not settled yet
+    for d in held:
+        if d.queue == "dq":
+            s.ack(d.dtag)
+    assert sorted(_owners(records)[2:]) == [("a", ""), ("b", "")]
+
+
+def _taken_over(
+    records: list[Record], owner_instance: str = "abc"
+) -> tuple[Broker, Session, Session]:
+    """The broker rebuilt from ``records`` (as after a restart or a failover) and two
+    sessions: ``back`` (the client that had the groups, reconnected) and ``other``."""
+    again = restored(records)
+    back = again.open_session("/", owner="back")
+    back.instance = owner_instance
+    other = again.open_session("/", owner="other")
+    other.instance = "xyz"
+    return again, back, other
+
+
+def _held_by_ctag_1(groups: str) -> list[Record]:
+    broker, records = recording_broker()
+    s = broker.open_session("/", owner="s")
+    s.instance = "abc"
+    s.declare_queue("dq", durable=True)
+    s.consume("dq", prefetch=1, now=0)  # ctag-1
+    _persistent_groups(s, "dq", groups)
+    return records
+
+
+def test_after_a_takeover_a_group_waits_for_its_consumer_which_gets_it_back_flagged() -> None:
+    records = _held_by_ctag_1("aab")  # ctag-1 holds a (0a delivered), b waits
+    _, back, other = _taken_over(records)
+    other.consume("dq", now=1)
+    # a is reserved for abc/ctag-1; b had no owner yet: it goes at once
+    assert _flags(other.take_deliveries()) == [(b"2b", True)]
+    back.consume("dq", tag="ctag-1", now=2)
+    got = back.take_deliveries()
+    assert _flags(got) == [(b"0a", True), (b"1a", False)]
+    assert [d.redelivered for d in got] == [True, False]
+
+
+def test_a_reservation_lapses_once_a_consumer_has_waited_the_resume_timeout() -> None:
+    records = _held_by_ctag_1("aa")
+    again, back, other = _taken_over(records)
+    again.vhost("/").group_resume_timeout = 5.0  # type: ignore[union-attr]
+    other.consume("dq", now=100)
+    assert other.take_deliveries() == []
+    again.tick(104.9)
+    assert other.take_deliveries() == []
+    again.tick(105)
+    got = other.take_deliveries()
+    assert _flags(got) == [(b"0a", True), (b"1a", False)]
+    back.consume("dq", tag="ctag-1", now=106)  # too late: the group has moved
+    assert back.take_deliveries() == []
+
+
+def test_a_returned_owner_without_credit_keeps_its_reservation() -> None:
+    broker, records = recording_broker()
+    s = broker.open_session("/", owner="s")
+    s.instance = "abc"
+    s.declare_queue("dq", durable=True)
+    s.consume("dq", prefetch=2, now=0)  # ctag-1: takes 0- and 1a (so it owns a)
+    s.publish(Message("", "dq", b"0-", None, {"persistent": True}), now=0)
+    _persistent_groups(s, "dq", "aa", start=1)
+    again, back, other = _taken_over(records)
+    again.vhost("/").group_resume_timeout = 5.0  # type: ignore[union-attr]
+    back.consume("dq", tag="ctag-1", prefetch=1, now=0)
+    [plain] = back.take_deliveries()  # 0- (no group) uses its one credit
+    assert plain.message.body == b"0-"
+    other.consume("dq", now=1)  # wants a, which waits for ctag-1: it is back
+    again.tick(100)
+    assert other.take_deliveries() == []
+    back.ack(plain.dtag)
+    assert _flags(back.take_deliveries()) == [(b"1a", True)]
+
+
+def test_an_owner_without_an_instance_is_never_recognised() -> None:
+    broker, records = recording_broker()
+    s = broker.open_session("/", owner="s")  # no instance (an AMQP channel)
+    s.declare_queue("dq", durable=True)
+    s.consume("dq", now=0)
+    _persistent_groups(s, "dq", "a")
+    assert _owners(records) == [("a", "-")]
+    again, back, _ = _taken_over(records, owner_instance="")
+    back.consume("dq", tag="ctag-1", now=0)
+    assert back.take_deliveries() == []  # same tag, no instance: not the same consumer
+    again.tick(10)
+    assert _flags(back.take_deliveries()) == [(b"0a", True)]
+
+
+def test_a_freed_group_is_not_reserved_after_a_takeover() -> None:
+    broker, records = recording_broker()
+    s = broker.open_session("/", owner="s")
+    s.instance = "abc"
+    s.declare_queue("dq", durable=True)
+    tag = s.consume("dq", now=0)
+    _persistent_groups(s, "dq", "a")
+    [d] = s.take_deliveries()
+    s.ack(d.dtag)
+    s.cancel(tag)
+    _persistent_groups(s, "dq", "a", start=1)
+    _, _, other = _taken_over(records)
+    other.consume("dq", now=0)
+    assert _flags(other.take_deliveries()) == [(b"1a", True)]
 
 
 # --- the property: one consumer per group at a time, order, flags ----------------------------

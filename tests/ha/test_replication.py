@@ -432,6 +432,18 @@ def test_progress_holds_replies_until_synced_and_pushes_until_applied() -> None:
     assert p.upto == 6 and p.applied == 6
 
 
+def test_progress_wakes_a_push_held_for_a_position_once_the_peer_applied_it() -> None:
+    p = ReplicaProgress()
+    assert p.holds(9)  # not required: nothing waits
+    p.start()
+    assert not p.holds(4)  # a group's first delivery waits for its group.owner record
+    assert p.peer_applied(3)  # nothing else tracked: still the held push must look again
+    assert not p.holds(4)
+    assert p.peer_applied(4)
+    assert p.holds(4)
+    assert not p.peer_applied(5)  # nothing waits any more
+
+
 def test_progress_stop_forgets_everything_and_start_begins_at_nothing() -> None:
     p = ReplicaProgress()
     p.start()

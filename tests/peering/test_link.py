@@ -38,7 +38,7 @@ STATS_FIELDS = {
     "spilled_bytes", "accepted", "forwarded", "resent", "restored", "acked", "received",
     "duplicates_dropped", "duplicates_resent", "duplicates_other_path", "loops_dropped",
     "overflow_dropped", "overflow_blocked", "spilled", "skipped", "interest_size",
-    "reconnects", "resyncs",
+    "reconnects", "resyncs", "filter", "filtered",
 }  # fmt: skip
 
 

@@ -11,6 +11,7 @@ from amqlite.peering import (
     Ack,
     BindingKey,
     Envelope,
+    Filter,
     Forward,
     Forwards,
     Heartbeat,
@@ -50,6 +51,8 @@ SAMPLES: list[PeeringMessage] = [
     ),
     Interest(False, (BindingKey.of("b"),), (BindingKey.of("c"),), 1, "0123456789abcdef"),
     ResyncRequest(),
+    Filter("region = 'eu'"),
+    Filter(None),
     Forward(1, ENV),
     Forward(12, Envelope(MeshId("N", 0, 0), "", b"", exchange="x")),
     Forwards(3, [ENV]),
@@ -181,3 +184,8 @@ def test_envelope_onward_and_size() -> None:
     assert ENV.size() > len(ENV.body)
     big = Envelope(MeshId("A", 1, 1), "k", b"x" * 10_000)
     assert 10_000 < big.size() < 10_200
+
+
+def test_a_filter_is_text_or_null() -> None:
+    with pytest.raises(PeeringProtocolError, match="'selector' must be text or null"):
+        from_map({"type": "peer.filter", "selector": 5})

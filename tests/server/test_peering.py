@@ -753,3 +753,57 @@ async def test_an_ha_promotion_starts_peering_at_once_and_waits_only_for_an_epoc
     monkeypatch.undo()
     await wait_for(lambda: service.active, "active once 3 is on disk", 0.1)
     assert service.epoch == (3 << 32) + 3 and int(epoch_file.read_text()) >= 3
+
+
+def _remote_filter(node: BrokerNode, selector: str | None) -> Callable[[], bool]:
+    return lambda: bool(_links(node)) and _links(node)[0]["filter"] == selector
+
+
+async def test_subscribe_mode_sends_only_what_a_local_selector_wants(pair: Any) -> None:
+    """The subscriber's consumers' selectors are the remote's filter: what none of them
+    selects does not cross; a consumer without a selector (or a bound queue without
+    a consumer) lets everything cross again."""
+    a, b = await pair("subscribe")
+    async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:
+        eu = (await ca.declare_queue("", exclusive=True)).name
+        us = (await ca.declare_queue("", exclusive=True)).name
+        for q in (eu, us):
+            await ca.bind(q, "x", "orders.#")
+        await wait_for(_remote_filter(b, None), "bound queues without consumers: no filter")
+        eu_c = await ca.consume(eu, no_ack=True, selector="region = 'eu'")
+        us_c = await ca.consume(us, no_ack=True, selector="region = 'us' AND amount > 10")
+        both = "(region = 'eu') OR (region = 'us' AND amount > 10)"
+        await wait_for(_remote_filter(b, both), "b filters with a's two selectors")
+        assert _links(a)[0]["filter"] == both
+        sent = {"eu": 0, "us": 0}
+        for i in range(60):
+            region = ("eu", "us", "asia")[i % 3]
+            amount = i % 20
+            await cb.publish("x", "orders.new", b"%d" % i, headers={"region": region,
+                                                                    "amount": amount})  # fmt: skip
+            if region == "eu":
+                sent["eu"] += 1
+            elif region == "us" and amount > 10:
+                sent["us"] += 1
+        got_eu = await _take(eu_c, sent["eu"])
+        got_us = await _take(us_c, sent["us"])
+        assert len(got_eu) == 20 and len(got_us) == sent["us"] > 0
+        crossed = sent["eu"] + sent["us"]
+        await wait_for(lambda: _links(b)[0]["filtered"] == 60 - crossed, "b counted the rest")
+        end = _links(b)[0]
+        assert end["forwarded"] == crossed  # only what a selector wanted crossed
+        assert _links(a)[0]["received"] == crossed
+        # both queues bind orders.#: each keeps what the other one's consumer selected
+        # (the filter is one per link), and nothing else crossed
+        host = a.broker.vhost("/")
+        assert host is not None
+        assert (host.queues[eu].count(), host.queues[us].count()) == (sent["us"], sent["eu"])
+        for q in (eu, us):
+            await ca.purge_queue(q)
+        # a consumer without a selector wants everything: everything crosses again
+        plain = await ca.consume(eu, no_ack=True)
+        await wait_for(_remote_filter(b, None), "no filter once a consumer selects everything")
+        await cb.publish("x", "orders.new", b"asia", headers={"region": "asia"})
+        assert await _take(plain, 1) == [b"asia"]
+        await plain.cancel()
+        await wait_for(_remote_filter(b, both), "the filter is back once it went")

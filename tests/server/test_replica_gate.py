@@ -177,3 +177,30 @@ async def test_a_push_goes_once_the_peer_applied_it_a_confirm_once_it_committed(
             storage.replica_progress(storage.journal.appended)
             with trio.fail_after(10):
                 await pending.wait()
+
+
+async def test_a_groups_first_delivery_waits_until_the_passive_peer_knows_its_owner(
+    tmp_path: Path,
+) -> None:
+    """Even a transient message (not journaled itself) that gives its group to a
+    consumer waits for the group.owner record to reach the passive peer: the node
+    taking over must know which consumer may be working on the group."""
+    async with running(tmp_path) as node:
+        storage = node.storage
+        assert storage is not None and storage.journal is not None
+        async with amqlite.connect(addr(node)) as pub, amqlite.connect(addr(node)) as sub:
+            await pub.declare_queue("q", durable=True)
+            consumer = await sub.consume("q")
+            storage.tee = lambda position, frame: None  # a peer that has not acked yet
+            storage.replica_required(True)
+            await pub.publish("", "q", "plain")  # no group: not held
+            await pub.publish("", "q", "first", properties={"group_id": "g"})
+            with trio.fail_after(10):
+                while node.broker.status()["vhosts"][0]["queues"][0]["unacked"] < 2:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+            assert consumer.buffered == 1  # only "plain"
+            storage.replica_applied(storage.journal.appended)  # the peer holds the record
+            with trio.fail_after(10):
+                got = [(await consumer.__anext__()).body for _ in range(2)]
+            assert got == [b"plain", b"first"]

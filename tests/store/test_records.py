@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from amqlite.store import (
     ExchangeDeclare,
     ExchangeDelete,
+    GroupOwner,
     MessageAck,
     MessageDelivered,
     MessageEnqueue,
@@ -113,6 +114,7 @@ FULL: list[Record] = [
         mesh={"id": ["a", 1, 3], "path": ["a"], "hops": 1},
     ),
     PeeringOutAck(vhost="v", exchange="events", link="events->b", id=3),
+    GroupOwner(vhost="v", queue="orders", group="customer-42", owner="i:abc/ctag-1"),
     SnapshotBegin(last_journal_id=42),
     SnapshotEnd(),
 ]
@@ -134,6 +136,7 @@ MINIMAL: list[Record] = [
     PeeringMarks(exchange="x"),
     PeeringOut(exchange="x", link="x", id=0, body=b""),
     PeeringOutAck(exchange="x", link="x", id=0),
+    GroupOwner(queue="q", group="g"),
     SnapshotBegin(),
     SnapshotEnd(),
 ]

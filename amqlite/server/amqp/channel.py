@@ -28,6 +28,7 @@ from amqlite.amqp import AmqpError, BasicProperties
 from amqlite.amqp import methods as m
 from amqlite.amqp.mapping import from_native, to_native
 from amqlite.amqp.spec import Method
+from amqlite.broker import group_record_position
 from amqlite.errors import AmqliteError, ReplyCode
 from amqlite.protocol import events as ev
 
@@ -103,7 +104,7 @@ class AmqpChannel:
         self._released = False
         # HA: pushes held until the passive node has their message, in order:
         # (journal id, stream, offset, send) where send writes the frames
-        self._held: deque[tuple[int, str, int, Callable[[], None]]] = deque()
+        self._held: deque[tuple[int, str, int, int, Callable[[], None]]] = deque()
         self._methods: dict[type[Method], Callable[[Any, float], None]] = {
             m.BasicAck: self._ack,
             m.BasicNack: self._nack,
@@ -571,16 +572,23 @@ class AmqpChannel:
                 journal_id, offset = d.message.journal_id, d.offset
                 if offset is not None:
                     if held or not storage.stream_replicated(self.vhost, d.queue, offset):
-                        held.append((0, d.queue, offset, functools.partial(send_deliver, d)))
+                        held.append((0, d.queue, offset, 0, functools.partial(send_deliver, d)))
                         continue
-                elif held or (journal_id and not storage.replicated(journal_id)):
-                    held.append((journal_id, "", 0, functools.partial(send_deliver, d)))
-                    continue
+                else:
+                    position = group_record_position(d.message)
+                    if (
+                        held
+                        or (journal_id and not storage.replicated(journal_id))
+                        or (position and not storage.position_replicated(position))
+                    ):
+                        send = functools.partial(send_deliver, d)
+                        held.append((journal_id, "", 0, position, send))
+                        continue
             send_deliver(d)
         for tag, _code, _text in session.take_cancellations():
             send = functools.partial(self._send_cancel, tag)
             if held:
-                held.append((0, "", 0, send))
+                held.append((0, "", 0, 0, send))
             else:
                 send()
         if held and not was_holding and storage is not None:
@@ -611,10 +619,11 @@ class AmqpChannel:
         held = self._held
         storage = self.node.storage
         while held:
-            journal_id, stream, offset, send = held[0]
+            journal_id, stream, offset, position, send = held[0]
             if storage is not None and (
                 (journal_id and not storage.replicated(journal_id))
                 or (stream and not storage.stream_replicated(self.vhost, stream, offset))
+                or (position and not storage.position_replicated(position))
             ):
                 break
             held.popleft()

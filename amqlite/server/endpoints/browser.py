@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import structlog
 import trio
 
+from amqlite.broker import group_record_position
 from amqlite.browser import Outbox, codec
 from amqlite.errors import AmqliteError, ReplyCode
 from amqlite.protocol import events as ev
@@ -89,7 +90,7 @@ class BrowserEndpoint:
         self._released = False
         self._no_ack: dict[str, bool] = {}  # consumer tag -> consumes without acks
         # HA: (journal id, stream, offset, frame, droppable, ctag), as ClientEndpoint's
-        self._held: deque[tuple[int, str, int, str, bool, str]] = deque()
+        self._held: deque[tuple[int, str, int, int, str, bool, str]] = deque()
 
     # --- requests ----------------------------------------------------------------------
 
@@ -197,16 +198,22 @@ class BrowserEndpoint:
             journal_id, offset = d.message.journal_id, d.offset
             if offset is not None:
                 if held or not storage.stream_replicated(self.vhost, d.queue, offset):
-                    held.append((0, d.queue, offset, text, droppable, d.ctag))
+                    held.append((0, d.queue, offset, 0, text, droppable, d.ctag))
                     continue
-            elif held or (journal_id and not storage.replicated(journal_id)):
-                held.append((journal_id, "", 0, text, droppable, d.ctag))
-                continue
+            else:
+                position = group_record_position(d.message)
+                if (
+                    held
+                    or (journal_id and not storage.replicated(journal_id))
+                    or (position and not storage.position_replicated(position))
+                ):
+                    held.append((journal_id, "", 0, position, text, droppable, d.ctag))
+                    continue
             add(text, droppable=droppable, ctag=d.ctag)
         for tag, code, reason in session.take_cancellations():
             frame = codec.encode(ev.Cancelled(tag, code, reason))
             if held:
-                held.append((0, "", 0, frame, False, ""))
+                held.append((0, "", 0, 0, frame, False, ""))
             else:
                 add(frame)
         if held and not was_holding:
@@ -217,10 +224,11 @@ class BrowserEndpoint:
         held = self._held
         storage = self.node.storage
         while held:
-            journal_id, stream, offset, text, droppable, ctag = held[0]
+            journal_id, stream, offset, position, text, droppable, ctag = held[0]
             if storage is not None and (
                 (journal_id and not storage.replicated(journal_id))
                 or (stream and not storage.stream_replicated(self.vhost, stream, offset))
+                or (position and not storage.position_replicated(position))
             ):
                 break
             held.popleft()

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
+from amqlite.broker import group_record_position
 from amqlite.errors import AmqliteError, ReplyCode
 from amqlite.protocol import events as ev
 
@@ -90,7 +91,7 @@ class ClientEndpoint:
         # HA: pushes waiting until the passive node holds their message, in order:
         # (journal id, stream, offset, frame); a journal id of 0 and no stream = a
         # frame that only keeps its place behind them
-        self._held_pushes: deque[tuple[int, str, int, bytes]] = deque()
+        self._held_pushes: deque[tuple[int, str, int, int, bytes]] = deque()
         dispatcher.max_reply_bytes = link.proto.max_frame_size
         dispatcher.stream_visible = self._stream_visible
 
@@ -186,16 +187,22 @@ class ClientEndpoint:
                 journal_id, offset = d.message.journal_id, d.offset
                 if offset is not None:
                     if held or not storage.stream_replicated(vhost, d.queue, offset):
-                        held.append((0, d.queue, offset, frame))
+                        held.append((0, d.queue, offset, 0, frame))
                         continue
-                elif held or (journal_id and not storage.replicated(journal_id)):
-                    held.append((journal_id, "", 0, frame))
-                    continue
+                else:
+                    position = group_record_position(d.message)
+                    if (
+                        held
+                        or (journal_id and not storage.replicated(journal_id))
+                        or (position and not storage.position_replicated(position))
+                    ):
+                        held.append((journal_id, "", 0, position, frame))
+                        continue
                 out += frame
             for tag, code, text in session.take_cancellations():
                 frame = proto.send(ev.Cancelled(tag, code, text))
                 if held:
-                    held.append((0, "", 0, frame))
+                    held.append((0, "", 0, 0, frame))
                 else:
                     out += frame
         except AmqliteError:
@@ -210,13 +217,14 @@ class ClientEndpoint:
         storage = self.node.storage
         out = self.link.out
         while held:
-            journal_id, stream, offset, _ = held[0]
+            journal_id, stream, offset, position, _ = held[0]
             if storage is not None and (
                 (journal_id and not storage.replicated(journal_id))
                 or (stream and not storage.stream_replicated(self.vhost, stream, offset))
+                or (position and not storage.position_replicated(position))
             ):
                 break
-            out += held.popleft()[3]
+            out += held.popleft()[4]
         if not held and storage is not None:
             storage.discard_waiter(self._push_replicated)
         self._flow()

@@ -107,10 +107,12 @@ class PeeringEndpoint(_RoleEndpoint):
         *,
         user: str,
         vhost: str,
+        login: AuthenticatedUser | None = None,
     ) -> None:
         super().__init__(link)
         self.peering = peering
         self.permissions = permissions
+        self._login = login
         self.remote_address = link.remote_address
         self.tls = link.tls
         self.user = user
@@ -141,6 +143,16 @@ class PeeringEndpoint(_RoleEndpoint):
         """May this link's user publish to and read from ``exchange``?"""
         perms = self.permissions
         return all(perms.allows(kind, exchange or "amq.default") for kind in ("write", "read"))
+
+    def constraint_refusal(self, exchange: str) -> str | None:
+        """Why a role constraint stops this link's user from peering with
+        ``exchange`` (a link both sends into it and subscribes to it), or None."""
+        login = self._login
+        if login is None:
+            return None
+        return login.refusal("send", "exchange", exchange) or login.refusal(
+            "subscribe", "exchange", exchange
+        )
 
     def close(self, reason: str) -> None:
         """The link moved on (or a newer connection replaced this one)."""

@@ -181,6 +181,10 @@ class ActionApplier:
         self._depth += 1  # one turn for them all
         try:
             for d in deliveries:
+                if link.remote_filter is not None and not pq.wants(d.message):
+                    pq.settle(d.dtag, now)  # no consumer of the subscriber selects it
+                    link.filtered()
+                    continue
                 seq, actions = link.take(envelope_of(pq.px, d.message), now)
                 if seq is None:
                     pq.settle(d.dtag, now)  # skipped (the subscriber is on its path)

@@ -5,7 +5,7 @@ action applier."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -13,6 +13,10 @@ from amqlite.broker import PEERING_QUEUE_PREFIX, Message, PublishOutcome
 from amqlite.peering import Envelope, OverflowPolicy, PeeredExchange
 
 from .applier import ActionApplier
+
+if TYPE_CHECKING:
+    from amqlite.broker.exchange import Exchange
+    from amqlite.broker.vhost import VirtualHost
 
 # enum members as constants (an enum attribute look-up is slow; these run per message)
 _BLOCK, _UNROUTABLE = OverflowPolicy.BLOCK, PublishOutcome.UNROUTABLE
@@ -55,18 +59,62 @@ class PublishHook:
         return px.taken > 0
 
 
+def consumer_filter(exchange: Exchange | None) -> str | None:
+    """The selector a subscriber's remote may filter with: what some consumer of a
+    queue bound to ``exchange`` selects (the selectors joined with OR). None (every
+    message) as soon as one bound queue has no consumer (what arrives waits there
+    for one) or a consumer without a selector."""
+    if exchange is None:
+        return None
+    selectors: set[str] = set()
+    for binding in exchange.bindings.values():
+        queue = binding.queue
+        if queue.name.startswith(PEERING_QUEUE_PREFIX):
+            continue
+        if not queue.consumers:
+            return None
+        for consumer in queue.consumers:
+            if consumer.selector is None:
+                return None
+            selectors.add(consumer.selector)
+    if not selectors:
+        return None
+    if len(selectors) == 1:
+        return next(iter(selectors))
+    return " OR ".join(f"({s})" for s in sorted(selectors))
+
+
+def has_subscriber(px: PeeredExchange) -> bool:
+    """Whether one of the exchange's link ends subscribes (dials, and receives)."""
+    return any(link.receives and link.addresses is not None for link in px.links.values())
+
+
 class BindingHook:
     """The exchange's binding watcher: its bindings -> ``px.bind``/``px.unbind``
-    (the peering queues' own bindings are not interest)."""
+    (the peering queues' own bindings are not interest), and the filter they imply."""
 
-    def __init__(self, applier: ActionApplier, px: PeeredExchange) -> None:
+    def __init__(self, applier: ActionApplier, px: PeeredExchange, vhost: VirtualHost) -> None:
         self.applier = applier
         self.px = px
+        self.vhost = vhost
 
     def bound(self, queue: str, key: str, arguments: Mapping[str, Any]) -> None:
         if not queue.startswith(PEERING_QUEUE_PREFIX):  # a subscriber's, not ours
-            self.applier.apply(self.px.bind(queue, key, arguments, now=trio.current_time()))
+            now = trio.current_time()
+            self.applier.apply(self.px.bind(queue, key, arguments, now=now))
+            self.refilter(now)
 
     def unbound(self, queue: str, key: str, arguments: Mapping[str, Any]) -> None:
         if not queue.startswith(PEERING_QUEUE_PREFIX):
-            self.applier.apply(self.px.unbind(queue, key, arguments, now=trio.current_time()))
+            now = trio.current_time()
+            self.applier.apply(self.px.unbind(queue, key, arguments, now=now))
+            self.refilter(now)
+
+    def refilter(self, now: float) -> None:
+        """Tell a subscriber's remote the filter the exchange's queues imply now."""
+        px = self.px
+        if has_subscriber(px):
+            exchange = self.vhost.exchanges.get(px.ctx.exchange)
+            actions = px.filter_changed(consumer_filter(exchange), now)
+            if actions:  # (a consumer came or went mid-request: no turn for nothing)
+                self.applier.apply(actions)

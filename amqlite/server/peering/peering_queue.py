@@ -34,6 +34,7 @@ from typing import Any
 import structlog
 
 from amqlite.broker import PEERING_QUEUE_PREFIX, Broker, Delivery, Message, Session
+from amqlite.broker.selector import SelectorError, compile_selector
 from amqlite.errors import AmqliteError
 from amqlite.peering import BindingKey, Envelope, PeeredExchange, PeeringLink, PeeringProtocolError
 
@@ -110,6 +111,9 @@ class PeeringQueue:
         self.taken: deque[tuple[int, int]] = deque()  # (seq, dtag): sent, not yet acked
         self.applied_digest = ""  # the interest digest the bindings were last made from
         self.prefetch = prefetch
+        # the subscriber's filter (link.remote_filter) as compiled, and its text
+        self._filter_text: str | None = None
+        self._accepts: Callable[[Message], bool] | None = None
         self.declare(now)
 
     def declare(self, now: float) -> None:
@@ -149,6 +153,23 @@ class PeeringQueue:
         """The queue's new deliveries, and whether the consumer was cancelled (the
         queue was deleted by hand: :meth:`declare` it again)."""
         return self.session.take_deliveries(), bool(self.session.take_cancellations())
+
+    def wants(self, message: Message) -> bool:
+        """Whether the subscriber's filter (``peer.filter``: the selectors of its
+        consumers) accepts ``message``; True without a filter. A filter that does
+        not compile here lets everything through (nothing is lost for it)."""
+        text = self.link.remote_filter
+        if text is None:
+            return True
+        if text != self._filter_text:
+            self._filter_text = text
+            try:
+                self._accepts = compile_selector(text).accepts
+            except SelectorError as exc:
+                log.warning("peering_filter_ignored", link=self.link.id, error=str(exc))
+                self._accepts = None
+        accepts = self._accepts
+        return accepts is None or accepts(message)
 
     def settle(self, dtag: int, now: float) -> None:
         self.session.ack(dtag, now=now)

@@ -21,6 +21,7 @@ import structlog
 import trio
 
 from amqlite.broker import PEERING_QUEUE_PREFIX, Broker, Session
+from amqlite.broker.queue import Queue
 from amqlite.config import Config, PeeringConfig
 from amqlite.errors import ReplyCode
 from amqlite.peering import (
@@ -104,6 +105,8 @@ class PeeringService:
         )
         self.exchanges: dict[tuple[str, str], PeeredExchange] = {}
         self.hooks: dict[str, dict[str, PublishHook]] = {}  # vhost -> exchange -> hook
+        #: (vhost, exchange) -> its binding watcher, which also computes its filter
+        self._filters: dict[tuple[str, str], BindingHook] = {}
         self.epoch = 0
         self.node_id = ""
         self.active = False  # peering runs (standalone, or the HA pair's active node)
@@ -225,6 +228,8 @@ class PeeringService:
         log.info("peering_started", node=self.node_id, epoch=self.epoch, links=len(starts))
         for link in starts:
             self.applier.apply(link.start(now))
+        for hook in self._filters.values():
+            hook.refilter(now)
 
     async def _activate_when_reserved(self) -> None:
         try:
@@ -256,6 +261,8 @@ class PeeringService:
             vhost = self.node.broker.vhost(px.ctx.vhost)
             if vhost is not None:
                 vhost.watch(px.ctx.exchange, None)
+                vhost.on_consumers = None
+        self._filters.clear()
         for conn in list(registry.conns.values()):
             conn.close("peering stopped: this node is not active")
         registry.conns.clear()
@@ -285,6 +292,18 @@ class PeeringService:
     def hook_for(self, vhost: str) -> dict[str, PublishHook]:
         """The dispatcher's view: exchange name -> hook, for one vhost (a live dict)."""
         return self.hooks.setdefault(vhost, {})
+
+    def _consumers_changed(self, queue: Queue) -> None:
+        """A queue gained or lost a consumer: the filters of the peered exchanges it
+        is bound to may change (vhost.on_consumers; must not raise)."""
+        if not queue.bindings:
+            return
+        now = trio.current_time()
+        vhost_name = queue.vhost.name
+        for exchange, _ in list(queue.bindings):
+            hook = self._filters.get((vhost_name, exchange.name))
+            if hook is not None:
+                hook.refilter(now)
 
     def _exchange_for(
         self,
@@ -330,7 +349,10 @@ class PeeringService:
             if not binding.queue.name.startswith(PEERING_QUEUE_PREFIX):
                 px.bind(binding.queue.name, binding.key, binding.arguments, now=now)
         # also once deleted and declared again
-        vhost.watch(exchange_name, BindingHook(self.applier, px))
+        hook = BindingHook(self.applier, px, vhost)
+        vhost.watch(exchange_name, hook)
+        self._filters[(vhost_name, exchange_name)] = hook
+        vhost.on_consumers = self._consumers_changed
         self.exchanges[(vhost_name, exchange_name)] = px
         self.hooks.setdefault(vhost_name, {})[exchange_name] = PublishHook(self.applier, px)
         return px
@@ -428,6 +450,20 @@ class PeeringService:
             )
             conn.send_map(Refused(ReplyCode.ACCESS_REFUSED, text).to_map())
             conn.close_from_server(ReplyCode.ACCESS_REFUSED, text)
+            return
+        refusal = conn.constraint_refusal(px.ctx.exchange)
+        if refusal is not None:
+            log.warning(
+                "constraint_refused",
+                remote=conn.remote_address,
+                user=conn.user,
+                vhost=vhost,
+                action="peer",
+                resource=f"exchange {exchange!r}",
+                reason=refusal,
+            )
+            conn.send_map(Refused(ReplyCode.ACCESS_REFUSED, refusal).to_map())
+            conn.close_from_server(ReplyCode.ACCESS_REFUSED, refusal)
             return
         try:
             attached, actions = px.attach(msg, now)

@@ -60,6 +60,10 @@ class AcceptedConnection(LinkConnection, Protocol):
     def may_peer(self, exchange: str) -> bool:
         """May the connection's user publish to and read from ``exchange``?"""
 
+    def constraint_refusal(self, exchange: str) -> str | None:
+        """Why a role constraint stops the connection's user from peering with
+        ``exchange`` (send and subscribe), or None."""
+
     def close_from_server(self, code: int, text: str) -> None:
         """Close with ``code`` and ``text`` (a refusal)."""
 
