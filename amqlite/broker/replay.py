@@ -169,13 +169,8 @@ class Replay:
         if recorder is not None:
             recorder.last_journal_id = max(recorder.last_journal_id, r.id)
             wall_offset = recorder.wall_offset
-        message = Message(r.exchange, r.routing_key, r.body, dict(r.headers), dict(r.props))
-        message.journal_id = r.id
-        message.deaths = r.deaths
-        if r.mesh:
-            message.mesh = r.mesh
+        message = message_from_record(r)
         if r.publish_key:
-            message.publish_key = r.publish_key
             host.publish_keys.add(r.publish_key)
         at = r.enqueued_at - wall_offset
         expiration = message.properties.get("expiration")
@@ -210,6 +205,18 @@ class Replay:
     def _peering_state(self, host: VirtualHost, r: PeeringMarks | PeeringOutAck) -> None:
         """Exchange peering's own bookkeeping: the peering service reads it from the
         journal's state; the broker model has nothing to change."""
+
+
+def message_from_record(r: MessageEnqueue) -> Message:
+    """The broker's message for a journaled one (a restart, a backlog reading it back)."""
+    message = Message(r.exchange, r.routing_key, r.body, dict(r.headers), dict(r.props))
+    message.journal_id = r.id
+    message.deaths = r.deaths
+    if r.mesh:
+        message.mesh = r.mesh
+    if r.publish_key:
+        message.publish_key = r.publish_key
+    return message
 
 
 def _clear_durable(host: VirtualHost) -> None:

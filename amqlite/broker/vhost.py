@@ -308,7 +308,7 @@ class VirtualHost:
         self._check_owner(session, queue)
         if if_unused and queue.consumers:
             raise PreconditionFailed(f"queue {name!r} in vhost {self.name!r} in use")
-        if if_empty and queue.ready:
+        if if_empty and queue.has_ready():
             raise PreconditionFailed(f"queue {name!r} in vhost {self.name!r} not empty")
         return self.remove_queue(queue)
 
