@@ -112,6 +112,8 @@ class BrokerNode:
                 max_message_size=limits.max_message_size,
             ),
         )
+        if storage is not None and broker.recorder is not None:
+            broker.recorder.source = storage.source
         if self.config.server.trace:
             set_trace(broker, True)
         return broker

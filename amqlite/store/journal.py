@@ -73,11 +73,19 @@ import threading
 from collections.abc import Collection
 from typing import Literal, NamedTuple, NoReturn, get_args
 
+from .codec import decode_record
 from .errors import JournalCorrupt, StoreError, StoreLocked, StoreWriteError
-from .files import FileHandle, FileLayer, OsFileLayer
-from .records import MessageEnqueue, Record, SnapshotBegin
-from .segment import HEADER, SegmentReader, frame_record, segment_name, segment_seq
-from .state import StoreState
+from .files import FileHandle, FileLayer, OsFileLayer, ReadHandle
+from .records import MessageDelivered, MessageEnqueue, Record, SnapshotBegin
+from .segment import (
+    FRAME_HEAD,
+    HEADER,
+    SegmentReader,
+    frame_record,
+    segment_name,
+    segment_seq,
+)
+from .state import MessageRef, StoreState
 
 FsyncPolicy = Literal["always", "batch", "never"]
 FSYNC_POLICIES: tuple[str, ...] = get_args(FsyncPolicy)
@@ -87,6 +95,14 @@ DEFAULT_BATCH_MS = 10
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 DEFAULT_COMPACT_AFTER_BYTES = 8 * 1024 * 1024
 _HEAD_PROBE = 4096  # bytes read to see whether a segment starts with a snapshot
+#: A message's location in the journal: ``seq << LOCATION_BITS | offset`` of its frame.
+LOCATION_BITS = 36
+_OFFSET_MASK = (1 << LOCATION_BITS) - 1
+
+
+def location(seq: int, offset: int) -> int:
+    """The location of the frame at ``offset`` of segment ``seq``."""
+    return seq << LOCATION_BITS | offset
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -206,7 +222,11 @@ class Journal:
         self._hold_from = 0
         self._turn_over = threading.Condition(self._mutex)  # notified when holds reach 0
         self._unsynced: list[_Pending] = []  # written, not yet covered by an fsync
-        self._state = StoreState()
+        self._state = self._new_state()
+        # reading placed messages back: the handles open for it, and the lock that keeps
+        # compaction from moving or deleting segments under a read
+        self._readers: dict[int, ReadHandle] = {}
+        self._read_lock = threading.RLock()
         self._sealed: dict[int, int] = {}  # seq -> size, older segments
         self._active: _Segment | None = None
         self._next_seq = 1
@@ -270,6 +290,56 @@ class Journal:
     def _path(self, name: str) -> str:
         return os.path.join(self.directory, name)
 
+    def _new_state(self) -> StoreState:
+        state = StoreState()
+        state.read = self._read_at
+        return state
+
+    # --- reading messages back -----------------------------------------------------------
+
+    def _read_at(self, where: int) -> MessageEnqueue:
+        """The ``message.enqueue`` record at location ``where`` (its frame is written)."""
+        seq, offset = where >> LOCATION_BITS, where & _OFFSET_MASK
+        with self._read_lock:
+            handle = self._readers.get(seq)
+            if handle is None:
+                handle = self._files.open_read(self._path(segment_name(seq)))
+                if self._closed:
+                    try:
+                        return self._decode_at(handle, offset, where)
+                    finally:
+                        handle.close()
+                self._readers[seq] = handle
+            return self._decode_at(handle, offset, where)
+
+    def _decode_at(self, handle: ReadHandle, offset: int, where: int) -> MessageEnqueue:
+        head = handle.pread(FRAME_HEAD.size, offset)
+        length, _crc = FRAME_HEAD.unpack(head)
+        record = decode_record(handle.pread(length, offset + FRAME_HEAD.size))
+        if type(record) is not MessageEnqueue:
+            raise StoreError(f"{self.directory}: no message at journal location {where}")
+        return record
+
+    def read_messages(self, journal_ids: Collection[int]) -> list[MessageEnqueue | None]:
+        """The records of live messages ``journal_ids`` (None for one not live), from
+        memory or read back from the segment files. Thread-safe against commits and
+        compaction; call it from the event loop (a read is a few page-cache preads)."""
+        with self._read_lock:
+            with self._mutex:
+                where = [self._state.located(i) for i in journal_ids]
+            return [w if type(w) is not int else self._read_at(w) for w in where]  # type: ignore[misc]
+
+    def snapshot(self) -> list[Record]:
+        """:meth:`StoreState.snapshot` of :attr:`state`, its placed messages read back
+        (safe against a compaction running meanwhile)."""
+        with self._read_lock:
+            return self._state.snapshot()
+
+    def _close_readers(self, below: int | None = None) -> None:
+        with self._read_lock:
+            for seq in [s for s in self._readers if below is None or s < below]:
+                self._readers.pop(seq).close()
+
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError(f"journal {self.directory} is closed")
@@ -324,7 +394,7 @@ class Journal:
                     "are lost. Restore it, or restore the data dir from a backup or the "
                     "HA peer"
                 )
-        state = StoreState()
+        state = self._new_state()
         records = dropped = 0
         truncated = reason = None
         sizes: dict[int, int] = {}
@@ -332,8 +402,11 @@ class Journal:
             name = segment_name(seq)
             data = files.read(self._path(name))
             reader = SegmentReader(data, name=f"{self.directory}/{name}")
-            for _offset, record in reader:
+            base = seq << LOCATION_BITS
+            for offset, record in reader:
                 state.apply(record)
+                if type(record) is MessageEnqueue:
+                    state.place(record, base | offset)
             records += reader.records
             sizes[seq] = reader.end
             if reader.defect is None:
@@ -483,6 +556,14 @@ class Journal:
             segment.handle.write(data)
         except OSError as exc:
             self._fail(exc, batch)
+        # the messages written are placed: their records leave memory (read back later)
+        at = location(segment.seq, segment.size + len(data)) - sum(len(p.frame) for p in batch)
+        with self._mutex:
+            place = self._state.place
+            for p in batch:
+                if type(p.record) is MessageEnqueue:
+                    place(p.record, at)
+                at += len(p.frame)
         segment.size += len(data)
         self._written = batch[-1].position
         if self._sync:
@@ -612,15 +693,18 @@ class Journal:
                         if journal_id not in keep:
                             self._state.forget_message(journal_id)
                             forgotten += 1
-                snapshot = self._state.snapshot()
+                snapshot = self._state.snapshot_refs()
                 batch, self._pending = self._pending, []
                 upto = self._appended
             before = self._total_bytes()
             seq = self._next_seq
             name = segment_name(seq)
             tmp, final = self._path(name + TMP_SUFFIX), self._path(name)
-            data = HEADER + b"".join(frame_record(r) for r in snapshot)
             renamed = False
+            try:
+                data, moves, count = self._snapshot_bytes(snapshot, seq)
+            except OSError as exc:
+                self._fail(exc, batch)
             try:
                 if self._active is not None:
                     self._seal(self._active)
@@ -637,7 +721,11 @@ class Journal:
                 self._undo_compaction(tmp, final, seq, renamed, len(data))
                 self._fail(exc, batch)
             self._next_seq = seq + 1
-            removed = self._remove_sealed(below=seq)
+            with self._read_lock:  # no read sees a message between its two homes
+                with self._mutex:
+                    self._state.relocate(moves)
+                self._close_readers(below=seq)
+                removed = self._remove_sealed(below=seq)
             try:
                 handle = self._files.open_append(final)
             except OSError:
@@ -649,12 +737,43 @@ class Journal:
             self._synced = max(self._synced, upto)
             return CompactionReport(
                 segment=name,
-                records=len(snapshot),
+                records=count,
                 removed=tuple(removed),
                 bytes_before=before,
                 bytes_after=self._total_bytes(),
                 forgotten=forgotten,
             )
+
+    def _snapshot_bytes(
+        self, snapshot: list[Record | MessageRef], seq: int
+    ) -> tuple[bytes, list[tuple[int, MessageEnqueue | int, int]], int]:
+        """The snapshot segment's bytes, with each message's record (read back from
+        the old segments when placed) and its delivered flags; the messages' moves
+        to their new locations; the number of records."""
+        parts = [HEADER]
+        offset = len(HEADER)
+        moves: list[tuple[int, MessageEnqueue | int, int]] = []
+        count = 0
+        for item in snapshot:
+            if type(item) is not MessageRef:
+                frames = [frame_record(item)]  # type: ignore[arg-type]
+            else:
+                record = item.record if item.record is not None else self._read_at(item.location)
+                was: MessageEnqueue | int = (
+                    item.record if item.record is not None else item.location
+                )
+                if record.queues != item.queues:
+                    record = dataclasses.replace(record, queues=item.queues)
+                moves.append((item.id, was, location(seq, offset)))
+                frames = [frame_record(record)]
+                frames.extend(
+                    frame_record(MessageDelivered(id=item.id, queue=q)) for q in item.delivered
+                )
+            for f in frames:
+                parts.append(f)
+                offset += len(f)
+            count += len(frames)
+        return b"".join(parts), moves, count
 
     def _undo_compaction(self, tmp: str, final: str, seq: int, renamed: bool, size: int) -> None:
         """After a failed compaction, take the snapshot away again if possible. If the
@@ -734,6 +853,7 @@ class Journal:
                             self._fail(exc, [])
             finally:
                 self._closed = True
+                self._close_readers()
                 if self._active is not None:
                     self._active.handle.close()
                 self._lock.close()

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from .records import (
@@ -96,14 +96,49 @@ class StoredStream:
         return (list(self.messages), self.first, self.next, self.tracked)
 
 
-class _Live:
-    """A live message: its record and, per queue still holding it, the delivered flag."""
+#: Reads the ``message.enqueue`` record at a journal location (the journal sets it;
+#: the fold itself never reads).
+Reader = Callable[[int], MessageEnqueue]
 
-    __slots__ = ("queues", "record")
+#: Properties that keep a message's record in memory even once the journal placed
+#: it: a restart needs them to rebuild the queue entry (expiry, message groups).
+_KEPT_PROPS = ("expiration", "group_id")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MessageRef:
+    """A live message in a lazy snapshot (:meth:`StoreState.snapshot_refs`): what a
+    restart needs to queue it without its body. ``location`` is where the journal
+    holds its ``message.enqueue`` record (-1: not placed; ``record`` is then the
+    record, as enqueued); ``delivered`` names the queues that handed it out."""
+
+    id: int
+    vhost: str
+    queues: tuple[str, ...]
+    delivered: tuple[str, ...]
+    location: int
+    size: int
+    enqueued_at: float
+    publish_key: str
+    record: MessageEnqueue | None
+
+
+class _Live:
+    """A live message and, per queue still holding it, the delivered flag. Its record
+    is in memory (``record``) until the journal has written it and placed it: then
+    only its location in the journal files (``loc``) and what a restart needs
+    (``size``, ``at``, ``pk``) stay here."""
+
+    __slots__ = ("at", "loc", "pk", "queues", "record", "size", "vhost")
 
     def __init__(self, record: MessageEnqueue, queues: dict[str, bool]) -> None:
-        self.record = record
+        self.record: MessageEnqueue | None = record
         self.queues = queues
+        self.loc = -1
+        self.size = len(record.body)
+        self.vhost = record.vhost
+        self.at = record.enqueued_at
+        self.pk = record.publish_key
 
 
 def _freeze(value: Any) -> Any:
@@ -121,6 +156,8 @@ class StoreState:
     __hash__ = None  # type: ignore[assignment]
 
     def __init__(self) -> None:
+        #: Reads a placed message's record back from the journal (set by the journal).
+        self.read: Reader | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -234,7 +271,7 @@ class StoreState:
     def _message_ack(self, r: MessageAck) -> None:
         live = self._messages.get(r.id)
         if live is not None and r.queue in live.queues:
-            del self._queue_messages[(live.record.vhost, r.queue)][r.id]
+            del self._queue_messages[(live.vhost, r.queue)][r.id]
             self._leave(live, r.id, r.queue)
 
     def _leave(self, live: _Live, journal_id: int, queue: str) -> None:
@@ -242,7 +279,7 @@ class StoreState:
         del live.queues[queue]
         if not live.queues:
             del self._messages[journal_id]
-            self.message_bytes -= len(live.record.body)
+            self.message_bytes -= live.size
 
     def _stream_append(self, r: StreamAppend) -> None:
         stream = self._streams.get((r.vhost, r.queue))
@@ -299,8 +336,55 @@ class StoreState:
         if live is None:
             return
         for q in list(live.queues):
-            del self._queue_messages[(live.record.vhost, q)][journal_id]
+            del self._queue_messages[(live.vhost, q)][journal_id]
             self._leave(live, journal_id, q)
+
+    # --- where the journal holds the messages ------------------------------------------
+
+    def place(self, record: MessageEnqueue, location: int) -> bool:
+        """The journal wrote ``record`` at ``location``: forget the record (the body is
+        read back from there), unless it is no longer the live message's (acked, or
+        a second enqueue of its id) or a restart needs more of it (expiration,
+        group). True when placed."""
+        live = self._messages.get(record.id)
+        if live is None or live.record is not record:
+            return False
+        props = record.props
+        if props and any(k in props for k in _KEPT_PROPS):
+            return False
+        live.record = None
+        live.loc = location
+        return True
+
+    def relocate(self, moves: list[tuple[int, MessageEnqueue | int, int]]) -> None:
+        """Compaction rewrote messages: ``(journal_id, was, location)``, ``was`` being
+        the location the message had (or its record, when it had none)."""
+        messages = self._messages
+        for journal_id, was, location in moves:
+            live = messages.get(journal_id)
+            if live is None:
+                continue
+            if type(was) is int:
+                if live.record is None and live.loc == was:
+                    live.loc = location
+            elif live.record is was:
+                self.place(was, location)
+
+    def located(self, journal_id: int) -> MessageEnqueue | int | None:
+        """A live message's record when in memory, else its journal location; None
+        when the message is not live."""
+        live = self._messages.get(journal_id)
+        if live is None:
+            return None
+        return live.record if live.record is not None else live.loc
+
+    def _record(self, live: _Live) -> MessageEnqueue:
+        """The message's record as enqueued (read back when placed)."""
+        if live.record is not None:
+            return live.record
+        if self.read is None:
+            raise RuntimeError("a placed message needs the journal's reader")
+        return self.read(live.loc)
 
     # --- snapshots -------------------------------------------------------------------
 
@@ -315,12 +399,46 @@ class StoreState:
         out.extend(self._queues.values())
         out.extend(self._bindings.values())
         for journal_id, live in self._messages.items():
-            out.append(_current(live))
+            out.append(_current(self._record(live), live))
             out.extend(
                 MessageDelivered(id=journal_id, queue=q)
                 for q, delivered in live.queues.items()
                 if delivered
             )
+        self._tail(out)
+        return out
+
+    def snapshot_refs(self) -> list[Record | MessageRef]:
+        """:meth:`snapshot` without reading anything back: each live message is one
+        :class:`MessageRef` (its delivered flags in it) instead of its records.
+        Compaction resolves them outside the journal's lock; a restart queues them
+        by journal id, their bodies left in the journal."""
+        out: list[Record | MessageRef] = [SnapshotBegin(last_journal_id=self.last_journal_id)]
+        out.extend(self._exchanges.values())
+        out.extend(self._queues.values())
+        out.extend(self._bindings.values())
+        for journal_id, live in self._messages.items():
+            queues = live.queues
+            out.append(
+                MessageRef(
+                    id=journal_id,
+                    vhost=live.vhost,
+                    queues=tuple(queues),
+                    delivered=tuple(q for q, d in queues.items() if d),
+                    location=live.loc,
+                    size=live.size,
+                    enqueued_at=live.at,
+                    publish_key=live.pk,
+                    record=live.record,
+                )
+            )
+        tail: list[Record] = []
+        self._tail(tail)
+        out.extend(tail)
+        return out
+
+    def _tail(self, out: list[Record]) -> None:
+        """The snapshot after the messages: streams, peering, ``snapshot.end``."""
         for key in self._queues:  # queue order: a snapshot's snapshot is identical
             stream = self._streams.get(key)
             if stream is None:
@@ -338,7 +456,6 @@ class StoreState:
             out.extend(kept.values())
         if not self.snapshot_open:  # mid-way through a snapshot stays mid-way
             out.append(SnapshotEnd())
-        return out
 
     # --- reading ---------------------------------------------------------------------
 
@@ -359,7 +476,7 @@ class StoreState:
         out = []
         for journal_id in ids:
             live = self._messages[journal_id]
-            out.append(StoredMessage(live.record, live.queues[queue]))
+            out.append(StoredMessage(self._record(live), live.queues[queue]))
         return out
 
     def message_counts(self) -> dict[tuple[str, str], int]:
@@ -396,7 +513,7 @@ class StoreState:
             self._queues,
             set(self._bindings),
             [
-                (journal_id, _current(live), live.queues)
+                (journal_id, live.vhost, live.size, live.at, live.pk, live.queues)
                 for journal_id, live in self._messages.items()
             ],
             {key: list(ids) for key, ids in self._queue_messages.items()},
@@ -409,7 +526,15 @@ class StoreState:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, StoreState):
             return NotImplemented
-        return self._canonical() == other._canonical()
+        if self._canonical() != other._canonical():
+            return False
+        theirs = other._messages
+        return all(  # the records themselves, where both hold them (or can read them)
+            _current(self._record(live), live) == _current(other._record(theirs[i]), live)
+            for i, live in self._messages.items()
+            if (live.record is not None or self.read is not None)
+            and (theirs[i].record is not None or other.read is not None)
+        )
 
     def __repr__(self) -> str:
         return (
@@ -419,12 +544,12 @@ class StoreState:
         )
 
 
-def _current(live: _Live) -> MessageEnqueue:
+def _current(record: MessageEnqueue, live: _Live) -> MessageEnqueue:
     """The message's record naming only the queues that still hold it."""
     queues = tuple(live.queues)
-    if queues == live.record.queues:
-        return live.record
-    return dataclasses.replace(live.record, queues=queues)
+    if queues == record.queues:
+        return record
+    return dataclasses.replace(record, queues=queues)
 
 
 _HANDLERS: dict[type[Record], Any] = {
