@@ -173,7 +173,7 @@ class NodeStorage:
         self.journal = journal
         state = report.state
         # lazily: each live message is queued by journal id, its body left in the journal
-        broker.apply(state.snapshot_refs(), trio.current_time())
+        broker.apply(state.iter_refs(), trio.current_time())
         elapsed = time.monotonic() - started
         self.recovery = {
             "records": report.records,

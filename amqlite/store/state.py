@@ -129,16 +129,52 @@ class _Live:
     only its location in the journal files (``loc``) and what a restart needs
     (``size``, ``at``, ``pk``) stay here."""
 
-    __slots__ = ("at", "loc", "pk", "queues", "record", "size", "vhost")
+    __slots__ = ("at", "loc", "pk", "q", "record", "size", "vhost")
 
-    def __init__(self, record: MessageEnqueue, queues: dict[str, bool]) -> None:
+    def __init__(self, record: MessageEnqueue, queues: list[str]) -> None:
         self.record: MessageEnqueue | None = record
-        self.queues = queues
+        # the queues holding it and their delivered flags: the name alone for the
+        # usual message (one queue, not yet handed out), a dict otherwise (a dict
+        # per message would be the largest part of a waiting message's memory)
+        self.q: str | dict[str, bool] = (
+            queues[0] if len(queues) == 1 else dict.fromkeys(queues, False)
+        )
         self.loc = -1
         self.size = len(record.body)
         self.vhost = record.vhost
         self.at = record.enqueued_at
         self.pk = record.publish_key
+
+    def holds(self, queue: str) -> bool:
+        q = self.q
+        return q == queue if isinstance(q, str) else queue in q
+
+    def flag(self, queue: str) -> None:
+        """Flag it delivered from ``queue`` (when held there)."""
+        q = self.q
+        if isinstance(q, str):
+            if q == queue:
+                self.q = {q: True}
+        elif queue in q:
+            q[queue] = True
+
+    def drop(self, queue: str) -> bool:
+        """Take it off ``queue`` (which holds it); True when no queue holds it now."""
+        q = self.q
+        if isinstance(q, str):
+            self.q = {}
+            return True
+        del q[queue]
+        return not q
+
+    def items(self) -> tuple[tuple[str, bool], ...]:
+        """(queue, delivered) for each queue holding it, in enqueue order."""
+        q = self.q
+        return ((q, False),) if isinstance(q, str) else tuple(q.items())
+
+    def names(self) -> tuple[str, ...]:
+        q = self.q
+        return (q,) if isinstance(q, str) else tuple(q)
 
 
 def _freeze(value: Any) -> Any:
@@ -258,26 +294,25 @@ class StoreState:
         queues = [q for q in r.queues if (r.vhost, q) in self._queues]
         if not queues:
             return
-        self._messages[r.id] = _Live(r, dict.fromkeys(queues, False))
+        self._messages[r.id] = _Live(r, queues)
         for q in queues:
             self._queue_messages[(r.vhost, q)][r.id] = None
         self.message_bytes += len(r.body)
 
     def _message_delivered(self, r: MessageDelivered) -> None:
         live = self._messages.get(r.id)
-        if live is not None and r.queue in live.queues:
-            live.queues[r.queue] = True
+        if live is not None:
+            live.flag(r.queue)
 
     def _message_ack(self, r: MessageAck) -> None:
         live = self._messages.get(r.id)
-        if live is not None and r.queue in live.queues:
+        if live is not None and live.holds(r.queue):
             del self._queue_messages[(live.vhost, r.queue)][r.id]
             self._leave(live, r.id, r.queue)
 
     def _leave(self, live: _Live, journal_id: int, queue: str) -> None:
         """Take a message off one queue (its per-queue index is the caller's job)."""
-        del live.queues[queue]
-        if not live.queues:
+        if live.drop(queue):
             del self._messages[journal_id]
             self.message_bytes -= live.size
 
@@ -335,7 +370,7 @@ class StoreState:
         live = self._messages.get(journal_id)
         if live is None:
             return
-        for q in list(live.queues):
+        for q in live.names():
             del self._queue_messages[(live.vhost, q)][journal_id]
             self._leave(live, journal_id, q)
 
@@ -402,7 +437,7 @@ class StoreState:
             out.append(_current(self._record(live), live))
             out.extend(
                 MessageDelivered(id=journal_id, queue=q)
-                for q, delivered in live.queues.items()
+                for q, delivered in live.items()
                 if delivered
             )
         self._tail(out)
@@ -412,19 +447,24 @@ class StoreState:
         """:meth:`snapshot` without reading anything back: each live message is one
         :class:`MessageRef` (its delivered flags in it) instead of its records.
         Compaction resolves them outside the journal's lock; a restart queues them
-        by journal id, their bodies left in the journal."""
-        out: list[Record | MessageRef] = [SnapshotBegin(last_journal_id=self.last_journal_id)]
-        out.extend(self._exchanges.values())
-        out.extend(self._queues.values())
-        out.extend(self._bindings.values())
+        by journal id, their bodies left in the journal (:meth:`iter_refs`)."""
+        return list(self.iter_refs())
+
+    def iter_refs(self) -> Iterator[Record | MessageRef]:
+        """:meth:`snapshot_refs` one item at a time (a restart's recovery: a million
+        refs never exist at once). Do not change the state meanwhile."""
+        yield SnapshotBegin(last_journal_id=self.last_journal_id)
+        yield from self._exchanges.values()
+        yield from self._queues.values()
+        yield from self._bindings.values()
         for journal_id, live in self._messages.items():
-            queues = live.queues
-            out.append(
+            queues = live.items()
+            yield (
                 MessageRef(
                     id=journal_id,
                     vhost=live.vhost,
-                    queues=tuple(queues),
-                    delivered=tuple(q for q, d in queues.items() if d),
+                    queues=tuple(q for q, _ in queues),
+                    delivered=tuple(q for q, d in queues if d),
                     location=live.loc,
                     size=live.size,
                     enqueued_at=live.at,
@@ -434,8 +474,7 @@ class StoreState:
             )
         tail: list[Record] = []
         self._tail(tail)
-        out.extend(tail)
-        return out
+        yield from tail
 
     def _tail(self, out: list[Record]) -> None:
         """The snapshot after the messages: streams, peering, ``snapshot.end``."""
@@ -476,7 +515,7 @@ class StoreState:
         out = []
         for journal_id in ids:
             live = self._messages[journal_id]
-            out.append(StoredMessage(self._record(live), live.queues[queue]))
+            out.append(StoredMessage(self._record(live), dict(live.items())[queue]))
         return out
 
     def message_counts(self) -> dict[tuple[str, str], int]:
@@ -513,7 +552,7 @@ class StoreState:
             self._queues,
             set(self._bindings),
             [
-                (journal_id, live.vhost, live.size, live.at, live.pk, live.queues)
+                (journal_id, live.vhost, live.size, live.at, live.pk, live.items())
                 for journal_id, live in self._messages.items()
             ],
             {key: list(ids) for key, ids in self._queue_messages.items()},
@@ -546,7 +585,7 @@ class StoreState:
 
 def _current(record: MessageEnqueue, live: _Live) -> MessageEnqueue:
     """The message's record naming only the queues that still hold it."""
-    queues = tuple(live.queues)
+    queues = live.names()
     if queues == record.queues:
         return record
     return dataclasses.replace(record, queues=queues)
