@@ -11,7 +11,10 @@ reads ahead a batch at a time for its consumers (:data:`READ_AHEAD`).
 
 A message that has no journal id (a transient one arriving behind a backlog)
 stays an entry, held in a side table at its place in the order, so the order of
-the queue is always ``ready`` then the backlog.
+the queue is always ``ready`` then the backlog. While the node is over its memory
+watermark (:class:`Paging`), transient messages are paged out instead: the
+shell's :class:`Pager` writes them to a page file and the backlog keeps the page
+reference (docs/storage.md, "Backlogs on disk").
 
 Why two representations: a queue with consumers keeping up never has a backlog
 and pays nothing for it (the plain path in ``Queue.offer``); a queue of a million
@@ -31,6 +34,10 @@ from .message import INF, Message
 
 #: Messages a queue moves from its backlog to its head at a time (read-ahead).
 READ_AHEAD = 256
+#: Ready entries a queue keeps in memory when the node pages (the rest go to disk).
+KEEP = READ_AHEAD
+
+_PAGED = 2  # flag: the message is in the page file under ``_refs[i]``
 
 Entry = tuple[Message, float, bool]
 
@@ -45,17 +52,58 @@ class MessageSource(Protocol):
         ...
 
 
+class Pager(Protocol):
+    """The shell's page file for messages the journal does not hold (sans-IO
+    boundary): transient bodies paged out while memory is short."""
+
+    def page_out(self, messages: Sequence[Message]) -> list[int]:
+        """Store ``messages``; one reference each."""
+        ...
+
+    def page_in(self, refs: Sequence[int]) -> list[Message]:
+        """The messages stored under ``refs`` (each read once: then forgotten)."""
+        ...
+
+    def discard(self, refs: Sequence[int]) -> None:
+        """Forget messages without reading them (a purge, a deleted queue)."""
+        ...
+
+
+class Paging:
+    """The broker's paging switch, shared by its queues: while ``active`` (the
+    shell saw memory over its mark), messages past a queue's first :data:`KEEP`
+    wait on disk, transient ones in ``pager``."""
+
+    __slots__ = ("active", "paged", "pager")
+
+    def __init__(self) -> None:
+        self.pager: Pager | None = None
+        self.active = False
+        self.paged = 0  # messages paged out so far (a counter for status)
+
+
 class Backlog:
     """Ready messages in order, each a journal id (``ids[i] > 0``) or an entry held in
     memory (``ids[i] == 0``, ``held[i]``). ``bytes`` counts their body bytes."""
 
-    __slots__ = ("_expires", "_flags", "_head", "_held", "_hint", "_ids", "_sizes", "bytes")
+    __slots__ = (
+        "_expires",
+        "_flags",
+        "_head",
+        "_held",
+        "_hint",
+        "_ids",
+        "_refs",
+        "_sizes",
+        "bytes",
+    )
 
     def __init__(self) -> None:
         self._ids = array("q")
+        self._refs = array("q")  # page references of paged messages (else 0)
         self._expires = array("d")
         self._sizes = array("q")
-        self._flags = bytearray()  # 1: redelivered
+        self._flags = bytearray()  # 1: redelivered, 2: paged
         self._held: dict[int, Entry] = {}  # absolute index -> entry kept in memory
         self._head = 0  # index of the first message still here
         self._hint = 0  # where the next mark() is likely to find its id
@@ -70,6 +118,7 @@ class Backlog:
     def push(self, journal_id: int, size: int, expires: float, redelivered: bool) -> None:
         """Append a journaled message by its id."""
         self._ids.append(journal_id)
+        self._refs.append(0)
         self._expires.append(expires)
         self._sizes.append(size)
         self._flags.append(1 if redelivered else 0)
@@ -81,22 +130,67 @@ class Backlog:
         self._held[len(self._ids)] = entry
         size = len(entry[0].body)
         self._ids.append(-entry[0].journal_id)
+        self._refs.append(0)
         self._expires.append(entry[1])
         self._sizes.append(size)
         self._flags.append(1 if entry[2] else 0)
         self.bytes += size
 
-    def pop(self, n: int, source: MessageSource | None) -> list[Entry]:
-        """Take up to ``n`` messages off the front, loading journaled ones."""
+    def push_paged(self, ref: int, size: int, expires: float, redelivered: bool) -> None:
+        """Append a message the pager holds under ``ref``."""
+        self._ids.append(0)
+        self._refs.append(ref)
+        self._expires.append(expires)
+        self._sizes.append(size)
+        self._flags.append(_PAGED | (1 if redelivered else 0))
+        self.bytes += size
+
+    def extend(self, other: Backlog) -> None:
+        """Append everything ``other`` holds (which is then to be dropped)."""
+        base = len(self._ids) - other._head
+        head = other._head
+        self._ids.extend(other._ids[head:])
+        self._refs.extend(other._refs[head:])
+        self._expires.extend(other._expires[head:])
+        self._sizes.extend(other._sizes[head:])
+        self._flags.extend(other._flags[head:])
+        for k, entry in other._held.items():
+            self._held[base + k] = entry
+        self.bytes += other.bytes
+
+    def page_held(self, pager: Pager) -> int:
+        """Page out the transient messages held in memory here; how many."""
+        held = self._held
+        keys = [k for k, e in held.items() if type(e[0]) is Message and not e[0].journal_id]
+        if not keys:
+            return 0
+        refs = pager.page_out([held[k][0] for k in keys])
+        for k, ref in zip(keys, refs, strict=True):
+            del held[k]
+            self._refs[k] = ref
+            self._flags[k] |= _PAGED
+        return len(keys)
+
+    def held_bytes(self) -> int:
+        """Body bytes of the messages held in memory here."""
+        return sum(len(e[0].body) for e in self._held.values())
+
+    def pop(self, n: int, source: MessageSource | None, pager: Pager | None = None) -> list[Entry]:
+        """Take up to ``n`` messages off the front, loading journaled and paged ones."""
         start = self._head
         stop = min(len(self._ids), start + n)
         if stop <= start:
             return []
         ids = self._ids[start:stop]
+        flags = self._flags
         wanted = [i for i in ids if i > 0]
         if wanted and source is None:
             raise RuntimeError("a backlog of journaled messages needs a message source")
         loaded = iter(source.load(wanted) if source is not None and wanted else ())
+        refs = [self._refs[k] for k in range(start, stop) if flags[k] & _PAGED]
+        if refs and pager is None:
+            raise RuntimeError("a backlog of paged messages needs the pager")
+        paged = iter(pager.page_in(refs) if pager is not None and refs else ())
         held = self._held
         out: list[Entry] = []
         for k in range(start, stop):
@@ -104,7 +198,9 @@ class Backlog:
             if journal_id > 0:
                 message = next(loaded)
                 if message is not None:  # None: the journal lost it (a write error)
-                    out.append((message, self._expires[k], bool(self._flags[k])))
+                    out.append((message, self._expires[k], bool(flags[k] & 1)))
+            elif flags[k] & _PAGED:
+                out.append((next(paged), self._expires[k], bool(flags[k] & 1)))
             else:
                 out.append(held.pop(k))
             self.bytes -= self._sizes[k]
@@ -120,6 +216,7 @@ class Backlog:
                 self._reset()
             return
         del self._ids[:head]
+        del self._refs[:head]
         del self._expires[:head]
         del self._sizes[:head]
         del self._flags[:head]
@@ -130,6 +227,7 @@ class Backlog:
 
     def _reset(self) -> None:
         self._ids = array("q")
+        self._refs = array("q")
         self._expires = array("d")
         self._sizes = array("q")
         self._flags = bytearray()
@@ -158,7 +256,7 @@ class Backlog:
         i = self._index(journal_id, self._hint)
         if i < 0:
             return False
-        self._flags[i] = 1
+        self._flags[i] |= 1
         self._hint = i + 1
         return True
 
@@ -171,6 +269,7 @@ class Backlog:
             return False
         self.bytes -= self._sizes[i]
         del self._ids[i]
+        del self._refs[i]
         del self._expires[i]
         del self._sizes[i]
         del self._flags[i]
@@ -183,16 +282,21 @@ class Backlog:
     def flag_all(self) -> int:
         """Flag every message redelivered; how many were not yet."""
         flags = self._flags
-        fresh = len(self) - sum(flags[self._head :])
+        fresh = sum(1 for f in flags[self._head :] if not f & 1)
         if fresh:
             for k, (message, expires, _) in list(self._held.items()):
                 self._held[k] = (message, expires, True)
-            self._flags = bytearray(b"\x01") * len(flags)
+            self._flags = bytearray(f | 1 for f in flags)
         return fresh
 
-    def clear(self) -> list[int]:
-        """Drop everything; the journal ids dropped (in order)."""
-        ids = [abs(i) for i in self._ids[self._head :] if i]
+    def clear(self, pager: Pager | None = None) -> list[int]:
+        """Drop everything (paged messages are discarded from ``pager``); the journal
+        ids dropped (in order)."""
+        head = self._head
+        ids = [abs(i) for i in self._ids[head:] if i]
+        refs = [self._refs[k] for k in range(head, len(self._ids)) if self._flags[k] & _PAGED]
+        if refs and pager is not None:
+            pager.discard(refs)
         self._reset()
         self.bytes = 0
         return ids

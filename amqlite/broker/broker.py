@@ -14,6 +14,7 @@ from amqlite.errors import NotFound
 from amqlite.store.records import Record
 from amqlite.store.state import MessageRef
 
+from .backlog import Paging
 from .limits import BrokerLimits
 from .recording import Recorder, Sink
 from .replay import Replay
@@ -45,6 +46,7 @@ class Broker:
         "limits",
         "node_id",
         "now",
+        "paging",
         "recorder",
         "tracer",
     )
@@ -73,9 +75,13 @@ class Broker:
         self._generated = 0
         self._seed = zlib.crc32(node_id.encode()) << 32
         self._vhosts: dict[str, VirtualHost] = {}
+        #: Paging to disk while memory is short (:class:`~.backlog.Paging`): the shell
+        #: gives it a pager and calls :meth:`page_out` / :meth:`stop_paging`.
+        self.paging = Paging()
         for name in vhosts:
             host = VirtualHost(name, self._new_queue_name, self.recorder)
             host.max_queues = self.limits.max_queues_per_vhost
+            host.paging = self.paging
             self._vhosts[name] = host
 
     @property
@@ -112,6 +118,26 @@ class Broker:
             if not session.closed:
                 out.append(session)
         return out
+
+    def page_out(self) -> int:
+        """Memory is short: from now on messages past each queue's first
+        :data:`~.backlog.KEEP` wait on disk (journaled ones by id, transient ones in
+        the pager), and those waiting now are moved there; how many moved."""
+        paging = self.paging
+        if paging.pager is None:
+            return 0
+        paging.active = True
+        moved = 0
+        for host in self._vhosts.values():
+            for queue in host.queues.values():
+                if not queue.is_stream and not queue.deleted:
+                    moved += queue.page_out()
+        return moved
+
+    def stop_paging(self) -> None:
+        """Memory is back: new messages stay in memory again (what waits on disk
+        comes back as consumers drain it)."""
+        self.paging.active = False
 
     def tick(self, now: float) -> None:
         """Remove (and dead-letter) messages whose TTL has passed at ``now``."""

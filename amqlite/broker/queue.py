@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .arguments import Overflow, QueueSettings
-from .backlog import READ_AHEAD, Backlog
+from .backlog import KEEP, READ_AHEAD, Backlog
 from .dead_letter import EXPIRED, MAXLEN, REJECTED
 from .groups import GROUP_PROPERTY, Group, GroupFirstMessage
 from .message import INF, PEERING_QUEUE_PREFIX, Message
@@ -215,15 +215,59 @@ class Queue:
         (no backlog, and the head is not full or the message not journaled)."""
         backlog = self.backlog
         by_id = self._pages(message)
+        paging = self.vhost.paging
+        pager = paging.pager if paging.active and type(message) is Message else None
         if backlog is None:
-            if not by_id or len(self.ready) < HEAD:
+            if not (
+                (by_id and len(self.ready) >= HEAD)
+                or (pager is not None and len(self.ready) >= KEEP)
+            ):
                 return False
             backlog = self.backlog = Backlog()
         if by_id:
             backlog.push(message.journal_id, len(message.body), expires, redelivered)
+        elif pager is not None:
+            (ref,) = pager.page_out((message,))
+            paging.paged += 1
+            backlog.push_paged(ref, len(message.body), expires, redelivered)
         else:
             backlog.push_entry((message, expires, redelivered))
         return True
+
+    def page_out(self, keep: int | None = None) -> int:
+        """Memory is short: move the ready messages past the first ``keep`` to the
+        backlog (ahead of what it holds), journaled ones by id, the others paged out
+        through the pager; how many moved."""
+        ready = self.ready
+        paging = self.vhost.paging
+        pager = paging.pager
+        if keep is None:
+            keep = KEEP
+        if pager is None:
+            return 0
+        held = self.backlog.page_held(pager) if self.backlog is not None else 0
+        paging.paged += held
+        if len(ready) <= keep:
+            return held
+        moved = [ready.pop() for _ in range(len(ready) - keep)]
+        moved.reverse()
+        out = [e[0] for e in moved if not self._pages(e[0]) and type(e[0]) is Message]
+        refs = iter(pager.page_out(out) if out else ())
+        paging.paged += len(out)
+        front = Backlog()
+        for message, expires, redelivered in moved:
+            size = len(message.body)
+            self.ready_bytes -= size
+            if self._pages(message):
+                front.push(message.journal_id, size, expires, redelivered)
+            elif type(message) is Message:
+                front.push_paged(next(refs), size, expires, redelivered)
+            else:
+                front.push_entry((message, expires, redelivered))
+        if self.backlog is not None:
+            front.extend(self.backlog)
+        self.backlog = front
+        return held + len(moved)
 
     def restore_ref(self, journal_id: int, size: int, expires: float, redelivered: bool) -> None:
         """Append a recovered journaled message by its id (body left in the journal)."""
@@ -240,7 +284,9 @@ class Queue:
         recorder = self.recorder
         source = recorder.source if recorder is not None else None
         ready = self.ready
-        for message, expires, redelivered in backlog.pop(READ_AHEAD, source):
+        for message, expires, redelivered in backlog.pop(
+            READ_AHEAD, source, self.vhost.paging.pager
+        ):
             if GROUP_PROPERTY in message.properties and not self.grouped:
                 self._start_grouping()
             if not ready:
@@ -347,7 +393,11 @@ class Queue:
             if expiration is not None and now + expiration / 1000 < expires:
                 expires = now + expiration / 1000
         ready = self.ready
-        if self.backlog is not None or (len(ready) >= HEAD and self._pages(message)):
+        if (
+            self.backlog is not None
+            or (len(ready) >= HEAD and self._pages(message))
+            or (len(ready) >= KEEP and self.vhost.paging.active)
+        ):
             return self._offer_behind(message, now, expires)
         if (
             self.grouped
@@ -696,7 +746,7 @@ class Queue:
                 if message.journal_id:
                     recorder.ack(message.journal_id, self.name)
         if self.backlog is not None:
-            for journal_id in self.backlog.clear():
+            for journal_id in self.backlog.clear(self.vhost.paging.pager):
                 if recorder is not None:
                     recorder.ack(journal_id, self.name)
             self.backlog = None

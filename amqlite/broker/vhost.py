@@ -23,6 +23,7 @@ from amqlite.errors import (
 )
 
 from .arguments import QueueSettings, parse_queue_arguments
+from .backlog import Paging
 from .dead_letter import dead_letter_copy, is_cycle
 from .dedup import PublishKeys
 from .exchange import EXCHANGE_TYPES, BindingWatcher, DefaultExchange, Exchange, binding_id
@@ -65,6 +66,7 @@ class VirtualHost:
         "exchanges",
         "max_queues",
         "name",
+        "paging",
         "publish_keys",
         "queues",
         "recorder",
@@ -87,6 +89,8 @@ class VirtualHost:
         self._dead_letters: deque[tuple[Message, float]] = deque()
         self._dead_lettering = False
         self.publish_keys = PublishKeys()
+        #: the broker's paging switch (shared by every vhost; see .backlog.Paging)
+        self.paging = Paging()
         self._watchers: dict[str, BindingWatcher] = {}
 
     # --- lookups ------------------------------------------------------------------

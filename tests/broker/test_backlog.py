@@ -36,6 +36,32 @@ class DictSource:
         return [message_from_record(by_id[i]) if i in by_id else None for i in journal_ids]
 
 
+class DictPager:
+    """The shell's page file, in a dict; checks every reference is used once."""
+
+    def __init__(self) -> None:
+        self.pages: dict[int, Message] = {}
+        self.last = 0
+        self.discarded = 0
+
+    def page_out(self, messages: Sequence[Message]) -> list[int]:
+        refs = []
+        for m in messages:
+            self.last += 1
+            copy = Message(m.exchange, m.routing_key, m.body, dict(m.headers), dict(m.properties))
+            self.pages[self.last] = copy
+            refs.append(self.last)
+        return refs
+
+    def page_in(self, refs: Sequence[int]) -> list[Message]:
+        return [self.pages.pop(r) for r in refs]
+
+    def discard(self, refs: Sequence[int]) -> None:
+        for r in refs:
+            del self.pages[r]
+            self.discarded += 1
+
+
 def make(paging: bool) -> tuple[Broker, list[Record], DictSource]:
     records: list[Record] = []
     broker = Broker(record=records.append)
@@ -43,6 +69,7 @@ def make(paging: bool) -> tuple[Broker, list[Record], DictSource]:
     assert broker.recorder is not None
     if paging:
         broker.recorder.source = source
+        broker.paging.pager = DictPager()
     return broker, records, source
 
 
@@ -50,6 +77,7 @@ def make(paging: bool) -> tuple[Broker, list[Record], DictSource]:
 def small_head(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(queue_module, "HEAD", 3)
     monkeypatch.setattr(queue_module, "READ_AHEAD", 2)
+    monkeypatch.setattr(queue_module, "KEEP", 2)
 
 
 OPS = st.lists(
@@ -62,6 +90,8 @@ OPS = st.lists(
         st.tuples(st.just("cancel"), st.just(0)),
         st.tuples(st.just("purge"), st.just(0)),
         st.tuples(st.just("redeliver_all"), st.just(0)),
+        st.tuples(st.just("page_out"), st.just(0)),
+        st.tuples(st.just("stop_paging"), st.just(0)),
     ),
     max_size=60,
 )
@@ -71,6 +101,9 @@ def run(ops: list[tuple[str, object]], paging: bool) -> list[object]:
     broker, _, _ = make(paging)
     s = broker.open_session()
     s.declare_queue("q", durable=True)
+    s.declare_queue("t")  # not durable: transient messages only, paged when short
+    s.bind("t", "amq.fanout")
+    s.bind("q", "amq.fanout")
     seen: list[object] = []
     tags: list[int] = []
     consumer: str | None = None
@@ -79,7 +112,7 @@ def run(ops: list[tuple[str, object]], paging: bool) -> list[object]:
         if op == "publish":
             counter += 1
             props = {"persistent": True} if arg else {}
-            s.publish(Message("", "q", str(counter).encode(), None, props), now=0.0)
+            s.publish(Message("amq.fanout", "", str(counter).encode(), None, props), now=0.0)
         elif op == "get":
             got = s.get("q", no_ack=bool(arg), now=0.0)
             if got is None:
@@ -106,11 +139,24 @@ def run(ops: list[tuple[str, object]], paging: bool) -> list[object]:
             seen.append(("purged", s.purge_queue("q")))
         elif op == "redeliver_all":
             seen.append(("flagged", broker.flag_redelivered()))
+        elif op == "page_out":
+            broker.page_out()
+        elif op == "stop_paging":
+            broker.stop_paging()
         for delivery in s.take_deliveries():
             seen.append(("pushed", delivery.message.body, delivery.redelivered))
             tags.append(delivery.dtag)
-        queue = broker.vhost("/").queues["q"]  # type: ignore[union-attr]
-        seen.append(("count", queue.count(), queue.waiting_bytes()))
+        for name in ("q", "t"):
+            queue = broker.vhost("/").queues[name]  # type: ignore[union-attr]
+            seen.append(("count", name, queue.count(), queue.waiting_bytes()))
+    for name in ("q", "t"):
+        queue = broker.vhost("/").queues[name]  # type: ignore[union-attr]
+        while queue.count():
+            entry = queue.take(0.0)
+            assert entry is not None
+            seen.append((name, entry[0].body, entry[2]))
+    pager = broker.paging.pager
+    assert pager is None or not pager.pages  # type: ignore[attr-defined]
     return seen
 
 
@@ -167,3 +213,30 @@ def test_backlog_marks_removes_and_clears_by_journal_id() -> None:
     assert loaded == []
     assert backlog.flag_all() == 2  # 4 and 5 (9 was marked)
     assert backlog.clear() == [4, 5, 9] and not backlog and backlog.bytes == 0
+
+
+def test_transient_messages_page_out_while_memory_is_short_and_come_back_intact() -> None:
+    broker, _, _ = make(paging=True)
+    pager = broker.paging.pager
+    assert isinstance(pager, DictPager)
+    s = broker.open_session()
+    s.declare_queue("t")
+    for i in range(5):
+        s.publish(Message("", "t", b"%d" % i), now=0.0)
+    assert broker.page_out() == 3  # all but the first KEEP
+    queue = broker.vhost("/").queues["t"]  # type: ignore[union-attr]
+    assert len(queue.ready) == 2 and len(pager.pages) == 3
+    for i in range(5, 9):  # paging: new messages go straight to the page file
+        s.publish(Message("", "t", b"%d" % i), now=0.0)
+    assert len(pager.pages) == 7 and len(queue.ready) == 2 and queue.count() == 9
+    broker.stop_paging()
+    s.publish(Message("", "t", b"9"), now=0.0)  # held in memory, behind the others
+    assert len(pager.pages) == 7
+    bodies = []
+    while (got := s.get("t", no_ack=True, now=0.0)) is not None:
+        bodies.append(got[0].message.body)
+    assert bodies == [b"%d" % i for i in range(10)] and not pager.pages
+    for i in range(6):
+        s.publish(Message("", "t", b"%d" % i), now=0.0)
+    broker.page_out()
+    assert s.purge_queue("t") == 6 and not pager.pages and pager.discarded == 4
