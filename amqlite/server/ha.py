@@ -430,7 +430,8 @@ class HaService:
         node.broker.wall_offset = old.wall_offset
         storage = node.storage
         if storage is not None and storage.journal is not None:
-            node.broker.apply(storage.journal.state.iter_refs(), trio.current_time())
+            broker, now = node.broker, trio.current_time()
+            storage.journal.with_refs(lambda refs: broker.apply(refs, now))
 
     def heartbeat_event(self) -> ev.HaHeartbeat | None:
         """This node's heartbeat, as its peer link carries it (None before start)."""

@@ -173,7 +173,8 @@ class NodeStorage:
         self.journal = journal
         state = report.state
         # lazily: each live message is queued by journal id, its body left in the journal
-        broker.apply(state.iter_refs(), trio.current_time())
+        now = trio.current_time()
+        journal.with_refs(lambda refs: broker.apply(refs, now))
         elapsed = time.monotonic() - started
         self.recovery = {
             "records": report.records,

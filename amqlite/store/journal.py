@@ -70,8 +70,8 @@ import errno as errno_
 import itertools
 import os
 import threading
-from collections.abc import Collection
-from typing import Literal, NamedTuple, NoReturn, get_args
+from collections.abc import Callable, Collection, Iterator
+from typing import Literal, NamedTuple, NoReturn, TypeVar, get_args
 
 from .codec import decode_record
 from .errors import JournalCorrupt, StoreError, StoreLocked, StoreWriteError
@@ -87,6 +87,7 @@ from .segment import (
 )
 from .state import MessageRef, StoreState
 
+T = TypeVar("T")
 FsyncPolicy = Literal["always", "batch", "never"]
 FSYNC_POLICIES: tuple[str, ...] = get_args(FsyncPolicy)
 LOCK_NAME = "LOCK"
@@ -331,9 +332,16 @@ class Journal:
 
     def snapshot(self) -> list[Record]:
         """:meth:`StoreState.snapshot` of :attr:`state`, its placed messages read back
-        (safe against a compaction running meanwhile)."""
-        with self._read_lock:
+        (safe against a commit or compaction running meanwhile)."""
+        with self._read_lock, self._mutex:
             return self._state.snapshot()
+
+    def with_refs(self, consume: Callable[[Iterator[Record | MessageRef]], T]) -> T:
+        """``consume(state.iter_refs())`` with the state held still (a commit running
+        meanwhile moves written messages into the state's index): rebuilding a
+        broker from the journal. ``consume`` must not append."""
+        with self._mutex:
+            return consume(self._state.iter_refs())
 
     def _close_readers(self, below: int | None = None) -> None:
         with self._read_lock:

@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from amqlite.store import MessageRef, Record
+from amqlite.store import state as state_module
 from amqlite.store.journal import Journal
+from amqlite.store.records import QueuePurge
 
 from .support import ack, delivered, enq, fold, open_journal, queue
 
@@ -88,8 +90,11 @@ class PlacedAgreesWithTheFold(RuleBasedStateMachine):
         self.dir = Path(self._tmp())
         self.journal = open_journal(self.dir, fsync="never", compact_after_bytes=1)
         self.records: list[Record] = []
-        self.next_id = 1
+        self.next_id = 1_000_000  # ids grow, as a broker's do ...
+        self.low_id = 999_999  # ... but the fold takes any order: these go below
         self.live: dict[int, set[str]] = {}
+        self.squeeze = state_module.SQUEEZE_AFTER
+        state_module.SQUEEZE_AFTER = 2  # drop acked entries from the index arrays often
         for name in ("q", "r"):
             self._append(queue(name))
 
@@ -103,10 +108,18 @@ class PlacedAgreesWithTheFold(RuleBasedStateMachine):
         self.records.append(record)
         self.journal.append(record)
 
-    @rule(queues=st.sampled_from([("q",), ("r",), ("q", "r")]), size=st.integers(0, 300))
-    def enqueue(self, queues: tuple[str, ...], size: int) -> None:
-        i = self.next_id
-        self.next_id += 1
+    @rule(
+        queues=st.sampled_from([("q",), ("r",), ("q",), ("q", "r")]),
+        size=st.integers(0, 300),
+        low=st.booleans(),
+    )
+    def enqueue(self, queues: tuple[str, ...], size: int, low: bool) -> None:
+        if low:
+            i = self.low_id
+            self.low_id -= 1
+        else:
+            i = self.next_id
+            self.next_id += 1
         self._append(enq(i, *queues, body=bytes([i % 251]) * size))
         self.live[i] = set(queues)
 
@@ -149,7 +162,16 @@ class PlacedAgreesWithTheFold(RuleBasedStateMachine):
         ]
         assert all(r is not None and r.id == i for i, r in zip(ids, got, strict=True))
 
+    @rule()
+    def purge(self) -> None:
+        self._append(QueuePurge(name="q"))
+        for i in [i for i, qs in self.live.items() if "q" in qs]:
+            self.live[i].discard("q")
+            if not self.live[i]:
+                del self.live[i]
+
     def teardown(self) -> None:
+        state_module.SQUEEZE_AFTER = self.squeeze
         self.journal.close()
         import shutil
 
@@ -157,9 +179,29 @@ class PlacedAgreesWithTheFold(RuleBasedStateMachine):
 
 
 PlacedAgreesWithTheFold.TestCase.settings = settings(
-    max_examples=40,
+    max_examples=60,
     stateful_step_count=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_placed_state_agrees_with_the_fold = PlacedAgreesWithTheFold.TestCase
+
+
+def test_a_backlog_lives_in_the_index_arrays(tmp_path: Path) -> None:
+    journal = open_journal(tmp_path, fsync="never")
+    journal.append(queue("q"))
+    for i in range(1, 101):
+        journal.append(enq(i, "q"))
+    journal.commit()
+    state = journal.state
+    assert state._index.live() == 100 and not state._messages  # no object per message
+    journal.append(delivered(7))
+    journal.append(ack(8))
+    assert state.live_messages == 99 and state.message_counts()[("/", "q")] == 99
+    refs = [r for r in state.snapshot_refs() if type(r) is MessageRef]
+    assert [r.id for r in refs] == [i for i in range(1, 101) if i != 8]
+    assert refs[6].delivered == ("q",) and refs[6].location > 0 and refs[6].record is None
+    journal.commit()
+    journal.compact()
+    assert journal.read_messages([7, 8, 100]) == [enq(7, "q"), None, enq(100, "q")]
+    journal.close()
