@@ -38,6 +38,7 @@ READ_AHEAD = 256
 KEEP = READ_AHEAD
 
 _PAGED = 2  # flag: the message is in the page file under ``_refs[i]``
+# sizes are unsigned 32-bit: a message body is far below 4 GiB (limits.max_message_size)
 
 Entry = tuple[Message, float, bool]
 
@@ -100,9 +101,9 @@ class Backlog:
 
     def __init__(self) -> None:
         self._ids = array("q")
-        self._refs = array("q")  # page references of paged messages (else 0)
+        self._refs: dict[int, int] = {}  # absolute index -> page reference (paged only)
         self._expires = array("d")
-        self._sizes = array("q")
+        self._sizes = array("I")
         self._flags = bytearray()  # 1: redelivered, 2: paged
         self._held: dict[int, Entry] = {}  # absolute index -> entry kept in memory
         self._head = 0  # index of the first message still here
@@ -118,7 +119,6 @@ class Backlog:
     def push(self, journal_id: int, size: int, expires: float, redelivered: bool) -> None:
         """Append a journaled message by its id."""
         self._ids.append(journal_id)
-        self._refs.append(0)
         self._expires.append(expires)
         self._sizes.append(size)
         self._flags.append(1 if redelivered else 0)
@@ -130,7 +130,6 @@ class Backlog:
         self._held[len(self._ids)] = entry
         size = len(entry[0].body)
         self._ids.append(-entry[0].journal_id)
-        self._refs.append(0)
         self._expires.append(entry[1])
         self._sizes.append(size)
         self._flags.append(1 if entry[2] else 0)
@@ -138,8 +137,8 @@ class Backlog:
 
     def push_paged(self, ref: int, size: int, expires: float, redelivered: bool) -> None:
         """Append a message the pager holds under ``ref``."""
+        self._refs[len(self._ids)] = ref
         self._ids.append(0)
-        self._refs.append(ref)
         self._expires.append(expires)
         self._sizes.append(size)
         self._flags.append(_PAGED | (1 if redelivered else 0))
@@ -150,7 +149,8 @@ class Backlog:
         base = len(self._ids) - other._head
         head = other._head
         self._ids.extend(other._ids[head:])
-        self._refs.extend(other._refs[head:])
+        for k, ref in other._refs.items():
+            self._refs[base + k] = ref
         self._expires.extend(other._expires[head:])
         self._sizes.extend(other._sizes[head:])
         self._flags.extend(other._flags[head:])
@@ -187,7 +187,7 @@ class Backlog:
         if wanted and source is None:
             raise RuntimeError("a backlog of journaled messages needs a message source")
         loaded = iter(source.load(wanted) if source is not None and wanted else ())
-        refs = [self._refs[k] for k in range(start, stop) if flags[k] & _PAGED]
+        refs = [self._refs.pop(k) for k in range(start, stop) if flags[k] & _PAGED]
         if refs and pager is None:
             raise RuntimeError("a backlog of paged messages needs the pager")
         paged = iter(pager.page_in(refs) if pager is not None and refs else ())
@@ -216,7 +216,8 @@ class Backlog:
                 self._reset()
             return
         del self._ids[:head]
-        del self._refs[:head]
+        if self._refs:
+            self._refs = {k - head: r for k, r in self._refs.items()}
         del self._expires[:head]
         del self._sizes[:head]
         del self._flags[:head]
@@ -227,9 +228,9 @@ class Backlog:
 
     def _reset(self) -> None:
         self._ids = array("q")
-        self._refs = array("q")
+        self._refs = {}
         self._expires = array("d")
-        self._sizes = array("q")
+        self._sizes = array("I")
         self._flags = bytearray()
         self._held = {}
         self._head = self._hint = 0
@@ -269,7 +270,8 @@ class Backlog:
             return False
         self.bytes -= self._sizes[i]
         del self._ids[i]
-        del self._refs[i]
+        if self._refs:
+            self._refs = {(k - 1 if k > i else k): r for k, r in self._refs.items() if k != i}
         del self._expires[i]
         del self._sizes[i]
         del self._flags[i]
@@ -294,7 +296,7 @@ class Backlog:
         ids dropped (in order)."""
         head = self._head
         ids = [abs(i) for i in self._ids[head:] if i]
-        refs = [self._refs[k] for k in range(head, len(self._ids)) if self._flags[k] & _PAGED]
+        refs = [r for k, r in self._refs.items() if k >= head]
         if refs and pager is not None:
             pager.discard(refs)
         self._reset()

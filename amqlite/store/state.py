@@ -235,7 +235,7 @@ class _Index:
         self.ids = array("q")
         self.seqs = array("q")
         self.locs = array("q")
-        self.sizes = array("q")
+        self.sizes = array("I")  # bodies are far below 4 GiB (limits.max_message_size)
         self.ats = array("d")
         self.qs = array("i")  # index into StoreState._qkeys
         self.flags = bytearray()
@@ -259,7 +259,7 @@ class _Index:
         self.ids = array("q", itertools.compress(self.ids, keep))
         self.seqs = array("q", itertools.compress(self.seqs, keep))
         self.locs = array("q", itertools.compress(self.locs, keep))
-        self.sizes = array("q", itertools.compress(self.sizes, keep))
+        self.sizes = array("I", itertools.compress(self.sizes, keep))
         self.ats = array("d", itertools.compress(self.ats, keep))
         self.qs = array("i", itertools.compress(self.qs, keep))
         self.flags = bytearray(itertools.compress(self.flags, keep))
