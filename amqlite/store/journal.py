@@ -67,11 +67,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno as errno_
+import heapq
 import itertools
 import os
 import threading
+from array import array
 from collections.abc import Callable, Collection, Iterator
-from typing import Literal, NamedTuple, NoReturn, TypeVar, get_args
+from typing import Any, Literal, NamedTuple, NoReturn, TypeVar, get_args
 
 from .codec import decode_record
 from .errors import JournalCorrupt, StoreError, StoreLocked, StoreWriteError
@@ -85,7 +87,7 @@ from .segment import (
     segment_name,
     segment_seq,
 )
-from .state import MessageRef, StoreState
+from .state import DEAD, MessageRef, StoreState
 
 T = TypeVar("T")
 FsyncPolicy = Literal["always", "batch", "never"]
@@ -96,6 +98,7 @@ DEFAULT_BATCH_MS = 10
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 DEFAULT_COMPACT_AFTER_BYTES = 8 * 1024 * 1024
 _HEAD_PROBE = 4096  # bytes read to see whether a segment starts with a snapshot
+_WRITE_CHUNK = 1 << 20  # compaction writes its snapshot this much at a time
 #: A message's location in the journal: ``seq << LOCATION_BITS | offset`` of its frame.
 LOCATION_BITS = 36
 _OFFSET_MASK = (1 << LOCATION_BITS) - 1
@@ -701,7 +704,7 @@ class Journal:
                         if journal_id not in keep:
                             self._state.forget_message(journal_id)
                             forgotten += 1
-                snapshot = self._state.snapshot_refs()
+                parts = self._state.compaction_parts()
                 batch, self._pending = self._pending, []
                 upto = self._appended
             before = self._total_bytes()
@@ -709,16 +712,13 @@ class Journal:
             name = segment_name(seq)
             tmp, final = self._path(name + TMP_SUFFIX), self._path(name)
             renamed = False
-            try:
-                data, moves, count = self._snapshot_bytes(snapshot, seq)
-            except OSError as exc:
-                self._fail(exc, batch)
+            size = 0
             try:
                 if self._active is not None:
                     self._seal(self._active)
                 handle = self._files.open_append(tmp, truncate=True)
                 try:
-                    handle.write(data)
+                    size, moves, locations, count = self._write_snapshot(handle, parts, seq)
                     handle.fsync()
                 finally:
                     handle.close()
@@ -726,20 +726,29 @@ class Journal:
                 renamed = True
                 self._files.fsync_dir(self.directory)
             except OSError as exc:
-                self._undo_compaction(tmp, final, seq, renamed, len(data))
+                with self._mutex:
+                    self._state.unpin()
+                self._undo_compaction(tmp, final, seq, renamed, size)
                 self._fail(exc, batch)
+            except BaseException:
+                with self._mutex:
+                    self._state.unpin()
+                raise
             self._next_seq = seq + 1
             with self._read_lock:  # no read sees a message between its two homes
                 with self._mutex:
                     self._state.relocate(moves)
+                    self._state.relocate_index(parts[3], locations)
+                    self._state.unpin()
                 self._close_readers(below=seq)
                 removed = self._remove_sealed(below=seq)
+            data_size = size
             try:
                 handle = self._files.open_append(final)
             except OSError:
-                self._sealed[seq] = len(data)  # the next commit starts a new segment
+                self._sealed[seq] = data_size  # the next commit starts a new segment
             else:
-                self._active = _Segment(seq, handle, len(data), durable=True)
+                self._active = _Segment(seq, handle, data_size, durable=True)
             self._unsynced.clear()
             self._written = max(self._written, upto)
             self._synced = max(self._synced, upto)
@@ -752,36 +761,71 @@ class Journal:
                 forgotten=forgotten,
             )
 
-    def _snapshot_bytes(
-        self, snapshot: list[Record | MessageRef], seq: int
-    ) -> tuple[bytes, list[tuple[int, MessageEnqueue | int, int]], int]:
-        """The snapshot segment's bytes, with each message's record (read back from
-        the old segments when placed) and its delivered flags; the messages' moves
-        to their new locations; the number of records."""
-        parts = [HEADER]
-        offset = len(HEADER)
-        moves: list[tuple[int, MessageEnqueue | int, int]] = []
+    def _write_snapshot(
+        self, handle: FileHandle, parts: Any, seq: int
+    ) -> tuple[int, list[tuple[int, MessageEnqueue | int, int]], array[int], int]:
+        """Write the snapshot segment (``StoreState.compaction_parts``) a megabyte at a
+        time: each message's record (read back from the old segments when placed)
+        and its delivered flags, in enqueue order. Returns its size, the moves of the
+        messages held as objects, the index entries' new locations (the dead keep
+        theirs), and the number of records."""
+        head, objects, tail, index, n = parts
+        buffer = bytearray(HEADER)
+        written = 0
         count = 0
-        for item in snapshot:
-            if type(item) is not MessageRef:
-                frames = [frame_record(item)]  # type: ignore[arg-type]
+        moves: list[tuple[int, MessageEnqueue | int, int]] = []
+        locations = index.locs[:n]
+
+        def emit(frame: bytes) -> int:
+            nonlocal written, count
+            at = written + len(buffer)
+            buffer.extend(frame)
+            count += 1
+            if len(buffer) >= _WRITE_CHUNK:
+                handle.write(bytes(buffer))
+                written += len(buffer)
+                buffer.clear()
+            return at
+
+        def message(journal_id: int, record: MessageEnqueue, queues: Any, delivered: Any) -> int:
+            if record.queues != queues:
+                record = dataclasses.replace(record, queues=queues)
+            at = emit(frame_record(record))
+            for q in delivered:
+                emit(frame_record(MessageDelivered(id=journal_id, queue=q)))
+            return at
+
+        def indexed() -> Iterator[tuple[int, int]]:
+            seqs, flags = index.seqs, index.flags
+            for i in range(n):
+                if not flags[i] & DEAD:
+                    yield seqs[i], -1 - i
+
+        for r in head:
+            emit(frame_record(r))
+        steps = heapq.merge(
+            ((s, k) for k, (s, _) in enumerate(objects)), indexed(), key=lambda e: e[0]
+        )
+        for _, k in steps:
+            if k >= 0:
+                ref = objects[k][1]
+                record = ref.record if ref.record is not None else self._read_at(ref.location)
+                was: MessageEnqueue | int = ref.record if ref.record is not None else ref.location
+                at = message(ref.id, record, ref.queues, ref.delivered)
+                moves.append((ref.id, was, location(seq, at)))
             else:
-                record = item.record if item.record is not None else self._read_at(item.location)
-                was: MessageEnqueue | int = (
-                    item.record if item.record is not None else item.location
-                )
-                if record.queues != item.queues:
-                    record = dataclasses.replace(record, queues=item.queues)
-                moves.append((item.id, was, location(seq, offset)))
-                frames = [frame_record(record)]
-                frames.extend(
-                    frame_record(MessageDelivered(id=item.id, queue=q)) for q in item.delivered
-                )
-            for f in frames:
-                parts.append(f)
-                offset += len(f)
-            count += len(frames)
-        return b"".join(parts), moves, count
+                i = -1 - k
+                journal_id = index.ids[i]
+                queue = self._state.queue_of(index, i)
+                delivered = (queue,) if index.flags[i] & 1 else ()
+                record = self._read_at(index.locs[i])
+                locations[i] = location(seq, message(journal_id, record, (queue,), delivered))
+        for r in tail:
+            emit(frame_record(r))
+        if buffer:
+            handle.write(bytes(buffer))
+            written += len(buffer)
+        return written, moves, locations, count
 
     def _undo_compaction(self, tmp: str, final: str, seq: int, renamed: bool, size: int) -> None:
         """After a failed compaction, take the snapshot away again if possible. If the

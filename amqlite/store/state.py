@@ -202,7 +202,7 @@ class _Live:
 
 
 _DELIVERED = 1
-_DEAD = 2
+DEAD = _DEAD = 2
 #: Acked entries the index keeps before it drops them from its arrays (when they are
 #: also half of it).
 SQUEEZE_AFTER = 4096
@@ -297,6 +297,7 @@ class StoreState:
         self._qkeys: list[_Key] = []
         self._qindex: dict[_Key, int] = {}
         self._seq = 0
+        self._pinned = False  # a compaction walks the index: its entries stay in place
         self._streams: dict[_Key, StoredStream] = {}
         #: Exchange peering's receive marks, the latest per (vhost, exchange).
         self.peering: dict[_Key, PeeringMarks] = {}
@@ -423,7 +424,7 @@ class StoreState:
         if i >= 0:
             self._kill(i)
             index = self._index
-            if index.dead > SQUEEZE_AFTER and index.dead * 2 > len(index.ids):
+            if index.dead > SQUEEZE_AFTER and index.dead * 2 > len(index.ids) and not self._pinned:
                 index.squeeze()
 
     def _index_of(self, journal_id: int, queue: str) -> int:
@@ -680,6 +681,53 @@ class StoreState:
         tail: list[Record] = []
         self._tail(tail)
         yield from tail
+
+    def compaction_parts(
+        self,
+    ) -> tuple[list[Record], list[tuple[int, MessageRef]], list[Record], _Index, int]:
+        """What compaction writes, without a ref per indexed message: the records
+        before the messages, the messages held as objects (with their enqueue order),
+        the records after, and the index with how many of its entries to walk (in
+        enqueue order, skipping the dead). The index is pinned (its entries keep
+        their places) until :meth:`unpin`; a message acked meanwhile may be left out
+        of the snapshot (its ack follows the snapshot in the journal anyway)."""
+        head: list[Record] = [SnapshotBegin(last_journal_id=self.last_journal_id)]
+        head.extend(self._exchanges.values())
+        head.extend(self._queues.values())
+        head.extend(self._bindings.values())
+        objects = []
+        for journal_id, live in self._messages.items():
+            queues = live.items()
+            ref = MessageRef(
+                id=journal_id,
+                vhost=live.vhost,
+                queues=tuple(q for q, _ in queues),
+                delivered=tuple(q for q, d in queues if d),
+                location=live.loc,
+                size=live.size,
+                enqueued_at=live.at,
+                publish_key=live.pk,
+                record=live.record,
+            )
+            objects.append((live.seq, ref))
+        tail: list[Record] = []
+        self._tail(tail)
+        self._pinned = True
+        return head, objects, tail, self._index, len(self._index.ids)
+
+    def unpin(self) -> None:
+        self._pinned = False
+
+    def queue_of(self, index: _Index, i: int) -> str:
+        """The queue name of index entry ``i``."""
+        return self._qkeys[index.qs[i]][1]
+
+    def relocate_index(self, index: _Index, locations: array[int]) -> None:
+        """Compaction rewrote the first ``len(locations)`` index entries (the dead ones
+        keep what they had); a snapshot received meanwhile made a new index: then
+        there is nothing to move."""
+        if index is self._index:
+            index.locs[: len(locations)] = locations
 
     def _tail(self, out: list[Record]) -> None:
         """The snapshot after the messages: streams, peering, ``snapshot.end``."""
