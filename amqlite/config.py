@@ -147,12 +147,20 @@ class HttpConfig:
     off unless ``port`` is set (RabbitMQ's management port is 15672).
 
     ``host`` empty means ``server.host``; ``tls`` serves HTTPS only, with ``[tls]``'s
-    certificate.
+    certificate. ``allowed_origins`` lists the origins (``https://app.example``)
+    whose pages may open the browser channels besides the listener's own
+    (docs/browser.md); a long-polling session ends after ``poll_idle`` seconds
+    without a poll. Over a WebSocket the broker and the page each send a heartbeat
+    every ``ws_heartbeat`` seconds when they have nothing else to send, and end the
+    session after three heartbeats' time of silence from the other end (0: off).
     """
 
     port: int | None = None
     host: str = ""
     tls: bool = False
+    allowed_origins: tuple[str, ...] = ()
+    poll_idle: float = 30.0
+    ws_heartbeat: float = 10.0
 
     @property
     def enabled(self) -> bool:
@@ -176,6 +184,14 @@ class ClusterConfig:
     failover_timeout_ms: int = 1000
     login: str = "guest"
     password: str = field(default="guest", repr=False)
+    #: ``host:port`` of an ``amqlite witness`` (empty: none); the node logs in there
+    #: with ``login`` / ``password`` too
+    witness: str = ""
+    #: without a witness, what a master whose peer is silent promises (docs/ha.md)
+    on_peer_silence: str = "serve"
+    #: how long a persistent publish waits for a confirm that the promise holds back
+    #: (peer and witness out of reach) before it fails
+    hold_timeout_ms: int = 10_000
 
     @property
     def enabled(self) -> bool:
@@ -528,6 +544,26 @@ def _unique_names(what: str) -> _Convert:
     return convert
 
 
+_ORIGIN = re.compile(r"https?://[^/?#\s]+")
+
+
+def _origins(key: str, value: Any) -> tuple[str, ...]:
+    """Web origins: ``scheme://host[:port]``, no path (a trailing slash is dropped)."""
+    if not isinstance(value, list | tuple):
+        raise ConfigError(key, f"must be an array of origins, got {_type_name(value)}")
+    origins: list[str] = []
+    for index, item in enumerate(value):
+        origin: str = _string()(f"{key}[{index}]", item)
+        origin = origin.rstrip("/")
+        if not _ORIGIN.fullmatch(origin):
+            raise ConfigError(
+                f"{key}[{index}]",
+                f"{item!r} is not an origin (scheme://host[:port], e.g. https://app.example)",
+            )
+        origins.append(origin.lower())
+    return tuple(origins)
+
+
 def _file(key: str, value: Any) -> str:
     """A path to a readable file (empty: not given)."""
     path: str = _string(allow_empty=True)(key, value)
@@ -648,6 +684,13 @@ def _address(key: str, value: Any) -> str:
     return text
 
 
+ON_PEER_SILENCE = ("serve", "hold")
+
+
+def _witness_address(key: str, value: Any) -> str:
+    return "" if value == "" else _address(key, value)
+
+
 _CLUSTER_SPEC = _TableSpec(
     ClusterConfig,
     {
@@ -659,6 +702,9 @@ _CLUSTER_SPEC = _TableSpec(
         "failover_timeout_ms": _integer(20, 600_000),
         "login": _string(),
         "password": _string(allow_empty=True),
+        "witness": _witness_address,
+        "on_peer_silence": _choice(ON_PEER_SILENCE),
+        "hold_timeout_ms": _integer(100, 3_600_000),
     },
 )
 
@@ -677,7 +723,14 @@ _AMQP_SPEC = _TableSpec(
 
 _HTTP_SPEC = _TableSpec(
     HttpConfig,
-    {"port": _integer(0, 65535), "host": _string(allow_empty=True), "tls": _boolean},
+    {
+        "port": _integer(0, 65535),
+        "host": _string(allow_empty=True),
+        "tls": _boolean,
+        "allowed_origins": _origins,
+        "poll_idle": _number(0.1),
+        "ws_heartbeat": _number(0),
+    },
 )
 
 _TLS_SPEC = _TableSpec(
@@ -808,6 +861,8 @@ def _check_references(config: Config) -> None:
         )
     if cluster.enabled and cluster.primary_peer == cluster.backup_peer:
         raise ConfigError("cluster.backup_peer", "must differ from cluster.primary_peer")
+    if cluster.enabled and cluster.witness in (cluster.primary_peer, cluster.backup_peer):
+        raise ConfigError("cluster.witness", "must differ from both nodes' addresses")
     links: set[tuple[str, str, str]] = set()
     for index, link in enumerate(config.cluster_mta):
         link_key = f"cluster_mta[{index}]"

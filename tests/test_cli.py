@@ -656,6 +656,7 @@ def test_help_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
         ["status", "--help"],
         ["passwd", "--help"],
         ["server", "--help"],
+        ["witness", "--help"],
         ["bench", "--help"],
     ):
         code, out, _ = run(capsys, *argv)
@@ -665,6 +666,9 @@ def test_help_everywhere(capsys: pytest.CaptureFixture[str]) -> None:
     status_help = run(capsys, "status", "--help")[1]
     assert '{"nodes": [...]}' in status_help and "queues (every vhost's queues" in status_help
     assert "--data-dir" in run(capsys, "server", "--help")[1]
+    witness_help = run(capsys, "witness", "--help")[1]
+    assert "lease" in witness_help and "[cluster] witness" in witness_help
+    assert "'cluster' tag" in witness_help and "--state" in witness_help
     code, out, _ = run(capsys, "--version")
     assert (code, out) == (0, "amqlite 0.1.0\n")
 

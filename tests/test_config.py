@@ -252,6 +252,14 @@ BAD_FILES: list[tuple[str, str, str]] = [
         "cluster.backup_peer",
         "must differ",
     ),
+    ("[cluster]\nwitness = 'nowhere'", "cluster.witness", "must be host:port"),
+    (
+        "[cluster]\nrole = 'primary'\nwitness = '127.0.0.1:6666'",
+        "cluster.witness",
+        "must differ from both",
+    ),
+    ("[cluster]\non_peer_silence = 'wait'", "cluster.on_peer_silence", "'serve', 'hold'"),
+    ("[cluster]\nhold_timeout_ms = 5", "cluster.hold_timeout_ms", "between 100"),
     ("[[cluster_mta]]\nhost = 'h:1'\nmode = 1", "cluster_mta[0].name", "is required"),
     ("[[cluster_mta]]\nname = 'x'\nmode = 1", "cluster_mta[0].host", "is required"),
     ("[[cluster_mta]]\nname = 'x'\nhost = 'h:1'", "cluster_mta[0].mode", "is required"),
@@ -599,6 +607,10 @@ def test_http_is_off_unless_a_port_is_given(tmp_path: Path) -> None:
         ({"http.port": -1}, "http.port", "between 0 and 65535"),
         ({"http.tls": True}, "tls.cert", "http.tls = true serves TLS"),
         ({"http.prot": 1}, "http.prot", "did you mean 'port'"),
+        ({"http.allowed_origins": "http://a"}, "http.allowed_origins", "array of origins"),
+        ({"http.allowed_origins": ["a.example"]}, "http.allowed_origins[0]", "not an origin"),
+        ({"http.allowed_origins": ["http://a/x"]}, "http.allowed_origins[0]", "not an origin"),
+        ({"http.poll_idle": 0}, "http.poll_idle", "at least 0.1"),
     ],
 )
 def test_bad_http_settings_name_the_key(overrides: dict[str, Any], key: str, reason: str) -> None:
@@ -606,6 +618,14 @@ def test_bad_http_settings_name_the_key(overrides: dict[str, Any], key: str, rea
         load_config(overrides=overrides)
     assert info.value.key == key
     assert reason in str(info.value)
+
+
+def test_allowed_origins_for_the_browser_channels(tmp_path: Path) -> None:
+    assert Config.default().http.allowed_origins == ()
+    text = '[http]\nallowed_origins = ["https://App.example/", "http://127.0.0.1:8000"]\n'
+    config = load_config(write_config(tmp_path, text))
+    assert config.http.allowed_origins == ("https://app.example", "http://127.0.0.1:8000")
+    assert config.http.poll_idle == 30.0
 
 
 def test_limits_default_to_rabbitmqs() -> None:

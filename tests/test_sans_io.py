@@ -25,7 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 # The sans-IO core: amqlite/ha, amqlite/peering and amqlite/amqp join as soon as they exist
 # (the HA and peering issues); protocol and broker must always be there.
-CORE = ("protocol", "broker", "ha", "peering", "amqp")
+CORE = ("protocol", "broker", "ha", "peering", "amqp", "browser")
 SANS_IO = tuple(p for p in CORE if (ROOT / "amqlite" / p).is_dir())
 assert {"protocol", "broker"} <= set(SANS_IO)
 #: amqlite/store's pure modules (``__init__`` is the package) and its I/O ones; every

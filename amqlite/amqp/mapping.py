@@ -51,7 +51,12 @@ from typing import Any
 
 from ..errors import ReplyCode
 from .errors import AmqpError
-from .properties import NO_PROPERTIES, BasicProperties
+from .properties import (
+    NO_PROPERTIES,
+    PERSISTENT_PROPERTIES,
+    TRANSIENT_PROPERTIES,
+    BasicProperties,
+)
 from .values import decode_table, encode_table
 
 #: The AMQP header that carries a native message's ``group_id`` (the name JMS
@@ -113,8 +118,16 @@ def to_native(
 
 def from_native(headers: dict[str, Any], props: dict[str, Any]) -> BasicProperties:
     """The AMQP basic properties of a message the broker delivers."""
-    if not props and not headers:
-        return NO_PROPERTIES  # the shared empty value: its header is encoded without a walk
+    if not headers:
+        # the usual shapes get shared values, whose header is encoded once
+        if not props:
+            return NO_PROPERTIES
+        if len(props) == 1:
+            persistent = props.get("persistent")
+            if persistent is True:
+                return PERSISTENT_PROPERTIES
+            if persistent is False:
+                return TRANSIENT_PROPERTIES
     values: dict[str, Any] = {name: props[name] for name in _SAME if name in props}
     persistent = props.get("persistent")
     if persistent is not None:

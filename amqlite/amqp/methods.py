@@ -630,11 +630,21 @@ _SHORT = struct.Struct(">H")
 
 def _encode_deliver_args(d: BasicDeliver) -> bytes | None:
     """basic.deliver's arguments, once per delivery; None: the compiled codec's case."""
+    return encode_deliver_args(
+        d.consumer_tag, d.delivery_tag, d.redelivered, d.exchange, d.routing_key
+    )
+
+
+def encode_deliver_args(
+    consumer_tag: Any, delivery_tag: Any, redelivered: Any, exchange: Any, routing_key: Any
+) -> bytes | None:
+    """:func:`_encode_deliver_args` from the values, without a :class:`BasicDeliver`
+    (``AmqpConnection.send_deliver``); None: the compiled codec's case."""
     try:
-        tag = d.consumer_tag.encode("utf-8")
-        exchange = d.exchange.encode("utf-8")
-        key = d.routing_key.encode("utf-8")
-        middle = _DELIVER_MIDDLE.pack(d.delivery_tag, 1 if d.redelivered else 0)
+        tag = consumer_tag.encode("utf-8")
+        exchange = exchange.encode("utf-8")
+        key = routing_key.encode("utf-8")
+        middle = _DELIVER_MIDDLE.pack(delivery_tag, 1 if redelivered else 0)
     except (AttributeError, TypeError, struct.error, UnicodeEncodeError):
         return None
     if len(tag) > 255 or len(exchange) > 255 or len(key) > 255:

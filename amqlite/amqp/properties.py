@@ -74,6 +74,11 @@ _LAYOUT: tuple[tuple[str, str, int], ...] = tuple(
     )
 )
 NO_PROPERTIES = BasicProperties()
+#: The properties of most messages (pika's ``delivery_mode`` alone): shared values
+#: whose encoding is made once (:func:`encode_header_payload`); ``from_native``
+#: hands them out.
+PERSISTENT_PROPERTIES = BasicProperties(delivery_mode=2)
+TRANSIENT_PROPERTIES = BasicProperties(delivery_mode=1)
 
 
 def encode_properties(props: BasicProperties) -> tuple[int, bytes]:
@@ -102,8 +107,17 @@ def encode_header_payload(
     """A content header frame's payload."""
     if props is NO_PROPERTIES:
         return _HEADER.pack(class_id, 0, body_size, 0)
+    known = _ENCODED.get(id(props))
+    if known is not None and known[0] is props:
+        return _HEADER.pack(class_id, 0, body_size, known[1]) + known[2]
     flags, plist = encode_properties(props)
     return _HEADER.pack(class_id, 0, body_size, flags) + plist
+
+
+#: the encodings of the shared values, made once (checked by identity)
+_ENCODED: dict[int, tuple[BasicProperties, int, bytes]] = {
+    id(p): (p, *encode_properties(p)) for p in (PERSISTENT_PROPERTIES, TRANSIENT_PROPERTIES)
+}
 
 
 def decode_header_payload(payload: bytes) -> tuple[int, int, BasicProperties]:

@@ -3,6 +3,8 @@
 Recognised arguments and their rules:
 
 - ``x-message-ttl``: int >= 0, milliseconds a message may stay in the queue;
+- ``x-expires``: int > 0, milliseconds the queue may stay unused (no consumer, no
+  get, no redeclaration) before the broker deletes it, as RabbitMQ does;
 - ``x-max-length``: int >= 0, ready messages kept;
 - ``x-max-length-bytes``: int >= 0, body bytes of ready messages kept;
 - ``x-overflow``: ``drop-head`` (default) or ``reject-publish``;
@@ -42,6 +44,7 @@ class QueueSettings:
     dead_letter_routing_key: str | None = None
     queue_type: str = "classic"
     max_age: float | None = None  # seconds, streams only
+    expires: int | None = None  # milliseconds unused before the queue is deleted
 
     def difference(self, other: QueueSettings) -> str | None:
         """The argument name of the first setting that differs, or None."""
@@ -60,6 +63,7 @@ _ARGUMENT_OF = {
     "dead_letter_routing_key": "x-dead-letter-routing-key",
     "queue_type": "x-queue-type",
     "max_age": "x-max-age",
+    "expires": "x-expires",
 }
 
 _AGE_UNITS = {"Y": 365 * 86400, "M": 30 * 86400, "D": 86400, "h": 3600, "m": 60, "s": 1}
@@ -115,7 +119,12 @@ def parse_queue_arguments(arguments: Mapping[str, Any]) -> QueueSettings:
         raise _bad("x-queue-type", "'classic' or 'stream'", queue_type)
     max_age = _age(arguments)
     if queue_type == "stream":
-        for name in ("x-message-ttl", "x-dead-letter-exchange", "x-dead-letter-routing-key"):
+        for name in (
+            "x-message-ttl",
+            "x-expires",
+            "x-dead-letter-exchange",
+            "x-dead-letter-routing-key",
+        ):
             if name in arguments:
                 raise PreconditionFailed(f"invalid arg {name!r}: stream queues do not take it")
         if overflow is Overflow.REJECT_PUBLISH:
@@ -128,8 +137,12 @@ def parse_queue_arguments(arguments: Mapping[str, Any]) -> QueueSettings:
         raise PreconditionFailed(
             "invalid arg 'x-dead-letter-routing-key': needs 'x-dead-letter-exchange'"
         )
+    expires = _count(arguments, "x-expires")
+    if expires == 0:
+        raise _bad("x-expires", "a positive integer (milliseconds)", expires)
     return QueueSettings(
         message_ttl=_count(arguments, "x-message-ttl"),
+        expires=expires,
         max_length=_count(arguments, "x-max-length"),
         max_length_bytes=_count(arguments, "x-max-length-bytes"),
         overflow=overflow,

@@ -139,11 +139,14 @@ class Broker:
         comes back as consumers drain it)."""
         self.paging.active = False
 
-    def tick(self, now: float) -> None:
-        """Remove (and dead-letter) messages whose TTL has passed at ``now``."""
+    def tick(self, now: float, *, expire_queues: bool = True) -> None:
+        """Remove (and dead-letter) messages whose TTL has passed at ``now``, and
+        (``expire_queues``) delete queues unused past their ``x-expires``. A queue's
+        unused time is measured in ticks: it is deleted at the first tick at least
+        ``x-expires`` after the last tick that saw it in use."""
         self.now = now
         for host in self._vhosts.values():
-            host.expire(now)
+            host.expire(now, queues=expire_queues)
 
     def apply(self, records: Iterable[Record | MessageRef], now: float) -> int:
         """Rebuild durable state from journal records (recovery after a restart, or a

@@ -142,6 +142,7 @@ class Queue:
         "stat_publish",
         "stat_redeliver",
         "unacked",
+        "used_at",
         "vhost",
     )
 
@@ -193,6 +194,9 @@ class Queue:
         self._reject_publish = settings.overflow is Overflow.REJECT_PUBLISH
         self._earliest = INF  # no ready entry expires before this
         self._sorted = True  # ready entries are in expiry order
+        #: x-expires: the last tick that saw the queue in use; None: used since the
+        #: last tick (declared, got from), so the next tick restarts its clock
+        self.used_at: float | None = None
 
     def count(self) -> int:
         """Messages waiting: ready ones (a stream: every message it keeps)."""
@@ -682,7 +686,7 @@ class Queue:
                 kept.append(entry)
                 continue
             self.ready_bytes -= len(message.body)
-            if c.inflight >= c.limit and not self._has_credit():
+            if not (c.writable and c.inflight < c.limit) and not self._has_credit():
                 break
         if kept:
             ready.extendleft(reversed(kept))

@@ -52,8 +52,10 @@ class Session:
     __slots__ = (
         "_broker",
         "_cancellations",
+        "_channel_prefetch",
         "_closed",
         "_consumers",
+        "_credit_out",
         "_flagged",
         "_last_ctag",
         "_last_dtag",
@@ -83,6 +85,11 @@ class Session:
         self.consumers_held = 0
         self._closed = False
         self._writable = True
+        #: the channel-wide prefetch (AMQP ``basic.qos`` global=true): at most this
+        #: many unacknowledged deliveries on the session, shared by its consumers
+        #: (0: none); ``_credit_out`` is True while they are all taken
+        self._channel_prefetch = 0
+        self._credit_out = False
         self._flagged = False
         self._last_dtag = 0
         self._last_ctag = 0
@@ -125,6 +132,11 @@ class Session:
         recorder = self._broker.recorder
         if recorder is not None:
             recorder.start_span()
+
+    def new_span(self) -> None:
+        """A request begins whose reply depends on what the calls after this journal
+        (a ``publish.batch``: its publishes pass ``span=False``)."""
+        self._start_span()
 
     @property
     def journal_span(self) -> tuple[int, int]:
@@ -219,9 +231,13 @@ class Session:
 
     # --- publishing ---------------------------------------------------------------
 
-    def publish(self, message: Message, *, mandatory: bool = False, now: float) -> PublishOutcome:
+    def publish(
+        self, message: Message, *, mandatory: bool = False, now: float, span: bool = True
+    ) -> PublishOutcome:
         """Route ``message``. ``mandatory`` changes nothing here: the shell returns
-        an UNROUTABLE mandatory message to its publisher."""
+        an UNROUTABLE mandatory message to its publisher. ``span=False``: the
+        message joins the journal span of the request before (the messages of one
+        ``publish.batch`` after the first: one reply vouches for them all)."""
         if self._closed:
             self._check_open()
         broker = self._broker
@@ -230,7 +246,8 @@ class Session:
         if recorder is None:
             outcome = self._vhost.publish(message, now)
         else:
-            recorder.start_span()
+            if span:
+                recorder.start_span()
             outcome = self._vhost.publish(message, now)
             if outcome is PublishOutcome.DUPLICATE:
                 recorder.depend_on(self._vhost.publish_keys.position(message.publish_key))
@@ -297,7 +314,7 @@ class Session:
             no_ack,
             exclusive,
             dict(arguments or {}),
-            self._writable,
+            self._writable and (no_ack or not self._credit_out),
             accepts,
         )
         if isinstance(q, StreamQueue):
@@ -345,6 +362,30 @@ class Session:
         self._check_open()
         return self._stream(queue).query_offset(name)
 
+    def fetch_stream(
+        self,
+        queue: str,
+        start: int,
+        end: int | None,
+        max_bytes: int,
+        *,
+        visible: int | None = None,
+        now: float,
+    ) -> tuple[StreamQueue, int, list[Message], int]:
+        """The stored messages of stream ``queue`` from ``start`` (see
+        :meth:`StreamQueue.read`): ``(queue, first, messages, dropped)``. Changes
+        nothing on the broker; with the trace on, each message read is traced as a
+        delivery."""
+        self._check_open()
+        now = self._now(now)
+        q = self._stream(queue)
+        first, messages, dropped = q.read(start, end, max_bytes, visible)
+        tracer = self._broker.tracer
+        if tracer is not None:
+            for m in messages:
+                tracer.delivered(q, m, False, now)
+        return q, first, messages, dropped
+
     def _stream(self, name: str) -> StreamQueue:
         q = self._vhost.queue(self, name)
         if not isinstance(q, StreamQueue):
@@ -359,6 +400,7 @@ class Session:
         self._check_open()
         now = self._now(now)
         q = self._vhost.queue(self, queue)
+        q.used_at = None  # a get is a use (x-expires)
         entry = q.take(now)
         if entry is None:
             return None
@@ -406,6 +448,8 @@ class Session:
                     queue.recorder.ack(journal_id, queue.name)
                 if queue.has_ready() or queue.is_stream:
                     queue.dispatch(self._now(now))
+            if self._credit_out and len(self._unacked) < self._channel_prefetch:
+                self._credit_back(self._now(now))
             return
         self._release(self._take(dtag, multiple), None, self._now(now))
 
@@ -480,6 +524,8 @@ class Session:
         for queue in touched:
             if not queue.deleted:
                 queue.dispatch(now)
+        if self._credit_out and len(self._unacked) < self._channel_prefetch:
+            self._credit_back(now)
 
     def set_trace(self, enabled: bool) -> bool:
         """Turn the broker's trace into ``amq.trace`` on or off (see :mod:`.trace`)."""
@@ -495,12 +541,48 @@ class Session:
         if self._closed or flag == self._writable:
             return
         self._writable = flag
-        for consumer in self._consumers.values():
-            consumer.writable = flag
+        self._apply_writable()
         if flag:
-            at = self._now(now)
-            for queue in {c.queue: None for c in self._consumers.values()}:
-                queue.dispatch(at)
+            self._dispatch_all(self._now(now))
+
+    def set_channel_prefetch(self, count: int, *, now: float | None = None) -> None:
+        """Share a prefetch of ``count`` unacknowledged deliveries among all this
+        session's consumers, present and future (AMQP ``basic.qos`` with
+        global=true, as RabbitMQ applies it to a channel); 0 lifts it. It works
+        beside each consumer's own prefetch: a consumer needs credit in both. No-ack
+        consumers are not limited, as in RabbitMQ."""
+        self._check_open()
+        if type(count) is not int or count < 0:
+            raise PreconditionFailed(f"prefetch must be a non-negative integer, got {count!r}")
+        self._channel_prefetch = count
+        out = bool(count) and len(self._unacked) >= count
+        if out:
+            self._set_credit_out(True)
+        elif self._credit_out:
+            self._credit_back(self._now(now))
+
+    def _set_credit_out(self, out: bool) -> None:
+        if out != self._credit_out:
+            self._credit_out = out
+            self._apply_writable()
+
+    def _credit_back(self, now: float) -> None:
+        """The channel-wide prefetch has room again: every queue the session
+        consumes from may push (not only those whose deliveries were settled)."""
+        self._set_credit_out(False)
+        if self._writable and not self._closed:
+            self._dispatch_all(now)
+
+    def _apply_writable(self) -> None:
+        flag = self._writable
+        out = self._credit_out
+        for consumer in self._consumers.values():
+            consumer.writable = flag and (consumer.no_ack or not out)
+
+    def _dispatch_all(self, now: float) -> None:
+        for queue in {c.queue: None for c in self._consumers.values()}:
+            if not queue.deleted:
+                queue.dispatch(now)
 
     def take_deliveries(self) -> list[Delivery]:
         """Pushes produced since the last call, in delivery-tag order."""
@@ -543,6 +625,8 @@ class Session:
             self._unacked[dtag] = delivery
             consumer.inflight += 1
             queue.unacked += 1
+            if self._channel_prefetch and len(self._unacked) >= self._channel_prefetch:
+                self._set_credit_out(True)
         if message.journal_id:
             recorder = queue.recorder
             if recorder is not None:

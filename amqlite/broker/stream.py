@@ -203,6 +203,44 @@ class StreamQueue(Queue):
         self.truncate(self.next)
         return count
 
+    # --- bulk reads ----------------------------------------------------------------------
+
+    def read(
+        self, start: int, end: int | None, max_bytes: int, visible: int | None = None
+    ) -> tuple[int, list[Message], int]:
+        """The kept messages from offset ``start`` (below ``end``; None: all the
+        stream holds; below ``visible`` too when given), as many as about
+        ``max_bytes`` of keys, exchanges and bodies allow (at least one; headers and
+        properties estimated):
+        ``(first, messages, dropped)``. ``first`` is the offset of the first one
+        (``start``, or the oldest kept when retention dropped ``dropped`` offsets of
+        the range). Changes nothing: no cursor, no credit, no journal."""
+        if type(start) is not int or start < 0:
+            raise PreconditionFailed(f"a fetch's start must be an offset >= 0, got {start!r}")
+        if end is not None and end < start:
+            raise PreconditionFailed(f"a fetch's end ({end}) is below its start ({start})")
+        hi = self.next if end is None else min(end, self.next)
+        if visible is not None:
+            hi = min(hi, visible)
+        lo = max(start, self.first)
+        dropped = max(0, (self.first if end is None else min(end, self.first)) - start)
+        if lo >= hi:
+            return lo, [], dropped
+        base = self._head - self.first
+        log = self._log
+        budget = max_bytes
+        i = lo
+        while i < hi:
+            m = log[base + i]
+            cost = len(m.body) + len(m.routing_key) + len(m.exchange) + 12
+            if m.headers or m.properties:
+                cost += 64 + 24 * (len(m.headers) + len(m.properties))
+            if cost > budget and i > lo:
+                break
+            budget -= cost
+            i += 1
+        return lo, log[base + lo : base + i], dropped
+
     # --- named offsets -------------------------------------------------------------------
 
     def store_offset(self, name: str, offset: int) -> None:

@@ -244,6 +244,7 @@ class VirtualHost:
                     raise self._inequivalent(
                         "queue", name, diff, args.get(diff), queue.arguments.get(diff)
                     )
+                queue.used_at = None  # a redeclaration is a use (x-expires)
                 return self._info(queue)
             if name.startswith("amq.") and not reserved:
                 raise AccessRefused(f"queue name {name!r} contains reserved prefix 'amq.'")
@@ -349,9 +350,19 @@ class VirtualHost:
             )
         return queue.purge()
 
-    def expire(self, now: float) -> None:
+    def expire(self, now: float, *, queues: bool = True) -> None:
+        """Expire messages past their TTL; with ``queues``, also delete the queues
+        unused for their ``x-expires`` (a passive HA node leaves that to its
+        master, whose delete it replays: its own queues have no consumers)."""
         for queue in list(self.queues.values()):
             queue.expire(now)
+            limit = queue.settings.expires
+            if limit is None or not queues or queue.deleted:
+                continue
+            if queue.consumers or queue.used_at is None:
+                queue.used_at = now
+            elif (now - queue.used_at) * 1000 >= limit:
+                self.remove_queue(queue)
 
     # --- bindings -----------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from .status import cmd_status
 from .switchover import cmd_switchover
 from .topology import cmd_bind, cmd_declare_exchange, cmd_declare_queue
 from .trace import cmd_audit, cmd_trace
+from .witness import WITNESS_DESCRIPTION, WITNESS_EPILOG, add_witness_arguments, cmd_witness
 
 COMMANDS = (
     "server",
@@ -35,6 +36,7 @@ COMMANDS = (
     "bind",
     "status",
     "switchover",
+    "witness",
     "trace",
     "audit",
     "passwd",
@@ -76,6 +78,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
         add_server_arguments(p)
     p.set_defaults(func=cmd_server)
+
+    p = _sub(subs, "witness", "run an HA pair's witness", WITNESS_DESCRIPTION, WITNESS_EPILOG, [])
+    add_witness_arguments(p)
+    p.set_defaults(func=cmd_witness)
 
     p = _sub(
         subs,

@@ -194,6 +194,34 @@ def print_ha(status: dict[str, Any], file: Any = None) -> None:
         f"{f' (lag {lag} records)' if lag is not None else ''}",
         file=file or sys.stdout,
     )
+    promise = ha.get("promise")
+    if promise:
+        print(f"    promise: {_promise_line(ha)}", file=file or sys.stdout)
+
+
+#: what a confirmed persistent message is promised, by mode (docs/ha.md)
+_PROMISES = {
+    "serve": "serve (a silent peer: confirms on the local disk; a cut peer link may lose them)",
+    "hold": "hold (a silent peer: confirms wait for it; nothing confirmed is lost)",
+    "witness": "witness (a silent peer: confirms only under the witness's lease; "
+    "nothing confirmed is lost)",
+}
+
+
+def _promise_line(ha: dict[str, Any]) -> str:
+    promise = str(ha.get("promise"))
+    line = _PROMISES.get(promise, promise)
+    witness = ha.get("witness")
+    if isinstance(witness, dict):
+        lease = "held" if witness.get("lease_held") else "not held"
+        line += (
+            f"  witness {ha.get('witness_address')} "
+            f"({'up' if ha.get('witness_link_up') else 'down'}, lease {lease}"
+            f"{', alone' if witness.get('lease_alone') else ''})"
+        )
+    if ha.get("confirms_held"):
+        line += "  CONFIRMS HELD"
+    return line
 
 
 async def _ask(args: argparse.Namespace, server: str, role: str) -> dict[str, Any]:

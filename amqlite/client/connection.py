@@ -43,6 +43,7 @@ from amqlite.protocol import (
 from amqlite.protocol import events as ev
 
 from .addresses import Address
+from .bulk import BulkRequests
 from .consumer import Consumer, Subscriptions
 from .declarations import Declarations
 from .delivery import Delivery, PlainDelivery
@@ -62,7 +63,7 @@ log = get_logger("amqlite.client")
 #: Publishes between two scheduler checkpoints (lets the writer and reader run).
 PUBLISH_BATCH = 64
 
-_REPLY_TYPES = (ev.Ok, ev.Error, ev.Returned, ev.Nacked, ev.GetOk, ev.GetEmpty)
+_REPLY_TYPES = (ev.Ok, ev.Error, ev.Returned, ev.Nacked, ev.GetOk, ev.GetEmpty, ev.StreamRecords)
 
 #: A server ``close`` with one of these codes is worth a reconnect (shutdown, HA
 #: fencing or demotion, a server-side fault); others mean we broke something.
@@ -76,7 +77,7 @@ _RECOVERABLE_CLOSE = frozenset(
 )
 
 
-class Connection(Declarations, StreamRequests):
+class Connection(Declarations, StreamRequests, BulkRequests):
     """A connection to a broker, or to the first willing server of a list. Make one
     with :func:`connect`.
 
@@ -281,6 +282,17 @@ class Connection(Declarations, StreamRequests):
         self._next_id = rid + 1
         return rid
 
+    def _new_ids(self, n: int) -> int:
+        """``n`` consecutive request ids (a ``publish.batch``); the first."""
+        rid = self._next_id
+        self._next_id = rid + max(1, n)
+        return rid
+
+    @property
+    def _receive_limit(self) -> int:
+        """The largest frame this end takes."""
+        return int(self._proto.max_frame_size)
+
     def _check_open(self) -> None:
         """Raise when the connection is closed or closing (not while reconnecting)."""
         if self._closed is not None:
@@ -325,6 +337,16 @@ class Connection(Declarations, StreamRequests):
         except trio.Cancelled:
             pending.abandoned = True
             raise
+
+    async def _call_nowait(self, event: Any) -> PendingReply:
+        """:meth:`_call` without waiting for the reply: the pending reply (sent
+        again after a reconnect, like any request)."""
+        if not self._ready:
+            await self._wait_ready()
+        pending = PendingReply(None, event)
+        self._requests[event.id] = pending
+        self._send(event)
+        return pending
 
     # --- the reader's side ----------------------------------------------------------
 

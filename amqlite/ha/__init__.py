@@ -4,21 +4,26 @@
 :mod:`amqlite.ha.states`. :class:`Replicator` (active node) and :class:`Follower`
 (passive node) replicate the journal (:mod:`amqlite.ha.replication`);
 :class:`ReplicaProgress` is what the passive node holds, for the active node's
-replies and pushes. See ``docs/ha.md`` for the rules and the diagram.
+replies and pushes; :class:`WitnessLedger` is the optional witness's lease
+(:mod:`amqlite.ha.witness`). See ``docs/ha.md`` for the rules and the diagram.
 """
 
 from .actions import (
     Action,
+    AskWitness,
     BecameActive,
     BecamePassive,
     ClientDecision,
     CloseClients,
+    LeaseExpired,
     PeerHeard,
     PeerSilent,
     PersistEpoch,
     RefusedHeartbeat,
     SendHeartbeat,
     Verdict,
+    WitnessHeard,
+    WitnessSilent,
 )
 from .epochs import minted_by, next_epoch
 from .errors import HaConfigError, HaError, HeartbeatError, IllegalTransition
@@ -44,6 +49,15 @@ from .replication import (
     replication_wanted,
 )
 from .states import ILLEGAL, TRANSITIONS, Branch, Guard, HaEvent, HaRole, HaState, next_state
+from .witness import (
+    FrameReader,
+    Lease,
+    LeaseAnswer,
+    LeaseRequest,
+    Promise,
+    WitnessLedger,
+    WitnessProtocolError,
+)
 
 __all__ = [
     "DEFAULT_FAILOVER_TIMEOUT",
@@ -56,6 +70,7 @@ __all__ = [
     "AckAfterCommit",
     "Action",
     "ApplySync",
+    "AskWitness",
     "BecameActive",
     "BecamePassive",
     "Branch",
@@ -63,6 +78,7 @@ __all__ = [
     "CloseClients",
     "Follower",
     "FollowerAction",
+    "FrameReader",
     "Guard",
     "HaConfigError",
     "HaError",
@@ -73,9 +89,14 @@ __all__ = [
     "Heartbeat",
     "HeartbeatError",
     "IllegalTransition",
+    "Lease",
+    "LeaseAnswer",
+    "LeaseExpired",
+    "LeaseRequest",
     "PeerHeard",
     "PeerSilent",
     "PersistEpoch",
+    "Promise",
     "RefusedHeartbeat",
     "ReplicaApplied",
     "ReplicaProgress",
@@ -88,6 +109,10 @@ __all__ = [
     "SendSync",
     "SendSynced",
     "Verdict",
+    "WitnessHeard",
+    "WitnessLedger",
+    "WitnessProtocolError",
+    "WitnessSilent",
     "minted_by",
     "next_epoch",
     "next_state",

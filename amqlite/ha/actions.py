@@ -14,6 +14,7 @@ from enum import Enum
 from ..errors import ReplyCode
 from .heartbeat import Heartbeat
 from .states import HaEvent, HaState
+from .witness import LeaseRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +86,38 @@ class PeerHeard:
     epoch: int
 
 
+@dataclass(frozen=True, slots=True)
+class AskWitness:
+    """Send this lease request to the witness now (a renewal by the master, or a
+    passive or starting node asking to take over in a new epoch)."""
+
+    request: LeaseRequest
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseExpired:
+    """Our lease of ``epoch`` ran out: confirms that leaned on it stop."""
+
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class WitnessSilent:
+    """No answer from the witness for a whole failover timeout (reported once per
+    silence; ``last_heard`` None: never heard)."""
+
+    last_heard: float | None
+    since: float
+
+
+@dataclass(frozen=True, slots=True)
+class WitnessHeard:
+    """The witness answered, for the first time or after a ``WitnessSilent``."""
+
+    holder: str | None
+    epoch: int
+
+
 Action = (
     SendHeartbeat
     | PersistEpoch
@@ -94,13 +127,17 @@ Action = (
     | RefusedHeartbeat
     | PeerSilent
     | PeerHeard
+    | AskWitness
+    | LeaseExpired
+    | WitnessSilent
+    | WitnessHeard
 )
 
 
 class Verdict(Enum):
     ACCEPT = "accept"  # serve the client
     REFUSE = "refuse"  # passive: refuse with NOT_ACTIVE, the client tries the next address
-    HOLD = "hold"  # starting: keep the client waiting, ask again by ``retry_at``
+    HOLD = "hold"  # starting, or asking the witness: wait, ask again by ``retry_at``
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from collections import deque
 class ReplicaProgress:
     """The passive node's progress through the active journal (see the module)."""
 
-    __slots__ = ("_messages", "_order", "_streams", "applied", "upto")
+    __slots__ = ("_messages", "_order", "_released", "_streams", "alone_ok", "applied", "upto")
 
     def __init__(self) -> None:
         #: the passive node has committed everything up to here; None while no
@@ -37,6 +37,11 @@ class ReplicaProgress:
         self._order: deque[tuple[int, int]] = deque()  # (position, journal id)
         #: (vhost, stream) -> (offset, position) of its appends not yet applied, in order
         self._streams: dict[tuple[str, str], deque[tuple[int, int]]] = {}
+        #: whether replies may go on the local commit alone while no passive node is
+        #: replicated to (the HA promise: ``HaMachine.may_confirm_alone``); when not,
+        #: nothing past what was already released goes until a passive node holds it
+        self.alone_ok = True
+        self._released = 0
 
     @property
     def required(self) -> bool:
@@ -110,9 +115,18 @@ class ReplicaProgress:
 
     def releasable(self, committed: int) -> int:
         """The journal position up to which held replies may go, given that the local
-        journal has committed up to ``committed``."""
+        journal has committed up to ``committed``: with a passive node replicated to,
+        what it has committed too; without one, ``committed`` if ``alone_ok``, else
+        no further than already released."""
         upto = self.upto
-        return committed if upto is None or upto >= committed else upto
+        if upto is None:
+            if not self.alone_ok:
+                return self._released  # held: the peer and the promise are both missing
+            self._released = max(self._released, committed)
+            return committed
+        released = committed if upto >= committed else upto
+        self._released = max(self._released, released)
+        return released
 
     def replicated(self, journal_id: int) -> bool:
         """Whether the passive node holds message ``journal_id`` (True when no passive
@@ -122,6 +136,14 @@ class ReplicaProgress:
             return True
         position = self._messages.get(journal_id)
         return position is None or position <= self.applied
+
+    def stream_unreplicated(self, vhost: str, queue: str) -> int | None:
+        """The first offset of stream ``queue`` the passive node does not hold yet;
+        None when it holds every one (or no passive node is replicated to)."""
+        if self.upto is None:
+            return None
+        appends = self._streams.get((vhost, queue))
+        return appends[0][0] if appends else None
 
     def stream_replicated(self, vhost: str, queue: str, offset: int) -> bool:
         """:meth:`replicated` for the message at ``offset`` of stream ``queue``."""

@@ -106,12 +106,20 @@ class Replicator:
     overshoot either by one record); acknowledgements are cumulative, so repeated or
     late ones are harmless; :meth:`stop` drops what was not sent and the window, and
     everything but :meth:`start` is ignored until the next start.
+
+    A journal turn (:meth:`hold` .. :meth:`release`, the records a commit writes
+    whole, such as peering deliveries and the mark that covers them) is never split
+    between two syncs: a chunk ends only where no turn is open, and the records of an
+    open turn wait for its release. (A master killed between two syncs of one turn
+    would leave the passive node, its successor, with the deliveries and not the
+    mark: the sender would deliver them again.)
     """
 
     __slots__ = (
         "_chunk",
         "_epoch",
         "_pending",
+        "_turns",
         "_unacked",
         "_window",
         "applied_upto",
@@ -128,7 +136,9 @@ class Replicator:
         self._window = window
         self.replicating = False
         self._epoch = 0
-        self._pending: deque[tuple[int, bytes]] = deque()  # (position, frame) not yet sent
+        #: (position, frame, a chunk may end here) not yet sent
+        self._pending: deque[tuple[int, bytes, bool]] = deque()
+        self._turns = 0  # journal turns open (nested)
         self._unacked: deque[tuple[int, int]] = deque()  # (upto, bytes) sent, not yet acked
         self.in_flight = 0  # bytes sent and not yet acknowledged
         self.sent_upto = 0
@@ -163,22 +173,42 @@ class Replicator:
         """The journal appended ``frame`` at ``position`` (every record, in order, from
         :class:`ReplicationStarted` on); sent by a later :meth:`take`."""
         if self.replicating:
-            self._pending.append((position, frame))
+            self._pending.append((position, frame, self._turns == 0))
+
+    def hold(self) -> None:
+        """The journal opened a turn: what is appended until the matching
+        :meth:`release` goes in one sync."""
+        self._turns += 1
+
+    def release(self) -> None:
+        """The turn opened by :meth:`hold` is closed: a chunk may end after its
+        last record."""
+        self._turns = max(0, self._turns - 1)
+        pending = self._pending
+        if not self._turns and pending and not pending[-1][2]:
+            position, frame, _ = pending.pop()
+            pending.append((position, frame, True))
 
     def take(self) -> list[SendSync]:
         """The syncs to send now: what was appended and not sent, while the window
-        has room. Called after :meth:`appended` and acknowledgements; batching what
-        accumulated in between is what keeps the chunks large."""
+        has room, each ending where no journal turn is open (records of a turn still
+        open wait). Called after :meth:`appended` and acknowledgements; batching
+        what accumulated in between is what keeps the chunks large."""
         pending = self._pending
         sends: list[SendSync] = []
         while self.replicating and pending and self.in_flight < self._window:
-            parts: list[bytes] = []
-            size = upto = 0
-            while pending and size < self._chunk:
-                upto, frame = pending.popleft()
-                parts.append(frame)
+            size = cut = 0
+            for i, (_, frame, may_end) in enumerate(pending):
                 size += len(frame)
-            sends.append(self._send(b"".join(parts), upto, reset=False))
+                if may_end:
+                    cut = i + 1
+                    if size >= self._chunk:
+                        break
+            if not cut:
+                break  # only an open turn's records: they wait for its release
+            parts = [pending.popleft() for _ in range(cut)]
+            data = b"".join(frame for _, frame, _ in parts)
+            sends.append(self._send(data, parts[-1][0], reset=False))
         return sends
 
     def synced(self, upto: int) -> list[ReplicatorAction]:

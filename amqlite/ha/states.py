@@ -3,10 +3,12 @@ in :data:`TRANSITIONS`, and nothing else assigns an HA state.
 
 A node starts in its role's state (``PRIMARY`` or ``BACKUP``) and leaves it for
 ``ACTIVE`` (master, serves clients) or ``PASSIVE`` (slave, refuses clients). The
-events are the peer's state as carried by its heartbeat, and a client asking for
-service. A few pairs depend on one fact the table cannot know by itself (has the
-peer been silent for a whole failover timeout? does the active peer outrank us?):
-those entries are a :class:`Branch` naming a :class:`Guard`. A pair missing from
+events are the peer's state as carried by its heartbeat, a client asking for
+service, and, when the pair names a witness (docs/ha.md, "The witness"), the
+witness's answers about the lease and their absence. A few pairs depend on one
+fact the table cannot know by itself (has the peer been silent for a whole
+failover timeout? does the active peer outrank us?): those entries are a
+:class:`Branch` naming a :class:`Guard`. A pair missing from
 the table is a configuration error and raises :class:`IllegalTransition`; the
 reason is in :data:`ILLEGAL`.
 
@@ -54,6 +56,10 @@ class HaEvent(Enum):
     PEER_ACTIVE = "peer_active"
     PEER_PASSIVE = "peer_passive"
     CLIENT_REQUEST = "client_request"  # a client asks this node for service
+    LEASE_GRANTED = "lease_granted"  # the witness granted the lease we asked for
+    LEASE_REFUSED = "lease_refused"  # the witness refused it (another node holds it)
+    LEASE_EXPIRED = "lease_expired"  # our lease ran out without a renewal
+    WITNESS_SILENT = "witness_silent"  # no answer from the witness for a failover timeout
 
     @staticmethod
     def for_peer(state: HaState) -> HaEvent:
@@ -70,26 +76,41 @@ _PEER_EVENT = {
 
 
 class Guard(Enum):
-    """A fact a :class:`Branch` asks about; the value is its short name."""
+    """A fact a :class:`Branch` asks about; the value is its short name.
 
-    PEER_SILENT = "peer-silent"
+    With a witness every promotion of a passive or starting node is a lease the
+    witness granted (``lease_granted``): the guards of the other promotions say
+    "the pair has no witness"; with one, the machine asks the witness instead."""
+
+    UNWITNESSED = "unwitnessed"
+    UNWITNESSED_SILENCE = "unwitnessed-silence"
+    UNWITNESSED_PRIMARY = "unwitnessed-primary"
+    PEER_YIELDS = "peer-yields"
     PEER_OUTRANKS = "peer-outranks"
-    IS_PRIMARY = "is-primary"
+    LEASE_SUPERSEDED = "lease-superseded"
 
     @property
     def meaning(self) -> str:
         return _GUARD_MEANING[self]
 
 
+_SILENT = (
+    "nothing has been heard from the peer for a whole failover timeout (counted from "
+    "the last heartbeat heard, or from start-up if none was)"
+)
 _GUARD_MEANING = {
-    Guard.PEER_SILENT: (
-        "nothing has been heard from the peer for a whole failover timeout "
-        "(counted from the last heartbeat heard, or from start-up if none was)"
+    Guard.UNWITNESSED: "the pair has no witness (with one, the node asks it for a new epoch)",
+    Guard.UNWITNESSED_SILENCE: f"the pair has no witness and {_SILENT}",
+    Guard.UNWITNESSED_PRIMARY: "the pair has no witness and this node is the primary",
+    Guard.PEER_YIELDS: (
+        f"{_SILENT}, or the last heartbeat heard announced a state other than active"
     ),
     Guard.PEER_OUTRANKS: (
         "the active peer's epoch is higher than ours, or equal and the peer is the primary"
     ),
-    Guard.IS_PRIMARY: "this node is the primary of the pair",
+    Guard.LEASE_SUPERSEDED: (
+        "the witness refused because it granted the other node a higher epoch than ours"
+    ),
 }
 
 
@@ -108,28 +129,49 @@ S, E, G = HaState, HaEvent, Guard
 
 TRANSITIONS: dict[tuple[HaState, HaEvent], Outcome] = {
     # A starting primary: the backup is starting too, so we are master; or the backup
-    # already took over (we are a primary coming back) and we stay slave.
-    (S.PRIMARY, E.PEER_BACKUP): S.ACTIVE,
+    # already took over (we are a primary coming back) and we stay slave. Alone, it
+    # serves once the peer is silent and a client asks. With a witness, each of these
+    # promotions waits for the witness to grant a new epoch (lease_granted).
+    (S.PRIMARY, E.PEER_BACKUP): Branch(G.UNWITNESSED, S.ACTIVE, S.PRIMARY),
     (S.PRIMARY, E.PEER_ACTIVE): S.PASSIVE,
     (S.PRIMARY, E.PEER_PASSIVE): S.PRIMARY,  # it hears us restarting and takes over
-    (S.PRIMARY, E.CLIENT_REQUEST): Branch(G.PEER_SILENT, S.ACTIVE, S.PRIMARY),
+    (S.PRIMARY, E.CLIENT_REQUEST): Branch(G.UNWITNESSED_SILENCE, S.ACTIVE, S.PRIMARY),
+    (S.PRIMARY, E.LEASE_GRANTED): Branch(G.PEER_YIELDS, S.ACTIVE, S.PRIMARY),
+    (S.PRIMARY, E.LEASE_REFUSED): S.PRIMARY,
+    (S.PRIMARY, E.LEASE_EXPIRED): S.PRIMARY,
+    (S.PRIMARY, E.WITNESS_SILENT): S.PRIMARY,
     # A starting backup never becomes master because the primary starts.
     (S.BACKUP, E.PEER_PRIMARY): S.BACKUP,  # it hears us and goes active
     (S.BACKUP, E.PEER_ACTIVE): S.PASSIVE,
     (S.BACKUP, E.PEER_PASSIVE): S.BACKUP,  # it hears us restarting and takes over
-    (S.BACKUP, E.CLIENT_REQUEST): Branch(G.PEER_SILENT, S.ACTIVE, S.BACKUP),
-    # The master stays master; only an active peer that outranks it demotes it.
+    (S.BACKUP, E.CLIENT_REQUEST): Branch(G.UNWITNESSED_SILENCE, S.ACTIVE, S.BACKUP),
+    (S.BACKUP, E.LEASE_GRANTED): Branch(G.PEER_YIELDS, S.ACTIVE, S.BACKUP),
+    (S.BACKUP, E.LEASE_REFUSED): S.BACKUP,
+    (S.BACKUP, E.LEASE_EXPIRED): S.BACKUP,
+    (S.BACKUP, E.WITNESS_SILENT): S.BACKUP,
+    # The master stays master; only an active peer that outranks it, or a witness
+    # that granted the peer a higher epoch, demotes it. Losing the lease or the
+    # witness changes no state: it stops the confirms that lean on the lease.
     (S.ACTIVE, E.PEER_PRIMARY): S.ACTIVE,
     (S.ACTIVE, E.PEER_BACKUP): S.ACTIVE,
     (S.ACTIVE, E.PEER_ACTIVE): Branch(G.PEER_OUTRANKS, S.PASSIVE, S.ACTIVE),
     (S.ACTIVE, E.PEER_PASSIVE): S.ACTIVE,
     (S.ACTIVE, E.CLIENT_REQUEST): S.ACTIVE,
-    # The slave takes over when the master restarts, or is silent and a client votes.
-    (S.PASSIVE, E.PEER_PRIMARY): S.ACTIVE,
-    (S.PASSIVE, E.PEER_BACKUP): S.ACTIVE,
+    (S.ACTIVE, E.LEASE_GRANTED): S.ACTIVE,  # a renewal
+    (S.ACTIVE, E.LEASE_REFUSED): Branch(G.LEASE_SUPERSEDED, S.PASSIVE, S.ACTIVE),
+    (S.ACTIVE, E.LEASE_EXPIRED): S.ACTIVE,
+    (S.ACTIVE, E.WITNESS_SILENT): S.ACTIVE,
+    # The slave takes over when the master restarts, or is silent and a client votes
+    # (with a witness: once the witness grants it the lease of a new epoch).
+    (S.PASSIVE, E.PEER_PRIMARY): Branch(G.UNWITNESSED, S.ACTIVE, S.PASSIVE),
+    (S.PASSIVE, E.PEER_BACKUP): Branch(G.UNWITNESSED, S.ACTIVE, S.PASSIVE),
     (S.PASSIVE, E.PEER_ACTIVE): S.PASSIVE,
-    (S.PASSIVE, E.PEER_PASSIVE): Branch(G.IS_PRIMARY, S.ACTIVE, S.PASSIVE),
-    (S.PASSIVE, E.CLIENT_REQUEST): Branch(G.PEER_SILENT, S.ACTIVE, S.PASSIVE),
+    (S.PASSIVE, E.PEER_PASSIVE): Branch(G.UNWITNESSED_PRIMARY, S.ACTIVE, S.PASSIVE),
+    (S.PASSIVE, E.CLIENT_REQUEST): Branch(G.UNWITNESSED_SILENCE, S.ACTIVE, S.PASSIVE),
+    (S.PASSIVE, E.LEASE_GRANTED): Branch(G.PEER_YIELDS, S.ACTIVE, S.PASSIVE),
+    (S.PASSIVE, E.LEASE_REFUSED): S.PASSIVE,
+    (S.PASSIVE, E.LEASE_EXPIRED): S.PASSIVE,
+    (S.PASSIVE, E.WITNESS_SILENT): S.PASSIVE,
 }
 
 ILLEGAL: dict[tuple[HaState, HaEvent], str] = {

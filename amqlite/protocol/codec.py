@@ -11,8 +11,14 @@ however many consumers receive it) after a few hand-encoded bytes, so fan-out
 does not re-encode bodies.
 """
 
+from __future__ import annotations
+
+import array
 import dataclasses
+import itertools
+import operator
 import struct
+import sys
 import types
 from collections.abc import Callable
 from typing import Any, Protocol, cast, get_args, get_origin
@@ -219,6 +225,11 @@ def _is_str_list(v: Any) -> bool:
 
 
 def _checker_for(name: str, tp: Any) -> tuple[Checker, str]:
+    if name == "msgs":
+        what = "a list of [key, body(, headers, props)]"
+        return (lambda v: batch_messages_error(v) is None), what
+    if name == "extras":
+        return (lambda v: _extras_error(v, None) is None), "a list of [index, headers, props]"
     if name == "headers":
         return (lambda v: check_headers(v) is None), "a map of text to scalars"
     if name == "props":
@@ -439,6 +450,209 @@ def read_bare_ok(buf: bytes | bytearray, start: int, end: int) -> ev.Ok | None:
     return ev.Ok(int.from_bytes(buf[at + 1 : end], "big"), EMPTY)
 
 
+# --- publish.batch and stream.records ---------------------------------------------
+
+
+def batch_messages_error(msgs: Any) -> str | None:
+    """None when ``msgs`` is a valid ``publish.batch`` list, else the reason."""
+    if type(msgs) is not list or not msgs:
+        return "must be a non-empty list"
+    for i, m in enumerate(msgs):
+        if type(m) is not list:
+            return f"message {i} must be a list"
+        n = len(m)
+        if n == 2:
+            if type(m[0]) is not str or type(m[1]) is not bytes:
+                return f"message {i}: key must be text and body bytes"
+            continue
+        if n != 4 or type(m[0]) is not str or type(m[1]) is not bytes:
+            return f"message {i} must be [key, body] or [key, body, headers, props]"
+        h, p = m[2], m[3]
+        if h is not None and (why := check_headers(h)) is not None:
+            return f"message {i}: headers {why}"
+        if p is not None and (why := check_props(p)) is not None:
+            return f"message {i}: props {why}"
+    return None
+
+
+def _publish_batch_from_map(m: dict[Any, Any]) -> ev.PublishBatch:
+    get: Callable[..., Any] = m.get
+    rid, exchange, msgs = get("id"), get("exchange"), get("msgs")
+    if type(rid) is not int:
+        raise FieldError("publish.batch: field 'id' must be an integer")
+    if type(exchange) is not str:
+        raise FieldError("publish.batch: field 'exchange' must be text")
+    if (why := batch_messages_error(msgs)) is not None:
+        raise FieldError(f"publish.batch: field 'msgs' {why}")
+    mandatory = m.get("mandatory", False)
+    persistent = m.get("persistent", False)
+    if type(mandatory) is not bool or type(persistent) is not bool:
+        raise FieldError("publish.batch: fields 'mandatory' and 'persistent' must be booleans")
+    return ev.PublishBatch(rid, exchange, msgs, mandatory, persistent)
+
+
+_ENDS = "I"  # array type of the *_ends columns: unsigned 32 bits
+_SWAP = sys.byteorder != "little"
+
+
+def ends_array(data: bytes) -> array.array[int]:
+    """A ``*_ends`` column of ``stream.records`` as integers."""
+    a = array.array(_ENDS)
+    a.frombytes(data)
+    if _SWAP:  # pragma: no cover - big-endian hosts
+        a.byteswap()
+    return a
+
+
+def _ends_bytes(ends: array.array[int]) -> bytes:
+    if _SWAP:  # pragma: no cover - big-endian hosts
+        ends = array.array(_ENDS, ends)
+        ends.byteswap()
+    return ends.tobytes()
+
+
+def _ends_error(name: str, ends: Any, values: Any, count: int) -> str | None:
+    if type(ends) is not bytes or type(values) is not bytes:
+        return f"'{name}' and its ends must be bytes"
+    if len(ends) != 4 * (count + 1):
+        return f"'{name}_ends' must hold count + 1 positions"
+    a = ends_array(ends)
+    if a[0] != 0 or a[-1] != len(values):
+        return f"'{name}_ends' must run from 0 to the length of '{name}'"
+    if count > 1 and not all(map(operator.le, a, itertools.islice(a, 1, None))):
+        return f"'{name}_ends' must not decrease"
+    if name != "body":  # text: each value UTF-8 on its own
+        try:
+            if len(values.decode()) != len(values):
+                for x, y in itertools.pairwise(a):
+                    values[x:y].decode()
+        except UnicodeDecodeError:
+            return f"'{name}s' must be UTF-8 text, value by value"
+    return None
+
+
+def _extras_error(extras: Any, count: int | None) -> str | None:
+    if type(extras) is not list:
+        return "must be a list"
+    last = -1
+    for x in extras:
+        if type(x) is not list or len(x) != 3 or type(x[0]) is not int:
+            return "entries must be [index, headers, props]"
+        i, h, p = x
+        if i <= last or (count is not None and i >= count):
+            return "indexes must increase and name records of the reply"
+        last = i
+        if h is not None and check_headers(h) is not None:
+            return f"record {i}: bad headers"
+        if p is not None and check_props(p) is not None:
+            return f"record {i}: bad props"
+    return None
+
+
+def _stream_records_from_map(m: dict[Any, Any]) -> ev.StreamRecords:
+    get: Callable[..., Any] = m.get
+    ints = [get(k) for k in ("re", "first", "count")]
+    if any(type(v) is not int or v < 0 for v in ints):
+        raise FieldError("stream.records: 're', 'first' and 'count' must be integers >= 0")
+    re, first, count = ints
+    more = [get("dropped", 0), get("kept_first", 0), get("kept_next", 0)]
+    if any(type(v) is not int or v < 0 for v in more):
+        raise FieldError("stream.records: 'dropped', 'kept_first', 'kept_next' must be >= 0")
+    columns: dict[str, Any] = {}
+    for name in ("keys", "exchanges", "bodies"):
+        single = "key" if name == "keys" else name[:-1] if name == "exchanges" else "body"
+        values, ends = get(name), get(f"{single}_ends")
+        why = _ends_error(single, ends, values, count)
+        if why is not None:
+            raise FieldError(f"stream.records: {why}")
+        columns[name] = values
+        columns[f"{single}_ends"] = ends
+    extras = get("extras", [])
+    if (why := _extras_error(extras, count)) is not None:
+        raise FieldError(f"stream.records: field 'extras' {why}")
+    return ev.StreamRecords(
+        re,
+        first,
+        count,
+        columns["keys"],
+        columns["key_ends"],
+        columns["exchanges"],
+        columns["exchange_ends"],
+        columns["bodies"],
+        columns["body_ends"],
+        extras,
+        *more,
+    )
+
+
+def _text_column(values: list[str]) -> tuple[bytes, bytes]:
+    joined = "".join(values)
+    blob = joined.encode()
+    ends = array.array(_ENDS, [0])
+    if len(blob) == len(joined):  # all ASCII: a character is a byte
+        ends.extend(itertools.accumulate(map(len, values)))
+    else:
+        ends.extend(itertools.accumulate(len(v.encode()) for v in values))
+    return blob, _ends_bytes(ends)
+
+
+#: What a ``stream.records`` frame adds to its columns, at most (keys, integers,
+#: the map), and what each record adds (its three end positions).
+RECORDS_OVERHEAD = 512
+RECORD_OVERHEAD = 12
+
+
+def stream_records(
+    re: int,
+    first: int,
+    messages: list[Any],
+    *,
+    dropped: int,
+    kept_first: int,
+    kept_next: int,
+) -> ev.StreamRecords:
+    """The ``stream.records`` reply holding ``messages`` (broker messages with
+    ``exchange``, ``routing_key``, ``body``, ``headers``, ``properties``) from
+    offset ``first``, as columns."""
+    keys, key_ends = _text_column([m.routing_key for m in messages])
+    exchanges, exchange_ends = _text_column([m.exchange for m in messages])
+    bodies = [m.body for m in messages]
+    body_ends = array.array(_ENDS, [0])
+    body_ends.extend(itertools.accumulate(map(len, bodies)))
+    extras = [
+        [i, m.headers or None, m.properties or None]
+        for i, m in enumerate(messages)
+        if m.headers or m.properties
+    ]
+    return ev.StreamRecords(
+        re,
+        first,
+        len(messages),
+        keys,
+        key_ends,
+        exchanges,
+        exchange_ends,
+        b"".join(bodies),
+        _ends_bytes(body_ends),
+        extras,
+        dropped,
+        kept_first,
+        kept_next,
+    )
+
+
+def records_size(r: ev.StreamRecords) -> int:
+    """About the size of ``r``'s frame (the extras estimated)."""
+    return (
+        RECORDS_OVERHEAD
+        + len(r.keys)
+        + len(r.exchanges)
+        + len(r.bodies)
+        + RECORD_OVERHEAD * r.count
+        + (len(cbor2.dumps(r.extras)) if r.extras else 0)
+    )
+
+
 # The per-message decoders :class:`~amqlite.protocol.Connection` runs while OPEN,
 # before the general path: each returns the event the general path would give, or
 # raises FieldError / returns None to leave the frame to it.
@@ -452,6 +666,8 @@ _FAST_DECODERS: dict[type[ev.Event], Callable[[dict[Any, Any]], ev.Event]] = {
     ev.Publish: _publish_from_map,
     ev.Deliver: _deliver_from_map,
     ev.Ack: _ack_from_map,
+    ev.PublishBatch: _publish_batch_from_map,
+    ev.StreamRecords: _stream_records_from_map,
 }
 
 

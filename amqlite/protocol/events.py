@@ -189,6 +189,22 @@ class OffsetQuery(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class StreamFetch(Event):
+    """Read the stored records of stream queue ``queue`` from offset ``start``
+    (up to ``end``, exclusive; None: what the stream holds), about ``max_bytes``
+    of them at most, in one ``stream.records`` reply. Reading changes nothing on
+    the broker: no consumer, no deliveries, no acks."""
+
+    METHOD: ClassVar[str] = "stream.fetch"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    queue: str
+    start: int
+    end: int | None = None
+    max_bytes: int = 1048576
+
+
+@dataclass(frozen=True, slots=True)
 class HaHeartbeat(Event):
     """An HA node's heartbeat to its peer (on a connection opened with role "ha-peer")."""
 
@@ -299,6 +315,21 @@ class Consume(Event):
     arguments: dict[str, Any] = field(default_factory=dict)
     #: a JMS message selector (docs/selectors.md); "" = none
     selector: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PublishBatch(Event):
+    """Publish many messages to ``exchange`` in one frame, confirmed. Message ``i``
+    of ``msgs`` (``[key, body]`` or ``[key, body, headers, props]``) is request
+    ``id + i``: its publish key, and how a reply names it."""
+
+    METHOD: ClassVar[str] = "publish.batch"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    exchange: str
+    msgs: list[Any]
+    mandatory: bool = False
+    persistent: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,6 +476,32 @@ class GetOk(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class StreamRecords(Event):
+    """The reply to ``stream.fetch``: ``count`` records from offset ``first``, as
+    columns. ``keys``, ``exchanges`` and ``bodies`` hold the values end to end;
+    each ``*_ends`` holds ``count + 1`` little-endian unsigned 32-bit positions
+    (the first 0) where value ``i`` spans ``ends[i]:ends[i + 1]``. ``extras``
+    holds ``[i, headers, props]`` for each record that has headers or properties.
+    ``dropped``: offsets of the asked range retention removed (below ``first``)."""
+
+    METHOD: ClassVar[str] = "stream.records"
+    SENDER: ClassVar[Sender] = Sender.SERVER
+    re: int
+    first: int
+    count: int
+    keys: bytes
+    key_ends: bytes
+    exchanges: bytes
+    exchange_ends: bytes
+    bodies: bytes
+    body_ends: bytes
+    extras: list[Any] = field(default_factory=list)
+    dropped: int = 0
+    kept_first: int = 0
+    kept_next: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class GetEmpty(Event):
     METHOD: ClassVar[str] = "get-empty"
     SENDER: ClassVar[Sender] = Sender.SERVER
@@ -519,6 +576,8 @@ REQUESTS: tuple[type[Event], ...] = (
     Status,
     OffsetStore,
     OffsetQuery,
+    StreamFetch,
+    PublishBatch,
     Trace,
     HaHeartbeat,
     HaSync,
@@ -535,6 +594,7 @@ REPLIES: tuple[type[Event], ...] = (
     Deliver,
     GetOk,
     GetEmpty,
+    StreamRecords,
     Cancelled,
     Blocked,
     Unblocked,

@@ -16,7 +16,8 @@ import structlog
 from amqlite.auth import AuthenticatedUser, Tag, require_tag
 from amqlite.broker import Message, PublishOutcome, Session
 from amqlite.broker.limits import check_message_size
-from amqlite.errors import AccessRefused, AmqliteError, ReplyCode
+from amqlite.errors import AccessRefused, AmqliteError, BrokerError, ReplyCode
+from amqlite.protocol import codec
 from amqlite.protocol import events as ev
 
 from .status_view import visible_status
@@ -54,6 +55,12 @@ class RequestDispatcher:
         self._peered: Mapping[str, PublishHook] = peered if peered is not None else {}
         self._write_ok: dict[str, bool] = {}  # publish permission, per exchange
         self._max_message_size = session.limits.max_message_size  # 0: no limit
+        #: the largest reply frame a ``stream.fetch`` may get (the shell sets it to
+        #: the connection's frame limit)
+        self.max_reply_bytes = 4 * 1024 * 1024
+        #: HA: (vhost, queue) -> the first offset of the stream the passive node
+        #: does not hold yet (None: it holds them all); a fetch reads below it
+        self.stream_visible: Callable[[str, str], int | None] | None = None
         self._handlers: dict[type[ev.Event], Callable[[Any, float], Reply]] = {
             ev.Publish: self._publish,
             ev.Ack: self._ack,
@@ -72,6 +79,8 @@ class RequestDispatcher:
             ev.Status: self._status_request,
             ev.OffsetStore: self._offset_store,
             ev.OffsetQuery: self._offset_query,
+            ev.StreamFetch: self._stream_fetch,
+            ev.PublishBatch: self._publish_batch,
             ev.Trace: self._trace,
         }
 
@@ -98,7 +107,7 @@ class RequestDispatcher:
 
     # --- the hot path ------------------------------------------------------------------
 
-    def _publish(self, p: ev.Publish, now: float) -> Reply:
+    def _publish(self, p: ev.Publish, now: float, span: bool = True) -> Reply:
         allowed = self._write_ok.get(p.exchange)
         if allowed is None:
             resource = p.exchange or DEFAULT_EXCHANGE_RESOURCE
@@ -120,7 +129,7 @@ class RequestDispatcher:
                     ReplyCode.RESOURCE_ERROR,
                     f"a peering link of exchange {p.exchange!r} is full (overflow = block)",
                 )
-        outcome = self.session.publish(message, mandatory=p.mandatory, now=now)
+        outcome = self.session.publish(message, mandatory=p.mandatory, now=now, span=span)
         if (
             hook is not None
             and outcome is not PublishOutcome.DUPLICATE  # a publish sent again went on before
@@ -147,6 +156,99 @@ class RequestDispatcher:
                 "a queue refused the message (x-overflow = reject-publish and it is full)",
             )
         return None
+
+    def _publish_batch(self, b: ev.PublishBatch, now: float) -> Reply:
+        """Each message as the confirmed publish ``id + i``; one ``ok`` {count,
+        refused} for them all, whose journal span covers every one routed:
+        ``refused`` lists ``[i, code, text, kind]`` for each message ``returned``,
+        ``nacked`` or failed (``error``); the others are confirmed. An exchange with
+        peering links takes each message through :meth:`_publish`; any other, a
+        loop doing the same steps without a ``Publish`` event per message."""
+        self.session.new_span()
+        exchange, mandatory, rid = b.exchange, b.mandatory, b.id
+        if self._peered and exchange in self._peered:
+            return self._publish_batch_each(b, now)
+        self._check_write(exchange)
+        refused: list[list[Any]] = []
+        persistent = {"persistent": True} if b.persistent else None
+        plain_props: dict[str, Any] = persistent or {}
+        limit = self._max_message_size
+        prefix = self._key_prefix
+        publish = self.session.publish
+        routed, duplicate = PublishOutcome.ROUTED, PublishOutcome.DUPLICATE
+        for i, m in enumerate(b.msgs):
+            key, body = m[0], m[1]
+            if len(m) == 2:
+                headers: dict[str, Any] = {}
+                props = plain_props
+            else:
+                headers = m[2] or {}
+                props = m[3] or {}
+                if persistent:
+                    props = {**props, **persistent}
+            if limit and len(body) > limit:
+                try:
+                    check_message_size(len(body), limit)
+                except AmqliteError as exc:
+                    refused.append([i, int(exc.code), exc.text, "error"])
+                    continue
+            message = Message(exchange, key, body, headers, props)
+            if prefix:
+                message.publish_key = f"{prefix}{rid + i}"
+            outcome = publish(message, mandatory=mandatory, now=now, span=False)
+            if outcome is routed or outcome is duplicate:
+                continue
+            if outcome is PublishOutcome.UNROUTABLE:
+                if mandatory:
+                    text = f"no queue bound to exchange {exchange!r} matches key {key!r}"
+                    refused.append([i, int(ReplyCode.NO_ROUTE), text, "returned"])
+                continue
+            text = "a queue refused the message (x-overflow = reject-publish and it is full)"
+            refused.append([i, int(ReplyCode.PRECONDITION_FAILED), text, "nacked"])
+        return self._batch_ok(rid, len(b.msgs), refused)
+
+    def _check_write(self, exchange: str) -> None:
+        allowed = self._write_ok.get(exchange)
+        if allowed is None:
+            resource = exchange or DEFAULT_EXCHANGE_RESOURCE
+            allowed = self._write_ok[exchange] = self.permissions.allows("write", resource)
+        if not allowed:
+            self._check("write", "exchange", exchange)
+
+    @staticmethod
+    def _batch_ok(rid: int, count: int, refused: list[list[Any]]) -> ev.Ok:
+        info: dict[str, Any] = {"count": count}
+        if refused:
+            info["refused"] = refused
+        return ev.Ok(rid, info)
+
+    def _publish_batch_each(self, b: ev.PublishBatch, now: float) -> Reply:
+        """:meth:`_publish_batch` through :meth:`_publish`, message by message (an
+        exchange with peering links)."""
+        refused: list[list[Any]] = []
+        exchange, mandatory, rid = b.exchange, b.mandatory, b.id
+        persistent = {"persistent": True} if b.persistent else None
+        for i, m in enumerate(b.msgs):
+            if len(m) == 2:
+                headers: dict[str, Any] = {}
+                props: dict[str, Any] = persistent or {}
+            else:
+                headers = m[2] or {}
+                props = m[3] or {}
+                if persistent:
+                    props = {**props, **persistent}
+            p = ev.Publish(rid + i, exchange, m[0], m[1], headers, props, mandatory, True)
+            try:
+                reply = self._publish(p, now, span=False)
+            except AmqliteError as exc:
+                if i == 0 and exc.code == ReplyCode.ACCESS_REFUSED:
+                    raise  # the whole batch is refused
+                refused.append([i, int(exc.code), exc.text, "error"])
+                continue
+            if type(reply) is not ev.Ok:
+                assert isinstance(reply, ev.Returned | ev.Nacked)
+                refused.append([i, int(reply.code), reply.text, reply.METHOD])
+        return self._batch_ok(rid, len(b.msgs), refused)
 
     def _ack(self, a: ev.Ack, now: float) -> Reply:
         self.session.ack(a.dtag, multiple=a.multiple)
@@ -277,6 +379,32 @@ class RequestDispatcher:
     def _offset_query(self, o: ev.OffsetQuery, now: float) -> Reply:
         self._check("read", "queue", o.queue)
         return ev.Ok(o.id, {"offset": self.session.query_offset(o.queue, o.name)})
+
+    def _stream_fetch(self, f: ev.StreamFetch, now: float) -> Reply:
+        self._check("read", "queue", f.queue)
+        limit = self.max_reply_bytes - codec.RECORDS_OVERHEAD
+        budget = max(1, min(f.max_bytes, limit))
+        visible = self.stream_visible(self.vhost, f.queue) if self.stream_visible else None
+        q, first, messages, dropped = self.session.fetch_stream(
+            f.queue, f.start, f.end, budget, visible=visible, now=now
+        )
+        while True:
+            reply = codec.stream_records(
+                f.id, first, messages, dropped=dropped, kept_first=q.first, kept_next=q.next
+            )
+            # within the frame, and within what the client asked (it may take no
+            # larger frames): read() estimated headers and properties
+            if codec.records_size(reply) <= min(limit, budget + codec.RECORDS_OVERHEAD):
+                return reply
+            if len(messages) == 1:
+                if codec.records_size(reply) <= limit:
+                    return reply  # one record: sent whatever the budget
+                raise BrokerError(
+                    f"the record at offset {first} of stream {f.queue!r} does not fit in "
+                    f"a frame of {self.max_reply_bytes} bytes",
+                    ReplyCode.CONTENT_TOO_LARGE,
+                )
+            messages = messages[: len(messages) // 2]
 
     def _trace(self, t: ev.Trace, now: float) -> Reply:
         # the trace covers every vhost of the node: a node-wide switch

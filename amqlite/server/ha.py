@@ -37,6 +37,7 @@ from amqlite.ha import (
     AckAfterCommit,
     Action,
     ApplySync,
+    AskWitness,
     BecameActive,
     BecamePassive,
     CloseClients,
@@ -47,9 +48,12 @@ from amqlite.ha import (
     HaRole,
     HaState,
     Heartbeat,
+    LeaseAnswer,
+    LeaseExpired,
     PeerHeard,
     PeerSilent,
     PersistEpoch,
+    Promise,
     RefusedHeartbeat,
     ReplicaApplied,
     ReplicaSynced,
@@ -61,9 +65,13 @@ from amqlite.ha import (
     SendSync,
     SendSynced,
     Verdict,
+    WitnessHeard,
+    WitnessProtocolError,
+    WitnessSilent,
     replication_wanted,
 )
 from amqlite.ha.errors import HeartbeatError
+from amqlite.ha.witness import FrameReader, encode_frame, hello_map
 from amqlite.link import DialFailed, FramedLink, dial
 from amqlite.protocol import events as ev
 from amqlite.store.durable_file import read_if_present, write_durably
@@ -79,6 +87,23 @@ EPOCH_FILE = "HA_EPOCH"
 LINK_BACKOFF = (0.05, 1.0)
 #: The least time a dial of the peer link may take (else the failover timeout).
 LINK_DIAL_TIMEOUT = 1.0
+
+
+class _WitnessRefused(Exception):
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+
+async def _read_map(stream: trio.SocketStream, reader: FrameReader) -> dict[Any, Any]:
+    while True:
+        data = reader.next_map()
+        if data is not None:
+            return data
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise EOFError("the witness closed the link")
+        reader.feed(chunk)
 
 
 class HaService:
@@ -113,6 +138,12 @@ class HaService:
         self._applying = False  # a snapshot is being applied a chunk at a time
         self.inbound_links = 0  # ha-peer connections the peer opened to us
         self.handing_over = False
+        # the witness (docs/ha.md, "The witness"): its link, and the promise in force
+        self.promise = Promise.WITNESS if config.witness else Promise(config.on_peer_silence)
+        self.witness_link_up = False
+        self._witness_out: trio.MemorySendChannel[bytes] | None = None
+        self._snapshot_at = 0  # the journal position of the replica's snapshot
+        self.held_failed = 0  # held confirms failed after hold_timeout_ms
         self._nursery: trio.Nursery | None = None
         self._progress = trio.Event()  # set (and replaced) on every change of state or ack
 
@@ -166,6 +197,7 @@ class HaService:
                 epoch=epoch,
                 heartbeat=cfg.heartbeat_ms / 1000,
                 failover_timeout=cfg.failover_timeout_ms / 1000,
+                promise=self.promise,
             )
             self.node.state = self.machine.state.value
             self.node.cluster_addresses = cfg.addresses
@@ -176,8 +208,15 @@ class HaService:
                 epoch=self.machine.epoch,
                 heartbeat_ms=cfg.heartbeat_ms,
                 failover_timeout_ms=cfg.failover_timeout_ms,
+                promise=self.promise.value,
+                witness=cfg.witness or None,
             )
+            self._update_promise()
             nursery.start_soon(self._ticker)
+            if cfg.witness:
+                nursery.start_soon(self._witness_loop)
+            if self.promise is not Promise.SERVE:
+                nursery.start_soon(self._hold_watch)
             nursery.start_soon(self._link_loop)
             nursery.start_soon(self._sender)
             task_status.started()
@@ -231,7 +270,34 @@ class HaService:
             self._start_replication()
         if self.node.peering is not None:
             self.node.peering.ha_state_changed()
+        self._update_promise()
         self._signal_progress()
+
+    def _update_promise(self) -> None:
+        """Tell the machine whether our confirms would go without the peer holding
+        them (no passive node replicated to, or it has not caught up with the
+        snapshot yet), and tell the journal's barrier whether that is allowed now."""
+        machine = self.machine
+        storage = self.node.storage
+        if machine is None:
+            return
+        now = trio.current_time()
+        replicator = self.replicator
+        in_sync = replicator.replicating and replicator.synced_upto >= self._snapshot_at
+        actions = machine.set_alone(not in_sync, now)
+        if actions:
+            self.apply(actions)  # an ask for the witness: sends, then comes back here
+            return
+        if storage is not None:
+            allowed = machine.may_confirm_alone(now)
+            if allowed != storage.replica.alone_ok:
+                log.warning(
+                    "ha_confirms_alone" if allowed else "ha_confirms_held",
+                    promise=self.promise.value,
+                    state=machine.state.value,
+                    epoch=machine.epoch,
+                )
+            storage.confirm_alone(allowed)
 
     async def _persist_then_drain(self, epoch: int) -> None:
         try:
@@ -251,7 +317,10 @@ class HaService:
             self.node.state = HaState.ACTIVE.value
             self.follower.stop(action.epoch)
             flagged = 0
-            if action.previous is HaState.PASSIVE and action.event is HaEvent.CLIENT_REQUEST:
+            if action.previous is HaState.PASSIVE and action.event in (
+                HaEvent.CLIENT_REQUEST,
+                HaEvent.LEASE_GRANTED,
+            ):
                 # a failover: the dead master's last deliveries may not be here
                 flagged = self.node.broker.flag_redelivered()
             log.warning(
@@ -274,6 +343,13 @@ class HaService:
             )
             self._stop_replication()
             if was_active:
+                storage = self.node.storage
+                if storage is not None:
+                    storage.fail_held(
+                        float("inf"),
+                        "not confirmed: this node was fenced (another node is master in "
+                        f"epoch {action.epoch}); publish again to the master",
+                    )
                 self._reset_broker()
         elif isinstance(action, CloseClients):
             log.warning("ha_closing_clients", reason=action.reason)
@@ -288,6 +364,22 @@ class HaService:
                 "ha_peer_heard",
                 peer=action.peer_id,
                 state=action.state.value,
+                epoch=action.epoch,
+            )
+        elif isinstance(action, AskWitness):
+            out = self._witness_out
+            if out is not None:
+                with contextlib.suppress(trio.WouldBlock, trio.BrokenResourceError):
+                    out.send_nowait(encode_frame(action.request.to_map()))
+        elif isinstance(action, LeaseExpired):
+            log.warning("ha_lease_expired", epoch=action.epoch, witness=self.config.witness)
+        elif isinstance(action, WitnessSilent):
+            log.warning("ha_witness_silent", witness=self.config.witness, since=action.since)
+        elif isinstance(action, WitnessHeard):
+            log.info(
+                "ha_witness_heard",
+                witness=self.config.witness,
+                holder=action.holder,
                 epoch=action.epoch,
             )
 
@@ -398,7 +490,6 @@ class HaService:
             # Restart our side as a starting node: the peer hears PRIMARY/BACKUP from
             # its master and takes over; we then hear it active and go passive.
             epoch = machine.epoch
-            self._stop_replication()
             self.machine = HaMachine(
                 self.role,
                 self.node.node_id,
@@ -407,8 +498,12 @@ class HaService:
                 epoch=epoch,
                 heartbeat=self.config.heartbeat_ms / 1000,
                 failover_timeout=self.config.failover_timeout_ms / 1000,
+                promise=self.promise,
             )
             self.node.state = self.machine.state.value
+            # after the swap: the old machine must not tell the witness it confirms
+            # alone now (that would keep the peer from taking over)
+            self._stop_replication()
             self._wake.set()  # the ticker announces us as starting at once
             machine = self.machine
             with trio.move_on_after(request.timeout / 2):
@@ -524,6 +619,102 @@ class HaService:
             if not await link.receive() and link.dead:  # broke (EOF: its event comes next)
                 return
 
+    # --- the witness -------------------------------------------------------------------
+
+    async def _witness_loop(self) -> None:
+        """Keep a link to the witness open: log in, then send the machine's lease
+        requests and hand it the answers. Redial after a pause when it drops."""
+        cfg = self.config
+        host, _, port = cfg.witness.rpartition(":")
+        refused = ""
+        while True:
+            try:
+                await self._run_witness_link(host, int(port))
+                refused = ""
+            except _WitnessRefused as exc:
+                if exc.text != refused:
+                    log.error("ha_witness_refused", witness=cfg.witness, text=exc.text)
+                refused = exc.text
+            except (OSError, trio.BrokenResourceError, trio.TooSlowError, EOFError) as exc:
+                log.debug("ha_witness_link_failed", witness=cfg.witness, error=str(exc))
+            except WitnessProtocolError as exc:
+                log.warning("ha_witness_protocol_error", witness=cfg.witness, error=exc.text)
+            finally:
+                if self.witness_link_up:
+                    log.warning("ha_witness_link_down", witness=cfg.witness)
+                self.witness_link_up = False
+                self._witness_out = None
+            await trio.sleep(cfg.heartbeat_ms / 1000 * random.uniform(0.5, 1.0))
+
+    async def _run_witness_link(self, host: str, port: int) -> None:
+        cfg = self.config
+        timeout = cfg.failover_timeout_ms / 1000
+        with trio.fail_after(timeout):
+            stream = await trio.open_tcp_stream(host, port)
+        reader = FrameReader()
+        async with stream:
+            with trio.fail_after(timeout):
+                await stream.send_all(
+                    encode_frame(hello_map(cfg.login, cfg.password, self.node.node_id))
+                )
+                answer = await _read_map(stream, reader)
+            if answer.get("m") == "refused":
+                raise _WitnessRefused(str(answer.get("text", "refused")))
+            if answer.get("m") != "welcome":
+                raise WitnessProtocolError(f"the witness answered {answer.get('m')!r} to hello")
+            send, receive = trio.open_memory_channel[bytes](64)
+            self._witness_out = send
+            self.witness_link_up = True
+            log.info("ha_witness_link_up", witness=cfg.witness)
+            broken: BaseException | None = None
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._witness_writer, stream, receive)
+                    self._wake.set()  # the ticker asks at once if a renewal is due
+                    await self._read_witness(stream, reader)
+            except* (trio.BrokenResourceError, OSError, EOFError, WitnessProtocolError) as group:
+                broken = group.exceptions[0]
+            if broken is not None:  # one error, not a group, for _witness_loop
+                raise broken
+
+    async def _read_witness(self, stream: trio.SocketStream, reader: FrameReader) -> None:
+        while True:
+            data = await _read_map(stream, reader)
+            if data.get("m") != "lease":
+                text = str(data.get("text", data.get("m")))
+                raise WitnessProtocolError(f"the witness says: {text}")
+            machine = self.machine
+            if machine is not None:
+                self.apply(machine.on_lease(LeaseAnswer.from_map(data), trio.current_time()))
+
+    async def _witness_writer(
+        self, stream: trio.SocketStream, receive: trio.MemoryReceiveChannel[bytes]
+    ) -> None:
+        async for frame in receive:
+            await stream.send_all(frame)
+
+    async def _hold_watch(self) -> None:
+        """Fail the confirms the promise has held back for longer than
+        ``hold_timeout_ms`` (506, with the reason), so publishers are not stuck."""
+        bound = self.config.hold_timeout_ms / 1000
+        text = (
+            "not confirmed: the HA peer is silent and "
+            + (
+                "the witness lease is not held"
+                if self.promise is Promise.WITNESS
+                else 'on_peer_silence = "hold"'
+            )
+            + f"; held {bound:g} s (hold_timeout_ms), the message may or may not be kept"
+        )
+        while True:
+            await trio.sleep(min(0.25, bound / 4))
+            storage = self.node.storage
+            if storage is not None and storage.holding:
+                failed = storage.fail_held(trio.current_time() - bound, text)
+                if failed:
+                    self.held_failed += failed
+                    log.warning("ha_held_confirms_failed", count=failed, hold_timeout_s=bound)
+
     # --- replication: the active side ----------------------------------------------------
 
     def _start_replication(self) -> None:
@@ -557,13 +748,17 @@ class HaService:
             elif isinstance(action, ReplicaSynced):
                 if storage is not None:
                     storage.replica_progress(action.upto)
+                if self.promise is Promise.WITNESS:
+                    self._update_promise()  # caught up: the witness may hear "in sync"
                 self._signal_progress()
             elif isinstance(action, ReplicaApplied):
                 if storage is not None:
                     storage.replica_applied(action.upto)
             elif isinstance(action, ReplicationStarted):
+                self._snapshot_at = action.position
                 if storage is not None:
                     storage.tee = self._tee
+                    storage.tee_turn = self._tee_turn
                     storage.replica_required(True)
                 log.info(
                     "ha_replication_started",
@@ -573,13 +768,22 @@ class HaService:
             elif isinstance(action, ReplicationStopped):
                 if storage is not None:
                     storage.tee = None
+                    storage.tee_turn = None
                     storage.replica_required(False)
                 log.warning("ha_replication_stopped", synced_upto=action.synced_upto)
+                self._update_promise()
                 self._signal_progress()
 
     def _tee(self, position: int, frame: bytes) -> None:
         self.replicator.appended(position, frame)
         self._sender_wake.set()
+
+    def _tee_turn(self, opened: bool) -> None:
+        if opened:
+            self.replicator.hold()
+        else:
+            self.replicator.release()
+            self._sender_wake.set()
 
     async def _sender(self) -> None:
         """Send what the replicator has for the peer. Woken by appends and acks; what
@@ -624,9 +828,16 @@ class HaService:
                 self._apply_follower([action], conn)
 
     async def _apply_in_chunks(self, chunks: tuple[bytes, ...]) -> None:
-        for chunk in chunks:
-            self._apply_chunk(chunk)
-            await trio.lowlevel.checkpoint()
+        storage = self.node.storage
+        if storage is not None:
+            storage.hold()  # the snapshot reaches the files whole
+        try:
+            for chunk in chunks:
+                self._apply_chunk(chunk)
+                await trio.lowlevel.checkpoint()
+        finally:
+            if storage is not None:
+                storage.release()
         self._applying = False
         self._drain_follow()
         self._drain()
@@ -640,8 +851,15 @@ class HaService:
         storage = node.storage
         if storage is not None and storage.journal is not None:
             journal = storage.journal
-            for record, frame in framed:
-                journal.append_framed(record, frame)
+            # one sync is one or more whole turns of the master's journal (the
+            # replicator never splits one): a commit running meanwhile in the
+            # committer's thread must not write half of it
+            journal.hold()
+            try:
+                for record, frame in framed:
+                    journal.append_framed(record, frame)
+            finally:
+                journal.release()
 
     def _apply_follower(self, actions: Sequence[FollowerAction], conn: HaPeerEnd) -> None:
         storage = self.node.storage
@@ -684,6 +902,10 @@ class HaService:
                 "replication_lag_records": replicator.lag(appended),
                 "replication_in_flight_bytes": replicator.in_flight,
                 "applied_upto": self.follower.synced_upto,
+                "witness_address": self.config.witness or None,
+                "witness_link_up": self.witness_link_up,
+                "confirms_held": storage.holding if storage is not None else False,
+                "held_confirms_failed": self.held_failed,
             }
         )
         return status

@@ -102,6 +102,14 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--http-host", metavar="H", help="HTTP listen address (default: the --host address)"
     )
+    parser.add_argument(
+        "--http-allow-origin",
+        action="append",
+        metavar="ORIGIN",
+        help="a web origin (http://127.0.0.1:8000) whose pages may use the browser "
+        "channels, besides the listener's own (repeatable; [http] allowed_origins; "
+        "docs/browser.md)",
+    )
     tls = parser.add_argument_group("TLS ([tls] in the config; docs/tls.md)")
     tls.add_argument(
         "--tls",
@@ -174,6 +182,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
         "http.port": args.http_port,
         "http.host": args.http_host,
         "http.tls": args.http_tls,
+        "http.allowed_origins": args.http_allow_origin,
         "server.tls": args.tls,
         "amqp.tls": args.amqp_tls,
         "tls.cert": args.tls_cert,

@@ -24,9 +24,9 @@ from amqlite.tls import server_context
 from .alarms import AlarmService, DiskProbe, MemoryProbe
 from .amqp import AmqpChannel, AmqpServerConnection
 from .connection import NativeConnection, refuse_plain_hello
-from .endpoints import ClientEndpoint
+from .endpoints import BrowserEndpoint, ClientEndpoint
 from .ha import HaService
-from .http import HttpService
+from .http import BrowserConnection, HttpService
 from .paging import PageFile
 from .peering import PeeringQueue, PeeringService
 from .storage import NodeStorage
@@ -67,7 +67,7 @@ class BrokerNode:
         self.state = "standalone"
         self.cluster_addresses: list[str] = []
         self.authenticator = Authenticator(config.users, config.server.vhosts)
-        self.connections: set[NativeConnection | AmqpServerConnection] = set()
+        self.connections: set[NativeConnection | AmqpServerConnection | BrowserConnection] = set()
         limits = config.limits
         #: sockets through their handshake or not, counted (docs/protocol.md "Limits")
         self.limits = ConnectionLimits(
@@ -374,6 +374,17 @@ class BrokerNode:
             if not self.connections:
                 self._no_connections.set()
 
+    def add_connection(self, conn: BrowserConnection) -> None:
+        """A browser session opened (its socket, if any, is the HTTP listener's)."""
+        self.connections.add(conn)
+
+    def remove_connection(self, conn: BrowserConnection) -> None:
+        """A browser session ended: out of the node's connections and counts."""
+        self.limits.left(conn)
+        self.connections.discard(conn)
+        if not self.connections:
+            self._no_connections.set()
+
     async def _close_connections(self) -> None:
         if not self.connections:
             return
@@ -387,14 +398,17 @@ class BrokerNode:
     async def _ticker(self) -> None:
         while True:
             await trio.sleep(TICK_INTERVAL)
-            self.broker.tick(trio.current_time())
+            # only a node serving clients deletes unused queues (x-expires); an HA node
+            # that is not (yet) master replays its master's deletes instead
+            serving = self.state in ("standalone", "active")
+            self.broker.tick(trio.current_time(), expire_queues=serving)
             self.pump()
 
     def pump(self) -> None:
         """Hand the broker's pending pushes to the connections that own them."""
         for session in self.broker.take_ready():
             owner = session.owner
-            if isinstance(owner, ClientEndpoint | AmqpChannel | PeeringQueue):
+            if isinstance(owner, ClientEndpoint | AmqpChannel | PeeringQueue | BrowserEndpoint):
                 owner.push()
 
     def status(self) -> dict[str, Any]:

@@ -55,6 +55,7 @@ class _Waiter(NamedTuple):
     last: int  # released once the commit (and the replica) covers this position
     first: int  # a message the disk dropped in first..last refuses it
     callback: DurableCallback
+    since: float = 0.0  # when it started waiting (HA: held replies fail after a bound)
 
 
 class LatencyHistogram:
@@ -125,6 +126,9 @@ class NodeStorage:
         #: HA: every appended record's (position, frame) also goes here while the
         #: active node replicates to its passive peer.
         self.tee: Callable[[int, bytes], None] | None = None
+        #: HA: told of journal turns opening (True) and closing (False) while ``tee``
+        #: is set, so that replication never splits one
+        self.tee_turn: Callable[[bool], None] | None = None
         #: HA: what the passive peer holds (the bookkeeping is sans-IO, in ``ha/``)
         self.replica = replica = ReplicaProgress()
         #: Whether the passive peer holds message ``journal_id`` (True when no peer is
@@ -238,11 +242,15 @@ class NodeStorage:
         """Open a turn whose records one commit writes whole (:meth:`Journal.hold`)."""
         if self.journal is not None:
             self.journal.hold()
+            if self.tee_turn is not None:
+                self.tee_turn(True)
 
     def release(self) -> None:
         """Close the turn opened by :meth:`hold`."""
         if self.journal is not None:
             self.journal.release()
+            if self.tee_turn is not None:
+                self.tee_turn(False)
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once everything appended so far is committed."""
@@ -292,6 +300,36 @@ class NodeStorage:
             self._release(self._committed)
             self._wake_replica_waiters()
 
+    def confirm_alone(self, allowed: bool) -> None:
+        """HA: whether replies may go on the local commit while no passive node is
+        replicated to (the pair's promise, docs/ha.md); allowing releases what waited."""
+        replica = self.replica
+        if replica.alone_ok == allowed:
+            return
+        replica.alone_ok = allowed
+        if allowed:
+            self._release(self._committed)
+
+    @property
+    def holding(self) -> bool:
+        """HA: replies wait for a passive node that is not there (the promise holds
+        them back)."""
+        return self.replica.upto is None and not self.replica.alone_ok
+
+    def fail_held(self, since_before: float, text: str) -> int:
+        """HA: refuse (with ``text``) every held reply waiting since before
+        ``since_before``; returns how many."""
+        keep: deque[_Waiter] = deque()
+        failed = 0
+        for w in self._waiting:
+            if w.since < since_before:
+                w.callback(text)
+                failed += 1
+            else:
+                keep.append(w)
+        self._waiting = keep
+        return failed
+
     def when_durable(self, first: int, last: int, callback: DurableCallback) -> None:
         """The durability barrier: call ``callback(None)`` once the journal has
         committed position ``last`` and, while a passive node is replicated to, that
@@ -305,7 +343,7 @@ class NodeStorage:
         if self.replica.releasable(self._committed) >= last:
             callback(None)
             return
-        self._waiting.append(_Waiter(last, first, callback))
+        self._waiting.append(_Waiter(last, first, callback, trio.current_time()))
         self._dirty.set()
 
     # --- the committer -------------------------------------------------------------------

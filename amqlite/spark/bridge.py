@@ -20,6 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import cbor2
 import trio
 
 from amqlite.client import connect
@@ -303,6 +304,141 @@ def read_chunks(
                     chunks.get(timeout=0.1)
 
 
+#: ``fetch_range``: bytes per fetch (within the default 4 MiB frame) and fetches in flight
+FETCH_BYTES = 2 * 1024 * 1024
+FETCHES_IN_FLIGHT = 3
+_RETRY_FIRST, _RETRY_MAX = 0.005, 0.2  # polling an HA master whose passive lags
+
+
+def fetch_range(
+    access: ServerAccess,
+    queue: str,
+    start: int,
+    end: int,
+    *,
+    idle_timeout: float = 30.0,
+    max_bytes: int = FETCH_BYTES,
+    in_flight: int = FETCHES_IN_FLIGHT,
+    fail_on_data_loss: bool = False,
+) -> Iterator[Any]:
+    """The records of offsets ``[start, end)`` of stream ``queue``, in order, as
+    :class:`~amqlite.client.bulk.StreamBatch` objects (``stream.fetch``: no
+    consumer; ``in_flight`` fetches of about ``max_bytes`` at once, on consecutive
+    sub-ranges, handed on in offset order).
+
+    Offsets retention removed are skipped, as a consumer skips them, unless
+    ``fail_on_data_loss``, when they raise SparkSourceError. Raises it too when
+    offsets below ``end`` stay unreadable for ``idle_timeout`` seconds."""
+    if start >= end:
+        return
+
+    async def produce(put: Any) -> None:
+        async with access._connect("amqlite-spark-fetch") as conn:
+            # sub-ranges sized from the records seen so far (first: a guess)
+            sizes = {"bytes": 0, "records": 0}
+
+            def span() -> int:
+                if not sizes["records"]:
+                    return max(1, max_bytes // 256)
+                per = max(1, sizes["bytes"] // sizes["records"])
+                return max(1, max_bytes // per)
+
+            async def read(lo: int, hi: int, out: trio.MemorySendChannel[Any]) -> None:
+                async with out:
+                    at, waited, pause = lo, 0.0, _RETRY_FIRST
+                    while at < hi:
+                        batch = await conn.fetch_stream(queue, at, hi, max_bytes)
+                        if batch.dropped and fail_on_data_loss:
+                            raise SparkSourceError(
+                                f"amqlite: offsets {at} to {at + batch.dropped - 1} of stream "
+                                f"{queue!r} were removed by retention before they were read "
+                                "(failOnDataLoss is true)"
+                            )
+                        if batch.count:
+                            sizes["bytes"] += len(batch.bodies) + len(batch.keys) + 16 * len(batch)
+                            sizes["records"] += batch.count
+                            await out.send(batch)
+                            at, waited, pause = batch.next, 0.0, _RETRY_FIRST
+                        elif batch.first >= hi:
+                            return  # the rest was removed by retention
+                        else:  # not readable yet (an HA passive catching up)
+                            if waited >= idle_timeout:
+                                raise SparkSourceError(
+                                    f"amqlite: stream {queue!r} gave nothing for "
+                                    f"{idle_timeout:g}s while offsets from {at} to {hi - 1} "
+                                    "were expected"
+                                )
+                            await trio.sleep(pause)
+                            waited += pause
+                            at = max(at, batch.first)
+                            pause = min(pause * 2, _RETRY_MAX)
+
+            async with trio.open_nursery() as nursery:
+                pending: list[trio.MemoryReceiveChannel[Any]] = []
+                at = start
+                while at < end or pending:
+                    while at < end and len(pending) < max(1, in_flight):
+                        hi = min(end, at + span())
+                        send, receive = trio.open_memory_channel[Any](1000)
+                        nursery.start_soon(read, at, hi, send)
+                        pending.append(receive)
+                        at = hi
+                    async with pending.pop(0) as receive:
+                        async for batch in receive:
+                            await put(batch)
+
+    yield from _pumped(access, queue, produce)
+
+
+def _pumped(access: ServerAccess, queue: str, produce: Any) -> Iterator[Any]:
+    """Run ``produce(put)`` under its own ``trio.run`` in a helper thread and yield
+    what it puts, in order (at most a few items ahead of the caller)."""
+    items: queue_mod.Queue[Any] = queue_mod.Queue(maxsize=8)
+    token: list[trio.lowlevel.TrioToken] = []
+    cancel: list[trio.CancelScope] = []
+
+    async def put(item: Any) -> None:
+        await trio.to_thread.run_sync(items.put, item, abandon_on_cancel=True)
+
+    async def main() -> None:
+        token.append(trio.lowlevel.current_trio_token())
+        with trio.CancelScope() as scope:
+            cancel.append(scope)
+            await produce(put)
+
+    def run() -> None:
+        try:
+            trio.run(main)
+        except BaseException as exc:  # handed to the reading side
+            items.put(exc)
+        else:
+            items.put(_DONE)
+
+    thread = threading.Thread(target=run, name=f"amqlite-fetch-{queue}", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = items.get()
+            if item is _DONE:
+                return
+            while isinstance(item, BaseExceptionGroup):
+                item = item.exceptions[0]  # a nursery's (first) failure: the fetches' cause
+            if isinstance(item, SparkSourceError):
+                raise item
+            if isinstance(item, AmqliteError):
+                raise _unreachable(access, item) if _is_link_error(item) else item
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        if thread.is_alive() and token and cancel:
+            with contextlib.suppress(trio.RunFinishedError):
+                trio.from_thread.run_sync(cancel[0].cancel, trio_token=token[0])
+            while thread.is_alive():  # drain so a blocked put can finish
+                with contextlib.suppress(queue_mod.Empty):
+                    items.get(timeout=0.1)
+
+
 def _is_link_error(exc: AmqliteError) -> bool:
     from amqlite.errors import ConnectionClosed, ConnectionRefused
 
@@ -312,6 +448,84 @@ def _is_link_error(exc: AmqliteError) -> bool:
 @dataclass(frozen=True)
 class PublishSummary:
     published: int
+
+
+#: ``publish_wire``: ``publish.batch`` frames in flight and bytes per frame
+BATCHES_IN_FLIGHT = 4
+BATCH_BYTES = 512 * 1024
+
+
+def _frames(messages: list[list[Any]], limit: int) -> Iterator[list[list[Any]]]:
+    """``messages`` cut into frames of about ``limit`` bytes."""
+    chunk: list[list[Any]] = []
+    size = 0
+    for m in messages:
+        n = len(m[1]) + 4 * len(m[0]) + 12
+        if len(m) > 2:
+            n += len(cbor2.dumps(m[2:]))
+        if chunk and size + n > limit:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(m)
+        size += n
+    if chunk:
+        yield chunk
+
+
+def publish_wire(
+    access: ServerAccess,
+    exchange: str,
+    batches: Iterable[list[list[Any]]],
+    *,
+    mandatory: bool = True,
+    persistent: bool = False,
+    in_flight: int = BATCHES_IN_FLIGHT,
+) -> PublishSummary:
+    """Publish lists of ``publish.batch`` messages (``[key, body]`` or ``[key,
+    body, headers, props]``) to ``exchange``, a few frames in flight, taking the
+    next list in a worker thread meanwhile; returns once every message is
+    confirmed, or raises the first refusal (a nack, an unroutable message when
+    ``mandatory``; its index counts from the first message of the call) or a lost
+    connection that could not be restored. A frame not confirmed when the link
+    breaks is sent again on the next (same publish keys: at least once)."""
+    it = iter(batches)
+
+    def take() -> list[list[Any]] | None:
+        return next(it, None)
+
+    async def run() -> int:
+        sent = 0
+        async with access._connect("amqlite-spark-write") as conn:
+            limit = max(1024, min(BATCH_BYTES, conn.max_frame - 4096))
+            pending: list[Any] = []
+
+            async def settle(p: Any) -> None:
+                refused = await p.wait()
+                if refused:
+                    raise refused[0][1]
+
+            while (messages := await trio.to_thread.run_sync(take)) is not None:
+                for frame in _frames(messages, limit):
+                    if len(pending) >= max(1, in_flight):
+                        await settle(pending.pop(0))
+                    pending.append(
+                        await conn.publish_batch_nowait(
+                            exchange, frame, mandatory=mandatory, persistent=persistent, base=sent
+                        )
+                    )
+                    sent += len(frame)
+            for p in pending:
+                await settle(p)
+        return sent
+
+    try:
+        return PublishSummary(trio.run(run))
+    except (NotFound, PreconditionFailed) as exc:
+        raise SparkSourceError(f"amqlite: cannot publish to exchange {exchange!r}: {exc}") from exc
+    except AmqliteError as exc:
+        if _is_link_error(exc):
+            raise _unreachable(access, exc) from exc
+        raise
 
 
 def publish_rows(

@@ -12,10 +12,12 @@ processed.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark.sql import datasource as _datasource
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -36,9 +38,13 @@ from pyspark.sql.types import (
 )
 
 from .bridge import (
+    FETCH_BYTES,
+    FETCHES_IN_FLIGHT,
     ServerAccess,
     SparkSourceError,
+    fetch_range,
     publish_rows,
+    publish_wire,
     read_chunks,
     resolve_end,
     resolve_start,
@@ -59,6 +65,11 @@ except ImportError:  # pragma: no cover - Spark 4.0 / 4.1
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         """Not in Spark < 4.2: there the mixin is inert."""
+
+
+# Writers that get Arrow record batches (Spark >= 4.0; streaming >= 4.1), else Rows
+_BatchWriterBase: Any = getattr(_datasource, "DataSourceArrowWriter", DataSourceWriter)
+_StreamWriterBase: Any = getattr(_datasource, "DataSourceStreamArrowWriter", DataSourceStreamWriter)
 
 
 NAME = "amqlite"
@@ -89,6 +100,10 @@ class ReadOptions:
     partitions: int
     min_partition_size: int
     idle_timeout: float
+    fetch: bool = True
+    fetch_bytes: int = FETCH_BYTES
+    fetches_in_flight: int = FETCHES_IN_FLIGHT
+    fail_on_data_loss: bool = False
 
 
 @dataclass(frozen=True)
@@ -161,6 +176,12 @@ def read_options(options: Any) -> ReadOptions:
         partitions=int(_number(options, "partitions", "4", 1) or 4),
         min_partition_size=int(_number(options, "minPartitionSize", "10000", 1) or 10000),
         idle_timeout=_number(options, "readTimeout", "30", 0.1) or 30.0,
+        fetch=_flag(options, "fetch", True),
+        fetch_bytes=int(_number(options, "fetchBytes", str(FETCH_BYTES), 1024) or FETCH_BYTES),
+        fetches_in_flight=int(
+            _number(options, "fetchesInFlight", str(FETCHES_IN_FLIGHT), 1) or FETCHES_IN_FLIGHT
+        ),
+        fail_on_data_loss=_flag(options, "failOnDataLoss", False),
     )
 
 
@@ -211,13 +232,29 @@ class AmqliteDataSource(DataSource):
 
 
 def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[Any]:
-    """Arrow record batches (one per chunk of rows): several times cheaper for Spark
-    than converting one tuple at a time."""
+    """Arrow record batches: by default one per ``stream.fetch`` reply, its columns
+    built over the reply's buffers (:mod:`.arrow`); with ``fetch`` false, one per
+    chunk of rows from a stream consumer (the general path)."""
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
     assert isinstance(partition, OffsetRange)
     schema = to_arrow_schema(_READ_SCHEMA, timezone="UTC")
+    if opts.fetch:
+        from .arrow import record_batch
+
+        for batch in fetch_range(
+            opts.access,
+            opts.queue,
+            partition.start,
+            partition.end,
+            idle_timeout=opts.idle_timeout,
+            max_bytes=opts.fetch_bytes,
+            in_flight=opts.fetches_in_flight,
+            fail_on_data_loss=opts.fail_on_data_loss,
+        ):
+            yield record_batch(batch, schema)
+        return
     types = [f.type for f in schema]
     for chunk in read_chunks(
         opts.access, opts.queue, partition.start, partition.end, idle_timeout=opts.idle_timeout
@@ -329,7 +366,26 @@ def _check_write_schema(schema: StructType) -> list[str]:
 
 
 def _publish(opts: WriteOptions, iterator: Iterator[Any]) -> Published:
-    rows = (row.asDict() for row in iterator)
+    """Arrow record batches (Spark's Arrow writers) go as ``publish.batch``
+    frames; Rows (older Sparks) one publish each."""
+    import pyarrow as pa
+
+    first = next(iterator, None)
+    if first is None:
+        return Published(0)
+    if isinstance(first, pa.RecordBatch):
+        from .arrow import wire_messages
+
+        batches = (wire_messages(rb) for rb in itertools.chain([first], iterator))
+        done = publish_wire(
+            opts.access,
+            opts.exchange,
+            batches,
+            mandatory=opts.mandatory,
+            persistent=opts.persistent,
+        )
+        return Published(done.published)
+    rows = (row.asDict() for row in itertools.chain([first], iterator))
     summary = publish_rows(
         opts.access,
         opts.exchange,
@@ -340,7 +396,7 @@ def _publish(opts: WriteOptions, iterator: Iterator[Any]) -> Published:
     return Published(summary.published)
 
 
-class AmqliteBatchWriter(DataSourceWriter):
+class AmqliteBatchWriter(_BatchWriterBase):  # type: ignore[misc]
     """Each task publishes its rows with confirms and fails on the first error;
     a retried task publishes its rows again (at least once)."""
 
@@ -352,7 +408,7 @@ class AmqliteBatchWriter(DataSourceWriter):
         return _publish(self.opts, iterator)
 
 
-class AmqliteStreamWriter(DataSourceStreamWriter):
+class AmqliteStreamWriter(_StreamWriterBase):  # type: ignore[misc]
     def __init__(self, opts: WriteOptions, columns: list[str]) -> None:
         self.opts = opts
         self.columns = columns

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -75,14 +76,16 @@ def free_port() -> int:
         return port
 
 
-def cluster_config(ports: Mapping[str, int], timing: PairTiming) -> str:
-    """The TOML both nodes read (the command-line flag picks the side)."""
+def cluster_config(ports: Mapping[str, int], timing: PairTiming, witness: str = "") -> str:
+    """The TOML both nodes read (the command-line flag picks the side); ``witness``
+    (``host:port``) names the pair's witness."""
     return (
         "[cluster]\n"
         f'primary_peer = "127.0.0.1:{ports[PRIMARY]}"\n'
         f'backup_peer = "127.0.0.1:{ports[BACKUP]}"\n'
         f"heartbeat_ms = {timing.heartbeat_ms}\n"
         f"failover_timeout_ms = {timing.failover_timeout_ms}\n"
+        + (f'witness = "{witness}"\n' if witness else "")
     )
 
 
@@ -117,6 +120,8 @@ class HaPair:
         self.config = directory / "pair.toml"
         self.config.write_text(cluster_config(self.ports, timing))
         self.procs: dict[str, ServerProcess] = {}
+        #: the pair's ``amqlite witness`` (:meth:`start_witness`), when it has one
+        self.witness: ServerProcess | None = None
         self.starts = {side: 0 for side in SIDES}
         self._ended_by_us: set[int] = set()  # pids we killed or stopped
         #: Nodes that exited without being killed or stopped by us, one line each.
@@ -157,6 +162,26 @@ class HaPair:
         self.procs[side] = server
         self._nursery.start_soon(self._watch_exit, side, server)
         return server
+
+    async def start_witness(self) -> ServerProcess:
+        """Start an ``amqlite witness`` and name it in the pair's config (before the
+        nodes start)."""
+        argv = [
+            sys.executable, "-m", "amqlite", "witness", "--host", "127.0.0.1", "--port", "0",
+            "--log-format", "json", "--state", str(self.directory / "witness.json"),
+        ]  # fmt: skip
+        witness = await ServerProcess.start(
+            self._nursery,
+            "HA witness",
+            argv,
+            "witness_listening",
+            log_path=self.log_dir / "witness.log",
+            ready_timeout=READY_TIMEOUT,
+        )
+        self.witness = witness
+        address = f"127.0.0.1:{witness.port}"
+        self.config.write_text(cluster_config(self.ports, self.timing, witness=address))
+        return witness
 
     async def _watch_exit(self, side: str, server: ServerProcess) -> None:
         code = await server.proc.wait()
@@ -250,6 +275,8 @@ class HaPair:
         for server in self.procs.values():
             self._ended_by_us.add(server.pid)
             await server.stop()
+        if self.witness is not None:
+            await self.witness.stop()
 
 
 @asynccontextmanager

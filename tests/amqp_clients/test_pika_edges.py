@@ -157,12 +157,6 @@ def test_exchange_to_exchange_bindings_are_refused_540(server: AmqpServer) -> No
     assert caught.value.reply_code == 540
 
 
-def test_qos_global_and_prefetch_size(conn: pika.BlockingConnection) -> None:
-    ch = conn.channel()
-    ch.basic_qos(prefetch_count=5, global_qos=True)  # accepted (applied per consumer)
-    assert ch.is_open
-
-
 def test_many_consumers_round_robin(conn: pika.BlockingConnection) -> None:
     ch = conn.channel()
     q = ch.queue_declare("", exclusive=True).method.queue

@@ -213,3 +213,22 @@ def test_an_emptied_stream_keeps_counting_after_a_restart() -> None:
     back.apply(StoreState.fold(records).snapshot(), 0.0)
     q = stream_of(back)
     assert (len(q), q.first, q.next) == (0, 4, 4)
+
+
+def test_read_by_range_budget_retention_and_visibility(s: Session, broker: Broker) -> None:
+    declare(s, **{"x-max-length": 6})
+    fill(s, 10)  # offsets 4..9 kept
+    q = stream_of(broker)
+    first, msgs, dropped = q.read(0, None, 1 << 20)
+    assert (first, len(msgs), dropped) == (4, 6, 4)
+    assert q.read(5, 8, 1 << 20)[1] == q._log[q._head + 1 : q._head + 4]
+    assert q.read(0, 3, 1 << 20) == (4, [], 3)  # all of it removed by retention
+    assert len(q.read(4, None, 1)[1]) == 1  # at least one, whatever the budget
+    assert len(q.read(4, None, 1, visible=7)[1]) == 1
+    assert q.read(4, None, 1 << 20, visible=7)[0:2] == (4, q._log[q._head : q._head + 3])
+    assert q.read(10, None, 1 << 20) == (10, [], 0)  # nothing stored from there yet
+    with pytest.raises(PreconditionFailed):
+        q.read(6, 5, 100)
+    with pytest.raises(PreconditionFailed):
+        q.read(-1, None, 100)
+    assert (q.first, q.next, len(q.consumers)) == (4, 10, 0)

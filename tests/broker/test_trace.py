@@ -119,3 +119,15 @@ def test_a_publish_sent_again_is_traced_once(broker: Broker, s: Session) -> None
         message.publish_key = "c1:1"
         s.publish(message, now=1.0)
     assert brief(trace_of(broker)) == [("publish", "m1", "q")]
+
+
+def test_a_stream_fetch_traces_each_record_read_as_a_delivery(broker: Broker, s: Session) -> None:
+    set_trace(broker, True)
+    s.declare_queue("st", durable=True, arguments={"x-queue-type": "stream"})
+    for i in range(3):
+        publish(s, "st", f"m{i}")
+    q, first, messages, dropped = s.fetch_stream("st", 1, None, 1 << 20, now=2.0)
+    assert (first, [m.properties["message_id"] for m in messages], dropped) == (1, ["m1", "m2"], 0)
+    delivered = [r for r in trace_of(broker) if r["event"] == "deliver"]
+    assert brief(delivered) == [("deliver", "m1", "st"), ("deliver", "m2", "st")]
+    assert q.first == 0 and q.next == 3 and not q.consumers  # the read changed nothing

@@ -85,3 +85,20 @@ def run_cli(
         check=False,
         env=checkout_env(),
     )
+
+
+async def start_witness(*args: str) -> ServerProcess:
+    """Start ``amqlite witness`` (``--port 0`` unless args name one) and wait until it
+    listens."""
+    argv = list(args) if "--port" in args else ["--port", "0", *args]
+    proc = await trio.lowlevel.open_process(
+        amqlite_argv("witness", "--host", "127.0.0.1", "--log-format", "json", *argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=checkout_env(),
+    )
+    witness = ServerProcess(proc, 0)
+    record = await witness.read_log_until("witness_listening")
+    witness.port = int(record["port"])  # type: ignore[arg-type]
+    return witness

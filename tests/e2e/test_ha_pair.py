@@ -22,7 +22,7 @@ import amqlite
 from amqlite.errors import AmqliteError, ConnectionRefused, ReplyCode
 
 from ..tls_certs import TlsFiles
-from .procs import ServerProcess, run_cli, start_server
+from .procs import ServerProcess, run_cli, start_server, start_witness
 
 pytestmark = pytest.mark.e2e
 
@@ -46,6 +46,7 @@ class Pair:
     configs: dict[str, Path] = field(default_factory=dict)  # per side, else ``config``
     login: tuple[str, str] = ("guest", "guest")  # a user with the monitoring tag
     tls_ca: str = ""  # the pair speaks TLS ([server] tls = true): clients verify with it
+    witness: ServerProcess | None = None  # the pair's witness, when it has one
 
     @property
     def servers(self) -> str:
@@ -101,6 +102,17 @@ class Pair:
     async def state(self, side: str) -> str | None:
         status = await self.status(side)
         return None if status is None else str(status["state"])
+
+    async def wait_in_sync(self, side: str, deadline: float = 20) -> None:
+        """Until ``side`` (active, with a witness) replicates to its peer and has told
+        the witness it no longer confirms alone."""
+        with trio.fail_after(deadline):
+            while True:
+                status = await self.status(side)
+                ha = None if status is None else status["ha"]
+                if ha is not None and ha["replicating"] and not ha["witness"]["lease_alone"]:
+                    return
+                await trio.sleep(0.05)
 
     async def wait_states(self, primary: str, backup: str, deadline: float = 20) -> None:
         with trio.fail_after(deadline):
@@ -160,12 +172,17 @@ async def _drain(server: ServerProcess, path: Path) -> None:
 
 @asynccontextmanager
 async def ha_pair(
-    tmp_path: Path, extra: str = "", tls: TlsFiles | None = None
+    tmp_path: Path, extra: str = "", tls: TlsFiles | None = None, *, witness: bool = False
 ) -> AsyncIterator[Pair]:
     """A pair sharing one config (``extra`` is added to its ``[cluster]`` table and
     may open further tables); with ``tls`` both listeners and the peer link speak
-    TLS with those certificates."""
+    TLS with those certificates; with ``witness`` an ``amqlite witness`` runs and the
+    pair names it."""
     ports = {"primary": free_port(), "backup": free_port()}
+    witness_proc = None
+    if witness:
+        witness_proc = await start_witness("--state", str(tmp_path / "witness.json"))
+        extra = f'witness = "127.0.0.1:{witness_proc.port}"\n' + extra
     config = tmp_path / "pair.toml"
     tls_tables = (
         f'[server]\ntls = true\n[tls]\ncert = "{tls.cert}"\nkey = "{tls.key}"\nca = "{tls.ca}"\n'
@@ -179,11 +196,16 @@ async def ha_pair(
         "heartbeat_ms = 100\nfailover_timeout_ms = 600\n" + extra
     )
     pair = Pair(tmp_path, config, ports, tls_ca=str(tls.ca) if tls is not None else "")
+    pair.witness = witness_proc
     async with trio.open_nursery() as nursery:
         pair.nursery = nursery
+        if witness_proc is not None:
+            nursery.start_soon(_drain, witness_proc, tmp_path / "witness.log")
         try:
             yield pair
         finally:
+            if pair.witness is not None:
+                pair.procs["witness"] = pair.witness
             for proc in pair.procs.values():
                 if proc.proc.returncode is None:
                     proc.proc.send_signal(signal.SIGCONT)
@@ -192,9 +214,15 @@ async def ha_pair(
             nursery.cancel_scope.cancel()
 
 
-async def test_kill_9_of_the_master_loses_no_confirmed_message(tmp_path: Path) -> None:
-    async with ha_pair(tmp_path) as pair:
+@pytest.mark.parametrize("witness", [False, True], ids=["no-witness", "witness"])
+async def test_kill_9_of_the_master_loses_no_confirmed_message(
+    tmp_path: Path, witness: bool
+) -> None:
+    async with ha_pair(tmp_path, witness=witness) as pair:
         await _kill_9_loses_nothing(pair)
+        if witness:
+            backup = await pair.status("backup")
+            assert backup is not None and backup["ha"]["promise"] == "witness"
 
 
 async def test_kill_9_of_the_master_over_tls_loses_no_confirmed_message(
@@ -276,10 +304,11 @@ def _events(path: Path) -> list[str]:
     ]
 
 
+@pytest.mark.parametrize("witness", [False, True], ids=["no-witness", "witness"])
 async def test_returning_primary_stays_passive_and_a_backup_restart_resets(
-    tmp_path: Path,
+    tmp_path: Path, witness: bool
 ) -> None:
-    async with ha_pair(tmp_path) as pair:
+    async with ha_pair(tmp_path, witness=witness) as pair:
         await pair.start("primary")
         await pair.start("backup")
         await pair.wait_states("active", "passive")
@@ -292,6 +321,10 @@ async def test_returning_primary_stays_passive_and_a_backup_restart_resets(
         assert (await serve_somewhere(pair.servers)).endswith(str(pair.ports["backup"]))
         await pair.start("primary")
         await pair.wait_states("passive", "active")
+        if witness:
+            # the backup confirmed alone while the primary was away: the witness lets
+            # the primary take over only once it holds all that (the backup in sync)
+            await pair.wait_in_sync("backup")
         await pair.kill("backup")
         await pair.start("backup")  # restarting the backup resets the pair
         await pair.wait_states("active", "passive")
@@ -300,8 +333,9 @@ async def test_returning_primary_stays_passive_and_a_backup_restart_resets(
             assert info.messages == 10
 
 
-async def test_a_frozen_master_is_fenced_when_it_wakes(tmp_path: Path) -> None:
-    async with ha_pair(tmp_path) as pair:
+@pytest.mark.parametrize("witness", [False, True], ids=["no-witness", "witness"])
+async def test_a_frozen_master_is_fenced_when_it_wakes(tmp_path: Path, witness: bool) -> None:
+    async with ha_pair(tmp_path, witness=witness) as pair:
         await pair.start("primary")
         await pair.start("backup")
         await pair.wait_states("active", "passive")
@@ -362,8 +396,9 @@ async def test_a_restarting_primary_serves_no_one_while_the_backup_is_master(
         assert await pair.state("primary") == "passive"
 
 
-async def test_planned_switchover_loses_nothing(tmp_path: Path) -> None:
-    async with ha_pair(tmp_path) as pair:
+@pytest.mark.parametrize("witness", [False, True], ids=["no-witness", "witness"])
+async def test_planned_switchover_loses_nothing(tmp_path: Path, witness: bool) -> None:
+    async with ha_pair(tmp_path, witness=witness) as pair:
         await pair.start("primary")
         await pair.start("backup")
         await pair.wait_states("active", "passive")

@@ -3,7 +3,16 @@ perfect link that lets two machines hear each other."""
 
 from __future__ import annotations
 
-from amqlite.ha import Action, HaMachine, HaRole, HaState, Heartbeat
+from amqlite.ha import (
+    Action,
+    AskWitness,
+    HaMachine,
+    HaRole,
+    HaState,
+    Heartbeat,
+    LeaseAnswer,
+    Promise,
+)
 
 P, B = HaRole.PRIMARY, HaRole.BACKUP
 NODE = {P: "p", B: "b"}
@@ -11,10 +20,40 @@ TIMEOUT = 1.0
 INTERVAL = 0.2
 
 
-def machine(role: HaRole, now: float = 0.0, epoch: int = 0, vhost: str = "/") -> HaMachine:
+def machine(
+    role: HaRole,
+    now: float = 0.0,
+    epoch: int = 0,
+    vhost: str = "/",
+    promise: Promise = Promise.SERVE,
+) -> HaMachine:
     return HaMachine(
-        role, NODE[role], vhost, now=now, epoch=epoch, heartbeat=INTERVAL, failover_timeout=TIMEOUT
+        role,
+        NODE[role],
+        vhost,
+        now=now,
+        epoch=epoch,
+        heartbeat=INTERVAL,
+        failover_timeout=TIMEOUT,
+        promise=promise,
     )
+
+
+def asks(actions: list[Action] | tuple[Action, ...]) -> list[AskWitness]:
+    return [a for a in actions if isinstance(a, AskWitness)]
+
+
+def grant(m: HaMachine, ask: AskWitness, now: float) -> list[Action]:
+    """The witness grants ``ask`` (the lease now stands as asked)."""
+    req = ask.request
+    return m.on_lease(LeaseAnswer(req.id, True, req.node, req.epoch, req.alone), now)
+
+
+def refuse(
+    m: HaMachine, ask: AskWitness, now: float, holder: str, epoch: int, stale: bool = False
+) -> list[Action]:
+    """The witness refuses ``ask``: ``holder`` holds the lease in ``epoch``."""
+    return m.on_lease(LeaseAnswer(ask.request.id, False, holder, epoch, stale, "held"), now)
 
 
 def hb(

@@ -448,6 +448,8 @@ def test_status_in_words() -> None:
         "peer_epoch": None,
         "peer_alive": False,
         "last_heartbeat_age": None,
+        "promise": "serve",
+        "confirms_alone": True,
     }
     p.on_heartbeat(hb(B), 1.0)
     status = p.status(1.25)

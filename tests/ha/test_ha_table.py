@@ -17,25 +17,41 @@ RAISES = "raises"
 # (guard, next state when it holds, next state when it does not).
 SPEC: dict[tuple[HaState, HaEvent], object] = {
     (S.PRIMARY, E.PEER_PRIMARY): RAISES,  # two primaries
-    (S.PRIMARY, E.PEER_BACKUP): S.ACTIVE,
+    (S.PRIMARY, E.PEER_BACKUP): (G.UNWITNESSED, S.ACTIVE, S.PRIMARY),
     (S.PRIMARY, E.PEER_ACTIVE): S.PASSIVE,
     (S.PRIMARY, E.PEER_PASSIVE): S.PRIMARY,
-    (S.PRIMARY, E.CLIENT_REQUEST): (G.PEER_SILENT, S.ACTIVE, S.PRIMARY),
+    (S.PRIMARY, E.CLIENT_REQUEST): (G.UNWITNESSED_SILENCE, S.ACTIVE, S.PRIMARY),
+    (S.PRIMARY, E.LEASE_GRANTED): (G.PEER_YIELDS, S.ACTIVE, S.PRIMARY),
+    (S.PRIMARY, E.LEASE_REFUSED): S.PRIMARY,
+    (S.PRIMARY, E.LEASE_EXPIRED): S.PRIMARY,
+    (S.PRIMARY, E.WITNESS_SILENT): S.PRIMARY,
     (S.BACKUP, E.PEER_PRIMARY): S.BACKUP,
     (S.BACKUP, E.PEER_BACKUP): RAISES,  # two backups
     (S.BACKUP, E.PEER_ACTIVE): S.PASSIVE,
     (S.BACKUP, E.PEER_PASSIVE): S.BACKUP,
-    (S.BACKUP, E.CLIENT_REQUEST): (G.PEER_SILENT, S.ACTIVE, S.BACKUP),
+    (S.BACKUP, E.CLIENT_REQUEST): (G.UNWITNESSED_SILENCE, S.ACTIVE, S.BACKUP),
+    (S.BACKUP, E.LEASE_GRANTED): (G.PEER_YIELDS, S.ACTIVE, S.BACKUP),
+    (S.BACKUP, E.LEASE_REFUSED): S.BACKUP,
+    (S.BACKUP, E.LEASE_EXPIRED): S.BACKUP,
+    (S.BACKUP, E.WITNESS_SILENT): S.BACKUP,
     (S.ACTIVE, E.PEER_PRIMARY): S.ACTIVE,
     (S.ACTIVE, E.PEER_BACKUP): S.ACTIVE,
     (S.ACTIVE, E.PEER_ACTIVE): (G.PEER_OUTRANKS, S.PASSIVE, S.ACTIVE),
     (S.ACTIVE, E.PEER_PASSIVE): S.ACTIVE,
     (S.ACTIVE, E.CLIENT_REQUEST): S.ACTIVE,
-    (S.PASSIVE, E.PEER_PRIMARY): S.ACTIVE,
-    (S.PASSIVE, E.PEER_BACKUP): S.ACTIVE,
+    (S.ACTIVE, E.LEASE_GRANTED): S.ACTIVE,
+    (S.ACTIVE, E.LEASE_REFUSED): (G.LEASE_SUPERSEDED, S.PASSIVE, S.ACTIVE),
+    (S.ACTIVE, E.LEASE_EXPIRED): S.ACTIVE,
+    (S.ACTIVE, E.WITNESS_SILENT): S.ACTIVE,
+    (S.PASSIVE, E.PEER_PRIMARY): (G.UNWITNESSED, S.ACTIVE, S.PASSIVE),
+    (S.PASSIVE, E.PEER_BACKUP): (G.UNWITNESSED, S.ACTIVE, S.PASSIVE),
     (S.PASSIVE, E.PEER_ACTIVE): S.PASSIVE,
-    (S.PASSIVE, E.PEER_PASSIVE): (G.IS_PRIMARY, S.ACTIVE, S.PASSIVE),
-    (S.PASSIVE, E.CLIENT_REQUEST): (G.PEER_SILENT, S.ACTIVE, S.PASSIVE),
+    (S.PASSIVE, E.PEER_PASSIVE): (G.UNWITNESSED_PRIMARY, S.ACTIVE, S.PASSIVE),
+    (S.PASSIVE, E.CLIENT_REQUEST): (G.UNWITNESSED_SILENCE, S.ACTIVE, S.PASSIVE),
+    (S.PASSIVE, E.LEASE_GRANTED): (G.PEER_YIELDS, S.ACTIVE, S.PASSIVE),
+    (S.PASSIVE, E.LEASE_REFUSED): S.PASSIVE,
+    (S.PASSIVE, E.LEASE_EXPIRED): S.PASSIVE,
+    (S.PASSIVE, E.WITNESS_SILENT): S.PASSIVE,
 }
 
 GUARD_SETS = [
@@ -106,10 +122,29 @@ def test_starting_states_are_never_entered_again() -> None:
             assert not target.is_starting or target is state
 
 
-def test_only_a_peer_active_demotes_an_active_node() -> None:
+def test_only_a_newer_master_demotes_an_active_node() -> None:
+    """An outranking active peer, or the witness naming the other node's higher
+    epoch; losing the lease or the witness alone never demotes."""
     for (state, event), outcome in TRANSITIONS.items():
         if state is not S.ACTIVE:
             continue
         targets = {outcome.then, outcome.otherwise} if isinstance(outcome, Branch) else {outcome}
         if S.PASSIVE in targets:
-            assert event is E.PEER_ACTIVE
+            assert event in (E.PEER_ACTIVE, E.LEASE_REFUSED)
+            assert isinstance(outcome, Branch)
+            assert outcome.guard in (G.PEER_OUTRANKS, G.LEASE_SUPERSEDED)
+
+
+def test_with_a_witness_only_a_granted_lease_promotes() -> None:
+    """Every way to ACTIVE from a passive or starting node is either guarded by a
+    fact that excludes a witness, or is the witness's grant."""
+    unwitnessed = {G.UNWITNESSED, G.UNWITNESSED_SILENCE, G.UNWITNESSED_PRIMARY}
+    for (state, event), outcome in TRANSITIONS.items():
+        if state is S.ACTIVE:
+            continue
+        if isinstance(outcome, Branch):
+            if outcome.then is S.ACTIVE:
+                assert outcome.guard in unwitnessed or event is E.LEASE_GRANTED, (state, event)
+            assert outcome.otherwise is not S.ACTIVE
+        else:
+            assert outcome is not S.ACTIVE, (state, event)

@@ -4,7 +4,11 @@ passive node holds (``ReplicaProgress``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from amqlite.ha import (
     FOLLOWED_LINKS,
@@ -399,6 +403,7 @@ def test_progress_holds_nothing_back_while_not_required() -> None:
     assert not p.required
     assert p.releasable(10) == 10
     assert p.replicated(1) and p.stream_replicated("/", "s", 0)
+    assert p.stream_unreplicated("/", "s") is None
     assert not p.peer_synced(5) and not p.peer_applied(5)
     assert p.upto is None
 
@@ -412,7 +417,10 @@ def test_progress_holds_replies_until_synced_and_pushes_until_applied() -> None:
     assert p.releasable(5) == 0
     assert not p.replicated(7) and p.replicated(8)  # 8 was never tracked
     assert not p.stream_replicated("/", "s", 0) and p.stream_replicated("/", "other", 0)
+    # a stream.fetch reads below the first offset the passive node lacks
+    assert p.stream_unreplicated("/", "s") == 0 and p.stream_unreplicated("/", "other") is None
     assert p.peer_applied(4)  # pushes may go now
+    assert p.stream_unreplicated("/", "s") == 1
     assert p.replicated(7) and p.stream_replicated("/", "s", 0)
     assert not p.stream_replicated("/", "s", 1)
     assert p.releasable(5) == 0  # applied is not committed
@@ -434,3 +442,87 @@ def test_progress_stop_forgets_everything_and_start_begins_at_nothing() -> None:
     p.start()
     assert p.releasable(9) == 0 and p.applied == 0
     assert p.replicated(1)  # appended before this start: it comes with the snapshot
+
+
+# --- journal turns ----------------------------------------------------------------------------
+
+
+def test_a_turn_is_never_cut_at_the_chunk_size() -> None:
+    r = Replicator(chunk=10, window=10_000)
+    r.start(EPOCH, [], 0)
+    r.appended(1, b"12345")
+    r.hold()
+    for position in range(2, 6):  # a turn of 20 bytes: twice the chunk
+        r.appended(position, b"abcde")
+    r.release()
+    r.appended(6, b"67890")
+    # the first chunk would end at 2 (10 bytes): inside the turn, so it ends at 5
+    assert [s.upto for s in r.take()] == [5, 6]
+
+
+def test_an_open_turn_waits_for_its_release() -> None:
+    r = started(position=0)
+    r.appended(1, b"before")
+    r.hold()
+    r.appended(2, b"in the turn")
+    r.hold()  # nested: the outermost release counts
+    r.appended(3, b"nested")
+    r.release()
+    assert [s.upto for s in r.take()] == [1]
+    r.release()
+    assert [(s.upto, s.data) for s in r.take()] == [(3, b"in the turnnested")]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    chunk=st.integers(1, 40),
+    window=st.integers(1, 80),
+    steps=st.lists(
+        st.one_of(
+            st.tuples(st.just("turn"), st.lists(st.integers(1, 15), min_size=1, max_size=6)),
+            st.tuples(st.just("record"), st.integers(1, 15)),
+            st.tuples(st.just("take"), st.just(0)),
+            st.tuples(st.just("ack"), st.just(0)),
+        ),
+        max_size=40,
+    ),
+)
+def test_syncs_hold_every_record_once_in_order_and_never_half_a_turn(
+    chunk: int, window: int, steps: list[tuple[str, Any]]
+) -> None:
+    r = Replicator(chunk=chunk, window=window)
+    r.start(EPOCH, [], 0)
+    position = 0
+    ends: set[int] = {0}  # positions after which a sync may end
+    appended: list[bytes] = []
+    sent: list[SendSync] = []
+
+    def record(size: int) -> None:
+        nonlocal position
+        position += 1
+        frame = b"%d:" % position + b"." * size
+        appended.append(frame)
+        r.appended(position, frame)
+
+    for what, arg in steps:
+        if what == "turn":
+            r.hold()
+            for size in arg:
+                record(size)
+            r.release()
+            ends.add(position)
+        elif what == "record":
+            record(arg)
+            ends.add(position)
+        elif what == "take":
+            sent += r.take()
+        elif sent:
+            r.synced(sent[-1].upto)
+    if sent:
+        r.synced(sent[-1].upto)
+    while more := r.take():  # the window lets it all go, an ack at a time
+        sent += more
+        r.synced(sent[-1].upto)
+    assert all(s.upto in ends for s in sent)  # no sync ends inside a turn
+    assert [s.upto for s in sent] == sorted({s.upto for s in sent})
+    assert b"".join(s.data for s in sent) == b"".join(appended)

@@ -119,3 +119,47 @@ async def test_an_idle_node_ticks_at_its_heartbeat_not_in_a_busy_loop(tmp_path: 
         node.stop()
     # a heartbeat is due every tick or two (the silence report takes one more)
     assert 10 <= ticks <= 25, ticks
+
+
+async def test_a_journal_turn_reaches_the_passive_node_in_one_sync(tmp_path: Path) -> None:
+    """The records of one journal turn (a peering batch and the mark that covers it)
+    are never split between two ha.syncs, even when they outgrow a chunk: a master
+    killed between two would leave its successor half of the turn."""
+    from amqlite.broker import Message
+    from amqlite.ha import SYNC_CHUNK
+
+    async with trio.open_nursery() as nursery:
+        primary = BrokerNode(pair_config(tmp_path, "primary"))  # type: ignore[arg-type]
+        backup = BrokerNode(pair_config(tmp_path, "backup"))  # type: ignore[arg-type]
+        await nursery.start(backup.run)
+        await nursery.start(primary.run)
+        point_at_each_other(primary, backup)
+        await wait_for(lambda: primary.state == "active" and backup.state == "passive")
+        assert primary.ha is not None and backup.ha is not None
+        await wait_for(lambda: primary.ha is not None and primary.ha.replicating)
+        session = primary.broker.open_session()
+        session.declare_queue("turns", durable=True)
+        storage = primary.storage
+        assert storage is not None
+        uptos: list[int] = []
+        real_on_sync = backup.ha.on_sync
+
+        def on_sync(sync: object, conn: object) -> None:
+            uptos.append(sync.upto)  # type: ignore[attr-defined]
+            real_on_sync(sync, conn)  # type: ignore[arg-type]
+
+        backup.ha.on_sync = on_sync  # type: ignore[method-assign]
+        body = b"x" * (SYNC_CHUNK // 4)
+        storage.hold()
+        first = storage.appended + 1
+        for _ in range(10):  # 2.5 chunks in one turn
+            session.publish(Message("", "turns", body, None, {"persistent": True}), now=0)
+        last = storage.appended
+        storage.release()
+        queues = backup.broker.vhost("/").queues  # type: ignore[union-attr]
+        await wait_for(lambda: "turns" in queues and queues["turns"].count() == 10)
+        assert last - first == 9
+        assert not [u for u in uptos if first <= u < last], uptos  # no sync ends inside it
+        assert last in uptos
+        primary.stop()
+        backup.stop()

@@ -36,6 +36,10 @@ def _type_word(name: str, tp: Any) -> str:
         return "headers"
     if name == "props":
         return "properties"
+    if name == "msgs":
+        return "list of messages"
+    if name == "extras":
+        return "list of records"
     if tp in _TYPE_WORDS:
         return _TYPE_WORDS[tp]
     text = str(tp)

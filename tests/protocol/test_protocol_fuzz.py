@@ -12,6 +12,7 @@ from typing import Any, get_args, get_origin
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from amqlite.client.bulk import StreamBatch
 from amqlite.errors import LocalProtocolError, RemoteProtocolError, ReplyCode
 from amqlite.protocol import (
     BY_METHOD,
@@ -24,6 +25,7 @@ from amqlite.protocol import (
     Role,
     Sender,
     Trigger,
+    codec,
 )
 from amqlite.protocol import events as ev
 from amqlite.protocol.states import trigger_of
@@ -153,7 +155,22 @@ _json_like = st.recursive(
 )
 
 
+_batch_message = st.one_of(
+    st.tuples(_text, st.binary(max_size=32)).map(list),
+    st.tuples(
+        _text, st.binary(max_size=32), st.one_of(st.none(), _headers), st.one_of(st.none(), _props)
+    ).map(list),
+)
+
+
 def _field_strategy(name: str, tp: Any) -> st.SearchStrategy[Any]:
+    if name == "msgs":
+        return st.lists(_batch_message, min_size=1, max_size=5)
+    if name == "extras":
+        return st.lists(
+            st.tuples(st.integers(0, 5), st.one_of(st.none(), _headers), _props).map(list),
+            max_size=3,
+        )
     if name == "headers":
         return _headers
     if name == "props":
@@ -271,7 +288,27 @@ def test_arbitrary_cbor_maps_in_any_state(
 # --- (c) generated valid events round-trip exactly -----------------------------------
 
 
+_records = st.lists(
+    st.builds(FakeMessage, _text, _text, st.binary(max_size=40), _headers, _props), max_size=8
+)
+
+
+@st.composite
+def _stream_records(draw: st.DrawFn) -> ev.StreamRecords:
+    """A consistent ``stream.records``, as the server builds it."""
+    return codec.stream_records(
+        draw(st.integers(0, 2**63)),
+        draw(st.integers(0, 2**63)),
+        draw(_records),
+        dropped=draw(st.integers(0, 2**40)),
+        kept_first=draw(st.integers(0, 2**40)),
+        kept_next=draw(st.integers(0, 2**40)),
+    )
+
+
 def _event_strategy(cls: type[ev.Event]) -> st.SearchStrategy[ev.Event]:
+    if cls is ev.StreamRecords:
+        return _stream_records()
     fields = {
         f.name: _field_strategy(f.name, f.type)
         for f in dataclasses.fields(cls)  # type: ignore[arg-type]
@@ -345,6 +382,73 @@ def test_generated_deliveries_round_trip(
     assert get_ok == ev.GetOk(
         re, dtag, exchange, key, body, headers, props, redelivered, remaining, queue
     )
+
+
+@FUZZ
+@given(messages=_records, re=st.integers(0, 2**40), first=st.integers(0, 2**40))
+def test_stream_records_carry_every_record_exactly(
+    messages: list[FakeMessage], re: int, first: int
+) -> None:
+    """The columns of a ``stream.records`` read back into the very records."""
+    client, server = open_pair()
+    reply = codec.stream_records(re, first, messages, dropped=0, kept_first=0, kept_next=0)
+    client.receive_data(server.send(reply))
+    (got,) = client.events()
+    assert isinstance(got, ev.StreamRecords)
+    batch = StreamBatch(got)
+    expected = [
+        (first + i, m.exchange, m.routing_key, m.body, m.headers, m.properties)
+        for i, m in enumerate(messages)
+    ]
+    assert list(batch.rows()) == expected
+
+
+@FUZZ
+@given(
+    data=st.data(),
+    records=_stream_records(),
+    field_name=st.sampled_from(
+        ["first", "count", "keys", "key_ends", "exchanges", "exchange_ends", "bodies",
+         "body_ends", "extras", "dropped"]
+    ),
+)  # fmt: skip
+def test_damaged_stream_records_fail_cleanly(
+    data: st.DataObject, records: ev.StreamRecords, field_name: str
+) -> None:
+    """One field of a valid ``stream.records`` replaced by anything: the client
+    decodes a consistent event or fails the connection with a reply code, never
+    crashes, never hands out ends that run outside their values."""
+    m = codec.event_to_map(records)
+    m[field_name] = data.draw(st.one_of(_cbor_values, st.binary(max_size=40)))
+    conn = conn_in(Role.CLIENT, ConnState.OPEN)
+    conn.receive_data(frame(m))
+    events, exc = _drain(conn)
+    if exc is not None:
+        _check_error(exc)
+        return
+    (got,) = events
+    assert isinstance(got, ev.StreamRecords)
+    batch = StreamBatch(got)
+    for name, ends in (
+        ("bodies", batch.body_ends), ("keys", batch.key_ends), ("exchanges", batch.exchange_ends)
+    ):  # fmt: skip
+        assert len(ends) == got.count + 1 and ends[-1] == len(getattr(got, name))
+        assert list(ends) == sorted(ends)
+    assert len(list(batch.rows())) == got.count
+
+
+@FUZZ
+@given(msgs=st.one_of(st.lists(_batch_message, max_size=4), _cbor_values))
+def test_publish_batch_messages_are_checked(msgs: Any) -> None:
+    """A server takes a ``publish.batch`` whose messages are all well formed and
+    answers any other with a soft 502 for that request."""
+    conn = conn_in(Role.SERVER, ConnState.OPEN)
+    conn.receive_data(frame({"m": "publish.batch", "id": 5, "exchange": "x", "msgs": msgs}))
+    (got,) = conn.events()
+    if codec.batch_messages_error(msgs) is None:
+        assert got == ev.PublishBatch(5, "x", msgs)
+    else:
+        assert isinstance(got, ev.BadRequest) and got.code == ReplyCode.SYNTAX_ERROR
 
 
 # --- (d) the handshake and close, from both sides, in any interleaving -----------------

@@ -28,6 +28,9 @@ class _Link:
     def send_content(self, *args: Any) -> None:
         raise AssertionError("no content expected")
 
+    def send_deliver(self, *args: Any) -> None:
+        raise AssertionError("no content expected")
+
     def confirms_pending(self, channel: AmqpChannel) -> None:
         pass
 

@@ -129,6 +129,28 @@ async def test_a_stream_reader_waits_for_the_passive_peer(tmp_path: Path) -> Non
             assert (second.body, second.offset) == (b"new", 1)
 
 
+async def test_a_stream_fetch_reads_only_what_the_passive_peer_holds(tmp_path: Path) -> None:
+    """``stream.fetch`` too: an offset the passive node lacks is not read yet."""
+    async with running(tmp_path) as node:
+        storage = node.storage
+        assert storage is not None and storage.journal is not None
+        async with amqlite.connect(addr(node)) as conn:
+            await conn.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
+            await conn.publish("", "s", "old", confirm=True)
+            storage.tee = lambda position, frame: None  # a peer that has not acked yet
+            storage.replica_required(True)
+            await conn.publish("", "s", "new")  # appended at offset 1, not replicated
+            with trio.fail_after(10):
+                while node.broker.status()["vhosts"][0]["queues"][0]["messages"] < 2:  # noqa: ASYNC110
+                    await trio.sleep(0.01)
+            batch = await conn.fetch_stream("s", 0)
+            assert (batch.body_list(), batch.kept_next) == ([b"old"], 2)
+            assert (await conn.fetch_stream("s", 1)).count == 0  # not yet
+            storage.replica_progress(storage.journal.appended)
+            batch = await conn.fetch_stream("s", 0)
+            assert batch.body_list() == [b"old", b"new"]
+
+
 async def test_a_push_goes_once_the_peer_applied_it_a_confirm_once_it_committed(
     tmp_path: Path,
 ) -> None:

@@ -3,10 +3,12 @@ every offset once, in order."""
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,8 @@ import amqlite
 from amqlite.errors import AmqliteError
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
+
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def free_port() -> int:
@@ -62,6 +66,7 @@ def pair(tmp_path: Path) -> Iterator[dict[str, Any]]:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=(tmp_path / f"{side}.log").open("wb"),
+            env={**os.environ, "PYTHONPATH": str(CHECKOUT)},  # this checkout's amqlite
         )  # fmt: skip
     addresses = {side: f"127.0.0.1:{port}" for side, port in ports.items()}
     try:
@@ -137,3 +142,109 @@ def test_streaming_read_carries_on_across_a_failover(
     assert before != after  # the second lot went to the backup, now master
     seen = [offset for _, offsets in batches for offset in offsets]
     assert seen == list(range(500))  # every offset once, in order
+
+
+def _fill(servers: str, queue: str, n: int) -> None:
+    async def run() -> None:
+        async with amqlite.connect(servers) as conn:
+            await conn.declare_queue(queue, durable=True, arguments={"x-queue-type": "stream"})
+            msgs = [(queue, b"x" * 100, None, {"message_id": str(i)}) for i in range(n)]
+            await conn.publish_many("", msgs)
+
+    trio.run(run)
+
+
+def _kill_when_connected(pair: dict[str, Any], client: str, done: threading.Event) -> None:
+    """kill -9 the master once a connection named ``client`` is open on it (or give
+    up when ``done`` is set first)."""
+    primary = pair["servers"].split(",")[0]
+
+    async def connected() -> bool:
+        try:
+            with trio.fail_after(3):
+                async with amqlite.connect(
+                    primary, role="monitor", reconnect=False, connect_timeout=1
+                ) as conn:
+                    status = await conn.status()
+        except (AmqliteError, trio.TooSlowError, OSError):
+            return False
+        return any(c.get("client") == client for c in status.get("connections", []))
+
+    while not done.is_set():
+        if trio.run(connected):
+            pair["procs"]["primary"].send_signal(signal.SIGKILL)
+            pair["procs"]["primary"].wait(timeout=10)
+            pair["killed"] = True
+            return
+        time.sleep(0.01)  # poll interval: the job opens its connections soon
+
+
+def _read_all(servers: str, queue: str) -> list[tuple[int, bytes, str]]:
+    async def run() -> list[tuple[int, bytes, str]]:
+        out = []
+        async with amqlite.connect(servers) as conn:
+            at = 0
+            while (batch := await conn.fetch_stream(queue, at)).count:
+                out += [(o, b, p.get("message_id", "")) for o, _, _, b, _, p in batch.rows()]
+                at = batch.next
+        return out
+
+    return trio.run(run)
+
+
+def test_batch_read_finishes_across_a_kill_of_the_master(spark: Any, pair: dict[str, Any]) -> None:
+    n = 100_000
+    _fill(pair["servers"], "history", n)
+    done = threading.Event()
+    killer = threading.Thread(
+        target=_kill_when_connected, args=(pair, "amqlite-spark-fetch", done), daemon=True
+    )
+    killer.start()
+    try:
+        df = (
+            spark.read.format("amqlite")
+            .option("servers", pair["servers"])
+            .option("queue", "history")
+            .option("partitions", "2")
+            .option("minPartitionSize", "1000")
+            .option("fetchBytes", "8192")  # many small fetches: the kill lands mid-read
+            .option("fetchesInFlight", "1")
+            .load()
+        )
+        offsets = [r.offset for r in df.select("offset").collect()]
+    finally:
+        done.set()
+        killer.join(timeout=30)
+    assert pair.get("killed"), "the master was not killed during the read"
+    assert sorted(offsets) == list(range(n))  # every offset once
+
+
+def test_batch_write_finishes_across_a_kill_of_the_master(spark: Any, pair: dict[str, Any]) -> None:
+    n = 100_000
+
+    async def declare() -> None:
+        async with amqlite.connect(pair["servers"]) as conn:
+            await conn.declare_queue("sink", durable=True, arguments={"x-queue-type": "stream"})
+            await conn.bind("sink", "amq.direct", "k")
+
+    trio.run(declare)
+    rows = spark.range(n, numPartitions=2).selectExpr(
+        "'k' AS routing_key", "repeat('x', 100) AS body", "CAST(id AS STRING) AS message_id"
+    )
+    rows.cache().count()
+    done = threading.Event()
+    killer = threading.Thread(
+        target=_kill_when_connected, args=(pair, "amqlite-spark-write", done), daemon=True
+    )
+    killer.start()
+    try:
+        rows.write.format("amqlite").option("servers", pair["servers"]).option(
+            "exchange", "amq.direct"
+        ).mode("append").save()
+    finally:
+        done.set()
+        killer.join(timeout=30)
+    assert pair.get("killed"), "the master was not killed during the write"
+    backup = pair["servers"].split(",")[1]
+    ids = [mid for _, _, mid in _read_all(backup, "sink")]
+    assert set(ids) == {str(i) for i in range(n)}  # every row at least once

@@ -57,6 +57,17 @@ class ChannelLink(Protocol):
     def send_content(
         self, channel: int, method: Method, properties: BasicProperties, body: bytes
     ) -> None: ...
+    def send_deliver(
+        self,
+        channel: int,
+        consumer_tag: str,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        properties: BasicProperties,
+        body: bytes,
+    ) -> None: ...
     def fail(self, error: AmqpError) -> None: ...
     def flow(self) -> None: ...
 
@@ -346,10 +357,15 @@ class AmqpChannel:
     def _qos(self, q: m.BasicQos, now: float) -> None:
         if q.prefetch_size:
             self._fail(q, ReplyCode.NOT_IMPLEMENTED, "prefetch_size (a byte limit)")
-        # global=false (pika's and kombu's default): a limit for each consumer the
-        # channel creates after it. global=true (RabbitMQ: shared by the channel's
-        # consumers) is applied per consumer too: a documented difference.
-        self.prefetch = q.prefetch_count
+        # As RabbitMQ 3.x: global=false (pika's and kombu's default) is a limit for
+        # each consumer the channel creates after it; global=true is one limit shared
+        # by all the channel's consumers, present and future. Both may be in force.
+        if q.global_:
+            session = self.session
+            if session is not None:
+                session.set_channel_prefetch(q.prefetch_count, now=now)
+        else:
+            self.prefetch = q.prefetch_count
         self.link.send_method(self.number, m.BasicQosOk())
 
     def _consume(self, c: m.BasicConsume, now: float) -> None:
@@ -576,11 +592,16 @@ class AmqpChannel:
         headers = message.headers
         if d.offset is not None:
             headers = {**headers, STREAM_OFFSET_HEADER: d.offset}
-        props = from_native(headers, message.properties)
-        deliver = m.BasicDeliver(
-            d.ctag, d.dtag, d.redelivered, message.exchange, message.routing_key
+        self.link.send_deliver(
+            self.number,
+            d.ctag,
+            d.dtag,
+            d.redelivered,
+            message.exchange,
+            message.routing_key,
+            from_native(headers, message.properties),
+            message.body,
         )
-        self.link.send_content(self.number, deliver, props, message.body)
 
     def _send_cancel(self, tag: str) -> None:
         # consumer_cancel_notify: the queue went away under the consumer

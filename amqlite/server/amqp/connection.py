@@ -464,6 +464,31 @@ class AmqpServerConnection:
         if not link.kicked:
             link.kick()
 
+    def send_deliver(
+        self,
+        channel: int,
+        consumer_tag: str,
+        delivery_tag: int,
+        redelivered: bool,
+        exchange: str,
+        routing_key: str,
+        properties: BasicProperties,
+        body: bytes,
+    ) -> None:
+        link = self.link
+        link.out += self.proto.send_deliver(
+            channel,
+            consumer_tag,
+            delivery_tag,
+            redelivered,
+            exchange,
+            routing_key,
+            properties,
+            body,
+        )
+        if not link.kicked:
+            link.kick()
+
     def confirms_pending(self, channel: AmqpChannel) -> None:
         """``channel`` has publisher acks due: they are written before the next send."""
         self._confirming.append(channel)

@@ -47,6 +47,7 @@ log = structlog.get_logger("amqlite.server")
 DURABLE_REQUESTS = frozenset(
     {
         ev.Publish,
+        ev.PublishBatch,
         ev.ExchangeDeclare,
         ev.ExchangeDelete,
         ev.QueueDeclare,
@@ -90,6 +91,8 @@ class ClientEndpoint:
         # (journal id, stream, offset, frame); a journal id of 0 and no stream = a
         # frame that only keeps its place behind them
         self._held_pushes: deque[tuple[int, str, int, bytes]] = deque()
+        dispatcher.max_reply_bytes = link.proto.max_frame_size
+        dispatcher.stream_visible = self._stream_visible
 
     # --- requests ----------------------------------------------------------------------
 
@@ -123,6 +126,13 @@ class ClientEndpoint:
                     storage.when_durable(first, last, callback)
                     return
         self.link.send(reply)
+
+    def _stream_visible(self, vhost: str, queue: str) -> int | None:
+        """HA: a ``stream.fetch`` reads only what the passive node holds."""
+        storage = self.node.storage
+        if storage is None or storage.replica_upto is None:
+            return None
+        return storage.replica.stream_unreplicated(vhost, queue)
 
     def _durable_reply(self, request: ev.Event, reply: ev.Event, lost: str | None) -> None:
         """The barrier released ``reply`` (or the disk lost what it promised)."""
@@ -261,6 +271,6 @@ class ClientEndpoint:
 
 def _refusal(request: ev.Event, text: str) -> ev.Event:
     """What a request gets instead of its ok when the disk dropped its message."""
-    if isinstance(request, ev.Publish):
+    if isinstance(request, ev.Publish):  # (a publish.batch fails whole: error)
         return ev.Nacked(request.id, ReplyCode.RESOURCE_ERROR, text)
     return ev.Error(getattr(request, "id", None), ReplyCode.RESOURCE_ERROR, text)

@@ -9,7 +9,8 @@ rate sampler (:mod:`.rates`), every ``RATE_INTERVAL`` seconds.
 
 Routes: the management page at ``/`` (:mod:`amqlite.web`: static files, read
 once), the management API under ``/api/`` (:mod:`.api`, behind basic auth,
-:mod:`.login`), ``/metrics`` (:mod:`.metrics`), ``/health/live`` (the process
+:mod:`.login`), the browser channels ``/ws`` and ``/poll/*`` and the JS client
+``/js/amqlite.js`` (:mod:`.channels`), ``/metrics`` (:mod:`.metrics`), ``/health/live`` (the process
 answers) and ``/health/ready`` (200 while the node serves clients: standalone or
 the active node of an HA pair, its journal recovered; 503 with the reason
 otherwise, for load balancers and systemd).
@@ -35,6 +36,7 @@ from amqlite.web import STATIC_DIR
 
 from .actions import SERVING_STATES
 from .api import ManagementApi, RawPath
+from .channels import BrowserChannels
 from .login import ApiAuth
 from .metrics import CONTENT_TYPE, NodeMetrics
 from .rates import RATE_INTERVAL, RateSampler
@@ -50,9 +52,13 @@ __all__ = ["HttpService", "build_app"]
 log = structlog.get_logger("amqlite.http")
 
 
-def build_app(node: NodeView, rates: RateSampler) -> ASGIApp:
+def build_app(
+    node: NodeView, rates: RateSampler, channels: BrowserChannels | None = None
+) -> ASGIApp:
     """The whole HTTP application for ``node`` (no server: tests may drive it)."""
     api = ManagementApi(node, rates)
+    if channels is None:
+        channels = BrowserChannels(node)
     metrics = NodeMetrics(node)
 
     async def get_metrics(request: Request) -> Response:
@@ -73,6 +79,7 @@ def build_app(node: NodeView, rates: RateSampler) -> ASGIApp:
     routes = [
         *page,
         *api.routes(),
+        *channels.routes(),
         Route("/metrics", get_metrics),
         Route("/health/live", live),
         Route("/health/ready", ready),
@@ -129,6 +136,7 @@ class HttpService:
     def __init__(self, node: NodeView) -> None:
         self.node = node
         self.rates = RateSampler()
+        self.channels = BrowserChannels(node)
         self.port: int | None = None
         self.url: str | None = None
 
@@ -141,6 +149,8 @@ class HttpService:
         config.errorlog = quiet
         config.include_server_header = False
         config.graceful_timeout = 1.0
+        # a browser channel's frame is JSON (a body in base64 grows by a third)
+        config.websocket_max_message_size = 2 * self.node.config.server.max_frame_bytes
         settings = self.node.config
         if settings.http.tls:
             tls = settings.tls
@@ -156,7 +166,7 @@ class HttpService:
         host = settings.http.listen_host(settings.server)
         port = settings.http.port or 0
         config = self._hypercorn_config(host, port)
-        app = build_app(self.node, self.rates)
+        app = build_app(self.node, self.rates, self.channels)
         started = False
         try:
             async with trio.open_nursery() as nursery:
@@ -164,6 +174,7 @@ class HttpService:
                 self.url = binds[0]
                 self.port = int(self.url.rpartition(":")[2])
                 nursery.start_soon(self._sample_rates)
+                nursery.start_soon(self.channels.run)
                 log.info("http_listening", url=self.url, tls=settings.http.tls)
                 started = True
                 task_status.started(self.port)

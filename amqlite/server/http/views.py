@@ -233,6 +233,13 @@ def listeners(status: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+_PROTOCOL_NAMES = {
+    "amqp-0-9-1": "AMQP 0-9-1",
+    "browser-ws": "amqlite WebSocket",
+    "browser-poll": "amqlite long polling",
+}
+
+
 def connection_views(status: dict[str, Any]) -> list[dict[str, Any]]:
     """``GET /api/connections``: client connections (native and AMQP 0-9-1)."""
     node = status.get("node_id", "")
@@ -241,8 +248,12 @@ def connection_views(status: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for c in status.get("connections", []):
         host, port = _split_address(c.get("remote", ""))
-        amqp = c.get("protocol") == "amqp-0-9-1"
+        protocol = c.get("protocol", "")
+        amqp = protocol == "amqp-0-9-1"
+        browser = protocol.startswith("browser-")
         local = status.get("amqp_listen") if amqp else listen
+        if browser:
+            local = status.get("http_listen") or listen
         out.append(
             {
                 "name": f"{c.get('remote', '')} -> {local}",
@@ -251,7 +262,7 @@ def connection_views(status: dict[str, Any]) -> list[dict[str, Any]]:
                 "vhost": c.get("vhost", ""),
                 "peer_host": host,
                 "peer_port": port,
-                "protocol": "AMQP 0-9-1" if amqp else "amqlite",
+                "protocol": _PROTOCOL_NAMES.get(protocol, "amqlite"),
                 "channels": c.get("channels", 1),
                 "state": "blocked" if c.get("blocked") else "running",
                 "connected_at": round((started - c.get("since_s", 0.0)) * 1000),
