@@ -12,7 +12,9 @@ from typing import Any
 
 from amqlite.errors import NotFound
 from amqlite.store.records import Record
+from amqlite.store.state import MessageRef
 
+from .backlog import Paging
 from .limits import BrokerLimits
 from .recording import Recorder, Sink
 from .replay import Replay
@@ -44,6 +46,7 @@ class Broker:
         "limits",
         "node_id",
         "now",
+        "paging",
         "recorder",
         "tracer",
     )
@@ -73,10 +76,14 @@ class Broker:
         self._generated = 0
         self._seed = zlib.crc32(node_id.encode()) << 32
         self._vhosts: dict[str, VirtualHost] = {}
+        #: Paging to disk while memory is short (:class:`~.backlog.Paging`): the shell
+        #: gives it a pager and calls :meth:`page_out` / :meth:`stop_paging`.
+        self.paging = Paging()
         for name in vhosts:
             host = VirtualHost(name, self._new_queue_name, self.recorder)
             host.max_queues = self.limits.max_queues_per_vhost
             host.group_resume_timeout = group_resume_timeout
+            host.paging = self.paging
             self._vhosts[name] = host
 
     @property
@@ -114,6 +121,26 @@ class Broker:
                 out.append(session)
         return out
 
+    def page_out(self) -> int:
+        """Memory is short: from now on messages past each queue's first
+        :data:`~.backlog.KEEP` wait on disk (journaled ones by id, transient ones in
+        the pager), and those waiting now are moved there; how many moved."""
+        paging = self.paging
+        if paging.pager is None:
+            return 0
+        paging.active = True
+        moved = 0
+        for host in self._vhosts.values():
+            for queue in host.queues.values():
+                if not queue.is_stream and not queue.deleted:
+                    moved += queue.page_out()
+        return moved
+
+    def stop_paging(self) -> None:
+        """Memory is back: new messages stay in memory again (what waits on disk
+        comes back as consumers drain it)."""
+        self.paging.active = False
+
     def tick(self, now: float, *, expire_queues: bool = True) -> None:
         """Remove (and dead-letter) messages whose TTL has passed at ``now``, and
         (``expire_queues``) delete queues unused past their ``x-expires``. A queue's
@@ -124,7 +151,7 @@ class Broker:
         for host in self._vhosts.values():
             host.expire(now, queues=expire_queues)
 
-    def apply(self, records: Iterable[Record], now: float) -> int:
+    def apply(self, records: Iterable[Record | MessageRef], now: float) -> int:
         """Rebuild durable state from journal records (recovery after a restart, or a
         passive HA node following its master), without recording them again;
         ``now`` is the current time on the shell's clock. Records naming an unknown

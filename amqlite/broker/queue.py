@@ -17,6 +17,13 @@ Guarantees:
 
 A ready entry is ``(message, expires_at, redelivered)``; ``expires_at`` is ``inf``
 for a message that never expires.
+
+Behind its first ready entries a queue may keep a :class:`~.backlog.Backlog`: the
+rest of its ready messages as a compact index, persistent ones by journal id only
+(their bodies stay in the journal; the recorder's ``source`` reads them back a
+batch at a time as the head drains). A recovered queue restores into it; a
+journaled message arriving while the queue already holds :data:`HEAD` entries
+goes there too. The order is always ``ready`` then the backlog.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .arguments import Overflow, QueueSettings
+from .backlog import KEEP, READ_AHEAD, Backlog
 from .dead_letter import EXPIRED, MAXLEN, REJECTED
 from .groups import GROUP_PROPERTY, NO_RESUME, Group, GroupFirstMessage, identity
 from .message import INF, PEERING_QUEUE_PREFIX, Message
@@ -38,6 +46,10 @@ if TYPE_CHECKING:
     from .vhost import VirtualHost
 
 Entry = tuple[Message, float, bool]
+
+#: Ready entries a recorded queue keeps as objects before journaled messages go to
+#: its backlog (by journal id) instead.
+HEAD = 1024
 
 
 class Consumer:
@@ -111,6 +123,7 @@ class Queue:
         "_ttl",
         "arguments",
         "auto_delete",
+        "backlog",
         "bindings",
         "consumers",
         "deleted",
@@ -154,7 +167,8 @@ class Queue:
         self.arguments = arguments
         self.settings = settings
         self.ready: deque[Entry] = deque()
-        self.ready_bytes = 0
+        self.ready_bytes = 0  # of ``ready``; the backlog counts its own
+        self.backlog: Backlog | None = None
         self._mark_hint = 0  # where the next message.delivered is likely (see _find)
         self.unacked = 0
         # RabbitMQ's message_stats: messages in, delivered or got (redelivered ones
@@ -188,7 +202,111 @@ class Queue:
 
     def count(self) -> int:
         """Messages waiting: ready ones (a stream: every message it keeps)."""
-        return len(self.ready)
+        backlog = self.backlog
+        return len(self.ready) + len(backlog) if backlog else len(self.ready)
+
+    def has_ready(self) -> bool:
+        return bool(self.ready) or bool(self.backlog)
+
+    def waiting_bytes(self) -> int:
+        """Body bytes of the ready messages, the backlog's included."""
+        backlog = self.backlog
+        return self.ready_bytes + backlog.bytes if backlog else self.ready_bytes
+
+    # --- the backlog --------------------------------------------------------------
+
+    def _to_backlog(self, message: Message, expires: float, redelivered: bool) -> bool:
+        """Put a message behind the others in the backlog: by journal id when the
+        journal can give it back, else held as an entry. False: it goes to ``ready``
+        (no backlog, and the head is not full or the message not journaled)."""
+        backlog = self.backlog
+        by_id = self._pages(message)
+        paging = self.vhost.paging
+        pager = paging.pager if paging.active and type(message) is Message else None
+        if backlog is None:
+            if not (
+                (by_id and len(self.ready) >= HEAD)
+                or (pager is not None and len(self.ready) >= KEEP)
+            ):
+                return False
+            backlog = self.backlog = Backlog()
+        if by_id:
+            backlog.push(message.journal_id, len(message.body), expires, redelivered)
+        elif pager is not None:
+            (ref,) = pager.page_out((message,))
+            paging.paged += 1
+            backlog.push_paged(ref, len(message.body), expires, redelivered)
+        else:
+            backlog.push_entry((message, expires, redelivered))
+        return True
+
+    def page_out(self, keep: int | None = None) -> int:
+        """Memory is short: move the ready messages past the first ``keep`` to the
+        backlog (ahead of what it holds), journaled ones by id, the others paged out
+        through the pager; how many moved."""
+        ready = self.ready
+        paging = self.vhost.paging
+        pager = paging.pager
+        if keep is None:
+            keep = KEEP
+        if pager is None:
+            return 0
+        held = self.backlog.page_held(pager) if self.backlog is not None else 0
+        paging.paged += held
+        if len(ready) <= keep:
+            return held
+        moved = [ready.pop() for _ in range(len(ready) - keep)]
+        moved.reverse()
+        out = [e[0] for e in moved if not self._pages(e[0]) and type(e[0]) is Message]
+        refs = iter(pager.page_out(out) if out else ())
+        paging.paged += len(out)
+        front = Backlog()
+        for message, expires, redelivered in moved:
+            size = len(message.body)
+            self.ready_bytes -= size
+            if self._pages(message):
+                front.push(message.journal_id, size, expires, redelivered)
+            elif type(message) is Message:
+                front.push_paged(next(refs), size, expires, redelivered)
+            else:
+                front.push_entry((message, expires, redelivered))
+        if self.backlog is not None:
+            front.extend(self.backlog)
+        self.backlog = front
+        return held + len(moved)
+
+    def restore_ref(self, journal_id: int, size: int, expires: float, redelivered: bool) -> None:
+        """Append a recovered journaled message by its id (body left in the journal)."""
+        backlog = self.backlog
+        if backlog is None:
+            backlog = self.backlog = Backlog()
+        backlog.push(journal_id, size, expires, redelivered)
+
+    def _refill(self) -> None:
+        """Move the next batch of the backlog to the head (read-ahead)."""
+        backlog = self.backlog
+        if backlog is None:
+            return
+        recorder = self.recorder
+        source = recorder.source if recorder is not None else None
+        ready = self.ready
+        for message, expires, redelivered in backlog.pop(
+            READ_AHEAD, source, self.vhost.paging.pager
+        ):
+            if GROUP_PROPERTY in message.properties and not self.grouped:
+                self._start_grouping()
+            if not ready:
+                self._sorted = True
+                self._earliest = INF
+            if expires != INF:
+                if expires < self._earliest:
+                    self._earliest = expires
+                if ready and expires < ready[-1][1]:
+                    self._sorted = False
+            ready.append((message, expires, redelivered))
+            self.ready_bytes += len(message.body)
+        if not backlog:
+            self.backlog = None
 
     # --- consumers ----------------------------------------------------------------
 
@@ -317,6 +435,12 @@ class Queue:
                 expires = now + expiration / 1000
         ready = self.ready
         if (
+            self.backlog is not None
+            or (len(ready) >= HEAD and self._pages(message))
+            or (len(ready) >= KEEP and self.vhost.paging.active)
+        ):
+            return self._offer_behind(message, now, expires)
+        if (
             self.grouped
             or (GROUP_PROPERTY in message.properties and self._start_grouping())
             or self.selecting
@@ -362,14 +486,60 @@ class Queue:
             self._drop_head(now)
         return True
 
+    def _offer_behind(self, message: Message, now: float, expires: float) -> bool:
+        """``offer`` for a queue with a backlog (or a full head): the message waits
+        behind the others; consumers with credit get the head meanwhile."""
+        if GROUP_PROPERTY in message.properties and not self.grouped:
+            self._start_grouping()
+        if expires <= now:
+            self.stat_publish += 1
+            self._dead_letter(message, EXPIRED, now)
+            return True
+        max_length = self._max_length
+        max_bytes = self._max_bytes
+        if self._reject_publish and (
+            (max_length is not None and self.count() >= max_length)
+            or (max_bytes is not None and self.waiting_bytes() + len(message.body) > max_bytes)
+        ):
+            return False
+        if not self._to_backlog(message, expires, False):
+            if expires != INF:
+                if expires < self._earliest:
+                    self._earliest = expires
+                if self.ready and expires < self.ready[-1][1]:
+                    self._sorted = False
+            self.ready.append((message, expires, False))
+            self.ready_bytes += len(message.body)
+        self.stat_publish += 1
+        if max_length is not None or max_bytes is not None:
+            self._drop_head(now)
+        if self.consumers and (
+            not (self.selecting or self.grouped) or len(self.ready) < READ_AHEAD
+        ):
+            self.dispatch(now)
+        return True
+
+    def _pages(self, message: Message) -> bool:
+        """Whether ``message`` can wait in a backlog by its journal id."""
+        recorder = self.recorder
+        return (
+            message.journal_id != 0
+            and recorder is not None
+            and recorder.source is not None
+            and type(message) is Message
+        )
+
     def _drop_head(self, now: float) -> None:
         ready = self.ready
         max_length = self._max_length
         max_bytes = self._max_bytes
-        while ready and (
-            (max_length is not None and len(ready) > max_length)
-            or (max_bytes is not None and self.ready_bytes > max_bytes)
-        ):
+        while (
+            (max_length is not None and self.count() > max_length)
+            or (max_bytes is not None and self.waiting_bytes() > max_bytes)
+        ) and self.has_ready():
+            if not ready:
+                self._refill()
+                continue
             message = ready.popleft()[0]
             self.ready_bytes -= len(message.body)
             self._dead_letter(message, MAXLEN, now)
@@ -399,6 +569,8 @@ class Queue:
         """Append a journaled message as ready, as it was: no limits, no dispatch."""
         if GROUP_PROPERTY in message.properties and not self.grouped:
             self._start_grouping()
+        if self._to_backlog(message, expires, False):
+            return
         ready = self.ready
         if not ready:
             self._sorted = True
@@ -436,6 +608,8 @@ class Queue:
             message, expires, _ = self.ready[i]
             self.ready[i] = (message, expires, True)
             self._mark_hint = i + 1
+        elif self.backlog is not None:
+            self.backlog.mark(journal_id)
 
     def flag_redelivered(self) -> int:
         """Flag every ready message redelivered; how many were not yet."""
@@ -443,12 +617,19 @@ class Queue:
         fresh = sum(1 for entry in ready if not entry[2])
         if fresh:
             self.ready = deque((message, expires, True) for message, expires, _ in ready)
+        if self.backlog is not None:
+            fresh += self.backlog.flag_all()
         return fresh
 
     def remove(self, journal_id: int) -> bool:
         """Drop the ready message ``journal_id`` (a journaled ack); False when not here."""
         i = self._find(journal_id)
         if i < 0:
+            backlog = self.backlog
+            if backlog is not None and backlog.remove(journal_id):
+                if not backlog:
+                    self.backlog = None
+                return True
             return False
         message = self.ready[i][0]
         del self.ready[i]
@@ -467,7 +648,12 @@ class Queue:
             self._dispatch_constrained(now)
             return
         ready = self.ready
-        while ready:
+        while True:
+            if not ready:
+                if self.backlog is None or not self._has_credit():
+                    return
+                self._refill()
+                continue
             c = self.next_consumer()
             if c is None:
                 return
@@ -550,6 +736,8 @@ class Queue:
         in order. Stops once no consumer has credit. A pass costs (ready messages
         looked at) x (consumers) selector runs, as a backlog nobody with credit
         wants is looked at again."""
+        if self.backlog is not None and len(self.ready) < READ_AHEAD and self._has_credit():
+            self._refill()
         ready = self.ready
         if not ready or not self._has_credit():
             return
@@ -574,7 +762,10 @@ class Queue:
     def take(self, now: float) -> Entry | None:
         """Pop the first unexpired ready entry (for a get), or None."""
         ready = self.ready
-        while ready:
+        while ready or self.backlog is not None:
+            if not ready:
+                self._refill()
+                continue
             entry = ready.popleft()
             self.ready_bytes -= len(entry[0].body)
             if entry[1] > now:
@@ -584,6 +775,8 @@ class Queue:
 
     def expire(self, now: float) -> int:
         """Remove (and dead-letter) the ready messages expired at ``now``; how many."""
+        if not self.ready and self.backlog is not None and self.backlog.earliest() <= now:
+            self._refill()
         if self._earliest > now:
             return 0
         ready = self.ready
@@ -618,12 +811,17 @@ class Queue:
 
     def purge(self) -> int:
         """Drop every ready message (no dead-lettering); how many."""
-        count = len(self.ready)
+        count = self.count()
         recorder = self.recorder
         if recorder is not None:
             for message, _, _ in self.ready:
                 if message.journal_id:
                     recorder.ack(message.journal_id, self.name)
+        if self.backlog is not None:
+            for journal_id in self.backlog.clear(self.vhost.paging.pager):
+                if recorder is not None:
+                    recorder.ack(journal_id, self.name)
+            self.backlog = None
         self.ready.clear()
         self.ready_bytes = 0
         self._earliest = INF

@@ -44,6 +44,7 @@ from amqlite.store.records import (
 from .message import PEERING_QUEUE_PREFIX
 
 if TYPE_CHECKING:
+    from .backlog import MessageSource
     from .exchange import Exchange
     from .message import Message
     from .queue import Queue
@@ -74,10 +75,21 @@ class Recorder:
     dropped refuses it. 0 / 0: the request recorded nothing and waits for nothing.
     """
 
-    __slots__ = ("last_journal_id", "paused", "sink", "span_first", "span_last", "wall_offset")
+    __slots__ = (
+        "last_journal_id",
+        "paused",
+        "sink",
+        "source",
+        "span_first",
+        "span_last",
+        "wall_offset",
+    )
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink
+        #: The shell's reader of journaled messages, for queues whose backlog keeps
+        #: them by journal id (None: every message stays in memory).
+        self.source: MessageSource | None = None
         self.last_journal_id = 0
         self.wall_offset = 0.0
         self.paused = False

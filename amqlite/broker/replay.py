@@ -40,6 +40,7 @@ from amqlite.store.records import (
     StreamTrack,
     StreamTruncate,
 )
+from amqlite.store.state import MessageRef
 
 from .arguments import parse_queue_arguments
 from .exchange import EXCHANGE_TYPES, binding_id
@@ -67,7 +68,7 @@ class Replay:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
-    def apply(self, record: Record) -> bool:
+    def apply(self, record: Record | MessageRef) -> bool:
         """Apply one record; False when it names a vhost this broker does not have."""
         handler = _ONE_VHOST.get(type(record))
         if handler is None:
@@ -170,13 +171,8 @@ class Replay:
         if recorder is not None:
             recorder.last_journal_id = max(recorder.last_journal_id, r.id)
             wall_offset = recorder.wall_offset
-        message = Message(r.exchange, r.routing_key, r.body, dict(r.headers), dict(r.props))
-        message.journal_id = r.id
-        message.deaths = r.deaths
-        if r.mesh:
-            message.mesh = r.mesh
+        message = message_from_record(r)
         if r.publish_key:
-            message.publish_key = r.publish_key
             host.publish_keys.add(r.publish_key)
         at = r.enqueued_at - wall_offset
         expiration = message.properties.get("expiration")
@@ -184,6 +180,31 @@ class Replay:
             queue = host.queues.get(name)
             if queue is not None:
                 queue.restore(message, queue.expiry(at, expiration))
+
+    def _message_ref(self, host: VirtualHost, r: MessageRef) -> None:
+        """A message of a lazy snapshot (a restart): queued by journal id, its body
+        left in the journal (queue backlogs read it back), unless its record is still
+        in memory (not yet written, or one the journal keeps: an expiration, a group)."""
+        if r.record is not None:
+            self._message_enqueue(host, r.record)
+            for name in r.delivered:
+                queue = host.queues.get(name)
+                if queue is not None:
+                    queue.mark_delivered(r.id)
+            return
+        recorder = self.broker.recorder
+        if recorder is None or recorder.source is None:
+            raise RuntimeError("a lazy snapshot needs the journal's message source")
+        recorder.last_journal_id = max(recorder.last_journal_id, r.id)
+        wall_offset = recorder.wall_offset
+        if r.publish_key:
+            host.publish_keys.add(r.publish_key)
+        at = r.enqueued_at - wall_offset
+        delivered = r.delivered
+        for name in r.queues:
+            queue = host.queues.get(name)
+            if queue is not None:
+                queue.restore_ref(r.id, r.size, queue.expiry(at, None), name in delivered)
 
     def _stream_append(self, host: VirtualHost, r: StreamAppend) -> None:
         stream = host.queues.get(r.queue)
@@ -218,6 +239,18 @@ class Replay:
         journal's state; the broker model has nothing to change."""
 
 
+def message_from_record(r: MessageEnqueue) -> Message:
+    """The broker's message for a journaled one (a restart, a backlog reading it back)."""
+    message = Message(r.exchange, r.routing_key, r.body, dict(r.headers), dict(r.props))
+    message.journal_id = r.id
+    message.deaths = r.deaths
+    if r.mesh:
+        message.mesh = r.mesh
+    if r.publish_key:
+        message.publish_key = r.publish_key
+    return message
+
+
 def _clear_durable(host: VirtualHost) -> None:
     """Drop what a snapshot supersedes: recorded queues and durable exchanges."""
     for queue in list(host.queues.values()):
@@ -229,7 +262,7 @@ def _clear_durable(host: VirtualHost) -> None:
 
 
 #: Handlers of the records that carry no vhost (they reach into every vhost).
-_EVERY_VHOST: dict[type[Record], Callable[[Replay, Any], None]] = {
+_EVERY_VHOST: dict[type[Record | MessageRef], Callable[[Replay, Any], None]] = {
     MessageDelivered: Replay._message_delivered,
     MessageAck: Replay._message_ack,
     SnapshotBegin: Replay._snapshot_begin,
@@ -237,7 +270,7 @@ _EVERY_VHOST: dict[type[Record], Callable[[Replay, Any], None]] = {
 }
 
 #: Handlers of the records of one vhost, called with that vhost.
-_ONE_VHOST: dict[type[Record], Callable[[Replay, VirtualHost, Any], None]] = {
+_ONE_VHOST: dict[type[Record | MessageRef], Callable[[Replay, VirtualHost, Any], None]] = {
     ExchangeDeclare: Replay._exchange_declare,
     ExchangeDelete: Replay._exchange_delete,
     QueueDeclare: Replay._queue_declare,
@@ -246,6 +279,7 @@ _ONE_VHOST: dict[type[Record], Callable[[Replay, VirtualHost, Any], None]] = {
     QueueBind: Replay._queue_bind,
     QueueUnbind: Replay._queue_unbind,
     MessageEnqueue: Replay._message_enqueue,
+    MessageRef: Replay._message_ref,
     StreamAppend: Replay._stream_append,
     StreamTruncate: Replay._stream_truncate,
     StreamTrack: Replay._stream_track,

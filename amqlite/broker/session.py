@@ -356,7 +356,7 @@ class Session:
         self._vhost.consumers_changed(queue)
         if queue.auto_delete and not queue.consumers and not queue.deleted:
             self._vhost.remove_queue(queue)
-        elif had_groups and queue.ready and not queue.deleted:
+        elif had_groups and queue.has_ready() and not queue.deleted:
             queue.dispatch(self._broker.now)  # its groups may move now
 
     def store_offset(self, queue: str, name: str, offset: int) -> None:
@@ -428,7 +428,7 @@ class Session:
                 q.recorder.ack(message.journal_id, q.name)
             elif not redelivered:
                 q.recorder.delivered(message.journal_id, q.name)
-        return delivery, len(q.ready)
+        return delivery, q.count()
 
     # --- settling -----------------------------------------------------------------
 
@@ -454,7 +454,7 @@ class Session:
                 journal_id = delivery.message.journal_id
                 if journal_id and queue.recorder is not None:
                     queue.recorder.ack(journal_id, queue.name)
-                if queue.ready or queue.is_stream:
+                if queue.has_ready() or queue.is_stream:
                     queue.dispatch(self._now(now))
             if self._credit_out and len(self._unacked) < self._channel_prefetch:
                 self._credit_back(self._now(now))

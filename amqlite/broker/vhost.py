@@ -23,6 +23,7 @@ from amqlite.errors import (
 )
 
 from .arguments import QueueSettings, parse_queue_arguments
+from .backlog import Paging
 from .dead_letter import dead_letter_copy, is_cycle
 from .dedup import PublishKeys
 from .exchange import EXCHANGE_TYPES, BindingWatcher, DefaultExchange, Exchange, binding_id
@@ -67,6 +68,7 @@ class VirtualHost:
         "max_queues",
         "name",
         "on_consumers",
+        "paging",
         "publish_keys",
         "queues",
         "recorder",
@@ -95,6 +97,8 @@ class VirtualHost:
         self._dead_letters: deque[tuple[Message, float]] = deque()
         self._dead_lettering = False
         self.publish_keys = PublishKeys()
+        #: the broker's paging switch (shared by every vhost; see .backlog.Paging)
+        self.paging = Paging()
         self._watchers: dict[str, BindingWatcher] = {}
         #: told of every queue that gained or lost a consumer (exchange peering
         #: mirrors its consumers' selectors); must not raise
@@ -325,7 +329,7 @@ class VirtualHost:
         self._check_owner(session, queue)
         if if_unused and queue.consumers:
             raise PreconditionFailed(f"queue {name!r} in vhost {self.name!r} in use")
-        if if_empty and queue.ready:
+        if if_empty and queue.has_ready():
             raise PreconditionFailed(f"queue {name!r} in vhost {self.name!r} not empty")
         return self.remove_queue(queue)
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 import trio
 
-from amqlite.broker.alarms import AlarmChange, Alarms, Resource, blocking
+from amqlite.broker.alarms import HYSTERESIS, AlarmChange, Alarms, Resource, blocking
 
 if TYPE_CHECKING:
     from amqlite.config import LimitsConfig
@@ -55,6 +55,12 @@ NEAR_FRACTION = 0.5
 #: While the memory alarm is raised, freed memory is handed back to the system
 #: (``malloc_trim``) at most this often, before a sample.
 TRIM_INTERVAL = 0.25
+#: Paging: from this fraction of the memory watermark on, messages past each
+#: queue's first few wait on disk (transient bodies in the page file, persistent
+#: ones in the journal), and a sample at or over the watermark pages first and
+#: measures again before it raises the alarm that blocks publishers. Paging stops
+#: once memory is clearly back under this mark (the alarms' hysteresis).
+PAGING_FRACTION = 0.9
 #: Seconds between two disk samples (statvfs runs in a worker thread).
 DISK_INTERVAL = 1.0
 #: FOR TESTS ONLY: when this environment variable names a file, the memory
@@ -158,6 +164,11 @@ class AlarmService:
         #: to the system (real measurements only)
         self._trim = _load_malloc_trim() if memory is None else None
         self._trimmed_at = -TRIM_INTERVAL
+        #: the node's paging switch: called with True when memory passes the paging
+        #: mark (returns how many messages it moved to disk), False once it is back
+        self.page: Callable[[bool], int] | None = None
+        self.paging = False
+        self.paging_mark = int(self.memory_limit * PAGING_FRACTION)
 
     @property
     def raised(self) -> frozenset[Resource]:
@@ -205,7 +216,22 @@ class AlarmService:
             if now - self._trimmed_at >= TRIM_INTERVAL:
                 self._trimmed_at = now
                 self._trim()
-        self._apply(self.alarms.measure(Resource.MEMORY, self._memory()))
+        used = self._memory()
+        page = self.page
+        if page is not None:
+            if used >= self.paging_mark:
+                if not self.paging:
+                    self.paging = True
+                    log.info("paging_started", memory_used=used, mark=self.paging_mark)
+                if page(True):  # moved messages to disk: measure what that freed
+                    if self._trim is not None:
+                        self._trim()
+                    used = self._memory()
+            elif self.paging and used < self.paging_mark * (1 - HYSTERESIS):
+                self.paging = False
+                page(False)
+                log.info("paging_stopped", memory_used=used, mark=self.paging_mark)
+        self._apply(self.alarms.measure(Resource.MEMORY, used))
 
     async def sample_disk(self) -> None:
         directory = self.directory

@@ -525,7 +525,8 @@ class HaService:
         node.broker.wall_offset = old.wall_offset
         storage = node.storage
         if storage is not None and storage.journal is not None:
-            node.broker.apply(storage.journal.state.snapshot(), trio.current_time())
+            broker, now = node.broker, trio.current_time()
+            storage.journal.with_refs(lambda refs: broker.apply(refs, now))
 
     def heartbeat_event(self) -> ev.HaHeartbeat | None:
         """This node's heartbeat, as its peer link carries it (None before start)."""
@@ -741,7 +742,7 @@ class HaService:
         ):
             return
         journal = storage.journal
-        snapshot = [frame_record(r) for r in journal.state.snapshot()]
+        snapshot = [frame_record(r) for r in journal.snapshot()]
         self._apply_replication(self.replicator.start(machine.epoch, snapshot, journal.appended))
 
     def _stop_replication(self) -> None:

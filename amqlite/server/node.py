@@ -27,6 +27,7 @@ from .connection import NativeConnection, refuse_plain_hello
 from .endpoints import BrowserEndpoint, ClientEndpoint
 from .ha import HaService
 from .http import BrowserConnection, HttpService
+from .paging import PageFile
 from .peering import PeeringQueue, PeeringService
 from .storage import NodeStorage
 from .tls_accept import accept_tls
@@ -82,6 +83,9 @@ class BrokerNode:
         self.storage = (
             NodeStorage(config.storage, file_layer=file_layer) if config.storage.persist else None
         )
+        #: the page file transient messages wait in while memory is short (opened
+        #: when the node starts)
+        self.pages: PageFile | None = None
         self.broker: Broker = self.new_broker()
         self.ha = HaService(self, config.cluster) if config.cluster.enabled else None
         self.peering: PeeringService | None = PeeringService(self, config.cluster_mta)
@@ -93,6 +97,7 @@ class BrokerNode:
         self.tls_context: ssl.SSLContext | None = (
             server_context(config.tls) if config.server.tls or config.amqp.tls else None
         )
+        self.alarms.page = self._page
         self._started_at = 0.0
         self._started_wall = time.time()
         self._stop = trio.Event()
@@ -113,6 +118,10 @@ class BrokerNode:
             ),
             group_resume_timeout=self.config.server.group_resume_timeout,
         )
+        if storage is not None and broker.recorder is not None:
+            broker.recorder.source = storage.source
+        if self.pages is not None:
+            broker.paging.pager = self.pages
         if self.config.server.trace:
             set_trace(broker, True)
         return broker
@@ -152,6 +161,8 @@ class BrokerNode:
                     await storage.open(cfg.effective_data_dir(self.port), self.broker)
                     await nursery.start(storage.run)
                 directory = storage.directory if storage is not None else None
+                self.pages = PageFile(directory)
+                self.broker.paging.pager = self.pages
                 await nursery.start(self.alarms.run, directory)
                 if self.ha is not None:
                     await nursery.start(self.ha.run)
@@ -195,6 +206,8 @@ class BrokerNode:
                     await listener.aclose()
                 if storage is not None:
                     await storage.close()
+                if self.pages is not None:
+                    self.pages.close()
             self.stopped.set()
         log.info("server_stopped", node_id=self.node_id)
 
@@ -226,6 +239,16 @@ class BrokerNode:
     @property
     def alarms_raised(self) -> frozenset[Resource]:
         return self.alarms.raised
+
+    def _page(self, on: bool) -> int:
+        """The memory alarm service's paging switch (see amqlite.server.alarms)."""
+        if not on:
+            self.broker.stop_paging()
+            return 0
+        moved = self.broker.page_out()
+        if moved:
+            log.info("paged_out", messages=moved)
+        return moved
 
     def _alarms_changed(self, raised: frozenset[Resource]) -> None:
         """An alarm was raised or cleared: every connection's gate hears it."""

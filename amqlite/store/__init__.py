@@ -37,7 +37,7 @@ from .records import (
     StreamTruncate,
 )
 from .segment import Defect, SegmentReader
-from .state import StoredMessage, StoredStream, StoreState
+from .state import MessageRef, StoredMessage, StoredStream, StoreState
 
 __all__ = [
     "Defect",
@@ -48,6 +48,7 @@ __all__ = [
     "MessageAck",
     "MessageDelivered",
     "MessageEnqueue",
+    "MessageRef",
     "PeeringMarks",
     "PeeringOut",
     "PeeringOutAck",

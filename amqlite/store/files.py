@@ -85,6 +85,15 @@ class FileHandle(Protocol):
     def close(self) -> None: ...
 
 
+class ReadHandle(Protocol):
+    """A file open for reading at any offset."""
+
+    def pread(self, size: int, offset: int) -> bytes:
+        """``size`` bytes at ``offset`` (fewer at the end of the file)."""
+
+    def close(self) -> None: ...
+
+
 class FileLayer(Protocol):
     """The operations the journal needs; paths are plain strings."""
 
@@ -99,6 +108,9 @@ class FileLayer(Protocol):
 
     def open_append(self, path: str, *, truncate: bool = False) -> FileHandle:
         """Open (creating it if missing, emptying it when ``truncate``) for appending."""
+
+    def open_read(self, path: str) -> ReadHandle:
+        """Open an existing file for reading."""
 
     def rename(self, src: str, dst: str) -> None:
         """Atomically replace ``dst`` by ``src``."""
@@ -138,6 +150,9 @@ class OsFile:
             fd, self.fd = self.fd, -1
             os.close(fd)
 
+    def pread(self, size: int, offset: int) -> bytes:
+        return os.pread(self.fd, size, offset)
+
 
 class OsFileLayer:
     """The real file layer (POSIX)."""
@@ -159,6 +174,9 @@ class OsFileLayer:
         fd = open_private(path, os.O_WRONLY | (os.O_TRUNC if truncate else 0))
         os.lseek(fd, 0, os.SEEK_END)
         return OsFile(fd)
+
+    def open_read(self, path: str) -> ReadHandle:
+        return OsFile(os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
 
     def rename(self, src: str, dst: str) -> None:
         os.replace(src, dst)

@@ -67,18 +67,29 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno as errno_
+import heapq
 import itertools
 import os
 import threading
-from collections.abc import Collection
-from typing import Literal, NamedTuple, NoReturn, get_args
+from array import array
+from collections.abc import Callable, Collection, Iterator
+from typing import Any, Literal, NamedTuple, NoReturn, TypeVar, get_args
 
+from .codec import decode_record
 from .errors import JournalCorrupt, StoreError, StoreLocked, StoreWriteError
-from .files import FileHandle, FileLayer, OsFileLayer
-from .records import MessageEnqueue, Record, SnapshotBegin
-from .segment import HEADER, SegmentReader, frame_record, segment_name, segment_seq
-from .state import StoreState
+from .files import FileHandle, FileLayer, OsFileLayer, ReadHandle
+from .records import MessageDelivered, MessageEnqueue, Record, SnapshotBegin
+from .segment import (
+    FRAME_HEAD,
+    HEADER,
+    SegmentReader,
+    frame_record,
+    segment_name,
+    segment_seq,
+)
+from .state import DEAD, MessageRef, StoreState
 
+T = TypeVar("T")
 FsyncPolicy = Literal["always", "batch", "never"]
 FSYNC_POLICIES: tuple[str, ...] = get_args(FsyncPolicy)
 LOCK_NAME = "LOCK"
@@ -87,6 +98,15 @@ DEFAULT_BATCH_MS = 10
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 DEFAULT_COMPACT_AFTER_BYTES = 8 * 1024 * 1024
 _HEAD_PROBE = 4096  # bytes read to see whether a segment starts with a snapshot
+_WRITE_CHUNK = 1 << 20  # compaction writes its snapshot this much at a time
+#: A message's location in the journal: ``seq << LOCATION_BITS | offset`` of its frame.
+LOCATION_BITS = 36
+_OFFSET_MASK = (1 << LOCATION_BITS) - 1
+
+
+def location(seq: int, offset: int) -> int:
+    """The location of the frame at ``offset`` of segment ``seq``."""
+    return seq << LOCATION_BITS | offset
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -206,7 +226,11 @@ class Journal:
         self._hold_from = 0
         self._turn_over = threading.Condition(self._mutex)  # notified when holds reach 0
         self._unsynced: list[_Pending] = []  # written, not yet covered by an fsync
-        self._state = StoreState()
+        self._state = self._new_state()
+        # reading placed messages back: the handles open for it, and the lock that keeps
+        # compaction from moving or deleting segments under a read
+        self._readers: dict[int, ReadHandle] = {}
+        self._read_lock = threading.RLock()
         self._sealed: dict[int, int] = {}  # seq -> size, older segments
         self._active: _Segment | None = None
         self._next_seq = 1
@@ -270,6 +294,63 @@ class Journal:
     def _path(self, name: str) -> str:
         return os.path.join(self.directory, name)
 
+    def _new_state(self) -> StoreState:
+        state = StoreState()
+        state.read = self._read_at
+        return state
+
+    # --- reading messages back -----------------------------------------------------------
+
+    def _read_at(self, where: int) -> MessageEnqueue:
+        """The ``message.enqueue`` record at location ``where`` (its frame is written)."""
+        seq, offset = where >> LOCATION_BITS, where & _OFFSET_MASK
+        with self._read_lock:
+            handle = self._readers.get(seq)
+            if handle is None:
+                handle = self._files.open_read(self._path(segment_name(seq)))
+                if self._closed:
+                    try:
+                        return self._decode_at(handle, offset, where)
+                    finally:
+                        handle.close()
+                self._readers[seq] = handle
+            return self._decode_at(handle, offset, where)
+
+    def _decode_at(self, handle: ReadHandle, offset: int, where: int) -> MessageEnqueue:
+        head = handle.pread(FRAME_HEAD.size, offset)
+        length, _crc = FRAME_HEAD.unpack(head)
+        record = decode_record(handle.pread(length, offset + FRAME_HEAD.size))
+        if type(record) is not MessageEnqueue:
+            raise StoreError(f"{self.directory}: no message at journal location {where}")
+        return record
+
+    def read_messages(self, journal_ids: Collection[int]) -> list[MessageEnqueue | None]:
+        """The records of live messages ``journal_ids`` (None for one not live), from
+        memory or read back from the segment files. Thread-safe against commits and
+        compaction; call it from the event loop (a read is a few page-cache preads)."""
+        with self._read_lock:
+            with self._mutex:
+                where = [self._state.located(i) for i in journal_ids]
+            return [w if type(w) is not int else self._read_at(w) for w in where]  # type: ignore[misc]
+
+    def snapshot(self) -> list[Record]:
+        """:meth:`StoreState.snapshot` of :attr:`state`, its placed messages read back
+        (safe against a commit or compaction running meanwhile)."""
+        with self._read_lock, self._mutex:
+            return self._state.snapshot()
+
+    def with_refs(self, consume: Callable[[Iterator[Record | MessageRef]], T]) -> T:
+        """``consume(state.iter_refs())`` with the state held still (a commit running
+        meanwhile moves written messages into the state's index): rebuilding a
+        broker from the journal. ``consume`` must not append."""
+        with self._mutex:
+            return consume(self._state.iter_refs())
+
+    def _close_readers(self, below: int | None = None) -> None:
+        with self._read_lock:
+            for seq in [s for s in self._readers if below is None or s < below]:
+                self._readers.pop(seq).close()
+
     def _check_open(self) -> None:
         if self._closed:
             raise StoreError(f"journal {self.directory} is closed")
@@ -324,7 +405,7 @@ class Journal:
                     "are lost. Restore it, or restore the data dir from a backup or the "
                     "HA peer"
                 )
-        state = StoreState()
+        state = self._new_state()
         records = dropped = 0
         truncated = reason = None
         sizes: dict[int, int] = {}
@@ -332,8 +413,11 @@ class Journal:
             name = segment_name(seq)
             data = files.read(self._path(name))
             reader = SegmentReader(data, name=f"{self.directory}/{name}")
-            for _offset, record in reader:
+            base = seq << LOCATION_BITS
+            for offset, record in reader:
                 state.apply(record)
+                if type(record) is MessageEnqueue:
+                    state.place(record, base | offset)
             records += reader.records
             sizes[seq] = reader.end
             if reader.defect is None:
@@ -483,6 +567,14 @@ class Journal:
             segment.handle.write(data)
         except OSError as exc:
             self._fail(exc, batch)
+        # the messages written are placed: their records leave memory (read back later)
+        at = location(segment.seq, segment.size + len(data)) - sum(len(p.frame) for p in batch)
+        with self._mutex:
+            place = self._state.place
+            for p in batch:
+                if type(p.record) is MessageEnqueue:
+                    place(p.record, at)
+                at += len(p.frame)
         segment.size += len(data)
         self._written = batch[-1].position
         if self._sync:
@@ -612,21 +704,21 @@ class Journal:
                         if journal_id not in keep:
                             self._state.forget_message(journal_id)
                             forgotten += 1
-                snapshot = self._state.snapshot()
+                parts = self._state.compaction_parts()
                 batch, self._pending = self._pending, []
                 upto = self._appended
             before = self._total_bytes()
             seq = self._next_seq
             name = segment_name(seq)
             tmp, final = self._path(name + TMP_SUFFIX), self._path(name)
-            data = HEADER + b"".join(frame_record(r) for r in snapshot)
             renamed = False
+            size = 0
             try:
                 if self._active is not None:
                     self._seal(self._active)
                 handle = self._files.open_append(tmp, truncate=True)
                 try:
-                    handle.write(data)
+                    size, moves, locations, count = self._write_snapshot(handle, parts, seq)
                     handle.fsync()
                 finally:
                     handle.close()
@@ -634,27 +726,106 @@ class Journal:
                 renamed = True
                 self._files.fsync_dir(self.directory)
             except OSError as exc:
-                self._undo_compaction(tmp, final, seq, renamed, len(data))
+                with self._mutex:
+                    self._state.unpin()
+                self._undo_compaction(tmp, final, seq, renamed, size)
                 self._fail(exc, batch)
+            except BaseException:
+                with self._mutex:
+                    self._state.unpin()
+                raise
             self._next_seq = seq + 1
-            removed = self._remove_sealed(below=seq)
+            with self._read_lock:  # no read sees a message between its two homes
+                with self._mutex:
+                    self._state.relocate(moves)
+                    self._state.relocate_index(parts[3], locations)
+                    self._state.unpin()
+                self._close_readers(below=seq)
+                removed = self._remove_sealed(below=seq)
+            data_size = size
             try:
                 handle = self._files.open_append(final)
             except OSError:
-                self._sealed[seq] = len(data)  # the next commit starts a new segment
+                self._sealed[seq] = data_size  # the next commit starts a new segment
             else:
-                self._active = _Segment(seq, handle, len(data), durable=True)
+                self._active = _Segment(seq, handle, data_size, durable=True)
             self._unsynced.clear()
             self._written = max(self._written, upto)
             self._synced = max(self._synced, upto)
             return CompactionReport(
                 segment=name,
-                records=len(snapshot),
+                records=count,
                 removed=tuple(removed),
                 bytes_before=before,
                 bytes_after=self._total_bytes(),
                 forgotten=forgotten,
             )
+
+    def _write_snapshot(
+        self, handle: FileHandle, parts: Any, seq: int
+    ) -> tuple[int, list[tuple[int, MessageEnqueue | int, int]], array[int], int]:
+        """Write the snapshot segment (``StoreState.compaction_parts``) a megabyte at a
+        time: each message's record (read back from the old segments when placed)
+        and its delivered flags, in enqueue order. Returns its size, the moves of the
+        messages held as objects, the index entries' new locations (the dead keep
+        theirs), and the number of records."""
+        head, objects, tail, index, n = parts
+        buffer = bytearray(HEADER)
+        written = 0
+        count = 0
+        moves: list[tuple[int, MessageEnqueue | int, int]] = []
+        locations = index.locs[:n]
+
+        def emit(frame: bytes) -> int:
+            nonlocal written, count
+            at = written + len(buffer)
+            buffer.extend(frame)
+            count += 1
+            if len(buffer) >= _WRITE_CHUNK:
+                handle.write(bytes(buffer))
+                written += len(buffer)
+                buffer.clear()
+            return at
+
+        def message(journal_id: int, record: MessageEnqueue, queues: Any, delivered: Any) -> int:
+            if record.queues != queues:
+                record = dataclasses.replace(record, queues=queues)
+            at = emit(frame_record(record))
+            for q in delivered:
+                emit(frame_record(MessageDelivered(id=journal_id, queue=q)))
+            return at
+
+        def indexed() -> Iterator[tuple[int, int]]:
+            seqs, flags = index.seqs, index.flags
+            for i in range(n):
+                if not flags[i] & DEAD:
+                    yield seqs[i], -1 - i
+
+        for r in head:
+            emit(frame_record(r))
+        steps = heapq.merge(
+            ((s, k) for k, (s, _) in enumerate(objects)), indexed(), key=lambda e: e[0]
+        )
+        for _, k in steps:
+            if k >= 0:
+                ref = objects[k][1]
+                record = ref.record if ref.record is not None else self._read_at(ref.location)
+                was: MessageEnqueue | int = ref.record if ref.record is not None else ref.location
+                at = message(ref.id, record, ref.queues, ref.delivered)
+                moves.append((ref.id, was, location(seq, at)))
+            else:
+                i = -1 - k
+                journal_id = index.ids[i]
+                queue = self._state.queue_of(index, i)
+                delivered = (queue,) if index.flags[i] & 1 else ()
+                record = self._read_at(index.locs[i])
+                locations[i] = location(seq, message(journal_id, record, (queue,), delivered))
+        for r in tail:
+            emit(frame_record(r))
+        if buffer:
+            handle.write(bytes(buffer))
+            written += len(buffer)
+        return written, moves, locations, count
 
     def _undo_compaction(self, tmp: str, final: str, seq: int, renamed: bool, size: int) -> None:
         """After a failed compaction, take the snapshot away again if possible. If the
@@ -734,6 +905,7 @@ class Journal:
                             self._fail(exc, [])
             finally:
                 self._closed = True
+                self._close_readers()
                 if self._active is not None:
                     self._active.handle.close()
                 self._lock.close()

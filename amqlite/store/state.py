@@ -28,9 +28,13 @@ a write error may have dropped the record that would have introduced it (see
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import heapq
+import itertools
+from array import array
 from collections import deque
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from .records import (
@@ -97,14 +101,170 @@ class StoredStream:
         return (list(self.messages), self.first, self.next, self.tracked)
 
 
+#: Reads the ``message.enqueue`` record at a journal location (the journal sets it;
+#: the fold itself never reads).
+Reader = Callable[[int], MessageEnqueue]
+
+#: Properties that keep a message's record in memory even once the journal placed
+#: it: a restart needs them to rebuild the queue entry (expiry, message groups).
+_KEPT_PROPS = ("expiration", "group_id")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MessageRef:
+    """A live message in a lazy snapshot (:meth:`StoreState.snapshot_refs`): what a
+    restart needs to queue it without its body. ``location`` is where the journal
+    holds its ``message.enqueue`` record (-1: not placed; ``record`` is then the
+    record, as enqueued); ``delivered`` names the queues that handed it out."""
+
+    id: int
+    vhost: str
+    queues: tuple[str, ...]
+    delivered: tuple[str, ...]
+    location: int
+    size: int
+    enqueued_at: float
+    publish_key: str
+    record: MessageEnqueue | None
+
+
 class _Live:
-    """A live message: its record and, per queue still holding it, the delivered flag."""
+    """A live message and, per queue still holding it, the delivered flag. Its record
+    is in memory (``record``) until the journal has written it and placed it: then
+    only its location in the journal files (``loc``) and what a restart needs
+    (``size``, ``at``, ``pk``) stay here."""
 
-    __slots__ = ("queues", "record")
+    __slots__ = ("at", "loc", "pk", "q", "record", "seq", "size", "vhost")
 
-    def __init__(self, record: MessageEnqueue, queues: dict[str, bool]) -> None:
-        self.record = record
-        self.queues = queues
+    def __init__(self, record: MessageEnqueue, queues: list[str], seq: int = 0) -> None:
+        self.seq = seq  # enqueue order
+        self.record: MessageEnqueue | None = record
+        # the queues holding it and their delivered flags: the name alone for the
+        # usual message (one queue, not yet handed out), a dict otherwise (a dict
+        # per message would be the largest part of a waiting message's memory)
+        self.q: str | dict[str, bool] = (
+            queues[0] if len(queues) == 1 else dict.fromkeys(queues, False)
+        )
+        self.loc = -1
+        self.size = len(record.body)
+        self.vhost = record.vhost
+        self.at = record.enqueued_at
+        self.pk = record.publish_key
+
+    def holds(self, queue: str) -> bool:
+        q = self.q
+        return q == queue if isinstance(q, str) else queue in q
+
+    def flag(self, queue: str) -> None:
+        """Flag it delivered from ``queue`` (when held there)."""
+        q = self.q
+        if isinstance(q, str):
+            if q == queue:
+                self.q = {q: True}
+        elif queue in q:
+            q[queue] = True
+
+    def drop(self, queue: str) -> bool:
+        """Take it off ``queue`` (which holds it); True when no queue holds it now."""
+        q = self.q
+        if isinstance(q, str):
+            self.q = {}
+            return True
+        del q[queue]
+        return not q
+
+    def items(self) -> tuple[tuple[str, bool], ...]:
+        """(queue, delivered) for each queue holding it, in enqueue order."""
+        q = self.q
+        return ((q, False),) if isinstance(q, str) else tuple(q.items())
+
+    def names(self) -> tuple[str, ...]:
+        q = self.q
+        return (q,) if isinstance(q, str) else tuple(q)
+
+    @classmethod
+    def view(
+        cls,
+        seq: int,
+        vhost: str,
+        queue: str,
+        delivered: bool,
+        loc: int,
+        size: int,
+        at: float,
+        pk: str,
+    ) -> _Live:
+        """A placed message of the index, as the other entries look (while iterating)."""
+        live = cls.__new__(cls)
+        live.seq, live.record, live.vhost, live.loc = seq, None, vhost, loc
+        live.q = {queue: True} if delivered else queue
+        live.size, live.at, live.pk = size, at, pk
+        return live
+
+
+_DELIVERED = 1
+DEAD = _DEAD = 2
+#: Acked entries the index keeps before it drops them from its arrays (when they are
+#: also half of it).
+SQUEEZE_AFTER = 4096
+
+
+class _Index:
+    """The placed messages of one queue each, in enqueue order, as arrays: about 45
+    bytes a message instead of a few hundred as objects (issue 16: a million waiting
+    messages). Ids only grow here (a message whose id does not stays a ``_Live``);
+    acked ones are flagged dead and dropped from the arrays now and then.
+
+    Why a second representation: it is the one a large backlog lives in; the
+    ``_Live`` objects hold what is unusual (several queues, a record kept in
+    memory, an id out of order). ``tests/store/test_placement.py`` checks that a
+    journal's state (which uses it) and the plain fold agree at every step."""
+
+    __slots__ = (
+        "ats",
+        "dead",
+        "flags",
+        "ids",
+        "locs",
+        "pks",
+        "qs",
+        "seqs",
+        "sizes",
+    )
+
+    def __init__(self) -> None:
+        self.ids = array("q")
+        self.seqs = array("q")
+        self.locs = array("q")
+        self.sizes = array("I")  # bodies are far below 4 GiB (limits.max_message_size)
+        self.ats = array("d")
+        self.qs = array("i")  # index into StoreState._qkeys
+        self.flags = bytearray()
+        self.pks: dict[int, str] = {}  # id -> publish key, for the messages that have one
+        self.dead = 0
+
+    def find(self, journal_id: int) -> int:
+        """The index of live message ``journal_id``, or -1."""
+        ids = self.ids
+        i = bisect.bisect_left(ids, journal_id)
+        if i < len(ids) and ids[i] == journal_id and not self.flags[i] & _DEAD:
+            return i
+        return -1
+
+    def live(self) -> int:
+        return len(self.ids) - self.dead
+
+    def squeeze(self) -> None:
+        """Drop the dead entries from the arrays."""
+        keep = [not f & _DEAD for f in self.flags]
+        self.ids = array("q", itertools.compress(self.ids, keep))
+        self.seqs = array("q", itertools.compress(self.seqs, keep))
+        self.locs = array("q", itertools.compress(self.locs, keep))
+        self.sizes = array("I", itertools.compress(self.sizes, keep))
+        self.ats = array("d", itertools.compress(self.ats, keep))
+        self.qs = array("i", itertools.compress(self.qs, keep))
+        self.flags = bytearray(itertools.compress(self.flags, keep))
+        self.dead = 0
 
 
 def _freeze(value: Any) -> Any:
@@ -122,6 +282,8 @@ class StoreState:
     __hash__ = None  # type: ignore[assignment]
 
     def __init__(self) -> None:
+        #: Reads a placed message's record back from the journal (set by the journal).
+        self.read: Reader | None = None
         self._reset()
 
     def _reset(self) -> None:
@@ -130,6 +292,13 @@ class StoreState:
         self._bindings: dict[_BindingKey, QueueBind] = {}
         self._messages: dict[int, _Live] = {}
         self._queue_messages: dict[_Key, dict[int, None]] = {}
+        # placed single-queue messages (most of a backlog), see _Index
+        self._index = _Index()
+        self._indexed: dict[_Key, int] = {}  # live indexed messages per queue
+        self._qkeys: list[_Key] = []
+        self._qindex: dict[_Key, int] = {}
+        self._seq = 0
+        self._pinned = False  # a compaction walks the index: its entries stay in place
         self._streams: dict[_Key, StoredStream] = {}
         #: Exchange peering's receive marks, the latest per (vhost, exchange).
         self.peering: dict[_Key, PeeringMarks] = {}
@@ -186,6 +355,7 @@ class StoreState:
         self._purge(key)
         del self._queues[key]
         del self._queue_messages[key]
+        self._indexed.pop(key, None)
         self._streams.pop(key, None)
         for bkey in [k for k in self._bindings if k[0] == r.vhost and k[2] == r.name]:
             del self._bindings[bkey]
@@ -202,6 +372,13 @@ class StoreState:
         for journal_id in ids:
             self._leave(self._messages[journal_id], journal_id, key[1])
         ids.clear()
+        qi = self._qindex.get(key)
+        if qi is not None and self._indexed.get(key):
+            index = self._index
+            flags = index.flags
+            for i, q in enumerate(index.qs):
+                if q == qi and not flags[i] & _DEAD:
+                    self._kill(i)
 
     def _binding_key(self, r: QueueBind | QueueUnbind) -> _BindingKey:
         return (r.vhost, r.exchange, r.queue, r.key, _freeze(r.arguments))
@@ -221,33 +398,65 @@ class StoreState:
     def _message_enqueue(self, r: MessageEnqueue) -> None:
         if r.id > self.last_journal_id:
             self.last_journal_id = r.id
-        if r.id in self._messages:
+        if r.id in self._messages or (self._index.ids and self._index.find(r.id) >= 0):
             return
         queues = [q for q in r.queues if (r.vhost, q) in self._queues]
         if not queues:
             return
-        self._messages[r.id] = _Live(r, dict.fromkeys(queues, False))
+        self._seq += 1
+        self._messages[r.id] = _Live(r, queues, self._seq)
         for q in queues:
             self._queue_messages[(r.vhost, q)][r.id] = None
         self.message_bytes += len(r.body)
 
     def _message_delivered(self, r: MessageDelivered) -> None:
         live = self._messages.get(r.id)
-        if live is not None and r.queue in live.queues:
-            live.queues[r.queue] = True
+        if live is not None:
+            live.flag(r.queue)
+            return
+        i = self._index_of(r.id, r.queue)
+        if i >= 0:
+            self._index.flags[i] |= _DELIVERED
 
     def _message_ack(self, r: MessageAck) -> None:
         live = self._messages.get(r.id)
-        if live is not None and r.queue in live.queues:
-            del self._queue_messages[(live.record.vhost, r.queue)][r.id]
-            self._leave(live, r.id, r.queue)
+        if live is not None:
+            if live.holds(r.queue):
+                del self._queue_messages[(live.vhost, r.queue)][r.id]
+                self._leave(live, r.id, r.queue)
+            return
+        i = self._index_of(r.id, r.queue)
+        if i >= 0:
+            self._kill(i)
+            index = self._index
+            if index.dead > SQUEEZE_AFTER and index.dead * 2 > len(index.ids) and not self._pinned:
+                index.squeeze()
+
+    def _index_of(self, journal_id: int, queue: str) -> int:
+        """The index entry of live message ``journal_id`` held by ``queue``, or -1."""
+        index = self._index
+        if not index.ids:
+            return -1
+        i = index.find(journal_id)
+        if i >= 0 and self._qkeys[index.qs[i]][1] == queue:
+            return i
+        return -1
+
+    def _kill(self, i: int) -> None:
+        """An indexed message left its queue: it is gone."""
+        index = self._index
+        index.flags[i] |= _DEAD
+        index.dead += 1
+        self.message_bytes -= index.sizes[i]
+        self._indexed[self._qkeys[index.qs[i]]] -= 1
+        if index.pks:
+            index.pks.pop(index.ids[i], None)
 
     def _leave(self, live: _Live, journal_id: int, queue: str) -> None:
         """Take a message off one queue (its per-queue index is the caller's job)."""
-        del live.queues[queue]
-        if not live.queues:
+        if live.drop(queue):
             del self._messages[journal_id]
-            self.message_bytes -= len(live.record.body)
+            self.message_bytes -= live.size
 
     def _stream_append(self, r: StreamAppend) -> None:
         stream = self._streams.get((r.vhost, r.queue))
@@ -309,10 +518,126 @@ class StoreState:
         never stored, or the broker says it is gone; see ``Journal.compact``)."""
         live = self._messages.get(journal_id)
         if live is None:
+            i = self._index.find(journal_id) if self._index.ids else -1
+            if i >= 0:
+                self._kill(i)
             return
-        for q in list(live.queues):
-            del self._queue_messages[(live.record.vhost, q)][journal_id]
+        for q in live.names():
+            del self._queue_messages[(live.vhost, q)][journal_id]
             self._leave(live, journal_id, q)
+
+    # --- where the journal holds the messages ------------------------------------------
+
+    def place(self, record: MessageEnqueue, location: int) -> bool:
+        """The journal wrote ``record`` at ``location``: forget the record (the body is
+        read back from there), unless it is no longer the live message's (acked, or
+        a second enqueue of its id) or a restart needs more of it (expiration,
+        group). True when placed."""
+        live = self._messages.get(record.id)
+        if live is None or live.record is not record:
+            return False
+        props = record.props
+        if props and any(k in props for k in _KEPT_PROPS):
+            return False
+        live.record = None
+        live.loc = location
+        index = self._index
+        q = live.q
+        if (
+            isinstance(q, str)
+            and (not index.ids or (record.id > index.ids[-1] and live.seq > index.seqs[-1]))
+            and record.id < 1 << 63
+        ):
+            self._to_index(record.id, live, q)
+        return True
+
+    def _to_index(self, journal_id: int, live: _Live, queue: str) -> None:
+        key = (live.vhost, queue)
+        qi = self._qindex.get(key)
+        if qi is None:
+            qi = self._qindex[key] = len(self._qkeys)
+            self._qkeys.append(key)
+        del self._messages[journal_id]
+        del self._queue_messages[key][journal_id]
+        index = self._index
+        index.ids.append(journal_id)
+        index.seqs.append(live.seq)
+        index.locs.append(live.loc)
+        index.sizes.append(live.size)
+        index.ats.append(live.at)
+        index.qs.append(qi)
+        index.flags.append(0)
+        if live.pk:
+            index.pks[journal_id] = live.pk
+        self._indexed[key] = self._indexed.get(key, 0) + 1
+
+    def _entries(self) -> Iterator[tuple[int, _Live]]:
+        """Every live message in enqueue order: (journal id, its entry), the indexed
+        ones as views made on the fly."""
+        index = self._index
+        if not index.live():
+            yield from self._messages.items()
+            return
+        qkeys, pks = self._qkeys, index.pks
+        view = _Live.view
+
+        def indexed() -> Iterator[tuple[int, _Live]]:
+            flags = index.flags
+            for i, journal_id in enumerate(index.ids):
+                f = flags[i]
+                if f & _DEAD:
+                    continue
+                vhost, queue = qkeys[index.qs[i]]
+                yield (
+                    journal_id,
+                    view(
+                        index.seqs[i],
+                        vhost,
+                        queue,
+                        bool(f & _DELIVERED),
+                        index.locs[i],
+                        index.sizes[i],
+                        index.ats[i],
+                        pks.get(journal_id, ""),
+                    ),
+                )
+
+        yield from heapq.merge(self._messages.items(), indexed(), key=lambda e: e[1].seq)
+
+    def relocate(self, moves: list[tuple[int, MessageEnqueue | int, int]]) -> None:
+        """Compaction rewrote messages: ``(journal_id, was, location)``, ``was`` being
+        the location the message had (or its record, when it had none)."""
+        messages = self._messages
+        index = self._index
+        for journal_id, was, location in moves:
+            live = messages.get(journal_id)
+            if live is None:
+                i = index.find(journal_id) if index.ids and type(was) is int else -1
+                if i >= 0 and index.locs[i] == was:
+                    index.locs[i] = location
+                continue
+            if type(was) is int:
+                if live.record is None and live.loc == was:
+                    live.loc = location
+            elif live.record is was:
+                self.place(was, location)
+
+    def located(self, journal_id: int) -> MessageEnqueue | int | None:
+        """A live message's record when in memory, else its journal location; None
+        when the message is not live."""
+        live = self._messages.get(journal_id)
+        if live is None:
+            i = self._index.find(journal_id) if self._index.ids else -1
+            return self._index.locs[i] if i >= 0 else None
+        return live.record if live.record is not None else live.loc
+
+    def _record(self, live: _Live) -> MessageEnqueue:
+        """The message's record as enqueued (read back when placed)."""
+        if live.record is not None:
+            return live.record
+        if self.read is None:
+            raise RuntimeError("a placed message needs the journal's reader")
+        return self.read(live.loc)
 
     # --- snapshots -------------------------------------------------------------------
 
@@ -326,13 +651,98 @@ class StoreState:
         out.extend(self._exchanges.values())
         out.extend(self._queues.values())
         out.extend(self._bindings.values())
-        for journal_id, live in self._messages.items():
-            out.append(_current(live))
+        for journal_id, live in self._entries():
+            out.append(_current(self._record(live), live))
             out.extend(
                 MessageDelivered(id=journal_id, queue=q)
-                for q, delivered in live.queues.items()
+                for q, delivered in live.items()
                 if delivered
             )
+        self._tail(out)
+        return out
+
+    def snapshot_refs(self) -> list[Record | MessageRef]:
+        """:meth:`snapshot` without reading anything back: each live message is one
+        :class:`MessageRef` (its delivered flags in it) instead of its records.
+        Compaction resolves them outside the journal's lock; a restart queues them
+        by journal id, their bodies left in the journal (:meth:`iter_refs`)."""
+        return list(self.iter_refs())
+
+    def iter_refs(self) -> Iterator[Record | MessageRef]:
+        """:meth:`snapshot_refs` one item at a time (a restart's recovery: a million
+        refs never exist at once). Do not change the state meanwhile."""
+        yield SnapshotBegin(last_journal_id=self.last_journal_id)
+        yield from self._exchanges.values()
+        yield from self._queues.values()
+        yield from self._bindings.values()
+        for journal_id, live in self._entries():
+            queues = live.items()
+            yield (
+                MessageRef(
+                    id=journal_id,
+                    vhost=live.vhost,
+                    queues=tuple(q for q, _ in queues),
+                    delivered=tuple(q for q, d in queues if d),
+                    location=live.loc,
+                    size=live.size,
+                    enqueued_at=live.at,
+                    publish_key=live.pk,
+                    record=live.record,
+                )
+            )
+        tail: list[Record] = []
+        self._tail(tail)
+        yield from tail
+
+    def compaction_parts(
+        self,
+    ) -> tuple[list[Record], list[tuple[int, MessageRef]], list[Record], _Index, int]:
+        """What compaction writes, without a ref per indexed message: the records
+        before the messages, the messages held as objects (with their enqueue order),
+        the records after, and the index with how many of its entries to walk (in
+        enqueue order, skipping the dead). The index is pinned (its entries keep
+        their places) until :meth:`unpin`; a message acked meanwhile may be left out
+        of the snapshot (its ack follows the snapshot in the journal anyway)."""
+        head: list[Record] = [SnapshotBegin(last_journal_id=self.last_journal_id)]
+        head.extend(self._exchanges.values())
+        head.extend(self._queues.values())
+        head.extend(self._bindings.values())
+        objects = []
+        for journal_id, live in self._messages.items():
+            queues = live.items()
+            ref = MessageRef(
+                id=journal_id,
+                vhost=live.vhost,
+                queues=tuple(q for q, _ in queues),
+                delivered=tuple(q for q, d in queues if d),
+                location=live.loc,
+                size=live.size,
+                enqueued_at=live.at,
+                publish_key=live.pk,
+                record=live.record,
+            )
+            objects.append((live.seq, ref))
+        tail: list[Record] = []
+        self._tail(tail)
+        self._pinned = True
+        return head, objects, tail, self._index, len(self._index.ids)
+
+    def unpin(self) -> None:
+        self._pinned = False
+
+    def queue_of(self, index: _Index, i: int) -> str:
+        """The queue name of index entry ``i``."""
+        return self._qkeys[index.qs[i]][1]
+
+    def relocate_index(self, index: _Index, locations: array[int]) -> None:
+        """Compaction rewrote the first ``len(locations)`` index entries (the dead ones
+        keep what they had); a snapshot received meanwhile made a new index: then
+        there is nothing to move."""
+        if index is self._index:
+            index.locs[: len(locations)] = locations
+
+    def _tail(self, out: list[Record]) -> None:
+        """The snapshot after the messages: streams, peering, ``snapshot.end``."""
         for key in self._queues:  # queue order: a snapshot's snapshot is identical
             stream = self._streams.get(key)
             if stream is None:
@@ -351,7 +761,6 @@ class StoreState:
             out.extend(kept.values())
         if not self.snapshot_open:  # mid-way through a snapshot stays mid-way
             out.append(SnapshotEnd())
-        return out
 
     # --- reading ---------------------------------------------------------------------
 
@@ -368,17 +777,17 @@ class StoreState:
 
     def messages(self, vhost: str, queue: str) -> list[StoredMessage]:
         """The live messages of a queue in enqueue order; [] for an unknown queue."""
-        ids = self._queue_messages.get((vhost, queue), {})
         out = []
-        for journal_id in ids:
-            live = self._messages[journal_id]
-            out.append(StoredMessage(live.record, live.queues[queue]))
+        for _, live in self._entries():
+            if live.vhost == vhost and live.holds(queue):
+                out.append(StoredMessage(self._record(live), dict(live.items())[queue]))
         return out
 
     def message_counts(self) -> dict[tuple[str, str], int]:
         """Live persistent messages per durable queue (stored messages per stream),
         keyed by (vhost, queue)."""
-        counts = {key: len(ids) for key, ids in self._queue_messages.items()}
+        indexed = self._indexed
+        counts = {key: len(ids) + indexed.get(key, 0) for key, ids in self._queue_messages.items()}
         for key, stream in self._streams.items():
             counts[key] = len(stream.messages)
         return counts
@@ -398,21 +807,26 @@ class StoreState:
     @property
     def live_messages(self) -> int:
         """Live messages (a message on several queues counts once)."""
-        return len(self._messages)
+        return len(self._messages) + self._index.live()
 
     def live_journal_ids(self) -> list[int]:
-        return list(self._messages)
+        return [journal_id for journal_id, _ in self._entries()]
 
     def _canonical(self) -> tuple[Any, ...]:
+        entries = list(self._entries())
+        per_queue: dict[_Key, list[int]] = {key: [] for key in self._queue_messages}
+        for journal_id, live in entries:
+            for q in live.names():
+                per_queue[(live.vhost, q)].append(journal_id)
         return (
             self._exchanges,
             self._queues,
             set(self._bindings),
             [
-                (journal_id, _current(live), live.queues)
-                for journal_id, live in self._messages.items()
+                (journal_id, live.vhost, live.size, live.at, live.pk, live.items())
+                for journal_id, live in entries
             ],
-            {key: list(ids) for key, ids in self._queue_messages.items()},
+            per_queue,
             self.last_journal_id,
             self.snapshot_open,
             self.message_bytes,
@@ -423,22 +837,30 @@ class StoreState:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, StoreState):
             return NotImplemented
-        return self._canonical() == other._canonical()
+        if self._canonical() != other._canonical():
+            return False
+        theirs = dict(other._entries())
+        return all(  # the records themselves, where both hold them (or can read them)
+            _current(self._record(live), live) == _current(other._record(theirs[i]), live)
+            for i, live in self._entries()
+            if (live.record is not None or self.read is not None)
+            and (theirs[i].record is not None or other.read is not None)
+        )
 
     def __repr__(self) -> str:
         return (
             f"StoreState(exchanges={len(self._exchanges)}, queues={len(self._queues)}, "
-            f"bindings={len(self._bindings)}, messages={len(self._messages)}, "
+            f"bindings={len(self._bindings)}, messages={self.live_messages}, "
             f"last_journal_id={self.last_journal_id})"
         )
 
 
-def _current(live: _Live) -> MessageEnqueue:
+def _current(record: MessageEnqueue, live: _Live) -> MessageEnqueue:
     """The message's record naming only the queues that still hold it."""
-    queues = tuple(live.queues)
-    if queues == live.record.queues:
-        return live.record
-    return dataclasses.replace(live.record, queues=queues)
+    queues = live.names()
+    if queues == record.queues:
+        return record
+    return dataclasses.replace(record, queues=queues)
 
 
 _HANDLERS: dict[type[Record], Any] = {

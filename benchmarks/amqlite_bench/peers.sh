@@ -25,7 +25,8 @@
 #             (PEERS_EPMD_PORT); no plugins (so no management port). Never 5672.
 #   NATS      127.0.0.1:4232 (PEERS_NATS_PORT), JetStream on, store in the
 #             state dir; no monitoring or cluster port.
-# State: PEERS_DIR (default ${TMPDIR:-/tmp}/amqlite-peers-$UID), wiped at start.
+# State: PEERS_DIR (default ${TMPDIR:-/tmp}/amqlite-peers-$UID), wiped at start
+# (RabbitMQ's is kept when PEERS_KEEP_STATE=1: a restart after kill -9).
 set -euo pipefail
 
 PEERS_DIR="${PEERS_DIR:-${TMPDIR:-/tmp}/amqlite-peers-$(id -u)}"
@@ -147,13 +148,17 @@ start_rabbitmq() {
   dir="$(dir_of rabbitmq)"
   refuse_taken_port rabbitmq "$RABBITMQ_PORT"
   refuse_taken_port "rabbitmq (distribution)" "$RABBITMQ_DIST"
-  rm -rf "$dir"
-  mkdir -p "$dir/mnesia" "$dir/log" "$dir/home"
-  : >"$dir/enabled_plugins.tmp"
-  echo "[]." >"$dir/enabled_plugins"
-  # a private cookie and a private epmd: nothing is shared with a system node
-  head -c 20 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/home/.erlang.cookie"
-  chmod 400 "$dir/home/.erlang.cookie"
+  if [ "${PEERS_KEEP_STATE:-0}" = 1 ] && [ -d "$dir/mnesia" ]; then
+    : # a restart over the last run's state (benchmarks/backlog.py: kill -9, restart)
+  else
+    rm -rf "$dir"
+    mkdir -p "$dir/mnesia" "$dir/log" "$dir/home"
+    : >"$dir/enabled_plugins.tmp"
+    echo "[]." >"$dir/enabled_plugins"
+    # a private cookie and a private epmd: nothing is shared with a system node
+    head -c 20 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/home/.erlang.cookie"
+    chmod 400 "$dir/home/.erlang.cookie"
+  fi
   cat >"$dir/rabbitmq.conf" <<EOF
 listeners.tcp.default = 127.0.0.1:$RABBITMQ_PORT
 loopback_users.guest = true
