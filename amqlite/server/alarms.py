@@ -20,8 +20,11 @@ silence we cause. Writing goes on (deliveries,
 confirms, heartbeats). When the alarm clears the gate opens, the connection is told
 (``unblocked``) and the reader reads again. Nothing already read is dropped.
 
-Transient bodies are not paged to disk: blocking is the only defence (README,
-"Guarantees and limits").
+Before that, paging (``PAGING_FRACTION`` below, docs/storage.md "Backlogs on
+disk"): from 90% of the watermark the queues' messages past their first few wait on
+disk (transient bodies in the page file, persistent ones in the journal), and a
+sample over the watermark pages first and measures again; publishers are blocked
+only when memory is still over.
 """
 
 from __future__ import annotations

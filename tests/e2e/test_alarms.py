@@ -68,7 +68,13 @@ async def test_a_flood_blocks_the_publisher_within_the_watermark(tmp_path: Path)
                 nursery.start_soon(sample)
                 blocked, unblocked, done = trio.Event(), trio.Event(), trio.Event()
                 pub.on_blocked = lambda reason: blocked.set()
-                pub.on_unblocked = unblocked.set
+                sent_at_unblock: list[int] = []
+
+                def on_unblocked() -> None:
+                    sent_at_unblock.append(sent)
+                    unblocked.set()
+
+                pub.on_unblocked = on_unblocked
                 await pub.declare_queue("flood")
                 sent = 0
 
@@ -84,12 +90,19 @@ async def test_a_flood_blocks_the_publisher_within_the_watermark(tmp_path: Path)
 
                 nursery.start_soon(flood)
                 await blocked.wait()
+                held = sent
                 assert pub.blocked_reason == "low on memory"
                 assert not sub.blocked
+                # the broker pages the queue's transient bodies out, which may clear
+                # the alarm soon (docs/storage.md, "Backlogs on disk"); until it does,
+                # the publisher waits: it makes no publish while blocked (one may have
+                # been on its way when ``held`` was read)
                 with trio.move_on_after(1.0):  # time for a flood past the mark, if any
-                    await done.wait()
-                assert not done.is_set()  # the publisher waits while blocked
-                held = sent
+                    await unblocked.wait()
+                if unblocked.is_set():
+                    assert sent_at_unblock[0] - held <= 1
+                else:
+                    assert not done.is_set()
                 flood_peak = peak
                 assert held >= 5_000  # the broker took a real flood before it blocked
 
