@@ -2,8 +2,10 @@
 (the broker core's :class:`~amqlite.broker.backlog.Pager`; docs/storage.md,
 "Backlogs on disk").
 
-Append-only segment files ``page-<n>.bin`` in ``<data dir>/page/`` (a private
-temporary directory for a node without a data dir), each message one frame: a
+Append-only segment files ``page-<n>.bin`` in ``<data dir>/page/`` (for a node
+without a data dir, files in the system's temporary directory that are unlinked as
+soon as they are made, so that nothing is left behind even by a ``kill -9``), each
+message one frame: a
 4-byte length, a 4-byte CRC-32, then the CBOR list ``[exchange, routing key, body,
 headers, properties, deaths, publish key, journal id, mesh]``. A reference is
 ``segment << 36 | offset``. A message is read once (then it is back in memory) or
@@ -80,14 +82,12 @@ class PageFile:
     """Transient messages on disk; see the module docstring."""
 
     def __init__(self, data_dir: str | None) -> None:
-        if data_dir is None:
-            self.directory = tempfile.mkdtemp(prefix="amqlite-page-")
-            self._owned = True
-        else:
+        #: None: unnamed files in the system's temporary directory (no data dir)
+        self.directory: str | None = None
+        if data_dir is not None:
             self.directory = os.path.join(data_dir, PAGE_DIR)
             shutil.rmtree(self.directory, ignore_errors=True)  # last run's: transient
             make_private_dirs(self.directory)
-            self._owned = False
         self._fds: dict[int, int] = {}
         self._live: dict[int, int] = {}  # segment -> messages still in it
         self._seq = 0
@@ -99,12 +99,19 @@ class PageFile:
         self.paged = 0  # messages ever paged out
 
     def _path(self, seq: int) -> str:
+        if self.directory is None:
+            return f"page segment {seq} (an unnamed file in {tempfile.gettempdir()})"
         return os.path.join(self.directory, f"page-{seq:08d}.bin")
 
     def _start_segment(self) -> None:
         self._flush()
         self._seq += 1
-        self._fds[self._seq] = open_private(self._path(self._seq), os.O_RDWR | os.O_TRUNC)
+        if self.directory is None:
+            fd, path = tempfile.mkstemp(prefix="amqlite-page-", suffix=".bin")
+            os.unlink(path)  # it lives as long as the descriptor: gone with the process
+        else:
+            fd = open_private(self._path(self._seq), os.O_RDWR | os.O_TRUNC)
+        self._fds[self._seq] = fd
         self._live[self._seq] = 0
         self._size = self._written = 0
 
@@ -165,7 +172,8 @@ class PageFile:
         if not self._live[seq]:
             del self._live[seq]
             os.close(self._fds.pop(seq))
-            os.unlink(self._path(seq))
+            if self.directory is not None:
+                os.unlink(self._path(seq))
             if seq == self._seq:  # the next write starts a new segment
                 self._buffer = bytearray()
                 self._seq_done()
@@ -188,9 +196,7 @@ class PageFile:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
-        if self._owned:
-            shutil.rmtree(self.directory, ignore_errors=True)
-        else:
+        if self.directory is not None:
             for seq in list(self._live):
                 with contextlib.suppress(OSError):
                     os.unlink(self._path(seq))

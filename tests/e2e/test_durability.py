@@ -107,6 +107,7 @@ async def load_until_killed(
         await killed.wait()
         await kill9(server)
 
+    errors: list[BaseException] = []
     with trio.move_on_after(30):  # a broker that never confirms fails below
         try:
             async with trio.open_nursery() as nursery:
@@ -116,11 +117,28 @@ async def load_until_killed(
                     async with amqlite.connect(f"127.0.0.1:{server.port}") as reader:
                         nursery.start_soon(consumer, reader)
                         await publisher(conn)
-        except* (AmqliteError, trio.BrokenResourceError, OSError):
-            pass
+        except* (AmqliteError, trio.BrokenResourceError, OSError) as group:
+            errors.extend(group.exceptions)
     if server.proc.returncode is None:
         await kill9(server)
-        pytest.fail("the broker was still confirming after 30 s: the kill never came")
+        # what the broker said, to tell a stall from an error (its stderr is only read
+        # up to server_listening while it runs)
+        tail = await _rest_of_log(server)
+        pytest.fail(
+            f"the kill never came: {len(ledger.confirmed)} confirmed of {ledger.published} "
+            f"published, waiting for {kill_after}; client errors {errors!r}; "
+            f"the broker's last log lines: {tail}"
+        )
+
+
+async def _rest_of_log(server: ServerProcess) -> list[str]:
+    """The last lines the (dead) broker wrote to stderr."""
+    assert server.proc.stderr is not None
+    data = bytes(server._buffer)
+    with trio.move_on_after(5):
+        while chunk := await server.proc.stderr.receive_some(65536):
+            data += chunk
+    return [line.decode(errors="replace")[:300] for line in data.splitlines()[-15:]]
 
 
 async def drain(server: ServerProcess) -> list[int]:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
+import pytest
 import trio
 
 import amqlite
@@ -113,3 +115,23 @@ async def test_transient_bodies_page_out_before_publishers_are_blocked() -> None
         memory.unpageable = 0
         await wait_for(lambda: not node.alarms.raised and not node.alarms.paging)
         assert pages.messages == 0 and pages.status()["segments"] == 0
+
+
+def test_without_a_data_dir_the_page_file_leaves_no_name_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An --in-memory node pages to unnamed files: a kill -9 leaves nothing in the
+    temporary directory (it used to leave a directory per start)."""
+    import tempfile
+
+    from amqlite.broker import Message
+    from amqlite.server.paging import PageFile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pages = PageFile(None)
+    assert list(tmp_path.iterdir()) == []  # nothing made before a page goes out
+    refs = pages.page_out([Message("", "q", b"x" * 100, {}, {"persistent": False})])
+    assert list(tmp_path.iterdir()) == []  # the segment has no name
+    [back] = pages.page_in(refs)
+    assert back.body == b"x" * 100
+    pages.close()
