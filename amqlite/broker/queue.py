@@ -289,22 +289,12 @@ class Queue:
             return
         recorder = self.recorder
         source = recorder.source if recorder is not None else None
-        ready = self.ready
         for message, expires, redelivered in backlog.pop(
             READ_AHEAD, source, self.vhost.paging.pager
         ):
             if GROUP_PROPERTY in message.properties and not self.grouped:
                 self._start_grouping()
-            if not ready:
-                self._sorted = True
-                self._earliest = INF
-            if expires != INF:
-                if expires < self._earliest:
-                    self._earliest = expires
-                if ready and expires < ready[-1][1]:
-                    self._sorted = False
-            ready.append((message, expires, redelivered))
-            self.ready_bytes += len(message.body)
+            self._append_ready(message, expires, redelivered)
         if not backlog:
             self.backlog = None
 
@@ -569,8 +559,12 @@ class Queue:
         """Append a journaled message as ready, as it was: no limits, no dispatch."""
         if GROUP_PROPERTY in message.properties and not self.grouped:
             self._start_grouping()
-        if self._to_backlog(message, expires, False):
-            return
+        if not self._to_backlog(message, expires, False):
+            self._append_ready(message, expires, False)
+
+    def _append_ready(self, message: Message, expires: float, redelivered: bool) -> None:
+        """Append to the ready head, keeping the expiry bookkeeping (``_earliest``,
+        ``_sorted``) true."""
         ready = self.ready
         if not ready:
             self._sorted = True
@@ -580,7 +574,7 @@ class Queue:
                 self._earliest = expires
             if ready and expires < ready[-1][1]:
                 self._sorted = False
-        ready.append((message, expires, False))
+        ready.append((message, expires, redelivered))
         self.ready_bytes += len(message.body)
 
     def _find(self, journal_id: int, start: int = 0) -> int:

@@ -223,85 +223,49 @@ def read_chunks(
     """:func:`read_range` in lists of up to ``CHUNK`` rows."""
     if start >= end:
         return
-    chunks: queue_mod.Queue[Any] = queue_mod.Queue(maxsize=8)
-    token: list[trio.lowlevel.TrioToken] = []
-    cancel: list[trio.CancelScope] = []
 
-    async def consume() -> None:
-        token.append(trio.lowlevel.current_trio_token())
-        with trio.CancelScope() as scope:
-            cancel.append(scope)
-            async with access._connect("amqlite-spark-read") as conn:
-                # acked consumer with credit: the broker pushes at most ``prefetch``
-                # ahead of what this task took, however slowly Spark pulls rows
-                prefetch = min(CHUNK * 2, end - start)
-                ack_every = max(1, prefetch // 4)
-                consumer = await conn.consume(queue, offset=start, prefetch=prefetch)
-                chunk: list[Row] = []
-                it = consumer.__aiter__()
-                taken = 0
-                while True:
-                    with trio.move_on_after(idle_timeout) as waited:
-                        try:
-                            d = await it.__anext__()
-                        except StopAsyncIteration:
-                            raise SparkSourceError(
-                                f"amqlite: the broker ended the read of stream {queue!r} "
-                                f"before offset {end - 1}"
-                            ) from None
-                    if waited.cancelled_caught:
+    async def produce(put: Any) -> None:
+        async with access._connect("amqlite-spark-read") as conn:
+            # acked consumer with credit: the broker pushes at most ``prefetch``
+            # ahead of what this task took, however slowly Spark pulls rows
+            prefetch = min(CHUNK * 2, end - start)
+            ack_every = max(1, prefetch // 4)
+            consumer = await conn.consume(queue, offset=start, prefetch=prefetch)
+            chunk: list[Row] = []
+            it = consumer.__aiter__()
+            taken = 0
+            while True:
+                with trio.move_on_after(idle_timeout) as waited:
+                    try:
+                        d = await it.__anext__()
+                    except StopAsyncIteration:
                         raise SparkSourceError(
-                            f"amqlite: stream {queue!r} sent nothing for {idle_timeout:g}s "
-                            f"while offsets up to {end - 1} were expected"
-                        )
-                    taken += 1
-                    if taken % ack_every == 0:
-                        await conn.ack(d.delivery_tag, multiple=True)
-                    offset = d.offset
-                    if offset is None or offset >= end:
-                        break
-                    chunk.append(
-                        delivery_row(
-                            offset, d.exchange, d.routing_key, d.headers, d.body, d.properties
-                        )
+                            f"amqlite: the broker ended the read of stream {queue!r} "
+                            f"before offset {end - 1}"
+                        ) from None
+                if waited.cancelled_caught:
+                    raise SparkSourceError(
+                        f"amqlite: stream {queue!r} sent nothing for {idle_timeout:g}s "
+                        f"while offsets up to {end - 1} were expected"
                     )
-                    if offset == end - 1:
-                        break
-                    if len(chunk) >= CHUNK:
-                        await trio.to_thread.run_sync(chunks.put, chunk, abandon_on_cancel=True)
-                        chunk = []
-                if chunk:
-                    await trio.to_thread.run_sync(chunks.put, chunk, abandon_on_cancel=True)
+                taken += 1
+                if taken % ack_every == 0:
+                    await conn.ack(d.delivery_tag, multiple=True)
+                offset = d.offset
+                if offset is None or offset >= end:
+                    break
+                chunk.append(
+                    delivery_row(offset, d.exchange, d.routing_key, d.headers, d.body, d.properties)
+                )
+                if offset == end - 1:
+                    break
+                if len(chunk) >= CHUNK:
+                    await put(chunk)
+                    chunk = []
+            if chunk:
+                await put(chunk)
 
-    def run() -> None:
-        try:
-            trio.run(consume)
-        except BaseException as exc:  # handed to the reading side
-            chunks.put(exc)
-        else:
-            chunks.put(_DONE)
-
-    thread = threading.Thread(target=run, name=f"amqlite-read-{queue}", daemon=True)
-    thread.start()
-    try:
-        while True:
-            item = chunks.get()
-            if item is _DONE:
-                return
-            if isinstance(item, SparkSourceError):
-                raise item
-            if isinstance(item, AmqliteError):
-                raise _unreachable(access, item) if _is_link_error(item) else item
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        if thread.is_alive() and token and cancel:
-            with contextlib.suppress(trio.RunFinishedError):
-                trio.from_thread.run_sync(cancel[0].cancel, trio_token=token[0])
-            while thread.is_alive():  # drain so a blocked put can finish
-                with contextlib.suppress(queue_mod.Empty):
-                    chunks.get(timeout=0.1)
+    yield from _pumped(access, queue, produce, what="read")
 
 
 #: ``fetch_range``: bytes per fetch (within the default 4 MiB frame) and fetches in flight
@@ -390,7 +354,9 @@ def fetch_range(
     yield from _pumped(access, queue, produce)
 
 
-def _pumped(access: ServerAccess, queue: str, produce: Any) -> Iterator[Any]:
+def _pumped(
+    access: ServerAccess, queue: str, produce: Any, *, what: str = "fetch"
+) -> Iterator[Any]:
     """Run ``produce(put)`` under its own ``trio.run`` in a helper thread and yield
     what it puts, in order (at most a few items ahead of the caller)."""
     items: queue_mod.Queue[Any] = queue_mod.Queue(maxsize=8)
@@ -414,7 +380,7 @@ def _pumped(access: ServerAccess, queue: str, produce: Any) -> Iterator[Any]:
         else:
             items.put(_DONE)
 
-    thread = threading.Thread(target=run, name=f"amqlite-fetch-{queue}", daemon=True)
+    thread = threading.Thread(target=run, name=f"amqlite-{what}-{queue}", daemon=True)
     thread.start()
     try:
         while True:
