@@ -99,6 +99,9 @@ async def _consumer(index: int, servers: str, ledger: GroupLedger) -> None:
             ledger.holds[group].append((index, seq, start, trio.current_time()))
 
 
+BARRIER = "groups.barrier"  # a queue of its own: the ledger's queue is left alone
+
+
 async def _run(servers: str, kill: Callable[[], Awaitable[None]], ledger: GroupLedger) -> None:
     published = trio.Event()
     async with trio.open_nursery() as nursery:
@@ -137,7 +140,12 @@ async def _run(servers: str, kill: Callable[[], Awaitable[None]], ledger: GroupL
             ledger.slow = True
             while len(ledger.slow_started) < CONSUMERS:  # noqa: ASYNC110
                 await trio.sleep(0.01)
-            await trio.sleep(0.3)  # the journal has the assignments on disk
+            # the journal has the assignments on disk: a persistent publish confirmed
+            # now follows a commit of every record appended before it (commits write
+            # in order), the group.owner records of the deliveries above included
+            async with amqlite.connect(servers) as barrier:
+                await barrier.declare_queue(BARRIER, durable=True)
+                await barrier.publish("", BARRIER, "after", persistent=True, confirm=True)
             await kill()
         with trio.fail_after(90):
             await published.wait()
