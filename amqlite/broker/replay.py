@@ -25,6 +25,7 @@ from amqlite.store.records import (
     MessageAck,
     MessageDelivered,
     MessageEnqueue,
+    MessageMarks,
     PeeringMarks,
     PeeringOut,
     PeeringOutAck,
@@ -93,6 +94,15 @@ class Replay:
             queue = host.queues.get(r.queue)
             if queue is not None and queue.remove(r.id):
                 return
+
+    def _message_marks(self, r: MessageMarks) -> None:
+        for host in self.broker.all_vhosts():
+            queue = host.queues.get(r.queue)
+            if queue is not None:
+                for journal_id in r.delivered:
+                    queue.mark_delivered(journal_id)
+                for journal_id in r.acked:
+                    queue.remove(journal_id)
 
     def _snapshot_begin(self, r: SnapshotBegin) -> None:
         for host in self.broker.all_vhosts():
@@ -265,6 +275,7 @@ def _clear_durable(host: VirtualHost) -> None:
 _EVERY_VHOST: dict[type[Record | MessageRef], Callable[[Replay, Any], None]] = {
     MessageDelivered: Replay._message_delivered,
     MessageAck: Replay._message_ack,
+    MessageMarks: Replay._message_marks,
     SnapshotBegin: Replay._snapshot_begin,
     SnapshotEnd: Replay._snapshot_end,
 }

@@ -142,6 +142,17 @@ class Session:
         (a ``publish.batch``: its publishes pass ``span=False``)."""
         self._start_span()
 
+    def journal_marks(self) -> tuple[int, int]:
+        """Journal the gathered delivery marks and acks now (``Recorder.gather_marks``),
+        as a request of their own; returns its span, ``(0, 0)`` when nothing was
+        gathered. A reply that vouches for acks (``tx.commit``) waits for it too."""
+        recorder = self._broker.recorder
+        if recorder is None:
+            return (0, 0)
+        recorder.start_span()
+        recorder.flush_marks(span=True)
+        return (recorder.span_first, recorder.span_last)
+
     @property
     def journal_span(self) -> tuple[int, int]:
         """The journal positions ``(first, last)`` the reply to the latest request

@@ -120,6 +120,11 @@ class BrokerNode:
         )
         if storage is not None and broker.recorder is not None:
             broker.recorder.source = storage.source
+            if not self.config.cluster.enabled:
+                # a standalone node gathers delivery marks and acks into one record
+                # per queue and commit (an HA pair's passive node must see each)
+                broker.recorder.gather_marks(storage.wake)
+                storage.before_commit = broker.recorder.flush_marks
         if self.pages is not None:
             broker.paging.pager = self.pages
         if self.config.server.trace:

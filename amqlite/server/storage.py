@@ -148,6 +148,9 @@ class NodeStorage:
         #: what queue backlogs read journaled messages through (the node gives it to
         #: every broker it makes)
         self.source = JournalSource(self)
+        #: called just before every commit (and the close): the broker's gathered
+        #: delivery marks and acks are appended then (``Recorder.flush_marks``)
+        self.before_commit: Callable[[], None] | None = None
 
     # --- opening -----------------------------------------------------------------------
 
@@ -237,6 +240,10 @@ class NodeStorage:
                     replica.offset_appended(record.vhost, record.queue, record.offset, position)
         self._dirty.set()
         return position
+
+    def wake(self) -> None:
+        """Something waits for the next commit (the committer runs soon)."""
+        self._dirty.set()
 
     def hold(self) -> None:
         """Open a turn whose records one commit writes whole (:meth:`Journal.hold`)."""
@@ -364,6 +371,8 @@ class NodeStorage:
             if interval:
                 await trio.sleep(interval)
             self._dirty = trio.Event()
+            if self.before_commit is not None:
+                self.before_commit()
             if not await self._commit(journal):
                 self._dirty.set()  # retry what was kept, after a pause
                 await trio.sleep(RETRY_INTERVAL)
@@ -451,6 +460,8 @@ class NodeStorage:
         journal = self.journal
         if journal is None or self._closed:
             return
+        if self.before_commit is not None:
+            self.before_commit()
         self._closed = True
         with trio.CancelScope(shield=True):
             try:

@@ -22,6 +22,7 @@ Types and fields (``docs/storage.md`` has the full table):
 ``message.enqueue``  id, vhost, queues, exchange, key, body, headers, props, at, deaths, pk
 ``message.delivered`` id, queue
 ``message.ack``      id, queue
+``message.marks``    queue, delivered, acked
 ``stream.append``    vhost, queue, offset, exchange, key, body, headers, props, at, pk
 ``stream.truncate``  vhost, queue, before
 ``stream.track``     vhost, queue, name, offset
@@ -183,6 +184,22 @@ class MessageAck:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class MessageMarks:
+    """Many ``message.delivered`` and ``message.ack`` of one queue in one record,
+    folded as those records would be, the delivered ones first. A standalone node
+    gathers the marks of its deliveries and acks between two commits and writes
+    them this way just before the commit (``docs/storage.md``, "Delivery marks and
+    acks"): one record per queue and commit instead of two per message. The
+    delivered mark of a message acked before the commit is left out (the ack says
+    more), so an id is never in both lists."""
+
+    TYPE: ClassVar[str] = "message.marks"
+    queue: str
+    delivered: tuple[int, ...] = ()
+    acked: tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class StreamAppend:
     """A message was appended to a stream queue at ``offset`` (every message a stream
     takes is stored, persistent or not; offsets count up from 0 per stream)."""
@@ -313,6 +330,7 @@ Record: TypeAlias = (
     | MessageEnqueue
     | MessageDelivered
     | MessageAck
+    | MessageMarks
     | StreamAppend
     | StreamTruncate
     | StreamTrack
@@ -335,6 +353,7 @@ RECORD_TYPES: tuple[type[Record], ...] = (
     MessageEnqueue,
     MessageDelivered,
     MessageAck,
+    MessageMarks,
     StreamAppend,
     StreamTruncate,
     StreamTrack,
@@ -373,6 +392,15 @@ def _number(v: Any) -> str | None:
 def _unsigned(v: Any) -> str | None:
     if type(v) is not int or not 0 <= v <= MAX_JOURNAL_ID:
         return "must be an integer in [0, 2**63)"
+    return None
+
+
+def _ids(v: Any) -> str | None:
+    if type(v) not in (list, tuple):
+        return "must be a list of journal ids"
+    for i in v:
+        if type(i) is not int or not 0 < i <= MAX_JOURNAL_ID:
+            return "must be a list of journal ids (integers in [1, 2**63))"
     return None
 
 
@@ -449,6 +477,7 @@ _CHECKS: dict[str, tuple[_Check, Callable[[Any], Any]]] = {
     "dict[str, Any]": (_arguments, _same),
     "tuple[str, ...]": (_queue_names, _as_tuple),
     "tuple[tuple[str, str], ...]": (_deaths, _as_pairs),
+    "tuple[int, ...]": (_ids, _as_tuple),
 }
 _BY_NAME: dict[str, tuple[_Check, Callable[[Any], Any]]] = {
     "headers": (_headers, _same),

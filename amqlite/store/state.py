@@ -44,6 +44,7 @@ from .records import (
     MessageAck,
     MessageDelivered,
     MessageEnqueue,
+    MessageMarks,
     PeeringMarks,
     PeeringOut,
     PeeringOutAck,
@@ -410,22 +411,35 @@ class StoreState:
         self.message_bytes += len(r.body)
 
     def _message_delivered(self, r: MessageDelivered) -> None:
-        live = self._messages.get(r.id)
+        self._delivered(r.id, r.queue)
+
+    def _message_ack(self, r: MessageAck) -> None:
+        self._acked(r.id, r.queue)
+
+    def _message_marks(self, r: MessageMarks) -> None:
+        queue = r.queue
+        for journal_id in r.delivered:
+            self._delivered(journal_id, queue)
+        for journal_id in r.acked:
+            self._acked(journal_id, queue)
+
+    def _delivered(self, journal_id: int, queue: str) -> None:
+        live = self._messages.get(journal_id)
         if live is not None:
-            live.flag(r.queue)
+            live.flag(queue)
             return
-        i = self._index_of(r.id, r.queue)
+        i = self._index_of(journal_id, queue)
         if i >= 0:
             self._index.flags[i] |= _DELIVERED
 
-    def _message_ack(self, r: MessageAck) -> None:
-        live = self._messages.get(r.id)
+    def _acked(self, journal_id: int, queue: str) -> None:
+        live = self._messages.get(journal_id)
         if live is not None:
-            if live.holds(r.queue):
-                del self._queue_messages[(live.vhost, r.queue)][r.id]
-                self._leave(live, r.id, r.queue)
+            if live.holds(queue):
+                del self._queue_messages[(live.vhost, queue)][journal_id]
+                self._leave(live, journal_id, queue)
             return
-        i = self._index_of(r.id, r.queue)
+        i = self._index_of(journal_id, queue)
         if i >= 0:
             self._kill(i)
             index = self._index
@@ -874,6 +888,7 @@ _HANDLERS: dict[type[Record], Any] = {
     MessageEnqueue: StoreState._message_enqueue,
     MessageDelivered: StoreState._message_delivered,
     MessageAck: StoreState._message_ack,
+    MessageMarks: StoreState._message_marks,
     StreamAppend: StoreState._stream_append,
     StreamTruncate: StoreState._stream_truncate,
     StreamTrack: StoreState._stream_track,

@@ -32,6 +32,7 @@ from amqlite.store.records import (
     MessageAck,
     MessageDelivered,
     MessageEnqueue,
+    MessageMarks,
     QueueBind,
     QueueDeclare,
     QueueDelete,
@@ -500,6 +501,100 @@ def folded_picture(records: list[Record]) -> dict[str, Any]:
 
 ReplayMatches.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
 test_replay_matches = ReplayMatches.TestCase
+
+
+class ReplayMatchesGathered(ReplayMatches):
+    """The same model with the recorder gathering delivery marks and acks, as a
+    standalone node's does (``Recorder.gather_marks``): whenever a commit has just
+    flushed them (``commit``), the records give exactly the picture single
+    ``message.delivered`` / ``message.ack`` records give, through the fold, the
+    snapshot and the replay alike. Between commits the journal may lag behind the
+    broker (the commit that would have carried the single records carries the marks)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wakes = 0
+        recorder = self.broker.recorder
+        assert recorder is not None
+        recorder.gather_marks(self._wake)
+        self.recorder = recorder
+
+    def _wake(self) -> None:
+        self.wakes += 1
+
+    @rule()
+    def commit(self) -> None:
+        waiting = self.recorder.marks_waiting
+        before = len(self.records)
+        self.recorder.flush_marks()
+        marks = [r for r in self.records[before:] if isinstance(r, MessageMarks)]
+        assert bool(marks) == waiting and len(marks) == len(self.records) - before
+        for r in marks:  # one per queue; a delivered id acked before the commit is left out
+            assert not set(r.delivered) & set(r.acked)
+        assert len({r.queue for r in marks}) == len(marks)
+        assert not any(isinstance(r, MessageDelivered | MessageAck) for r in self.records)
+
+    @precondition(lambda self: not self.recorder.marks_waiting)
+    @invariant()
+    def replay_gives_the_live_persistent_messages(self) -> None:
+        super().replay_gives_the_live_persistent_messages()
+
+    @precondition(lambda self: not self.recorder.marks_waiting)
+    @invariant()
+    def replaying_the_records_agrees_with_the_fold(self) -> None:
+        super().replaying_the_records_agrees_with_the_fold()
+
+
+ReplayMatchesGathered.TestCase.settings = settings(
+    max_examples=60, stateful_step_count=30, deadline=None
+)
+test_replay_matches_with_gathered_marks = ReplayMatchesGathered.TestCase
+
+
+def test_gathered_marks_leave_out_the_delivered_mark_of_an_acked_message() -> None:
+    records: list[Record] = []
+
+    def sink(record: Record) -> int:
+        records.append(record)
+        return len(records)
+
+    broker = Broker(record=sink)
+    wakes: list[None] = []
+    recorder = broker.recorder
+    assert recorder is not None
+    recorder.gather_marks(lambda: wakes.append(None))
+    s = broker.open_session()
+    s.declare_queue("q", durable=True)
+    s.declare_queue("r", durable=True)
+    for i in range(3):
+        s.publish(persistent("q", b"%d" % i), now=0)
+    s.publish(persistent("r", b"r"), now=0)
+    enqueued = [r.id for r in records if isinstance(r, MessageEnqueue)]
+    got = [s.get("q", now=0) for _ in range(3)]
+    s.get("r", now=0)
+    assert len(wakes) == 2  # once per queue with marks waiting, not once per mark
+    s.ack(got[0][0].dtag)  # type: ignore[index]
+    recorder.start_span()
+    written = len(records)
+    recorder.flush_marks()  # as the committer does: part of no request
+    assert (recorder.span_first, recorder.span_last) == (0, 0)
+    marks = {r.queue: r for r in records[written:] if isinstance(r, MessageMarks)}
+    assert marks == {
+        "q": MessageMarks(queue="q", delivered=(enqueued[1], enqueued[2]), acked=(enqueued[0],)),
+        "r": MessageMarks(queue="r", delivered=(enqueued[3],)),
+    }
+    assert not recorder.marks_waiting
+    recorder.flush_marks()
+    assert len(records) == written + 2  # nothing more to write
+    s.ack(got[1][0].dtag)  # type: ignore[index]
+    assert len(wakes) == 3
+    position_before = len(records)
+    recorder.start_span()
+    recorder.flush_marks(span=True)  # tx.commit: the reply vouches for the acks
+    assert records[position_before:] == [MessageMarks(queue="q", acked=(enqueued[1],))]
+    assert recorder.span_last == len(records)
+    back = restored(records)
+    assert live(back.vhost("/").queues["q"]) == [(enqueued[2], True)]  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("count", [0, 1, 50])

@@ -14,6 +14,7 @@ from amqlite.auth import AuthenticatedUser, Permissions
 from amqlite.broker import Broker
 from amqlite.server.amqp.channel import AmqpChannel
 from amqlite.server.dispatch import RequestDispatcher
+from amqlite.store.records import MessageEnqueue, MessageMarks
 
 
 class _Link:
@@ -80,5 +81,45 @@ def test_commit_ok_waits_for_every_persistent_publish_of_the_transaction() -> No
     assert not any(isinstance(x, m.TxCommitOk) for x in link.sent)  # not before the disk
     ((first, last, release),) = storage.waiters
     assert first <= written + 1 and last >= len(positions)  # every record it wrote
+    release(None)
+    assert isinstance(link.sent[-1], m.TxCommitOk)
+
+
+def test_commit_ok_waits_for_the_acks_of_the_transaction_when_marks_are_gathered() -> None:
+    """A standalone node gathers acks for its next commit (``Recorder.gather_marks``):
+    tx.commit appends them at once, and commit-ok waits for them."""
+    records: list[Any] = []
+
+    def sink(record: Any) -> int:
+        records.append(record)
+        return len(records)
+
+    broker = Broker(record=sink)
+    assert broker.recorder is not None
+    broker.recorder.gather_marks(lambda: None)
+    storage = _Storage()
+    node: Any = SimpleNamespace(storage=storage, peering=None)
+    session = broker.open_session("/")
+    user = AuthenticatedUser("guest", Permissions.full())
+    dispatcher = RequestDispatcher(session, user, "/", lambda: {})
+    link = _Link()
+    channel = AmqpChannel(node, link, 1, session, dispatcher)
+    channel.handle(m.QueueDeclare(queue="durable", durable=True), 0.0)
+    storage.waiters.pop()[2](None)
+    channel.publish(
+        m.BasicPublish(routing_key="durable"), BasicProperties(delivery_mode=2), b"p", 0.0
+    )
+    (enqueued,) = [r for r in records if isinstance(r, MessageEnqueue)]
+    got = session.get("durable", now=0.0)
+    assert got is not None
+    channel.handle(m.TxSelect(), 0.0)
+    channel.handle(m.BasicAck(delivery_tag=got[0].dtag), 0.0)
+    assert not any(isinstance(r, MessageMarks) for r in records)  # gathered, not written
+    channel.handle(m.TxCommit(), 0.0)
+
+    assert records[-1] == MessageMarks(queue="durable", acked=(enqueued.id,))
+    assert not any(isinstance(x, m.TxCommitOk) for x in link.sent)
+    ((first, last, release),) = storage.waiters
+    assert first <= len(records) <= last
     release(None)
     assert isinstance(link.sent[-1], m.TxCommitOk)

@@ -20,6 +20,7 @@ from amqlite.config import load_config
 from amqlite.errors import PublishNacked, ReplyCode
 from amqlite.server import BrokerNode
 from amqlite.store import StoreLocked
+from amqlite.store.journal import Journal
 from tests.store.support import TestLayer
 
 
@@ -49,6 +50,47 @@ async def running(
 
 def addr(node: BrokerNode) -> str:
     return f"127.0.0.1:{node.port}"
+
+
+async def test_gathered_marks_reach_the_disk_with_the_next_commit(tmp_path: Path) -> None:
+    """A standalone node gathers delivery marks and acks and has them appended just
+    before each commit (``Recorder.gather_marks``): they are in the files without a
+    close, so a ``kill -9`` after that commit loses neither."""
+    data = tmp_path / "data"
+    async with running(data) as node, amqlite.connect(addr(node)) as conn:
+        await conn.declare_queue("q", durable=True)
+        for i in range(3):
+            await conn.publish("", "q", f"p{i}", persistent=True, confirm=True)
+        acked = await conn.get("q")
+        assert acked is not None
+        await acked.ack()
+        held = await conn.get("q")  # delivered, never acked
+        assert held is not None
+        storage = node.storage
+        assert storage is not None and storage.journal is not None
+        recorder = node.broker.recorder
+        assert recorder is not None
+        journal = storage.journal
+        with trio.fail_after(10):  # the ack travels, then the committer runs
+            while (  # noqa: ASYNC110 (a bounded poll of node state)
+                recorder.marks_waiting
+                or journal.committed < journal.appended
+                or journal.stats().live_messages != 2
+            ):
+                await trio.sleep(0.005)
+        copy = tmp_path / "copy"  # the files as a kill -9 now would leave them
+        copy.mkdir()
+        for f in data.iterdir():
+            if f.name.endswith(".log"):
+                (copy / f.name).write_bytes(f.read_bytes())
+        assert any(copy.iterdir())
+    recovered = Journal(str(copy))
+    try:
+        state = recovered.recover().state
+        got = [(m.record.body, m.redelivered) for m in state.messages("/", "q")]
+    finally:
+        recovered.close()
+    assert got == [(b"p1", True), (b"p2", False)]
 
 
 async def test_durable_state_survives_a_restart(tmp_path: Path) -> None:

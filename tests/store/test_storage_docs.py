@@ -25,6 +25,7 @@ _TYPE_WORDS = {
     "dict[str, Any]": "map",
     "tuple[str, ...]": "list of text",
     "tuple[tuple[str, str], ...]": "list of [text, text]",
+    "tuple[int, ...]": "list of int",
 }
 
 

@@ -497,6 +497,11 @@ class AmqpChannel:
                         first = first or span_first
                         # -1 is ALL_APPENDED: everything appended so far
                         last = -1 if -1 in (span_last, last) else max(span_last, last)
+            if session is not None:  # the acks, when the node gathers them for later
+                span_first, span_last = session.journal_marks()
+                if span_last:
+                    first = first or span_first
+                    last = -1 if last == -1 else max(span_last, last)
         finally:
             self.transactional = True
         # commit-ok once everything the transaction wrote is durable
