@@ -6,8 +6,9 @@ every byte stream: the same events in the same order, the same error (code,
 channel, class and method) at the same point, and the same channel states after.
 Streams mix publishes of every body size (none, one frame, several frames) with
 other methods and channels, are cut into arbitrary chunks, and are sometimes
-corrupted. The send fast path for ``basic.deliver``
-(``AmqpConnection.send_deliver``) gives the bytes, or the error, that
+corrupted; the decoded ``basic.publish`` methods and property lists it keeps for
+the next publish that repeats them agree with fresh decodes. The send fast path
+for ``basic.deliver`` (``AmqpConnection.send_deliver``) gives the bytes, or the error, that
 ``send_content`` gives, in every channel state."""
 
 from __future__ import annotations
@@ -136,6 +137,19 @@ def test_the_fast_path_is_taken_for_a_usual_publish() -> None:
     assert event.body == b"hi"  # type: ignore[attr-defined]
 
 
+def test_a_repeated_publish_method_is_decoded_once_and_shared() -> None:
+    client, server = handshake()
+    open_channel(client, server)
+    method = m.BasicPublish(0, "amq.direct", "repeated-key", True, False)
+    props = BasicProperties(delivery_mode=2)
+    data = b"".join(client.send_content(1, method, props, b"%d" % i) for i in range(3))
+    got = events(server, data)
+    assert [e.body for e in got] == [b"0", b"1", b"2"]  # type: ignore[attr-defined]
+    assert all(e.method == method for e in got)  # type: ignore[attr-defined]
+    assert got[1].method is got[0].method and got[2].method is got[0].method  # type: ignore[attr-defined]
+    assert got[2].properties is got[0].properties  # type: ignore[attr-defined]
+
+
 def test_the_channel_table_leads_a_publish_back_to_open() -> None:
     assert amqp_connection._publish_keeps_the_channel_open()
 
@@ -231,3 +245,62 @@ def test_the_usual_properties_are_shared_values_with_the_general_encoding() -> N
     assert from_native({}, {"persistent": True, "type": "t"}) == BasicProperties(
         delivery_mode=2, type="t"
     )
+
+
+# --- the caches of decoded and mapped properties ---------------------------------------
+
+
+def _header(props: BasicProperties, size: int) -> bytes:
+    return amqp_properties.encode_header_payload(size, props)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(properties, st.integers(0, 2**40), st.booleans()), min_size=1, max_size=12),
+    st.integers(1, 4),
+)
+def test_cached_header_decodes_and_mappings_agree_with_the_general_ones(
+    items: list[tuple[BasicProperties, int, bool]], cache_size: int
+) -> None:
+    """Decoding a header payload and mapping its properties to the native form give
+    what the general paths give, whether the property list was seen before or not,
+    with the caches filling up and starting again (a tiny size here), and in any
+    order; a caller may change the dicts it gets without changing what the next
+    caller gets."""
+    from amqlite.amqp import mapping
+
+    with (
+        mock.patch.object(amqp_properties, "_DECODED", {}),
+        mock.patch.object(amqp_properties, "_CACHED", cache_size),
+        mock.patch.object(mapping, "_MAPPED", {}),
+        mock.patch.object(mapping, "_MAPPED_MAX", cache_size),
+    ):
+        for props, size, again in items * 2:
+            payload = _header(props, size)
+            expect = amqp_properties._decode_header_payload(payload)
+            got = amqp_properties.decode_header_payload(payload)
+            assert got == expect
+            try:
+                native = mapping._to_native(expect[2], 1)
+            except AmqpError as exc:
+                with_cache: Any = None
+                try:
+                    mapping.to_native(got[2], channel=1)
+                except AmqpError as again_exc:
+                    with_cache = again_exc
+                assert with_cache is not None and str(with_cache) == str(exc)
+                continue
+            headers, mapped = mapping.to_native(got[2], channel=1)
+            assert (headers, mapped) == native
+            if again:  # the caller scribbles on what it got
+                headers["scribbled"] = 1
+                mapped["scribbled"] = 2
+                assert mapping.to_native(got[2], channel=1) == native
+
+
+def test_a_repeated_property_list_is_decoded_once_and_shared() -> None:
+    props = BasicProperties(content_type="application/json", delivery_mode=2, headers={"k": 1})
+    first = amqp_properties.decode_header_payload(_header(props, 10))
+    second = amqp_properties.decode_header_payload(_header(props, 20))
+    assert (first[1], second[1]) == (10, 20)
+    assert first[2] == props and second[2] is first[2]  # decoded once, shared
