@@ -120,11 +120,11 @@ class BrokerNode:
         )
         if storage is not None and broker.recorder is not None:
             broker.recorder.source = storage.source
-            if not self.config.cluster.enabled:
-                # a standalone node gathers delivery marks and acks into one record
-                # per queue and commit (an HA pair's passive node must see each)
-                broker.recorder.gather_marks(storage.wake)
-                storage.before_commit = broker.recorder.flush_marks
+            # delivery marks and acks go to the journal as one record per queue and
+            # commit; on an HA pair the acks only (the passive node must learn of
+            # each delivery at once: docs/storage.md, "Delivery marks and acks")
+            broker.recorder.gather_marks(storage.wake, delivered=not self.config.cluster.enabled)
+            storage.before_commit = broker.recorder.flush_marks
         if self.pages is not None:
             broker.paging.pager = self.pages
         if self.config.server.trace:
