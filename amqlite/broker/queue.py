@@ -587,6 +587,9 @@ class Queue:
         ready = self.ready
         if start >= len(ready):
             start = 0
+        elif ready[start][0].journal_id == journal_id:
+            return start  # the usual case: an index hops over the deque's blocks, islice
+            # walks every entry before ``start`` (as deep as the consumers' prefetch)
         for i, entry in enumerate(itertools.islice(ready, start, None), start):
             if entry[0].journal_id == journal_id:
                 return i
