@@ -14,10 +14,10 @@ the journal's contract (``docs/storage.md``, "The fold and the caller's contract
 - ``message.delivered`` the first time a recorded message is handed out from a
   queue, ``message.ack`` when it leaves that queue for good (acked, rejected,
   expired, dropped, dead-lettered, purged; a no-ack delivery is an ack at once).
-  With :meth:`Recorder.gather_marks` (a standalone node; the acks only on an HA
-  pair) these are gathered instead and written as one ``message.marks`` per queue
-  when the shell calls :meth:`Recorder.flush_marks`, just before each commit: the
-  commit that would have carried them carries them, at a fraction of the cost.
+  With :meth:`Recorder.gather_marks` (a standalone node) these two are gathered
+  instead and written as one ``message.marks`` per queue when the shell calls
+  :meth:`Recorder.flush_marks`, just before each commit: the commit that would
+  have carried them carries them, at a fraction of the cost.
 
 While ``paused`` (the broker is applying records: a restart's recovery or a
 passive HA node following its master) nothing is recorded.
@@ -81,7 +81,6 @@ class Recorder:
     """
 
     __slots__ = (
-        "_gather_delivered",
         "_marks",
         "_wake",
         "last_journal_id",
@@ -106,9 +105,8 @@ class Recorder:
         #: gathered marks per queue: (delivered ids, acked ids); None: recorded at once
         self._marks: dict[str, tuple[dict[int, None], list[int]]] | None = None
         self._wake: Callable[[], None] = _nothing
-        self._gather_delivered = True
 
-    def gather_marks(self, wake: Callable[[], None], *, delivered: bool = True) -> None:
+    def gather_marks(self, wake: Callable[[], None]) -> None:
         """Gather delivery marks and acks for :meth:`flush_marks` instead of
         recording each at once; ``wake`` is called when a first mark waits (the
         shell's committer then runs soon and flushes them before it commits).
@@ -117,16 +115,11 @@ class Recorder:
         third of a persistent message's journal work; gathered, a commit writes one
         ``message.marks`` per queue, and a message delivered and acked between two
         commits costs one id in a list. What is durable when is unchanged: the marks
-        reach the journal before the commit that would have carried them.
-
-        ``delivered=False`` (an HA pair) gathers the acks only: a passive node must
-        learn of a delivery at once, so that after a failover a message handed out
-        before it comes back flagged ``redelivered``; an ack it learns of a commit
-        later at worst has a message taken again after a failover, flagged as such
-        (at least once, as an ack lost in flight would)."""
+        reach the journal before the commit that would have carried them. (An HA
+        pair's shell also flushes them before it writes deliveries out: its passive
+        node must learn of a delivery before the consumer sees it.)"""
         self._marks = {}
         self._wake = wake
-        self._gather_delivered = delivered
 
     @property
     def marks_waiting(self) -> bool:
@@ -280,7 +273,7 @@ class Recorder:
         if self.paused:
             return
         marks = self._marks
-        if marks is None or not self._gather_delivered:
+        if marks is None:
             self._put(MessageDelivered(id=journal_id, queue=queue))
             return
         gathered = marks.get(queue)

@@ -121,9 +121,9 @@ class BrokerNode:
         if storage is not None and broker.recorder is not None:
             broker.recorder.source = storage.source
             # delivery marks and acks go to the journal as one record per queue and
-            # commit; on an HA pair the acks only (the passive node must learn of
-            # each delivery at once: docs/storage.md, "Delivery marks and acks")
-            broker.recorder.gather_marks(storage.wake, delivered=not self.config.cluster.enabled)
+            # commit (docs/storage.md, "Delivery marks and acks"); an HA pair's also
+            # at every pump, before the deliveries go out (see pump)
+            broker.recorder.gather_marks(storage.wake)
             storage.before_commit = broker.recorder.flush_marks
         if self.pages is not None:
             broker.paging.pager = self.pages
@@ -411,8 +411,18 @@ class BrokerNode:
             self.pump()
 
     def pump(self) -> None:
-        """Hand the broker's pending pushes to the connections that own them."""
-        for session in self.broker.take_ready():
+        """Hand the broker's pending pushes to the connections that own them.
+
+        On an HA pair the gathered delivery marks are journaled first, so they are
+        streamed to the passive node before the deliveries they mark are written to
+        the consumers (as each single record was): after a failover a message handed
+        out comes back flagged ``redelivered``."""
+        broker = self.broker
+        if self.ha is not None:
+            recorder = broker.recorder
+            if recorder is not None and recorder.marks_waiting:
+                recorder.flush_marks()
+        for session in broker.take_ready():
             owner = session.owner
             if isinstance(owner, ClientEndpoint | AmqpChannel | PeeringQueue | BrowserEndpoint):
                 owner.push()

@@ -511,14 +511,12 @@ class ReplayMatchesGathered(ReplayMatches):
     snapshot and the replay alike. Between commits the journal may lag behind the
     broker (the commit that would have carried the single records carries the marks)."""
 
-    DELIVERED = True  # gather the delivery marks too (a standalone node)
-
     def __init__(self) -> None:
         super().__init__()
         self.wakes = 0
         recorder = self.broker.recorder
         assert recorder is not None
-        recorder.gather_marks(self._wake, delivered=self.DELIVERED)
+        recorder.gather_marks(self._wake)
         self.recorder = recorder
 
     def _wake(self) -> None:
@@ -534,11 +532,7 @@ class ReplayMatchesGathered(ReplayMatches):
         for r in marks:  # one per queue; a delivered id acked before the commit is left out
             assert not set(r.delivered) & set(r.acked)
         assert len({r.queue for r in marks}) == len(marks)
-        assert not any(isinstance(r, MessageAck) for r in self.records)
-        if self.DELIVERED:
-            assert not any(isinstance(r, MessageDelivered) for r in self.records)
-        else:
-            assert not any(r.delivered for r in marks)
+        assert not any(isinstance(r, MessageDelivered | MessageAck) for r in self.records)
 
     @precondition(lambda self: not self.recorder.marks_waiting)
     @invariant()
@@ -555,18 +549,6 @@ ReplayMatchesGathered.TestCase.settings = settings(
     max_examples=60, stateful_step_count=30, deadline=None
 )
 test_replay_matches_with_gathered_marks = ReplayMatchesGathered.TestCase
-
-
-class ReplayMatchesGatheredAcks(ReplayMatchesGathered):
-    """An HA pair's recorder: the acks gathered, each delivery mark recorded at once."""
-
-    DELIVERED = False
-
-
-ReplayMatchesGatheredAcks.TestCase.settings = settings(
-    max_examples=40, stateful_step_count=30, deadline=None
-)
-test_replay_matches_with_gathered_acks = ReplayMatchesGatheredAcks.TestCase
 
 
 def test_gathered_marks_leave_out_the_delivered_mark_of_an_acked_message() -> None:

@@ -163,3 +163,65 @@ async def test_a_journal_turn_reaches_the_passive_node_in_one_sync(tmp_path: Pat
         assert last in uptos
         primary.stop()
         backup.stop()
+
+
+async def test_the_passive_node_hears_of_a_delivery_before_the_consumer_is_sent_it(
+    tmp_path: Path,
+) -> None:
+    """An HA pair's active node gathers its delivery marks (``message.marks``) and
+    journals them at every pump, before it hands the deliveries to their connections:
+    the replication stream carries the mark ahead of the delivery's bytes, so after a
+    failover a message handed out comes back flagged ``redelivered``."""
+    from amqlite.server.endpoints.client import ClientEndpoint
+    from amqlite.store import MessageMarks
+    from amqlite.store.segment import parse_frames
+
+    async with trio.open_nursery() as nursery:
+        primary = BrokerNode(pair_config(tmp_path, "primary"))  # type: ignore[arg-type]
+        backup = BrokerNode(pair_config(tmp_path, "backup"))  # type: ignore[arg-type]
+        await nursery.start(backup.run)
+        await nursery.start(primary.run)
+        point_at_each_other(primary, backup)
+        await wait_for(lambda: primary.state == "active" and backup.state == "passive")
+        await wait_for(lambda: primary.ha is not None and primary.ha.replicating)
+        storage = primary.storage
+        assert storage is not None and storage.tee is not None
+        streamed: list[object] = []
+        real_tee = storage.tee
+
+        def tee(position: int, frame: bytes) -> None:
+            streamed.extend(parse_frames(frame))
+            real_tee(position, frame)
+
+        storage.tee = tee
+        marked_at_push: list[set[int]] = []
+        real_push = ClientEndpoint.push
+
+        def push(endpoint: ClientEndpoint) -> None:
+            marked_at_push.append(
+                {i for r in streamed if isinstance(r, MessageMarks) for i in r.delivered}
+            )
+            real_push(endpoint)
+
+        ClientEndpoint.push = push  # type: ignore[method-assign]
+        try:
+            async with amqlite.connect(f"127.0.0.1:{primary.port}", reconnect=False) as conn:
+                await conn.declare_queue("marked", durable=True)
+                for i in range(5):
+                    await conn.publish("", "marked", f"m{i}", persistent=True, confirm=True)
+                ids = [m.journal_id for m, _, _ in primary.broker.vhost("/").queues["marked"].ready]  # type: ignore[union-attr]
+                consumer = await conn.consume("marked", prefetch=10)
+                got = []
+                with trio.fail_after(10):
+                    async for d in consumer:
+                        got.append(d)
+                        if len(got) == 5:
+                            break
+                assert [d.body for d in got] == [f"m{i}".encode() for i in range(5)]
+        finally:
+            ClientEndpoint.push = real_push  # type: ignore[method-assign]
+        assert set(ids) <= set().union(*marked_at_push)  # every mark was out before a push
+        queue = backup.broker.vhost("/").queues["marked"]  # type: ignore[union-attr]
+        await wait_for(lambda: all(red for _, _, red in queue.ready) and queue.count() == 5)
+        primary.stop()
+        backup.stop()
