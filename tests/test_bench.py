@@ -867,7 +867,7 @@ def test_failover_rows_get_a_table_of_their_own_next_to_their_targets() -> None:
     assert [row[-1] for row in rows] == ["MISSED", "met", "", "met", "MISSED"]
     assert rows[0][2:6] == ["1.05 s", "1.60 s", "1.60 s", "p99 <= 1.5 s"]
     assert rows[2][3:6] == ["4.00 s", "4.00 s", "-"]  # no target: for the reading
-    assert rows[4][4:6] == ["0.50", ">= 0.70"]
+    assert rows[4][4:6] == ["0.50", ">= 0.90"]
     doc = results_json(results)["results"]
     assert doc[0]["msgs_per_s"] is None and doc[0]["lost"] == 0
     table = markdown_table(results)

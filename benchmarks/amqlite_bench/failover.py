@@ -56,7 +56,7 @@ DEFAULT_REPLICATION_RUNS = 3
 #: Targets printed next to the numbers (the HA issue's performance section).
 FAILOVER_P99_TARGET_S = 1.5
 GAP_P99_TARGET_S = 3.0
-RATIO_GOAL = 0.70
+RATIO_GOAL = 0.90  # issue 16 (round 1 asked for 0.70)
 
 #: Bounds on each wait (a failover far past them is a broker bug, reported as such).
 FAILOVER_LIMIT_S = 30.0
