@@ -36,7 +36,12 @@ from amqlite.store import (
     decode_record,
     encode_record,
 )
-from amqlite.store.records import RECORD_TYPES, record_from_map, record_to_map
+from amqlite.store.records import (
+    RECORD_TYPES,
+    new_message_enqueue,
+    record_from_map,
+    record_to_map,
+)
 
 FULL: list[Record] = [
     ExchangeDeclare(
@@ -314,3 +319,32 @@ def test_message_enqueue_round_trips(
     assert decode_record(encode_record(record)) == record
     assert record_from_map(cbor2.loads(encode_record(record))) == record
     assert decode_record(cbor2.dumps(record_to_map(record))) == record
+
+
+_TEXT = st.text(max_size=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.tuples(
+        st.integers(0, 2**63 - 1),
+        _TEXT,
+        st.lists(_TEXT, min_size=1, max_size=3).map(tuple),
+        _TEXT,
+        _TEXT,
+        st.binary(max_size=16),
+        st.dictionaries(_TEXT, st.integers() | _TEXT, max_size=3),
+        st.sampled_from([{}, {"persistent": True}, {"persistent": True, "priority": 3}]),
+        st.floats(allow_nan=False),
+        st.lists(st.tuples(_TEXT, _TEXT), max_size=2).map(tuple),
+        _TEXT,
+        st.sampled_from([{}, {"id": ["b", 1, 7], "path": [], "hops": 0}]),
+    )
+)
+def test_the_fast_enqueue_constructor_makes_the_record_init_makes(values: Any) -> None:
+    fast = new_message_enqueue(*values)
+    names = [f.name for f in dataclasses.fields(MessageEnqueue)]
+    assert fast == MessageEnqueue(**dict(zip(names, values, strict=True)))
+    assert all(getattr(fast, n) is v for n, v in zip(names, values, strict=True))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.id = 3  # type: ignore[misc]
