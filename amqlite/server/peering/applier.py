@@ -178,19 +178,25 @@ class ActionApplier:
             return
         now = trio.current_time()
         link = pq.link
+        px, filtered = pq.px, link.remote_filter is not None
+        envelopes, dtags = [], []
+        for d in deliveries:
+            if filtered and not pq.wants(d.message):
+                pq.settle(d.dtag, now)  # no consumer of the subscriber selects it
+                link.filtered()
+                continue
+            envelopes.append(envelope_of(px, d.message))
+            dtags.append(d.dtag)
         self._depth += 1  # one turn for them all
         try:
-            for d in deliveries:
-                if link.remote_filter is not None and not pq.wants(d.message):
-                    pq.settle(d.dtag, now)  # no consumer of the subscriber selects it
-                    link.filtered()
-                    continue
-                seq, actions = link.take(envelope_of(pq.px, d.message), now)
+            seqs, actions = link.take_run(envelopes, now)  # one pump for the batch
+            taken = pq.taken
+            for seq, dtag in zip(seqs, dtags, strict=True):
                 if seq is None:
-                    pq.settle(d.dtag, now)  # skipped (the subscriber is on its path)
+                    pq.settle(dtag, now)  # skipped (the subscriber is on its path)
                 else:
-                    pq.taken.append((seq, d.dtag))
-                self.apply(actions)
+                    taken.append((seq, dtag))
+            self.apply(actions)
         finally:
             self._depth -= 1
         self.apply([])
