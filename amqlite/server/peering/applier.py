@@ -232,15 +232,17 @@ class ActionApplier:
     def _apply(self, actions: list[Action]) -> None:
         now = -INF  # for deliveries: read once per call (a run arrives at one instant)
         registry = self.registry
+        deliver = self._deliver
         for action in actions:
-            if isinstance(action, Send):
-                conn = registry.conns.get(action.link)
-                if conn is not None:
-                    self._outbox.setdefault(conn, []).append(action.message)
-            elif isinstance(action, Deliver):
+            t = type(action)  # the per-message kinds first, by type (no subclasses)
+            if t is Deliver:
                 if now == -INF:
                     now = trio.current_time()
-                self._deliver(action, now)
+                deliver(action, now)  # type: ignore[arg-type]
+            elif t is Send:
+                conn = registry.conns.get(action.link)
+                if conn is not None:
+                    self._outbox.setdefault(conn, []).append(action.message)  # type: ignore[union-attr]
             elif isinstance(action, Connect):
                 self._dial(action.link, action.address)
             elif isinstance(action, Disconnect):
