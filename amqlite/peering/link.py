@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from amqlite.protocol.heartbeat import HeartbeatClock, negotiate_heartbeat
@@ -76,6 +77,7 @@ _FORWARD_MODE = PeeringMode.FORWARD
 _FORWARDS = Forwards.TYPE
 _new_pending = tuple.__new__  # _Pending(...) without the Python-level __new__
 _CONNECTED = (S.SYNCING, S.UP)
+_MESH_ID = attrgetter("mesh_id")
 
 
 class _Pending(NamedTuple):
@@ -516,19 +518,20 @@ class PeeringLink:
         if ctx.node_id in env0.path or env0.hops > ctx.max_hops:
             counters["loops_dropped"] += len(envelopes)
             return self._settle(mark, now)
-        claim = ctx.seen.claim
         pending_append = self._pending.append
         epoch, link_id, tag = mark.epoch, self.id, self._tags
         actions: list[Action] = []
         deliver = actions.append
         dups = 0
-        for seq, env in enumerate(envelopes, first):
-            mesh_id = env.mesh_id
-            if not claim(mesh_id):
+        firsts = ctx.seen.claim_each(map(_MESH_ID, envelopes))
+        for seq, env, first_copy in zip(
+            range(first, first + len(envelopes)), envelopes, firsts, strict=True
+        ):
+            if not first_copy:
                 dups += 1  # reached us along another path
                 continue
             tag += 1
-            pending_append(_new_pending(_Pending, (tag, epoch, seq, mesh_id)))
+            pending_append(_new_pending(_Pending, (tag, epoch, seq, env.mesh_id)))
             deliver(Deliver(link_id, tag, env))
         self._tags = tag
         if dups:
@@ -539,9 +542,12 @@ class PeeringLink:
     def confirm(self, tag: int, now: float) -> list[Action]:
         """The shell has published every delivery up to ``tag`` locally and it is
         safe; they may now be acknowledged to the sender."""
-        pending, seen = self._pending, self.ctx.seen
+        pending = self._pending
+        settled = []
         while pending and pending[0].tag <= tag:
-            seen.settle(pending.popleft().mesh_id)
+            settled.append(pending.popleft().mesh_id)
+        if settled:
+            self.ctx.seen.settle_each(settled)
         if self.remote_node is None:
             return []
         mark = self.ctx.marks.mark(self.remote_node, self.name, self.remote_epoch)

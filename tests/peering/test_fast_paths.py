@@ -44,6 +44,7 @@ from amqlite.peering import (
     PeeringMode,
     PeeringProtocolError,
     RemoteInterest,
+    SeenMessages,
     Send,
     decide,
     from_map,
@@ -527,6 +528,34 @@ def test_the_in_order_shortcut_ends_where_the_rule_ends(seqs: list[int], window:
             ref.above,
             sorted(ref.heap),
         )
+
+
+mesh_ids = st.builds(MeshId, st.sampled_from(["A", "B"]), st.integers(1, 4), st.integers(1, 12))
+
+
+@given(
+    st.lists(st.tuples(st.booleans(), st.lists(mesh_ids, max_size=8)), max_size=10),
+    st.integers(1, 4),
+    st.integers(1, 3),
+)
+def test_claiming_and_settling_a_run_is_doing_each(
+    steps: list[tuple[bool, list[MeshId]]], window: int, epochs_kept: int
+) -> None:
+    """``claim_each`` / ``settle_each`` (a run of forwards, a cumulative confirm)
+    against ``claim`` / ``settle`` for each id: the same verdicts and the same
+    state, mixed origins, epochs that push older ones out, duplicates included."""
+    fast, ref = SeenMessages(window, epochs_kept), SeenMessages(window, epochs_kept)
+    for claim, ids in steps:
+        if claim:
+            assert fast.claim_each(ids) == [ref.claim(m) for m in ids]
+        else:
+            fast.settle_each(ids)
+            for m in ids:
+                ref.settle(m)
+        assert fast.snapshot() == ref.snapshot()
+        assert {
+            (n, e): sorted(o.pending) for n, es in fast._origins.items() for e, o in es.items()
+        } == {(n, e): sorted(o.pending) for n, es in ref._origins.items() for e, o in es.items()}
 
 
 # --- remembered verdicts -----------------------------------------------------------------
