@@ -5,7 +5,8 @@
 The same two sites as ``benchmarks/peering.py`` (B, and A with a link to B's ``x``
 in mode publish and one to B's ``y`` in mode subscribe); for each phase the CPU
 time (user + system, from ``/proc``) each broker spent while N messages crossed,
-in microseconds per message. On a shared machine throughput moves with the
+in microseconds per message, and the benchmark client's (this process: the
+publisher and the consumer). On a shared machine throughput moves with the
 neighbours; CPU per message moves much less, and the peered / local throughput
 ratio on a quiet 2-core machine follows the total (both brokers and the client
 share the cores). ``--profile DIR`` also runs py-spy (``PY_SPY`` or ``py-spy``)
@@ -21,6 +22,7 @@ import signal
 import statistics
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import trio
@@ -81,7 +83,9 @@ async def run(args: argparse.Namespace) -> None:
                     "subscribe": {"source": "b", "sink": "a", "exchange": "y", "queue": "qy"},
                 }
                 pids = {name: sites.procs[name].pid for name in ("a", "b")}
-                results: dict[str, list[tuple[float, float, float]]] = {p: [] for p in phases}
+                results: dict[str, list[tuple[float, float, float, float]]] = {
+                    p: [] for p in phases
+                }
                 for i in range(args.repeat):
                     for phase, kw in phases.items():
                         spies: list[subprocess.Popen[bytes]] = []
@@ -89,21 +93,24 @@ async def run(args: argparse.Namespace) -> None:
                             spies = _profile(pids, Path(args.profile), phase)
                             await trio.sleep(1.0)  # py-spy attached
                         before = {s: _cpu(p) for s, p in pids.items()}
+                        client = time.process_time()
                         rate = await _throughput(sites, n=args.messages, **kw)
+                        client = time.process_time() - client
                         after = {s: _cpu(p) for s, p in pids.items()}
                         _stop(spies)
                         n = args.messages
                         results[phase].append(
                             (rate, 1e6 * (after["a"] - before["a"]) / n,
-                             1e6 * (after["b"] - before["b"]) / n)
+                             1e6 * (after["b"] - before["b"]) / n, 1e6 * client / n)
                         )  # fmt: skip
-                print("| phase | msg/s | A us/msg | B us/msg | A+B us/msg |")
-                print("| --- | ---: | ---: | ---: | ---: |")
+                print("| phase | msg/s | A us/msg | B us/msg | A+B us/msg | client us/msg |")
+                print("| --- | ---: | ---: | ---: | ---: | ---: |")
                 for phase, rows in results.items():
                     rate = statistics.median(r[0] for r in rows)
                     a = statistics.median(r[1] for r in rows)
                     b = statistics.median(r[2] for r in rows)
-                    print(f"| {phase} | {rate:,.0f} | {a:.1f} | {b:.1f} | {a + b:.1f} |")
+                    c = statistics.median(r[3] for r in rows)
+                    print(f"| {phase} | {rate:,.0f} | {a:.1f} | {b:.1f} | {a + b:.1f} | {c:.1f} |")
             finally:
                 await sites.stop_all()
                 nursery.cancel_scope.cancel()

@@ -748,7 +748,10 @@ class PeeringLink:
         log = self.log
         if log is None or self.state is not _UP:
             return []
-        entries = log.take_unsent(self.settings.max_in_flight - log.in_flight)
+        room = self.settings.max_in_flight - log.in_flight
+        if room <= 0 and log.spill is None:
+            return []  # the window is full (what take_unsent would say; offers hit it often)
+        entries = log.take_unsent(room)
         if not entries:
             return []
         link_id, highest = self.id, self._highest_sent
