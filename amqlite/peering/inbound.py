@@ -155,6 +155,47 @@ class SeenMessages:
         if origin is not None:
             origin.settle(mesh_id.seq, self.window)
 
+    # Why the two below exist: a receiving link takes a run of forwards and settles
+    # its confirmed deliveries at once, and their ids nearly always share one
+    # origin (node, epoch); looking it up once per origin rather than once per
+    # message is about a third of the per-message cost of claim and settle.
+    # tests/peering/test_fast_paths.py checks they agree with claim and settle.
+
+    def claim_each(self, mesh_ids: Iterable[MeshId]) -> list[bool]:
+        """:meth:`claim` for each of ``mesh_ids``, in order."""
+        out: list[bool] = []
+        add = out.append
+        key: tuple[str, int] | None = None
+        origin: _Origin | None = None
+        for mesh_id in mesh_ids:
+            node, epoch, seq = mesh_id
+            if key != (node, epoch):
+                key = (node, epoch)
+                origin = self._origin(node, epoch)
+            if (
+                origin is None
+                or seq <= origin.floor
+                or seq in origin.above
+                or seq in origin.pending
+            ):
+                add(False)
+                continue
+            origin.pending.add(seq)
+            add(True)
+        return out
+
+    def settle_each(self, mesh_ids: Iterable[MeshId]) -> None:
+        """:meth:`settle` for each of ``mesh_ids``, in order."""
+        key: tuple[str, int] | None = None
+        origin: _Origin | None = None
+        window = self.window
+        for node, epoch, seq in mesh_ids:
+            if key != (node, epoch):
+                key = (node, epoch)
+                origin = self._origins.get(node, {}).get(epoch)
+            if origin is not None:
+                origin.settle(seq, window)
+
     def snapshot(self) -> list[list[Any]]:
         """``[[node, epoch, floor, [seq above the floor...]], ...]`` (settled only)."""
         return [

@@ -233,11 +233,14 @@ class OutboundLog:
 
     def ack(self, seq: int) -> int:
         """Forget every message up to ``seq`` (cumulative); how many went."""
-        n = 0
+        n = freed = 0
         held = self._held
-        while held and held[0].seq <= seq:
-            self._forget_oldest()
+        while held and held[0].seq <= seq:  # _forget_oldest() each, inlined (per message)
+            freed += held.popleft().size
             n += 1
+        if n:
+            self._bytes -= freed
+            self._sent = max(0, self._sent - n)
         self._refill()
         return n
 

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any
 
@@ -23,6 +24,7 @@ from hypothesis import strategies as st
 
 from amqlite.errors import LocalProtocolError
 from amqlite.peering import (
+    Ack,
     Address,
     BindingKey,
     Decision,
@@ -42,6 +44,7 @@ from amqlite.peering import (
     PeeringMode,
     PeeringProtocolError,
     RemoteInterest,
+    SeenMessages,
     Send,
     decide,
     from_map,
@@ -423,6 +426,77 @@ def test_taking_the_last_one_is_what_taking_the_one_due_gives(
         )
 
 
+def _queue_fed_end(max_in_flight: int) -> tuple[PeeredExchange, Any]:
+    px = PeeredExchange(
+        node_id="B", epoch=3, exchange="x", exchange_type="topic", rand=random.Random(0).random,
+        max_hops=3,
+    )  # fmt: skip
+    hello = Hello("A", "l", "/", "x", "topic", PeeringMode.SUBSCRIBE, 0, None, lease=60.0)
+    end, _ = px.attach(hello, 0.0)
+    assert end is not None and end.queue_fed
+    end.settings = dataclasses.replace(end.settings, max_in_flight=max_in_flight)
+    return px, end
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.lists(
+                st.tuples(
+                    st.lists(st.sampled_from(["A", "C", "D"]), max_size=2).map(tuple),
+                    st.integers(0, 4),
+                ),
+                max_size=6,
+            ),
+            st.sampled_from(["ack", "lost", "back"]),
+        ),
+        max_size=8,
+    ),
+    st.integers(1, 5),
+)
+def test_taking_a_batch_is_taking_each(
+    steps: list[list[tuple[tuple[str, ...], int]] | str], max_in_flight: int
+) -> None:
+    """``take_run`` (the peering queue's batches) against ``take`` for each: the
+    same sequence numbers (None: skipped), the same forwards sent, in order, and
+    the same counters; loops, used-up hops, a narrow window, cuts included."""
+    (px1, each), (px2, batch) = _queue_fed_end(max_in_flight), _queue_fed_end(max_in_flight)
+    now, origin = 1.0, 0
+    for step in steps:
+        if step == "ack":
+            for end in (each, batch):
+                assert end.log is not None
+                end.receive(Ack(3, end.log.in_flight // 2 + end.log.gone_upto).to_map(), now)
+        elif step == "lost":
+            each.connection_lost(now), batch.connection_lost(now)
+        elif step == "back":
+            for px, end in ((px1, each), (px2, batch)):
+                if end.state is not LinkState.UP:
+                    hello = Hello("A", "l", "/", "x", "topic", PeeringMode.SUBSCRIBE, 0, None)
+                    again, _ = px.attach(hello, now)
+                    assert again is end
+        else:
+            envs = []
+            for path, hops in step:
+                origin += 1
+                envs.append(Envelope(MeshId("Z", 1, origin), "k", b"m", {}, {}, "x", path, hops))
+            one: list[Any] = []
+            seqs: list[int | None] = []
+            for env in envs:
+                seq, actions = each.take(env, now)
+                seqs.append(seq)
+                one += actions
+            got, many = batch.take_run(envs, now)
+            assert got == seqs
+            assert _sent(one) == _sent(many)
+        now += 1.0
+        assert each.counters == batch.counters and each.skipped == batch.skipped
+
+
+def _sent(actions: list[Any]) -> list[Any]:
+    return [a.message for a in actions if isinstance(a, Send)]
+
+
 # --- the seen-message window ------------------------------------------------------------
 
 
@@ -454,6 +528,34 @@ def test_the_in_order_shortcut_ends_where_the_rule_ends(seqs: list[int], window:
             ref.above,
             sorted(ref.heap),
         )
+
+
+mesh_ids = st.builds(MeshId, st.sampled_from(["A", "B"]), st.integers(1, 4), st.integers(1, 12))
+
+
+@given(
+    st.lists(st.tuples(st.booleans(), st.lists(mesh_ids, max_size=8)), max_size=10),
+    st.integers(1, 4),
+    st.integers(1, 3),
+)
+def test_claiming_and_settling_a_run_is_doing_each(
+    steps: list[tuple[bool, list[MeshId]]], window: int, epochs_kept: int
+) -> None:
+    """``claim_each`` / ``settle_each`` (a run of forwards, a cumulative confirm)
+    against ``claim`` / ``settle`` for each id: the same verdicts and the same
+    state, mixed origins, epochs that push older ones out, duplicates included."""
+    fast, ref = SeenMessages(window, epochs_kept), SeenMessages(window, epochs_kept)
+    for claim, ids in steps:
+        if claim:
+            assert fast.claim_each(ids) == [ref.claim(m) for m in ids]
+        else:
+            fast.settle_each(ids)
+            for m in ids:
+                ref.settle(m)
+        assert fast.snapshot() == ref.snapshot()
+        assert {
+            (n, e): sorted(o.pending) for n, es in fast._origins.items() for e, o in es.items()
+        } == {(n, e): sorted(o.pending) for n, es in ref._origins.items() for e, o in es.items()}
 
 
 # --- remembered verdicts -----------------------------------------------------------------
