@@ -1,7 +1,8 @@
 """Every per-message fast path of :class:`Connection` agrees with its general path.
 
 - ``send_publish`` / ``send_ack`` write the very bytes ``send(Publish(...))`` /
-  ``send(Ack(...))`` write;
+  ``send(Ack(...))`` write; the remembered encodings of one-entry ``headers`` and
+  ``props`` maps are what ``cbor2.dumps`` writes;
 - a client decodes ``deliver`` frames and bare ``ok`` frames (the latter from their
   bytes, without cbor2) to the events the checked decoder gives, and leaves every
   frame it does not recognise to it;
@@ -95,6 +96,38 @@ def test_send_publish_writes_what_send_writes(
     server = server_in(ConnState.OPEN)
     server.receive_data(data)
     assert server.events() == [event]
+
+
+SMALL_MAPS = st.dictionaries(
+    st.one_of(TEXT, st.sampled_from(["k", "group_id"]), st.integers(0, 2), st.booleans()),
+    st.one_of(
+        st.integers(-3, 3),
+        st.integers(2**63, 2**70),
+        st.booleans(),
+        st.sampled_from([0.0, 1.0, -1.0]),
+        st.text(max_size=80),
+        st.sampled_from(["g1", "1", ""]),
+        st.binary(max_size=4),
+        st.none(),
+    ),
+    min_size=1,
+    max_size=2,
+)
+
+
+@CHECKS
+@given(maps=st.lists(SMALL_MAPS, min_size=1, max_size=8))
+def test_map_pairs_are_what_cbor_writes(maps: list[dict[Any, Any]]) -> None:
+    # the one-entry cache must never hand one map's bytes to another that compares
+    # equal as a key (1, True, 1.0), whatever came before
+    for m in maps + maps[::-1]:
+        for key in (codec._K_HEADERS, codec._K_PROPS):
+            assert codec._map_pair(key, m) == key + cbor2.dumps(m)
+
+
+def test_map_pairs_tell_equal_keys_of_other_types_apart() -> None:
+    for m in ({"k": 1}, {"k": True}, {"k": 1.0}, {1: "a"}, {True: "a"}, {"k": 1}):
+        assert codec._map_pair(codec._K_PROPS, m) == codec._K_PROPS + cbor2.dumps(m)
 
 
 @CHECKS
