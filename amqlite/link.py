@@ -23,7 +23,10 @@ and the plumbing around them, written once:
   the socket to be readable instead of first failing with ``EAGAIN`` (trio's
   ``receive_some`` tries, then waits, then yields after the read). A broker with
   ten consumer connections makes ten times the small sends and reads of one with
-  one consumer; this halves their scheduling. A partial write, a read that would
+  one consumer; this halves their scheduling. The turn a send took is spent before
+  it instead: a send of fewer than :data:`GATHER_BELOW` bytes waits one scheduler
+  turn for more frames (fewer, larger sends; the other end reads and acks less
+  often). A partial write, a read that would
   block and every other stream go the trio way; tests/test_link_tcp.py checks the
   bytes both ways and the reporting of an end of stream and a reset.
 * **heartbeats**: a watchdog on one :class:`~amqlite.protocol.HeartbeatClock` sends a
@@ -104,6 +107,8 @@ log = get_logger("amqlite.link")
 
 #: Bytes asked of the stream per read.
 RECEIVE_SIZE = 256 * 1024
+#: The writer holds a send of fewer bytes for one more scheduler turn.
+GATHER_BELOW = 16 * 1024
 _POSIX = os.name == "posix"
 #: How long the writer may take to send what is queued when a link ends, and how
 #: long closing the stream may take.
@@ -344,6 +349,12 @@ class WireLink(Generic[P]):
                 # always a checkpoint, even when kicked meanwhile: what the other
                 # tasks append in that turn goes out in the same send_all
                 await self._wake.wait()
+                if len(self.out) < GATHER_BELOW:
+                    # and a small send waits one turn more for what comes in it (the
+                    # turn trio's send_all took after sending): a broker pushing to ten
+                    # consumers sends ten times the small writes of one consumer, and
+                    # each costs the other end a read and an ack frame
+                    await trio.lowlevel.cancel_shielded_checkpoint()
                 self._wake = trio.Event()
                 self.kicked = False
                 if self.before_flush is not None:
