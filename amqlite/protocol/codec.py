@@ -312,7 +312,11 @@ def _publish_from_map(m: dict[Any, Any]) -> ev.Publish:
         body = m["body"]
     except KeyError as exc:
         raise FieldError(f"publish: missing field {exc.args[0]!r}") from None
-    key = m.get("key", "")
+    key = m.get("key", _MISSING)
+    n = len(m)  # as if with a key: the shortcuts below count on the five usual keys
+    if key is _MISSING:
+        key = ""
+        n += 1
     if type(rid) is not int:
         raise FieldError("publish: field 'id' must be an integer")
     if type(exchange) is not str:
@@ -321,9 +325,13 @@ def _publish_from_map(m: dict[Any, Any]) -> ev.Publish:
         raise FieldError("publish: field 'key' must be text")
     if type(body) is not bytes:
         raise FieldError("publish: field 'body' must be bytes")
-    if len(m) <= 5:  # m, id, exchange, key, body: nothing optional to look at
+    if n == 5:  # m, id, exchange, key, body: nothing optional to look at
         return ev.Publish(rid, exchange, key, body, {}, {}, False, False)
     get = m.get
+    if n == 6:  # and props alone, valid (a grouped message): the rest are defaults
+        props = get("props")
+        if type(props) is dict and check_props(props) is None:
+            return ev.Publish(rid, exchange, key, body, {}, props, False, False)
     headers = get("headers")
     if headers is None:
         headers = {}

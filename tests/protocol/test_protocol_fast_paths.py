@@ -98,6 +98,34 @@ def test_send_publish_writes_what_send_writes(
     assert server.events() == [event]
 
 
+@CHECKS
+@given(
+    m=st.fixed_dictionaries(
+        {"m": st.just("publish"), "id": UINTS, "exchange": TEXT, "body": st.binary(max_size=8)},
+        optional={
+            "key": TEXT,
+            "headers": HEADERS,
+            "props": PROPS,
+            "mandatory": st.booleans(),
+            "confirm": st.booleans(),
+        },
+    )
+)
+def test_publish_maps_decode_every_field_they_carry(m: dict[str, Any]) -> None:
+    """The publish decoder's shortcuts (nothing optional; props alone) never drop a
+    field, whichever optional ones (the key too) a map carries."""
+    assert codec.decode_publish(m) == ev.Publish(
+        m["id"],
+        m["exchange"],
+        m.get("key", ""),
+        m["body"],
+        m.get("headers", {}),
+        m.get("props", {}),
+        m.get("mandatory", False),
+        m.get("confirm", False),
+    )
+
+
 SMALL_MAPS = st.dictionaries(
     st.one_of(TEXT, st.sampled_from(["k", "group_id"]), st.integers(0, 2), st.booleans()),
     st.one_of(
