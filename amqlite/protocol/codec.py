@@ -787,16 +787,16 @@ def _map_pair(key: bytes, m: dict[str, Any]) -> bytes:
     ``1``'s bytes;
     tests/protocol/test_protocol_fast_paths.py checks it against ``cbor2.dumps``."""
     if len(m) == 1:
-        ((k, v),) = m.items()
-        t = type(v)
-        if type(k) is str and (t is int or (t is str and len(v) <= _PAIR_CACHE_TEXT)):
-            entry = (key, k, v)
-            pair = _PAIR_CACHE.get(entry)
-            if pair is None:
-                if len(_PAIR_CACHE) >= _PAIR_CACHE_MAX:
-                    _PAIR_CACHE.clear()
-                pair = _PAIR_CACHE[entry] = key + cbor2.dumps(m)
-            return pair
+        for k, v in m.items():  # the one entry (a loop: cheaper than unpacking items())
+            t = type(v)
+            if type(k) is str and (t is int or (t is str and len(v) <= _PAIR_CACHE_TEXT)):
+                entry = (key, k, v)
+                pair = _PAIR_CACHE.get(entry)
+                if pair is None:
+                    if len(_PAIR_CACHE) >= _PAIR_CACHE_MAX:
+                        _PAIR_CACHE.clear()
+                    pair = _PAIR_CACHE[entry] = key + cbor2.dumps(m)
+                return pair
     return key + cbor2.dumps(m)
 
 
