@@ -442,6 +442,7 @@ class Queue:
                 self.consumers
                 and self._deliver_constrained(message, expires, False, now) is not None
             ):
+                self.stat_publish += 1
                 return True
         elif not ready and self.consumers:
             c = self.next_consumer()

@@ -80,13 +80,16 @@ def check_props(value: Any) -> str | None:
         return "must be a map"
     for k, v in value.items():
         t = PROPERTY_TYPES.get(k)
-        if t is None:
-            return f"unknown property {k!r}"
-        if type(v) is not t:
+        if type(v) is not t:  # checked per message (publish, deliver): one test when valid
+            if t is None:
+                return f"unknown property {k!r}"
             return f"property {k!r} must be {t.__name__}"
-        if k in ("expiration", "timestamp", "priority") and value[k] < 0:
+        if t is int and k in _NON_NEGATIVE and cast(int, v) < 0:
             return f"property {k!r} must not be negative"
     return None
+
+
+_NON_NEGATIVE = frozenset(("expiration", "timestamp", "priority"))
 
 
 def _is_str(v: Any) -> bool:
@@ -309,7 +312,11 @@ def _publish_from_map(m: dict[Any, Any]) -> ev.Publish:
         body = m["body"]
     except KeyError as exc:
         raise FieldError(f"publish: missing field {exc.args[0]!r}") from None
-    key = m.get("key", "")
+    key = m.get("key", _MISSING)
+    n = len(m)  # as if with a key: the shortcuts below count on the five usual keys
+    if key is _MISSING:
+        key = ""
+        n += 1
     if type(rid) is not int:
         raise FieldError("publish: field 'id' must be an integer")
     if type(exchange) is not str:
@@ -318,9 +325,13 @@ def _publish_from_map(m: dict[Any, Any]) -> ev.Publish:
         raise FieldError("publish: field 'key' must be text")
     if type(body) is not bytes:
         raise FieldError("publish: field 'body' must be bytes")
-    if len(m) <= 5:  # m, id, exchange, key, body: nothing optional to look at
+    if n == 5:  # m, id, exchange, key, body: nothing optional to look at
         return ev.Publish(rid, exchange, key, body, {}, {}, False, False)
     get = m.get
+    if n == 6:  # and props alone, valid (a grouped message): the rest are defaults
+        props = get("props")
+        if type(props) is dict and check_props(props) is None:
+            return ev.Publish(rid, exchange, key, body, {}, props, False, False)
     headers = get("headers")
     if headers is None:
         headers = {}
@@ -759,6 +770,36 @@ def _route_prefix(exchange: str, key: str) -> bytes:
     return prefix
 
 
+_PAIR_CACHE: dict[tuple[bytes, str, str | int], bytes] = {}
+_PAIR_CACHE_MAX = 4096
+_PAIR_CACHE_TEXT = 64  # longest text value kept in the cache
+
+
+def _map_pair(key: bytes, m: dict[str, Any]) -> bytes:
+    """``key + cbor2.dumps(m)``: the encoded ``headers`` or ``props`` pair
+    (``key`` is :data:`_K_HEADERS` or :data:`_K_PROPS`) of a message.
+
+    Fast path: a one-entry map with a short text or an integer value (a message's
+    ``group_id``, a selector's key) is remembered (bounded, like the route
+    prefixes): the same few maps come with many messages, and a look-up costs a
+    third of encoding them. Only text keys and values of exactly ``str`` or ``int``
+    use the cache, so ``True`` or ``1.0``, equal to ``1`` as dict keys, never find
+    ``1``'s bytes;
+    tests/protocol/test_protocol_fast_paths.py checks it against ``cbor2.dumps``."""
+    if len(m) == 1:
+        for k, v in m.items():  # the one entry (a loop: cheaper than unpacking items())
+            t = type(v)
+            if type(k) is str and (t is int or (t is str and len(v) <= _PAIR_CACHE_TEXT)):
+                entry = (key, k, v)
+                pair = _PAIR_CACHE.get(entry)
+                if pair is None:
+                    if len(_PAIR_CACHE) >= _PAIR_CACHE_MAX:
+                        _PAIR_CACHE.clear()
+                    pair = _PAIR_CACHE[entry] = key + cbor2.dumps(m)
+                return pair
+    return key + cbor2.dumps(m)
+
+
 def _message_pairs(msg: WireMessage) -> bytes:
     """The encoded (key, value) pairs of a message's fields, cached on the message
     (``msg.wire``): computed once per message however many consumers get it.
@@ -771,9 +812,9 @@ def _message_pairs(msg: WireMessage) -> bytes:
         body = msg.body
         wire = _route_prefix(msg.exchange, msg.routing_key) + bytes_head(len(body)) + body
         if msg.headers:
-            wire += _K_HEADERS + cbor2.dumps(msg.headers)
+            wire += _map_pair(_K_HEADERS, msg.headers)
         if msg.properties:
-            wire += _K_PROPS + cbor2.dumps(msg.properties)
+            wire += _map_pair(_K_PROPS, msg.properties)
         msg.wire = wire
     return wire
 
@@ -894,10 +935,10 @@ def encode_publish(
     n = 5
     tail = b""
     if headers:
-        tail += _K_HEADERS + cbor2.dumps(headers)
+        tail += _map_pair(_K_HEADERS, headers)
         n += 1
     if props:
-        tail += _K_PROPS + cbor2.dumps(props)
+        tail += _map_pair(_K_PROPS, props)
         n += 1
     if mandatory:
         tail += _MANDATORY

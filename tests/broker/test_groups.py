@@ -429,3 +429,22 @@ def test_closing_a_session_loses_no_group_message_to_its_own_consumers(
     u = broker.open_session("/", owner="u")
     u.consume("q", now=0)
     assert _flags(u.take_deliveries()) == [(b"1b", True), (b"2a", True)]
+
+
+def test_publishes_to_a_constrained_queue_are_counted(
+    s: Session, t: Session, broker: Broker
+) -> None:
+    """A message a grouped (or selecting) queue hands straight to a consumer counts in
+    its publish rate, as on a plain queue."""
+    s.declare_queue("q")
+    s.declare_queue("p")
+    t.consume("q", now=0)
+    t.consume("p", selector="k = 1", now=0)
+    _grouped(s, "q", "ab-")
+    publish(s, "", "p", b"x", {"k": 1})
+    publish(s, "", "p", b"y", {"k": 2})  # waits
+    vhost = broker.vhost("/")
+    assert vhost is not None
+    assert vhost.queues["q"].stat_publish == 3
+    assert vhost.queues["p"].stat_publish == 2
+    assert len(t.take_deliveries()) == 4

@@ -26,7 +26,12 @@ MAPS = st.fixed_dictionaries(
         "exchange": st.text(max_size=8),
         "key": st.text(max_size=8),
         "body": st.binary(max_size=64),
-    }
+    },
+    optional={  # a grouped message's map carries its properties
+        "props": st.fixed_dictionaries(
+            {}, optional={"group_id": st.text(max_size=8), "priority": st.integers(0, 9)}
+        )
+    },
 )
 
 

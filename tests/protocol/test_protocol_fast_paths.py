@@ -1,7 +1,8 @@
 """Every per-message fast path of :class:`Connection` agrees with its general path.
 
 - ``send_publish`` / ``send_ack`` write the very bytes ``send(Publish(...))`` /
-  ``send(Ack(...))`` write;
+  ``send(Ack(...))`` write; the remembered encodings of one-entry ``headers`` and
+  ``props`` maps are what ``cbor2.dumps`` writes;
 - a client decodes ``deliver`` frames and bare ``ok`` frames (the latter from their
   bytes, without cbor2) to the events the checked decoder gives, and leaves every
   frame it does not recognise to it;
@@ -95,6 +96,66 @@ def test_send_publish_writes_what_send_writes(
     server = server_in(ConnState.OPEN)
     server.receive_data(data)
     assert server.events() == [event]
+
+
+@CHECKS
+@given(
+    m=st.fixed_dictionaries(
+        {"m": st.just("publish"), "id": UINTS, "exchange": TEXT, "body": st.binary(max_size=8)},
+        optional={
+            "key": TEXT,
+            "headers": HEADERS,
+            "props": PROPS,
+            "mandatory": st.booleans(),
+            "confirm": st.booleans(),
+        },
+    )
+)
+def test_publish_maps_decode_every_field_they_carry(m: dict[str, Any]) -> None:
+    """The publish decoder's shortcuts (nothing optional; props alone) never drop a
+    field, whichever optional ones (the key too) a map carries."""
+    assert codec.decode_publish(m) == ev.Publish(
+        m["id"],
+        m["exchange"],
+        m.get("key", ""),
+        m["body"],
+        m.get("headers", {}),
+        m.get("props", {}),
+        m.get("mandatory", False),
+        m.get("confirm", False),
+    )
+
+
+SMALL_MAPS = st.dictionaries(
+    st.one_of(TEXT, st.sampled_from(["k", "group_id"]), st.integers(0, 2), st.booleans()),
+    st.one_of(
+        st.integers(-3, 3),
+        st.integers(2**63, 2**70),
+        st.booleans(),
+        st.sampled_from([0.0, 1.0, -1.0]),
+        st.text(max_size=80),
+        st.sampled_from(["g1", "1", ""]),
+        st.binary(max_size=4),
+        st.none(),
+    ),
+    min_size=1,
+    max_size=2,
+)
+
+
+@CHECKS
+@given(maps=st.lists(SMALL_MAPS, min_size=1, max_size=8))
+def test_map_pairs_are_what_cbor_writes(maps: list[dict[Any, Any]]) -> None:
+    # the one-entry cache must never hand one map's bytes to another that compares
+    # equal as a key (1, True, 1.0), whatever came before
+    for m in maps + maps[::-1]:
+        for key in (codec._K_HEADERS, codec._K_PROPS):
+            assert codec._map_pair(key, m) == key + cbor2.dumps(m)
+
+
+def test_map_pairs_tell_equal_keys_of_other_types_apart() -> None:
+    for m in ({"k": 1}, {"k": True}, {"k": 1.0}, {1: "a"}, {True: "a"}, {"k": 1}):
+        assert codec._map_pair(codec._K_PROPS, m) == codec._K_PROPS + cbor2.dumps(m)
 
 
 @CHECKS
@@ -386,7 +447,7 @@ def _as_event(item: ev.Event | dict[str, Any]) -> ev.Event:
                     "body": st.one_of(st.binary(max_size=20), _DELIVER_VALUES),
                 }
             ),
-            # a deliver with more (headers, an offset, ...) or a key missing
+            # a deliver with more (headers, props, an offset, ...) or a key missing
             st.fixed_dictionaries(
                 {"m": st.just("deliver"), "ctag": TEXT, "dtag": UINTS},
                 optional={
@@ -394,9 +455,27 @@ def _as_event(item: ev.Event | dict[str, Any]) -> ev.Event:
                     "key": TEXT,
                     "body": st.binary(max_size=20),
                     "headers": HEADERS,
+                    "props": st.one_of(PROPS, _DELIVER_VALUES, st.just({"colour": "red"})),
                     "offset": UINTS,
                     "redelivered": st.booleans(),
                 },
+            ),
+            # the usual six and props, valid or not
+            st.fixed_dictionaries(
+                {
+                    "m": st.just("deliver"),
+                    "ctag": TEXT,
+                    "dtag": UINTS,
+                    "exchange": TEXT,
+                    "key": TEXT,
+                    "body": st.binary(max_size=20),
+                    "props": st.one_of(
+                        PROPS,
+                        _DELIVER_VALUES,
+                        st.just({"priority": -1}),
+                        st.just({"group_id": 7}),
+                    ),
+                }
             ),
             st.builds(lambda re: {"m": "ok", "re": re}, UINTS),
         ),
@@ -429,7 +508,8 @@ def test_deliver_maps_agree_with_the_events_they_stand_for(frames: list[dict[str
         assert [_as_event(item) for item in got] == expected
         for item, m in zip(got, frames, strict=False):  # one event a frame, in order
             if type(item) is dict:
-                assert item is not m and item == m and len(m) == 6  # the frame's own map
+                assert item is not m and item == m  # the frame's own map
+                assert set(m) - {"props"} == {"m", "ctag", "dtag", "exchange", "key", "body"}
 
 
 def feed_all(conn: Connection) -> list[ev.Event]:
