@@ -259,6 +259,21 @@ class Session:
             self._broker.tracer.published(self._vhost, message, outcome, now)
         return outcome
 
+    def publish_batch(
+        self, exchange: str, messages: list[Message], *, now: float
+    ) -> list[PublishOutcome]:
+        """:meth:`publish` of each of ``messages`` (all to ``exchange``, ``span=False``:
+        one ``publish.batch``), through
+        :meth:`~amqlite.broker.vhost.VirtualHost.publish_batch`; with the trace on,
+        one by one (the tracer sees each publish as it is routed)."""
+        if self._closed:
+            self._check_open()
+        broker = self._broker
+        broker.now = now
+        if broker.tracer is not None:
+            return [self.publish(m, now=now, span=False) for m in messages]
+        return self._vhost.publish_batch(exchange, messages, now)
+
     # --- consuming ----------------------------------------------------------------
 
     def consume(

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import datetime
+import itertools
 from typing import Any
 
 from amqlite.errors import NotFound, PreconditionFailed
@@ -74,6 +75,43 @@ class StreamQueue(Queue):
         if self.consumers:
             self.dispatch(now)
         return True
+
+    def offer_many(self, messages: list[Message], now: float) -> None:
+        """:meth:`offer` of each of ``messages`` in order, with retention and the
+        push to consumers once (a ``publish.batch``: the batch path of
+        :meth:`~amqlite.broker.vhost.VirtualHost.publish_batch`). A stream takes
+        every message, so there is no outcome to return. The log, the offsets and
+        the journal's records end as ``offer`` one by one leaves them (retention
+        drops the same head, in one ``stream.truncate`` instead of several)."""
+        if not messages:
+            return
+        settings = self.settings
+        if self.consumers and (
+            settings.max_length is not None or settings.max_length_bytes is not None
+        ):
+            # whether a consumer gets a message depends on retention right after
+            # its append (x-max-length 0, a body above x-max-length-bytes): one by one
+            for message in messages:
+                self.offer(message, now, None)
+            return
+        at = now + self.vhost.wall_offset
+        if len(self) and at < self._at[-1]:
+            at = self._at[-1]  # keep times in order (a clock step back) for bisecting
+        first = self.next
+        n = len(messages)
+        self._log.extend(messages)
+        self._at.extend(itertools.repeat(at, n))
+        self.next = first + n
+        self.bytes += sum([len(m.body) for m in messages])
+        self.stat_publish += n
+        recorder = self.journal
+        if recorder is not None:
+            vhost, name, append = self.vhost.name, self.name, recorder.stream_append
+            for offset, message in enumerate(messages, first):
+                append(vhost, name, offset, message, at)
+        if self.consumers:  # before age retention, which spares what was just appended
+            self.dispatch(now)
+        self._retain(at)
 
     def _append(self, message: Message, at: float) -> None:
         if at < (self._at[-1] if len(self) else at):

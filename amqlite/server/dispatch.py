@@ -8,6 +8,7 @@ can run a whole batch of requests without a checkpoint.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -196,8 +197,8 @@ class RequestDispatcher:
         plain_props: dict[str, Any] = persistent or {}
         limit = self._max_message_size
         prefix = self._key_prefix
-        publish = self.session.publish
-        routed, duplicate = PublishOutcome.ROUTED, PublishOutcome.DUPLICATE
+        messages: list[Message] = []
+        indexes: list[int] | None = None  # of messages, when some were refused early
         for i, m in enumerate(b.msgs):
             key, body = m[0], m[1]
             if len(m) == 2:
@@ -213,20 +214,30 @@ class RequestDispatcher:
                     check_message_size(len(body), limit)
                 except AmqliteError as exc:
                     refused.append([i, int(exc.code), exc.text, "error"])
+                    if indexes is None:
+                        indexes = list(range(i))
                     continue
             message = Message(exchange, key, body, headers, props)
             if prefix:
                 message.publish_key = f"{prefix}{rid + i}"
-            outcome = publish(message, mandatory=mandatory, now=now, span=False)
+            messages.append(message)
+            if indexes is not None:
+                indexes.append(i)
+        outcomes = self.session.publish_batch(exchange, messages, now=now)
+        routed, duplicate = PublishOutcome.ROUTED, PublishOutcome.DUPLICATE
+        for j, outcome in enumerate(outcomes):
             if outcome is routed or outcome is duplicate:
                 continue
+            i = j if indexes is None else indexes[j]
             if outcome is PublishOutcome.UNROUTABLE:
                 if mandatory:
+                    key = messages[j].routing_key
                     text = f"no queue bound to exchange {exchange!r} matches key {key!r}"
                     refused.append([i, int(ReplyCode.NO_ROUTE), text, "returned"])
                 continue
             text = "a queue refused the message (x-overflow = reject-publish and it is full)"
             refused.append([i, int(ReplyCode.PRECONDITION_FAILED), text, "nacked"])
+        refused.sort(key=operator.itemgetter(0))
         return self._batch_ok(rid, len(b.msgs), refused)
 
     def _check_write(self, exchange: str) -> None:
