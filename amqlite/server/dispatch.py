@@ -85,6 +85,7 @@ class RequestDispatcher:
             ev.OffsetQuery: self._offset_query,
             ev.StreamFetch: self._stream_fetch,
             ev.PublishBatch: self._publish_batch,
+            ev.PublishColumns: self._publish_batch,
             ev.Trace: self._trace,
         }
 
@@ -180,13 +181,15 @@ class RequestDispatcher:
             )
         return None
 
-    def _publish_batch(self, b: ev.PublishBatch, now: float) -> Reply:
+    def _publish_batch(self, b: ev.PublishBatch | ev.PublishColumns, now: float) -> Reply:
         """Each message as the confirmed publish ``id + i``; one ``ok`` {count,
         refused} for them all, whose journal span covers every one routed:
         ``refused`` lists ``[i, code, text, kind]`` for each message ``returned``,
-        ``nacked`` or failed (``error``); the others are confirmed. An exchange with
-        peering links takes each message through :meth:`_publish`; any other, a
-        loop doing the same steps without a ``Publish`` event per message."""
+        ``nacked`` or failed (``error``); the others are confirmed. A
+        ``publish.columns`` is the same with its messages as columns. An exchange
+        with peering links takes each message through :meth:`_publish`; any other,
+        a loop making the messages and :meth:`Session.publish_batch` routing them
+        (each routing key once, the messages for a stream appended together)."""
         self.session.new_span()
         exchange, mandatory, rid = b.exchange, b.mandatory, b.id
         if self._peered and exchange in self._peered:
@@ -199,7 +202,18 @@ class RequestDispatcher:
         prefix = self._key_prefix
         messages: list[Message] = []
         indexes: list[int] | None = None  # of messages, when some were refused early
-        for i, m in enumerate(b.msgs):
+        size = b.count if isinstance(b, ev.PublishColumns) else len(b.msgs)
+        if isinstance(b, ev.PublishColumns) and not b.extras and not limit:
+            # the columns as messages, without a list per message in between
+            keys, bodies = codec.batch_columns(b)
+            messages = [
+                Message(exchange, key, body, {}, plain_props)
+                for key, body in zip(keys, bodies, strict=True)
+            ]
+            if prefix:
+                for i, message in enumerate(messages, rid):
+                    message.publish_key = f"{prefix}{i}"
+        for i, m in enumerate(() if messages else codec.batch_rows(b)):
             key, body = m[0], m[1]
             if len(m) == 2:
                 headers: dict[str, Any] = {}
@@ -238,7 +252,7 @@ class RequestDispatcher:
             text = "a queue refused the message (x-overflow = reject-publish and it is full)"
             refused.append([i, int(ReplyCode.PRECONDITION_FAILED), text, "nacked"])
         refused.sort(key=operator.itemgetter(0))
-        return self._batch_ok(rid, len(b.msgs), refused)
+        return self._batch_ok(rid, size, refused)
 
     def _check_write(self, exchange: str) -> None:
         allowed = self._write_ok.get(exchange)
@@ -255,13 +269,15 @@ class RequestDispatcher:
             info["refused"] = refused
         return ev.Ok(rid, info)
 
-    def _publish_batch_each(self, b: ev.PublishBatch, now: float) -> Reply:
+    def _publish_batch_each(self, b: ev.PublishBatch | ev.PublishColumns, now: float) -> Reply:
         """:meth:`_publish_batch` through :meth:`_publish`, message by message (an
         exchange with peering links)."""
         refused: list[list[Any]] = []
         exchange, mandatory, rid = b.exchange, b.mandatory, b.id
         persistent = {"persistent": True} if b.persistent else None
-        for i, m in enumerate(b.msgs):
+        rows = codec.batch_rows(b)
+        size = len(rows)
+        for i, m in enumerate(rows):
             if len(m) == 2:
                 headers: dict[str, Any] = {}
                 props: dict[str, Any] = persistent or {}
@@ -281,7 +297,7 @@ class RequestDispatcher:
             if type(reply) is not ev.Ok:
                 assert isinstance(reply, ev.Returned | ev.Nacked)
                 refused.append([i, int(reply.code), reply.text, reply.METHOD])
-        return self._batch_ok(rid, len(b.msgs), refused)
+        return self._batch_ok(rid, size, refused)
 
     def _ack(self, a: ev.Ack, now: float) -> Reply:
         self.session.ack(a.dtag, multiple=a.multiple)
