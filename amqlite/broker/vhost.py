@@ -478,28 +478,31 @@ class VirtualHost:
         routed, duplicate = PublishOutcome.ROUTED, PublishOutcome.DUPLICATE
         unroutable = PublishOutcome.UNROUTABLE
         keys = self.publish_keys
+        known = keys.known
         recorder = self.recorder
         queues_by_name = self.queues
-        # routing key -> (its queues, the same as streams when all are, else None)
-        routes: dict[str, tuple[tuple[Queue, ...], tuple[StreamQueue, ...] | None]] = {}
-        streamed: dict[StreamQueue, list[Message]] = {}
-        routed_keys: dict[str, None] = {}  # publish keys of the stream appends not made yet
+        # routing key -> (its queues, when all are streams the appends of the
+        # lists of messages waiting for each, else None)
+        routes: dict[str, tuple[tuple[Queue, ...], tuple[Callable[[Message], None], ...] | None]]
+        routes = {}
+        streamed: dict[StreamQueue, list[Message]] = {}  # the appends not made yet
+        routed_keys: dict[str, None] = {}  # their publish keys
         outcomes: list[PublishOutcome] = []
 
         def flush() -> None:
             for stream, taken in streamed.items():
-                stream.offer_many(taken, now)
-            streamed.clear()
-            position = recorder.span_last if recorder is not None else 0
-            for key in routed_keys:
-                keys.add(key, position)
-            routed_keys.clear()
+                if taken:
+                    stream.offer_many(taken, now)
+                    taken.clear()  # (the stream copied it) the routes keep the list
+            if routed_keys:
+                keys.add_many(routed_keys, recorder.span_last if recorder is not None else 0)
+                routed_keys.clear()
 
         for message in messages:
             publish_key = message.publish_key
-            if publish_key in routed_keys:
-                flush()  # a key sent twice in one batch: the first copy is routed
-            if publish_key and publish_key in keys:
+            if publish_key and (publish_key in known or publish_key in routed_keys):
+                if publish_key in routed_keys:
+                    flush()  # a key sent twice in one batch: the first copy is routed
                 keys.duplicates += 1
                 if recorder is not None:  # its reply vouches for the first copy
                     recorder.depend_on(keys.position(publish_key))
@@ -512,26 +515,24 @@ class VirtualHost:
                     targets: tuple[Queue, ...] = () if target is None else (target,)
                 else:
                     targets = tuple(exchange.route(message))
-                streams = tuple(q for q in targets if isinstance(q, StreamQueue))
+                streams = [q for q in targets if isinstance(q, StreamQueue)]
+                appends = tuple(streamed.setdefault(q, []).append for q in streams)
                 route = routes[message.routing_key] = (
                     targets,
-                    streams if len(streams) == len(targets) else None,
+                    appends if len(streams) == len(targets) else None,
                 )
-            targets, streams_only = route
+            targets, appends_or_none = route
             if not targets:
                 outcomes.append(unroutable)
                 continue
-            if streams_only is None:
+            if appends_or_none is None:
                 flush()
                 outcomes.append(self.publish(message, now))
                 continue
             # streams journal what they take themselves (recorder.enqueue would
             # record nothing for them) and take every message: routed
-            for stream in streams_only:
-                taken = streamed.get(stream)
-                if taken is None:
-                    taken = streamed[stream] = []
-                taken.append(message)
+            for append in appends_or_none:
+                append(message)
             if publish_key:
                 routed_keys[publish_key] = None
             outcomes.append(routed)

@@ -203,7 +203,11 @@ class RequestDispatcher:
         messages: list[Message] = []
         indexes: list[int] | None = None  # of messages, when some were refused early
         size = b.count if isinstance(b, ev.PublishColumns) else len(b.msgs)
-        if isinstance(b, ev.PublishColumns) and not b.extras and not limit:
+        if (
+            isinstance(b, ev.PublishColumns)
+            and not b.extras
+            and not (limit and len(b.bodies) > limit)  # then no body is over the limit
+        ):
             # the columns as messages, without a list per message in between
             keys, bodies = codec.batch_columns(b)
             messages = [
