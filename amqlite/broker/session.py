@@ -409,6 +409,18 @@ class Session:
                 tracer.delivered(q, m, False, now)
         return q, first, messages, dropped
 
+    def fetch_block(
+        self, queue: str, start: int, end: int | None, *, visible: int | None = None
+    ) -> tuple[StreamQueue, int | None]:
+        """Stream ``queue`` and the whole block a fetch from ``start`` reads
+        (:meth:`StreamQueue.whole_block`), None when it is not one or the trace is
+        on (each message read is traced: :meth:`fetch_stream`)."""
+        self._check_open()
+        q = self._stream(queue)
+        if self._broker.tracer is not None:
+            return q, None
+        return q, q.whole_block(start, end, visible)
+
     def _stream(self, name: str) -> StreamQueue:
         q = self._vhost.queue(self, name)
         if not isinstance(q, StreamQueue):

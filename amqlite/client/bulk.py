@@ -33,6 +33,10 @@ from .replies import PendingReply, ReplyHook
 
 #: What ``fetch_stream`` asks for by default (bytes of keys, exchanges, bodies).
 DEFAULT_FETCH_BYTES = 1024 * 1024
+#: The broker answers fetches of whole blocks of this many offsets (from offset 0
+#: on) from replies it encoded once (``amqlite.broker.stream.FETCH_BLOCK``): a
+#: reader that splits a range does best to split it on multiples of this.
+FETCH_BLOCK = 8192
 #: ``publish_many``: bytes and messages per frame, frames in flight.
 BATCH_BYTES = 512 * 1024
 BATCH_MESSAGES = 8192

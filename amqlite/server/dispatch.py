@@ -8,6 +8,7 @@ can run a whole batch of requests without a checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ import structlog
 
 from amqlite.auth import AuthenticatedUser, ConstrainedAction, ResourceType, Tag, require_tag
 from amqlite.broker import Message, PublishOutcome, Session
+from amqlite.broker import stream as stream_module
 from amqlite.broker.limits import check_message_size
 from amqlite.errors import AccessRefused, AmqliteError, BrokerError, ReplyCode
 from amqlite.protocol import codec
@@ -441,8 +443,29 @@ class RequestDispatcher:
         limit = self.max_reply_bytes - codec.RECORDS_OVERHEAD
         budget = max(1, min(f.max_bytes, limit))
         visible = self.stream_visible(self.vhost, f.queue) if self.stream_visible else None
+        q, block = self.session.fetch_block(f.queue, f.start, f.end, visible=visible)
+        if block is not None:
+            # A whole block: its reply is encoded once and kept (the stream drops it
+            # with retention), so readers and replays after the first get a copy
+            # instead of encoding each record again. tests/server checks the
+            # replies are those of the path below, record for record.
+            kept = q.blocks.get(block)
+            if kept is None:
+                reply = codec.stream_records(
+                    0, f.start, q.block_messages(block), dropped=0, kept_first=0, kept_next=0
+                )
+                size = codec.records_size(reply)
+                kept = (reply, size) if size <= limit else (None, 0)
+                q.keep_block(block, *kept)
+            cached, size = kept
+            if cached is not None and size <= budget + codec.RECORDS_OVERHEAD:
+                return dataclasses.replace(cached, re=f.id, kept_first=q.first, kept_next=q.next)
+        end = f.end
+        if q.first <= f.start < q.next and f.start % stream_module.FETCH_BLOCK:
+            # stop at the next block's start: the fetches after this one read whole blocks
+            end = q.block_end(f.start) if end is None else min(end, q.block_end(f.start))
         q, first, messages, dropped = self.session.fetch_stream(
-            f.queue, f.start, f.end, budget, visible=visible, now=now
+            f.queue, f.start, end, budget, visible=visible, now=now
         )
         while True:
             reply = codec.stream_records(
@@ -452,9 +475,9 @@ class RequestDispatcher:
             # larger frames): read() estimated headers and properties
             if codec.records_size(reply) <= min(limit, budget + codec.RECORDS_OVERHEAD):
                 return reply
-            if len(messages) == 1:
+            if len(messages) <= 1:
                 if codec.records_size(reply) <= limit:
-                    return reply  # one record: sent whatever the budget
+                    return reply  # one record (or none): sent whatever the budget
                 raise BrokerError(
                     f"the record at offset {first} of stream {f.queue!r} does not fit in "
                     f"a frame of {self.max_reply_bytes} bytes",

@@ -24,7 +24,7 @@ import cbor2
 import trio
 
 from amqlite.client import connect
-from amqlite.client.bulk import BatchColumns
+from amqlite.client.bulk import FETCH_BLOCK, BatchColumns
 from amqlite.errors import AmqliteError, NotFound, PreconditionFailed
 
 Row = tuple[Any, ...]
@@ -343,7 +343,9 @@ def fetch_range(
                 at = start
                 while at < end or pending:
                     while at < end and len(pending) < max(1, in_flight):
-                        hi = min(end, at + span())
+                        # on a block boundary: the broker answers whole blocks from
+                        # replies it encoded once
+                        hi = min(end, -(-(at + span()) // FETCH_BLOCK) * FETCH_BLOCK)
                         send, receive = trio.open_memory_channel[Any](1000)
                         nursery.start_soon(read, at, hi, send)
                         pending.append(receive)
