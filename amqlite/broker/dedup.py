@@ -15,6 +15,7 @@ first): it has to cover what is in flight when a link breaks, not history.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping
 
 from .recording import ALL_APPENDED
 
@@ -45,6 +46,20 @@ class PublishKeys:
     def position(self, key: str) -> int:
         """The journal position a publish sent again under ``key`` vouches for."""
         return self._keys.get(key, 0)
+
+    @property
+    def known(self) -> Mapping[str, int]:
+        """The keys (and their positions), read-only: a batch looks them up in a loop."""
+        return self._keys
+
+    def add_many(self, keys: Iterable[str], position: int = ALL_APPENDED) -> None:
+        """:meth:`add` of each of ``keys``, in order (a ``publish.batch``'s)."""
+        known = self._keys
+        for key in keys:
+            if key not in known:
+                known[key] = position
+        for _ in range(len(known) - self.capacity):
+            known.popitem(last=False)
 
     def add(self, key: str, position: int = ALL_APPENDED) -> None:
         keys = self._keys

@@ -270,6 +270,21 @@ class Session:
             self._broker.tracer.published(self._vhost, message, outcome, now)
         return outcome
 
+    def publish_batch(
+        self, exchange: str, messages: list[Message], *, now: float
+    ) -> list[PublishOutcome]:
+        """:meth:`publish` of each of ``messages`` (all to ``exchange``, ``span=False``:
+        one ``publish.batch``), through
+        :meth:`~amqlite.broker.vhost.VirtualHost.publish_batch`; with the trace on,
+        one by one (the tracer sees each publish as it is routed)."""
+        if self._closed:
+            self._check_open()
+        broker = self._broker
+        broker.now = now
+        if broker.tracer is not None:
+            return [self.publish(m, now=now, span=False) for m in messages]
+        return self._vhost.publish_batch(exchange, messages, now)
+
     # --- consuming ----------------------------------------------------------------
 
     def consume(
@@ -404,6 +419,18 @@ class Session:
             for m in messages:
                 tracer.delivered(q, m, False, now)
         return q, first, messages, dropped
+
+    def fetch_block(
+        self, queue: str, start: int, end: int | None, *, visible: int | None = None
+    ) -> tuple[StreamQueue, int | None]:
+        """Stream ``queue`` and the whole block a fetch from ``start`` reads
+        (:meth:`StreamQueue.whole_block`), None when it is not one or the trace is
+        on (each message read is traced: :meth:`fetch_stream`)."""
+        self._check_open()
+        q = self._stream(queue)
+        if self._broker.tracer is not None:
+            return q, None
+        return q, q.whole_block(start, end, visible)
 
     def _stream(self, name: str) -> StreamQueue:
         q = self._vhost.queue(self, name)

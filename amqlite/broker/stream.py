@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import bisect
 import datetime
+import itertools
 from typing import Any
 
 from amqlite.errors import NotFound, PreconditionFailed
@@ -35,12 +36,27 @@ from .message import INF, Message
 from .queue import Consumer, Entry, Queue
 
 OFFSET_ARGUMENT = "x-stream-offset"
+#: ``stream.fetch`` answers whole blocks of this many offsets (``offset //
+#: FETCH_BLOCK``) from a cache of their encoded replies (:attr:`StreamQueue.blocks`)
+FETCH_BLOCK = 8192
+#: the encoded blocks a stream keeps at most (bytes; the oldest made go first)
+FETCH_CACHE_BYTES = 128 * 1024 * 1024
 
 
 class StreamQueue(Queue):
     """A stream queue; see the module docstring. ``ready`` stays empty."""
 
-    __slots__ = ("_at", "_head", "_log", "bytes", "first", "next", "tracked")
+    __slots__ = (
+        "_at",
+        "_head",
+        "_log",
+        "blocks",
+        "blocks_bytes",
+        "bytes",
+        "first",
+        "next",
+        "tracked",
+    )
 
     is_stream = True
 
@@ -53,6 +69,11 @@ class StreamQueue(Queue):
         self.next = 0
         self.bytes = 0
         self.tracked: dict[str, int] = {}
+        #: block index -> (its encoded ``stream.records``, its size): made by the
+        #: server when a fetch first reads a whole block, which never changes after
+        #: (retention drops the blocks it removes any of); see :meth:`whole_block`
+        self.blocks: dict[int, tuple[Any, int]] = {}
+        self.blocks_bytes = 0
 
     def __len__(self) -> int:
         return len(self._log) - self._head
@@ -74,6 +95,43 @@ class StreamQueue(Queue):
         if self.consumers:
             self.dispatch(now)
         return True
+
+    def offer_many(self, messages: list[Message], now: float) -> None:
+        """:meth:`offer` of each of ``messages`` in order, with retention and the
+        push to consumers once (a ``publish.batch``: the batch path of
+        :meth:`~amqlite.broker.vhost.VirtualHost.publish_batch`). A stream takes
+        every message, so there is no outcome to return. The log, the offsets and
+        the journal's records end as ``offer`` one by one leaves them (retention
+        drops the same head, in one ``stream.truncate`` instead of several)."""
+        if not messages:
+            return
+        settings = self.settings
+        if self.consumers and (
+            settings.max_length is not None or settings.max_length_bytes is not None
+        ):
+            # whether a consumer gets a message depends on retention right after
+            # its append (x-max-length 0, a body above x-max-length-bytes): one by one
+            for message in messages:
+                self.offer(message, now, None)
+            return
+        at = now + self.vhost.wall_offset
+        if len(self) and at < self._at[-1]:
+            at = self._at[-1]  # keep times in order (a clock step back) for bisecting
+        first = self.next
+        n = len(messages)
+        self._log.extend(messages)
+        self._at.extend(itertools.repeat(at, n))
+        self.next = first + n
+        self.bytes += sum([len(m.body) for m in messages])
+        self.stat_publish += n
+        recorder = self.journal
+        if recorder is not None:
+            vhost, name, append = self.vhost.name, self.name, recorder.stream_append
+            for offset, message in enumerate(messages, first):
+                append(vhost, name, offset, message, at)
+        if self.consumers:  # before age retention, which spares what was just appended
+            self.dispatch(now)
+        self._retain(at)
 
     def _append(self, message: Message, at: float) -> None:
         if at < (self._at[-1] if len(self) else at):
@@ -103,6 +161,9 @@ class StreamQueue(Queue):
         self._head += drop
         self.first = max(self.first, before)
         self.next = max(self.next, self.first)
+        if self.blocks:
+            for block in [b for b in self.blocks if b * FETCH_BLOCK < self.first]:
+                self.blocks_bytes -= self.blocks.pop(block)[1]
         if self._head > 1024 and self._head * 2 > len(self._log):
             del self._log[: self._head]
             del self._at[: self._head]
@@ -240,6 +301,44 @@ class StreamQueue(Queue):
             budget -= cost
             i += 1
         return lo, log[base + lo : base + i], dropped
+
+    def whole_block(self, start: int, end: int | None, visible: int | None) -> int | None:
+        """The index of the block that offsets ``start`` to ``start + FETCH_BLOCK``
+        make, when that is a block (``start`` on a block boundary), the stream keeps
+        all of it and it lies below ``end`` and ``visible``; else None.
+
+        Why blocks: a fetch that reads a whole block can be answered from its
+        encoded reply, made once (:meth:`keep_block`), instead of encoding each
+        record again for every reader and every replay."""
+        if start % FETCH_BLOCK or start < self.first:
+            return None
+        stop = start + FETCH_BLOCK
+        if stop > self.next or (end is not None and stop > end):
+            return None
+        if visible is not None and stop > visible:
+            return None
+        return start // FETCH_BLOCK
+
+    def block_messages(self, block: int) -> list[Message]:
+        """The messages of a whole block (see :meth:`whole_block`)."""
+        at = self._head - self.first + block * FETCH_BLOCK
+        return self._log[at : at + FETCH_BLOCK]
+
+    def keep_block(self, block: int, encoded: Any, size: int) -> None:
+        """Keep a block's encoded reply (``size`` bytes; None: it cannot be one reply,
+        do not make it again), dropping the oldest kept beyond
+        :data:`FETCH_CACHE_BYTES`."""
+        if block * FETCH_BLOCK < self.first or block in self.blocks:
+            return
+        self.blocks[block] = (encoded, size)
+        self.blocks_bytes += size
+        while self.blocks_bytes > FETCH_CACHE_BYTES and len(self.blocks) > 1:
+            oldest = next(iter(self.blocks))
+            self.blocks_bytes -= self.blocks.pop(oldest)[1]
+
+    def block_end(self, start: int) -> int:
+        """The first offset after ``start`` on a block boundary."""
+        return (start // FETCH_BLOCK + 1) * FETCH_BLOCK
 
     # --- named offsets -------------------------------------------------------------------
 

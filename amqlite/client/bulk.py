@@ -33,6 +33,10 @@ from .replies import PendingReply, ReplyHook
 
 #: What ``fetch_stream`` asks for by default (bytes of keys, exchanges, bodies).
 DEFAULT_FETCH_BYTES = 1024 * 1024
+#: The broker answers fetches of whole blocks of this many offsets (from offset 0
+#: on) from replies it encoded once (``amqlite.broker.stream.FETCH_BLOCK``): a
+#: reader that splits a range does best to split it on multiples of this.
+FETCH_BLOCK = 8192
 #: ``publish_many``: bytes and messages per frame, frames in flight.
 BATCH_BYTES = 512 * 1024
 BATCH_MESSAGES = 8192
@@ -168,6 +172,27 @@ def _wire(message: Message, persistent: bool) -> list[Any]:
     return [key, body, dict(headers) if headers else None, dict(props) if props else None]
 
 
+@dataclass(frozen=True)
+class BatchColumns:
+    """``count`` messages as the columns of a ``publish.batch``: routing keys
+    (UTF-8) and bodies end to end in ``keys`` / ``bodies``, and ``count + 1``
+    little-endian unsigned 32-bit end positions (the first 0) in ``key_ends`` /
+    ``body_ends``: Arrow's string and binary layout. ``extras``: ``[i, headers,
+    props]`` for the messages that have any."""
+
+    count: int
+    keys: bytes
+    key_ends: bytes
+    bodies: bytes
+    body_ends: bytes
+    extras: list[Any] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        """About the bytes of its frame."""
+        return len(self.keys) + len(self.bodies) + 8 * (self.count + 1) + RECORDS_OVERHEAD
+
+
 class PendingBatch:
     """One ``publish.batch`` frame waiting for its ``ok``."""
 
@@ -260,6 +285,35 @@ class BulkRequests:
         rid = self._new_ids(len(messages))
         event = ev.PublishBatch(rid, exchange, messages, mandatory, persistent)
         return PendingBatch(base, len(messages), await self._call_nowait(event))
+
+    async def publish_columns_nowait(
+        self,
+        exchange: str,
+        columns: BatchColumns,
+        *,
+        mandatory: bool = False,
+        persistent: bool = False,
+        base: int = 0,
+    ) -> PendingBatch:
+        """:meth:`publish_batch_nowait` of messages given as columns (a
+        ``publish.columns``, see :class:`BatchColumns`)."""
+        n = columns.count
+        if n < 1:
+            raise ValueError("a publish.batch holds at least one message")
+        rid = self._new_ids(n)
+        event = ev.PublishColumns(
+            rid,
+            exchange,
+            n,
+            columns.keys,
+            columns.key_ends,
+            columns.bodies,
+            columns.body_ends,
+            columns.extras,
+            mandatory,
+            persistent,
+        )
+        return PendingBatch(base, n, await self._call_nowait(event))
 
     async def publish_many(
         self,

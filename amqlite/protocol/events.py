@@ -303,6 +303,31 @@ class Publish(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class PublishColumns(Event):
+    """``publish.batch`` with its messages as columns: ``count`` messages whose
+    routing keys and bodies lie end to end in ``keys`` / ``bodies``, with
+    ``count + 1`` little-endian unsigned 32-bit positions (the first 0) in
+    ``key_ends`` / ``body_ends`` where value ``i`` spans ``ends[i]:ends[i + 1]``
+    (Arrow's string and binary layout, as ``stream.records``); ``extras`` holds
+    ``[i, headers, props]`` for each message that has any. Message ``i`` is request
+    ``id + i``; the reply is ``publish.batch``'s. A writer holding Arrow columns
+    (the Spark sink) sends them without a Python object per message."""
+
+    METHOD: ClassVar[str] = "publish.columns"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    id: int
+    exchange: str
+    count: int
+    keys: bytes
+    key_ends: bytes
+    bodies: bytes
+    body_ends: bytes
+    extras: list[Any] = field(default_factory=list)
+    mandatory: bool = False
+    persistent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Consume(Event):
     METHOD: ClassVar[str] = "consume"
     SENDER: ClassVar[Sender] = Sender.CLIENT
@@ -578,6 +603,7 @@ REQUESTS: tuple[type[Event], ...] = (
     OffsetQuery,
     StreamFetch,
     PublishBatch,
+    PublishColumns,
     Trace,
     HaHeartbeat,
     HaSync,

@@ -16,7 +16,7 @@ import contextlib
 import datetime
 import queue as queue_mod
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,7 @@ import cbor2
 import trio
 
 from amqlite.client import connect
+from amqlite.client.bulk import FETCH_BLOCK, BatchColumns
 from amqlite.errors import AmqliteError, NotFound, PreconditionFailed
 
 Row = tuple[Any, ...]
@@ -342,7 +343,9 @@ def fetch_range(
                 at = start
                 while at < end or pending:
                     while at < end and len(pending) < max(1, in_flight):
-                        hi = min(end, at + span())
+                        # on a block boundary: the broker answers whole blocks from
+                        # replies it encoded once
+                        hi = min(end, -(-(at + span()) // FETCH_BLOCK) * FETCH_BLOCK)
                         send, receive = trio.open_memory_channel[Any](1000)
                         nursery.start_soon(read, at, hi, send)
                         pending.append(receive)
@@ -438,26 +441,35 @@ def _frames(messages: list[list[Any]], limit: int) -> Iterator[list[list[Any]]]:
         yield chunk
 
 
+def _wire_frames(messages: list[list[Any]], limit: int) -> list[list[list[Any]]]:
+    return list(_frames(messages, limit))
+
+
 def publish_wire(
     access: ServerAccess,
     exchange: str,
-    batches: Iterable[list[list[Any]]],
+    batches: Iterable[Any],
     *,
     mandatory: bool = True,
     persistent: bool = False,
     in_flight: int = BATCHES_IN_FLIGHT,
+    encode: Callable[[Any, int], Sequence[Any]] = _wire_frames,
 ) -> PublishSummary:
-    """Publish lists of ``publish.batch`` messages (``[key, body]`` or ``[key,
-    body, headers, props]``) to ``exchange``, a few frames in flight, taking the
-    next list in a worker thread meanwhile; returns once every message is
-    confirmed, or raises the first refusal (a nack, an unroutable message when
-    ``mandatory``; its index counts from the first message of the call) or a lost
-    connection that could not be restored. A frame not confirmed when the link
-    breaks is sent again on the next (same publish keys: at least once)."""
+    """Publish ``batches`` to ``exchange``: each turned by ``encode(batch,
+    frame_bytes)`` (in a worker thread, while frames already made are in flight)
+    into ``publish.batch`` frames of about ``frame_bytes``, each a list of wire
+    messages (``[key, body]`` or ``[key, body, headers, props]``; the default:
+    ``batches`` are lists of them) or a :class:`~amqlite.client.bulk.BatchColumns`.
+    A few frames in flight; returns once every message is confirmed, or raises the
+    first refusal (a nack, an unroutable message when ``mandatory``; its index
+    counts from the first message of the call) or a lost connection that could not
+    be restored. A frame not confirmed when the link breaks is sent again on the
+    next (same publish keys: at least once)."""
     it = iter(batches)
 
-    def take() -> list[list[Any]] | None:
-        return next(it, None)
+    def take(limit: int) -> Sequence[Any] | None:
+        batch = next(it, _DONE)
+        return None if batch is _DONE else encode(batch, limit)
 
     async def run() -> int:
         sent = 0
@@ -470,10 +482,22 @@ def publish_wire(
                 if refused:
                     raise refused[0][1]
 
-            while (messages := await trio.to_thread.run_sync(take)) is not None:
-                for frame in _frames(messages, limit):
+            while (frames := await trio.to_thread.run_sync(take, limit)) is not None:
+                for frame in frames:
                     if len(pending) >= max(1, in_flight):
                         await settle(pending.pop(0))
+                    if isinstance(frame, BatchColumns):
+                        pending.append(
+                            await conn.publish_columns_nowait(
+                                exchange,
+                                frame,
+                                mandatory=mandatory,
+                                persistent=persistent,
+                                base=sent,
+                            )
+                        )
+                        sent += frame.count
+                        continue
                     pending.append(
                         await conn.publish_batch_nowait(
                             exchange, frame, mandatory=mandatory, persistent=persistent, base=sent

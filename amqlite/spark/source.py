@@ -374,15 +374,15 @@ def _publish(opts: WriteOptions, iterator: Iterator[Any]) -> Published:
     if first is None:
         return Published(0)
     if isinstance(first, pa.RecordBatch):
-        from .arrow import wire_messages
+        from .arrow import publish_frames
 
-        batches = (wire_messages(rb) for rb in itertools.chain([first], iterator))
         done = publish_wire(
             opts.access,
             opts.exchange,
-            batches,
+            itertools.chain([first], iterator),
             mandatory=opts.mandatory,
             persistent=opts.persistent,
+            encode=publish_frames,
         )
         return Published(done.published)
     rows = (row.asDict() for row in itertools.chain([first], iterator))

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from amqlite.broker import Broker, Delivery, Message, Session
 from amqlite.broker.stream import StreamQueue
@@ -232,3 +234,115 @@ def test_read_by_range_budget_retention_and_visibility(s: Session, broker: Broke
     with pytest.raises(PreconditionFailed):
         q.read(-1, None, 100)
     assert (q.first, q.next, len(q.consumers)) == (4, 10, 0)
+
+
+# --- publish_batch: the batch path agrees with publish one by one -------------------
+
+_BATCH_KEYS = ("a", "b", "c", "q")
+_batch_message = st.tuples(
+    st.sampled_from(_BATCH_KEYS),  # routing key
+    st.binary(max_size=6),  # body
+    st.booleans(),  # persistent
+    st.integers(0, 12),  # publish key (0: none; repeats are sends again)
+)
+
+
+def _batch_broker(
+    exchange: str, length: int | None, overflow: str
+) -> tuple[Broker, Session, list[Record]]:
+    records: list[Record] = []
+    broker = Broker(record=records.append)
+    broker.wall_offset = 100.0
+    s = broker.open_session("/", owner="s")
+    limit = {} if length is None else {"x-max-length": length}
+    declare(s, "s1", **limit)
+    declare(s, "s2")
+    s.declare_queue("q", durable=True, arguments={"x-max-length": 2, "x-overflow": overflow})
+    s.declare_exchange("direct", "direct", durable=True)
+    s.declare_exchange("topic", "topic", durable=True)
+    s.declare_exchange("fan", "fanout", durable=True)
+    s.declare_exchange("hdr", "headers", durable=True)
+    for ex in ("direct", "topic"):
+        s.bind("s1", ex, "a")
+        s.bind("s2", ex, "a")
+        s.bind("s2", ex, "b")
+        s.bind("q", ex, "q")
+    s.bind("s1", "fan")
+    s.bind("s1", "hdr", "", {"x-match": "any", "h": 1})
+    s.consume("s1", prefetch=3, arguments={"x-stream-offset": "first"}, now=0)
+    return broker, s, records
+
+
+def _stream_view(broker: Broker, name: str) -> tuple[Any, ...]:
+    q = stream_of(broker, name)
+    log = q._log[q._head :]
+    return (q.first, q.next, q.bytes, [(m.routing_key, m.body, m.publish_key) for m in log])
+
+
+def _drain(s: Session, queue: str) -> list[Delivery]:
+    out = []
+    while (got := s.get(queue, no_ack=True, now=10.0)) is not None:
+        out.append(got[0])
+    return out
+
+
+@given(
+    exchange=st.sampled_from(["", "direct", "topic", "fan", "hdr"]),
+    length=st.one_of(st.none(), st.integers(0, 4)),
+    overflow=st.sampled_from(["drop-head", "reject-publish"]),
+    batches=st.lists(st.lists(_batch_message, max_size=8), max_size=4),
+)
+@settings(max_examples=150, deadline=None)
+def test_publish_batch_agrees_with_publish_one_by_one(
+    exchange: str, length: int | None, overflow: str, batches: list[list[Any]]
+) -> None:
+    """Outcomes, every queue's messages in order, the stream consumer's deliveries,
+    the publish keys and what the journal rebuilds are the same either way."""
+    one, s1, rec1 = _batch_broker(exchange, length, overflow)
+    many, s2, rec2 = _batch_broker(exchange, length, overflow)
+
+    def messages(batch: list[Any]) -> list[Message]:
+        out = []
+        for key, body, persistent, pk in batch:
+            headers = {"h": 1} if key == "a" else {}
+            m = Message(
+                exchange,
+                key if exchange or key != "c" else "s2",
+                body,
+                headers,
+                {"persistent": True} if persistent else {},
+            )
+            m.publish_key = f"i:{pk}" if pk else ""
+            out.append(m)
+        return out
+
+    for n, batch in enumerate(batches):
+        now = float(n)
+        s1.new_span()
+        s2.new_span()
+        assert [s1.publish(m, now=now, span=False) for m in messages(batch)] == (
+            s2.publish_batch(exchange, messages(batch), now=now)
+        )
+        assert (one.recorder.span_first > 0) == (many.recorder.span_first > 0)  # type: ignore[union-attr]
+        assert (one.recorder.span_last > 0) == (many.recorder.span_last > 0)  # type: ignore[union-attr]
+    for name in ("s1", "s2"):
+        assert _stream_view(one, name) == _stream_view(many, name)
+    assert queue_status(one, "q") == queue_status(many, "q")
+    assert [d.message.body for d in _drain(s1, "q")] == [d.message.body for d in _drain(s2, "q")]
+    deliveries = [[(d.offset, d.message.body) for d in x.take_deliveries()] for x in (s1, s2)]
+    assert deliveries[0] == deliveries[1]
+    keys1, keys2 = one.vhost("/").publish_keys, many.vhost("/").publish_keys  # type: ignore[union-attr]
+    assert list(keys1._keys) == list(keys2._keys)
+    assert keys1.duplicates == keys2.duplicates
+    snap1 = StoreState.fold(rec1).snapshot()
+    snap2 = StoreState.fold(rec2).snapshot()
+    assert sorted(map(repr, snap1)) == sorted(map(repr, snap2))
+    appends = [
+        [(r.queue, r.offset, r.body, r.enqueued_at) for r in rec if isinstance(r, StreamAppend)]
+        for rec in (rec1, rec2)
+    ]
+    assert sorted(appends[0]) == sorted(appends[1])
+    for name in ("s1", "s2"):  # each stream's records in offset order
+        assert [a for a in appends[1] if a[0] == name] == sorted(
+            a for a in appends[1] if a[0] == name
+        )

@@ -131,3 +131,24 @@ def test_a_stream_fetch_traces_each_record_read_as_a_delivery(broker: Broker, s:
     delivered = [r for r in trace_of(broker) if r["event"] == "deliver"]
     assert brief(delivered) == [("deliver", "m1", "st"), ("deliver", "m2", "st")]
     assert q.first == 0 and q.next == 3 and not q.consumers  # the read changed nothing
+
+
+def test_a_batch_and_a_whole_fetch_block_are_traced_message_by_message(
+    broker: Broker, s: Session, monkeypatch: Any
+) -> None:
+    """The batch paths (``publish_batch``, kept fetch blocks) step aside while the
+    trace is on: each publish and each record read is traced, as one by one."""
+    import amqlite.broker.stream as stream_module
+
+    monkeypatch.setattr(stream_module, "FETCH_BLOCK", 2)
+    set_trace(broker, True)
+    s.declare_queue("st", durable=True, arguments={"x-queue-type": "stream"})
+    batch = [Message("", "st", b"x", {}, {"message_id": f"m{i}"}) for i in range(4)]
+    s.publish_batch("", batch, now=1.0)
+    assert brief(trace_of(broker)) == [("publish", f"m{i}", "st") for i in range(4)]
+    q, block = s.fetch_block("st", 2, None)
+    assert block is None  # not from a kept block: read (and traced) record by record
+    q.keep_block(1, object(), 10)  # even when one is kept
+    assert s.fetch_block("st", 2, None)[1] is None
+    set_trace(broker, False)
+    assert s.fetch_block("st", 2, None)[1] == 1

@@ -279,6 +279,18 @@ FULL: dict[type[ev.Event], ev.Event] = {
         mandatory=True,
         persistent=True,
     ),
+    ev.PublishColumns: ev.PublishColumns(
+        id=32,
+        exchange="orders",
+        count=2,
+        keys=b"eu.freu.de",
+        key_ends=b"\x00\x00\x00\x00\x05\x00\x00\x00\x0a\x00\x00\x00",
+        bodies=b"ab",
+        body_ends=b"\x00\x00\x00\x00\x01\x00\x00\x00\x02\x00\x00\x00",
+        extras=[[1, {"k": 1}, {"message_id": "m2"}]],
+        mandatory=True,
+        persistent=True,
+    ),
     ev.StreamRecords: ev.StreamRecords(
         re=30,
         first=5,

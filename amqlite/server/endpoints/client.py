@@ -49,6 +49,7 @@ DURABLE_REQUESTS = frozenset(
     {
         ev.Publish,
         ev.PublishBatch,
+        ev.PublishColumns,
         ev.ExchangeDeclare,
         ev.ExchangeDelete,
         ev.QueueDeclare,
