@@ -19,6 +19,7 @@ from .limits import BrokerLimits
 from .recording import Recorder, Sink
 from .replay import Replay
 from .session import Session
+from .stream import StreamQueue
 from .trace import Tracer
 from .vhost import VirtualHost
 
@@ -124,7 +125,12 @@ class Broker:
     def page_out(self) -> int:
         """Memory is short: from now on messages past each queue's first
         :data:`~.backlog.KEEP` wait on disk (journaled ones by id, transient ones in
-        the pager), and those waiting now are moved there; how many moved."""
+        the pager), and those waiting now are moved there; how many moved. Streams
+        drop their kept fetch replies (:meth:`StreamQueue.drop_blocks`)."""
+        for host in self._vhosts.values():
+            for queue in host.queues.values():
+                if isinstance(queue, StreamQueue):
+                    queue.drop_blocks()  # a cache of encoded fetch replies: made again
         paging = self.paging
         if paging.pager is None:
             return 0

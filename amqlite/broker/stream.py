@@ -336,6 +336,14 @@ class StreamQueue(Queue):
             oldest = next(iter(self.blocks))
             self.blocks_bytes -= self.blocks.pop(oldest)[1]
 
+    def drop_blocks(self) -> int:
+        """Forget every kept fetch reply (memory is short: they are made again on
+        demand); the bytes freed."""
+        freed = self.blocks_bytes
+        self.blocks.clear()
+        self.blocks_bytes = 0
+        return freed
+
     def block_end(self, start: int) -> int:
         """The first offset after ``start`` on a block boundary."""
         return (start // FETCH_BLOCK + 1) * FETCH_BLOCK
@@ -357,7 +365,12 @@ class StreamQueue(Queue):
         return offset
 
     def status_fields(self) -> dict[str, Any]:
-        return {"first_offset": self.first, "next_offset": self.next, "bytes": self.bytes}
+        return {
+            "first_offset": self.first,
+            "next_offset": self.next,
+            "bytes": self.bytes,
+            "fetch_cache_bytes": self.blocks_bytes,
+        }
 
 
 def _parse_time(text: str) -> float:

@@ -125,3 +125,22 @@ def test_client_and_broker_agree_on_the_block() -> None:
 
 def _fields(r: ev.StreamRecords) -> dict[str, Any]:
     return {name: getattr(r, name) for name in r.__dataclass_fields__}
+
+
+def test_kept_replies_show_in_the_status_and_go_when_memory_is_short() -> None:
+    """The kept block replies are a cache: the stream's status counts their bytes,
+    and the memory alarm's paging (``Broker.page_out``) drops them (a later fetch
+    makes them again, the same)."""
+    broker, d = _setup([("a", b"x" * 10, {})] * 4096, None)  # 8,192 records: 1 block
+    q = broker.vhost("/").queues["s"]  # type: ignore[union-attr]
+    assert isinstance(q, stream_module.StreamQueue)
+    first = d.handle(ev.StreamFetch(1, "s", 0, None, 1 << 22), 0.0)
+    assert isinstance(first, ev.StreamRecords) and list(q.blocks) == [0]
+    (vhost,) = broker.status()["vhosts"]
+    (status,) = [s for s in vhost["queues"] if s["name"] == "s"]
+    assert status["fetch_cache_bytes"] == q.blocks_bytes > 0
+    broker.page_out()
+    assert not q.blocks and q.blocks_bytes == 0
+    again = d.handle(ev.StreamFetch(2, "s", 0, None, 1 << 22), 0.0)
+    assert again == dataclasses.replace(first, re=2)
+    assert list(q.blocks) == [0]
