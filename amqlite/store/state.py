@@ -107,7 +107,7 @@ Reader = Callable[[int], MessageEnqueue]
 
 #: Properties that keep a message's record in memory even once the journal placed
 #: it: a restart needs them to rebuild the queue entry (expiry, message groups).
-_KEPT_PROPS = ("expiration", "group_id")
+KEPT_PROPS = _KEPT_PROPS = ("expiration", "group_id")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -181,6 +181,24 @@ class _Live:
     def names(self) -> tuple[str, ...]:
         q = self.q
         return (q,) if isinstance(q, str) else tuple(q)
+
+    @classmethod
+    def placed(
+        cls,
+        seq: int,
+        vhost: str,
+        queues: tuple[str, ...],
+        loc: int,
+        size: int,
+        at: float,
+        pk: str,
+    ) -> _Live:
+        """A message the journal placed as it was enqueued (recovery's scan)."""
+        live = cls.__new__(cls)
+        live.seq, live.record, live.vhost, live.loc = seq, None, vhost, loc
+        live.q = queues[0] if len(queues) == 1 else dict.fromkeys(queues, False)
+        live.size, live.at, live.pk = size, at, pk
+        return live
 
     @classmethod
     def view(
@@ -550,6 +568,64 @@ class StoreState:
         ):
             self._to_index(record.id, live, q)
         return True
+
+    def enqueue_placed(
+        self,
+        journal_id: int,
+        vhost: str,
+        queues: tuple[str, ...],
+        size: int,
+        at: float,
+        pk: str,
+        location: int,
+    ) -> None:
+        """``apply`` then ``place`` of a ``message.enqueue`` record already in the
+        journal at ``location``, from its fields alone (recovery's scan,
+        ``amqlite.store.codec.EnqueueScan``: the record has no ``deaths``, ``mesh``
+        or kept property). Why it exists: a restart folds a million of them, and
+        the record object, the ``_Live`` and the moves into the index were most of
+        that. ``tests/store/test_scan.py`` checks it agrees with apply and place."""
+        if journal_id > self.last_journal_id:
+            self.last_journal_id = journal_id
+        index = self._index
+        ids = index.ids
+        if journal_id in self._messages or (
+            ids and journal_id <= ids[-1] and index.find(journal_id) >= 0
+        ):
+            return
+        known = self._queues
+        live_queues: tuple[str, ...]
+        if len(queues) == 1:
+            if (vhost, queues[0]) not in known:
+                return
+            live_queues = queues
+        else:
+            live_queues = tuple(q for q in queues if (vhost, q) in known)
+            if not live_queues:
+                return
+        self._seq += 1
+        self.message_bytes += size
+        if len(live_queues) == 1 and (not ids or journal_id > ids[-1]):
+            key = (vhost, live_queues[0])
+            qi = self._qindex.get(key)
+            if qi is None:
+                qi = self._qindex[key] = len(self._qkeys)
+                self._qkeys.append(key)
+            ids.append(journal_id)
+            index.seqs.append(self._seq)
+            index.locs.append(location)
+            index.sizes.append(size)
+            index.ats.append(at)
+            index.qs.append(qi)
+            index.flags.append(0)
+            if pk:
+                index.pks[journal_id] = pk
+            self._indexed[key] = self._indexed.get(key, 0) + 1
+            return
+        live = _Live.placed(self._seq, vhost, live_queues, location, size, at, pk)
+        self._messages[journal_id] = live
+        for q in live_queues:
+            self._queue_messages[(vhost, q)][journal_id] = None
 
     def _to_index(self, journal_id: int, live: _Live, queue: str) -> None:
         key = (live.vhost, queue)
