@@ -124,6 +124,16 @@ class Backlog:
         self._flags.append(1 if redelivered else 0)
         self.bytes += size
 
+    def push_run(
+        self, journal_ids: array[int], sizes: array[int], expires: array[float], flags: bytes
+    ) -> None:
+        """:meth:`push` of many journaled messages (``flags``: 1 redelivered, else 0)."""
+        self._ids.extend(journal_ids)
+        self._expires.extend(expires)
+        self._sizes.extend(sizes)
+        self._flags.extend(flags)
+        self.bytes += sum(sizes)
+
     def push_entry(self, entry: Entry) -> None:
         """Append a message kept in memory (one the journal cannot give back). Its
         journal id, if any, is kept negated, so marks and acks still find it."""

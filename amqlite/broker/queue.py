@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+from array import array
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -281,6 +282,26 @@ class Queue:
         if backlog is None:
             backlog = self.backlog = Backlog()
         backlog.push(journal_id, size, expires, redelivered)
+
+    def restore_refs(
+        self,
+        journal_ids: array[int],
+        sizes: array[int],
+        enqueued_at: array[float],
+        redelivered: bytes,
+        wall_offset: float,
+    ) -> None:
+        """:meth:`restore_ref` for many messages at once (``MessageRun``, a restart):
+        ``enqueued_at`` is wall-clock time, ``redelivered`` a byte per message."""
+        backlog = self.backlog
+        if backlog is None:
+            backlog = self.backlog = Backlog()
+        ttl = self._ttl
+        if ttl is None:
+            expires = array("d", (INF,)) * len(journal_ids)
+        else:  # as expiry(at - wall_offset, None), to the last bit
+            expires = array("d", [(at - wall_offset) + ttl for at in enqueued_at])
+        backlog.push_run(journal_ids, sizes, expires, redelivered)
 
     def _refill(self) -> None:
         """Move the next batch of the backlog to the head (read-ahead)."""

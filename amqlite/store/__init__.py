@@ -37,7 +37,7 @@ from .records import (
     StreamTruncate,
 )
 from .segment import Defect, SegmentReader
-from .state import MessageRef, StoredMessage, StoredStream, StoreState
+from .state import MessageRef, MessageRun, StoredMessage, StoredStream, StoreState
 
 __all__ = [
     "Defect",
@@ -49,6 +49,7 @@ __all__ = [
     "MessageDelivered",
     "MessageEnqueue",
     "MessageRef",
+    "MessageRun",
     "PeeringMarks",
     "PeeringOut",
     "PeeringOutAck",

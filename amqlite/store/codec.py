@@ -440,25 +440,42 @@ class EnqueueScan:
         pairs = data[pos] - 0xA3  # t, id and body
         if not 0 <= pairs <= 20 or not data.startswith(_ENQUEUE_HEAD, pos + 1):
             return None
-        got = _length(data, pos + 1 + len(_ENQUEUE_HEAD), end, 0x00)
-        if got is None or got[0] > MAX_JOURNAL_ID:
+        pos += 1 + len(_ENQUEUE_HEAD)
+        if pos >= end:
             return None
-        journal_id, pos = got
+        b = data[pos]  # the id: _length inlined (this runs a million times)
+        if b < 0x18:
+            journal_id = b
+            pos += 1
+        elif b <= 0x1B:
+            n = 1 << (b - 0x18)
+            pos += 1 + n
+            journal_id = int.from_bytes(data[pos - n : pos], "big")
+            if journal_id > MAX_JOURNAL_ID:
+                return None
+        else:
+            return None
         last = self._route
         if last is None or not data.startswith(last[0], pos):
             last = self._read_route(data, pos, end)
             if last is None:
                 return None
             self._route = last
-        route, vhost, queues, n = last
+        route, vhost, queues, n = last  # route: queues to key, and the body's key
         pos += len(route)
         pairs -= n
-        if pairs < 0 or not data.startswith(_K_BODY, pos):
+        if pairs < 0 or pos >= end:
             return None
-        got = _length(data, pos + len(_K_BODY), end, 0x40)
-        if got is None:
+        b = data[pos]  # the body's length, likewise
+        if 0x40 <= b < 0x58:
+            size = b - 0x40
+            pos += 1
+        elif 0x58 <= b <= 0x5B:
+            n = 1 << (b - 0x58)
+            pos += 1 + n
+            size = int.from_bytes(data[pos - n : pos], "big")
+        else:
             return None
-        size, pos = got
         pos += size
         if pos > end:
             return None
@@ -491,7 +508,8 @@ class EnqueueScan:
         self, data: bytes, start: int, end: int
     ) -> tuple[bytes, str, tuple[str, ...], int] | None:
         """The queues, exchange and (optional) vhost and key at ``start``, as the
-        encoder writes them (``_route``)."""
+        encoder writes them (``_route``), and the body's key after them: their
+        encoding, the vhost, the queues and how many pairs they are."""
         if not data.startswith(_K_QUEUES, start):
             return None
         got = _length(data, start + len(_K_QUEUES), end, 0x80)
@@ -522,7 +540,9 @@ class EnqueueScan:
             if text is None:
                 return None
             pos, n = text[1], n + 1
-        encoded = data[start:pos]
+        if not data.startswith(_K_BODY, pos):
+            return None
+        encoded = data[start : pos + len(_K_BODY)]
         hit = self._routes.get(encoded)
         if hit is None:
             if len(self._routes) >= _SCAN_CACHE_MAX:

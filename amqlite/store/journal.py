@@ -87,7 +87,7 @@ from .segment import (
     segment_name,
     segment_seq,
 )
-from .state import DEAD, MessageRef, StoreState
+from .state import DEAD, MessageRef, MessageRun, StoreState
 
 T = TypeVar("T")
 FsyncPolicy = Literal["always", "batch", "never"]
@@ -339,12 +339,12 @@ class Journal:
         with self._read_lock, self._mutex:
             return self._state.snapshot()
 
-    def with_refs(self, consume: Callable[[Iterator[Record | MessageRef]], T]) -> T:
-        """``consume(state.iter_refs())`` with the state held still (a commit running
-        meanwhile moves written messages into the state's index): rebuilding a
-        broker from the journal. ``consume`` must not append."""
+    def with_refs(self, consume: Callable[[Iterator[Record | MessageRef | MessageRun]], T]) -> T:
+        """``consume(state.iter_refs(runs=True))`` with the state held still (a commit
+        running meanwhile moves written messages into the state's index): rebuilding
+        a broker from the journal. ``consume`` must not append."""
         with self._mutex:
-            return consume(self._state.iter_refs())
+            return consume(self._state.iter_refs(runs=True))
 
     def _close_readers(self, below: int | None = None) -> None:
         with self._read_lock:

@@ -128,6 +128,30 @@ class MessageRef:
     record: MessageEnqueue | None
 
 
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class MessageRun:
+    """Placed messages of one queue, consecutive in enqueue order, in a lazy snapshot
+    (:meth:`StoreState.iter_refs` with ``runs``): the bulk form of as many
+    :class:`MessageRef` s with one queue and no record. Journal ids (increasing),
+    body sizes, enqueue times, a byte per message (1: delivered before) and the
+    publish keys of those that have one.
+
+    Why it exists: a restart queues a million waiting messages; a ref object each,
+    and a call per ref into the queue, were most of the rebuild (issue 16). The
+    index already holds them as arrays, so a run hands slices of them to the
+    queue's backlog. ``tests/store/test_scan.py`` checks that the runs and the refs
+    describe the same messages, and ``tests/broker/test_backlog.py`` that a queue
+    restored from either hands out the same."""
+
+    vhost: str
+    queue: str
+    ids: array[int]
+    sizes: array[int]
+    ats: array[float]
+    delivered: bytes
+    publish_keys: tuple[str, ...]
+
+
 class _Live:
     """A live message and, per queue still holding it, the delivered flag. Its record
     is in memory (``record``) until the journal has written it and placed it: then
@@ -742,33 +766,80 @@ class StoreState:
         :class:`MessageRef` (its delivered flags in it) instead of its records.
         Compaction resolves them outside the journal's lock; a restart queues them
         by journal id, their bodies left in the journal (:meth:`iter_refs`)."""
-        return list(self.iter_refs())
+        return [r for r in self.iter_refs() if not isinstance(r, MessageRun)]  # none are
 
-    def iter_refs(self) -> Iterator[Record | MessageRef]:
+    def iter_refs(self, *, runs: bool = False) -> Iterator[Record | MessageRef | MessageRun]:
         """:meth:`snapshot_refs` one item at a time (a restart's recovery: a million
-        refs never exist at once). Do not change the state meanwhile."""
+        refs never exist at once). With ``runs``, the index's messages come as
+        :class:`MessageRun` s instead of a ref each (the messages held as objects
+        still come as refs, at their place in enqueue order). Do not change the
+        state meanwhile."""
         yield SnapshotBegin(last_journal_id=self.last_journal_id)
         yield from self._exchanges.values()
         yield from self._queues.values()
         yield from self._bindings.values()
-        for journal_id, live in self._entries():
-            queues = live.items()
-            yield (
-                MessageRef(
-                    id=journal_id,
-                    vhost=live.vhost,
-                    queues=tuple(q for q, _ in queues),
-                    delivered=tuple(q for q, d in queues if d),
-                    location=live.loc,
-                    size=live.size,
-                    enqueued_at=live.at,
-                    publish_key=live.pk,
-                    record=live.record,
-                )
-            )
+        if runs:
+            yield from self._runs()
+        else:
+            for journal_id, live in self._entries():
+                yield _ref(journal_id, live)
         tail: list[Record] = []
         self._tail(tail)
         yield from tail
+
+    def _runs(self) -> Iterator[MessageRef | MessageRun]:
+        """The live messages in enqueue order: the objects as refs, the index between
+        them as runs."""
+        seqs = self._index.seqs
+        done = 0
+        for journal_id, live in self._messages.items():  # in enqueue order
+            before = bisect.bisect_left(seqs, live.seq, done)
+            yield from self._index_runs(done, before)
+            done = before
+            yield _ref(journal_id, live)
+        yield from self._index_runs(done, len(seqs))
+
+    def _index_runs(self, start: int, stop: int) -> Iterator[MessageRun]:
+        """Index entries ``start`` to ``stop`` as runs: split where the queue changes
+        and around the dead (one slice of each array when neither happens)."""
+        if start >= stop:
+            return
+        index = self._index
+        qs, flags = index.qs, index.flags
+        first = qs[start]
+        if max(flags[start:stop]) < _DEAD and qs[start:stop].count(first) == stop - start:
+            yield self._run(first, start, stop)
+            return
+        begin = -1
+        for i in range(start, stop):
+            if flags[i] & _DEAD:
+                if begin >= 0:
+                    yield self._run(first, begin, i)
+                    begin = -1
+            elif begin < 0:
+                begin, first = i, qs[i]
+            elif qs[i] != first:
+                yield self._run(first, begin, i)
+                begin, first = i, qs[i]
+        if begin >= 0:
+            yield self._run(first, begin, stop)
+
+    def _run(self, qi: int, start: int, stop: int) -> MessageRun:
+        """Live index entries ``start`` to ``stop``, all of queue ``qi``."""
+        index = self._index
+        vhost, queue = self._qkeys[qi]
+        ids = index.ids[start:stop]
+        pks = index.pks
+        keys = tuple(pks[i] for i in ids if i in pks) if pks else ()
+        return MessageRun(
+            vhost=vhost,
+            queue=queue,
+            ids=ids,
+            sizes=index.sizes[start:stop],
+            ats=index.ats[start:stop],
+            delivered=bytes(index.flags[start:stop]),
+            publish_keys=keys,
+        )
 
     def compaction_parts(
         self,
@@ -929,6 +1000,21 @@ class StoreState:
             f"bindings={len(self._bindings)}, messages={self.live_messages}, "
             f"last_journal_id={self.last_journal_id})"
         )
+
+
+def _ref(journal_id: int, live: _Live) -> MessageRef:
+    queues = live.items()
+    return MessageRef(
+        id=journal_id,
+        vhost=live.vhost,
+        queues=tuple(q for q, _ in queues),
+        delivered=tuple(q for q, d in queues if d),
+        location=live.loc,
+        size=live.size,
+        enqueued_at=live.at,
+        publish_key=live.pk,
+        record=live.record,
+    )
 
 
 def _current(record: MessageEnqueue, live: _Live) -> MessageEnqueue:
