@@ -94,6 +94,7 @@ class Backlog:
         "_held",
         "_hint",
         "_ids",
+        "_low",
         "_refs",
         "_sizes",
         "bytes",
@@ -108,6 +109,9 @@ class Backlog:
         self._held: dict[int, Entry] = {}  # absolute index -> entry kept in memory
         self._head = 0  # index of the first message still here
         self._hint = 0  # where the next mark() is likely to find its id
+        # the earliest expiry here, kept while known: Queue.expire asks at every tick
+        # while its head is empty (after a restart: a min over a million otherwise)
+        self._low: float | None = INF
         self.bytes = 0
 
     def __len__(self) -> int:
@@ -123,6 +127,7 @@ class Backlog:
         self._sizes.append(size)
         self._flags.append(1 if redelivered else 0)
         self.bytes += size
+        self._lower(expires)
 
     def push_run(
         self, journal_ids: array[int], sizes: array[int], expires: array[float], flags: bytes
@@ -133,6 +138,8 @@ class Backlog:
         self._sizes.extend(sizes)
         self._flags.extend(flags)
         self.bytes += sum(sizes)
+        if expires:
+            self._lower(min(expires))
 
     def push_entry(self, entry: Entry) -> None:
         """Append a message kept in memory (one the journal cannot give back). Its
@@ -144,6 +151,7 @@ class Backlog:
         self._sizes.append(size)
         self._flags.append(1 if entry[2] else 0)
         self.bytes += size
+        self._lower(entry[1])
 
     def push_paged(self, ref: int, size: int, expires: float, redelivered: bool) -> None:
         """Append a message the pager holds under ``ref``."""
@@ -153,6 +161,7 @@ class Backlog:
         self._sizes.append(size)
         self._flags.append(_PAGED | (1 if redelivered else 0))
         self.bytes += size
+        self._lower(expires)
 
     def extend(self, other: Backlog) -> None:
         """Append everything ``other`` holds (which is then to be dropped)."""
@@ -167,6 +176,19 @@ class Backlog:
         for k, entry in other._held.items():
             self._held[base + k] = entry
         self.bytes += other.bytes
+        if other:
+            self._lower(other.earliest())
+
+    def _lower(self, expires: float) -> None:
+        """An expiry was added: the earliest is no later than it."""
+        low = self._low
+        if low is not None and expires < low:
+            self._low = expires
+
+    def _removed(self) -> None:
+        """Messages left: the earliest expiry is unknown again (unless none expires)."""
+        if self._low != INF:
+            self._low = None
 
     def page_held(self, pager: Pager) -> int:
         """Page out the transient messages held in memory here; how many."""
@@ -215,6 +237,7 @@ class Backlog:
                 out.append(held.pop(k))
             self.bytes -= self._sizes[k]
         self._head = stop
+        self._removed()
         self._trim()
         return out
 
@@ -244,6 +267,7 @@ class Backlog:
         self._flags = bytearray()
         self._held = {}
         self._head = self._hint = 0
+        self._low = INF
 
     def _index(self, journal_id: int, start: int) -> int:
         ids = self._ids
@@ -285,6 +309,7 @@ class Backlog:
         del self._expires[i]
         del self._sizes[i]
         del self._flags[i]
+        self._removed()
         if self._held:
             self._held = {(k - 1 if k > i else k): e for k, e in self._held.items()}
         if self._hint > i:
@@ -319,4 +344,7 @@ class Backlog:
 
     def earliest(self) -> float:
         """The earliest expiry here (INF: none expires)."""
-        return min(self._expires[self._head :], default=INF)
+        low = self._low
+        if low is None:
+            low = self._low = min(self._expires[self._head :], default=INF)
+        return low
