@@ -34,7 +34,7 @@ from .records import (
     record_from_map,
     record_to_map,
 )
-from .state import KEPT_PROPS
+from .state import KEPT_PROPS, ScannedEnqueue
 
 _FLOAT = struct.Struct(">d")
 
@@ -351,7 +351,6 @@ def decode_record(payload: bytes | memoryview) -> Record:
 # ``tests/store/test_scan.py`` checks with hypothesis, on good, damaged and cut
 # records, that whatever the scan accepts ``decode_record`` decodes to the same fields.
 
-ScannedEnqueue = tuple[int, str, tuple[str, ...], int, float, str]
 _ENQUEUE_HEAD = _ENQUEUE + _K_ID
 _UNPACK_FLOAT = _FLOAT.unpack_from
 _SCAN_CACHE_MAX = 1024
@@ -485,7 +484,12 @@ class EnqueueScan:
             pos = self._checked(data, pos + len(_K_HEADERS), end, _K_HEADERS)
             pairs -= 1
         if pairs and pos > 0 and data.startswith(_K_PROPS, pos):
-            pos = self._checked(data, pos + len(_K_PROPS), end, _K_PROPS)
+            pos += len(_K_PROPS)
+            last = self._props  # _checked's first step, inlined: the usual case
+            if last is not None and data.startswith(last, pos):
+                pos += len(last)
+            else:
+                pos = self._checked(data, pos, end, _K_PROPS)
             pairs -= 1
         if pairs and pos > 0 and data.startswith(_K_AT, pos):
             pos += len(_K_AT)

@@ -34,7 +34,7 @@ import heapq
 import itertools
 from array import array
 from collections import deque
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 from .records import (
@@ -100,6 +100,10 @@ class StoredStream:
     def canonical(self) -> tuple[Any, ...]:
         return (list(self.messages), self.first, self.next, self.tracked)
 
+
+#: What recovery's scan reads of a ``message.enqueue`` record (id, vhost, queues,
+#: body size, enqueued_at, publish key): :meth:`StoreState.enqueue_placed_many`.
+ScannedEnqueue = tuple[int, str, tuple[str, ...], int, float, str]
 
 #: Reads the ``message.enqueue`` record at a journal location (the journal sets it;
 #: the fold itself never reads).
@@ -593,63 +597,82 @@ class StoreState:
             self._to_index(record.id, live, q)
         return True
 
-    def enqueue_placed(
-        self,
-        journal_id: int,
-        vhost: str,
-        queues: tuple[str, ...],
-        size: int,
-        at: float,
-        pk: str,
-        location: int,
-    ) -> None:
-        """``apply`` then ``place`` of a ``message.enqueue`` record already in the
-        journal at ``location``, from its fields alone (recovery's scan,
-        ``amqlite.store.codec.EnqueueScan``: the record has no ``deaths``, ``mesh``
-        or kept property). Why it exists: a restart folds a million of them, and
-        the record object, the ``_Live`` and the moves into the index were most of
-        that. ``tests/store/test_scan.py`` checks it agrees with apply and place."""
-        if journal_id > self.last_journal_id:
-            self.last_journal_id = journal_id
+    def enqueue_placed(self, fields: ScannedEnqueue, location: int) -> None:
+        """:meth:`enqueue_placed_many` of one message."""
+        self.enqueue_placed_many(((fields, location),))
+
+    def enqueue_placed_many(self, batch: Iterable[tuple[ScannedEnqueue, int]]) -> None:
+        """``apply`` then ``place`` of ``message.enqueue`` records already in the
+        journal, from their fields alone and their locations (recovery's scan,
+        ``amqlite.store.codec.EnqueueScan``: no ``deaths``, ``mesh`` or kept
+        property), in order.
+
+        Why it exists: a restart folds a million of them, and the record objects,
+        a ``_Live`` each and their moves into the index were most of that; here the
+        usual message (one queue, ids growing) goes straight to the index's arrays,
+        the rest becomes a ``_Live`` as ``place`` leaves it.
+        ``tests/store/test_scan.py`` checks that it agrees with apply and place."""
         index = self._index
         ids = index.ids
-        if journal_id in self._messages or (
-            ids and journal_id <= ids[-1] and index.find(journal_id) >= 0
-        ):
-            return
+        top = ids[-1] if ids else -1
+        find = index.find
+        messages = self._messages
         known = self._queues
-        live_queues: tuple[str, ...]
-        if len(queues) == 1:
-            if (vhost, queues[0]) not in known:
-                return
-            live_queues = queues
-        else:
-            live_queues = tuple(q for q in queues if (vhost, q) in known)
+        qindex = self._qindex
+        indexed = self._indexed
+        pks = index.pks
+        add_id, add_seq, add_loc = ids.append, index.seqs.append, index.locs.append
+        add_size, add_at, add_q = index.sizes.append, index.ats.append, index.qs.append
+        add_flag = index.flags.append
+        seq = self._seq
+        last = self.last_journal_id
+        added = 0
+        # the last route (the scan gives the same objects for the same route) and
+        # what it comes to: the queues known here, the index's key when just one
+        route: tuple[str, tuple[str, ...]] | None = None
+        live_queues: tuple[str, ...] = ()
+        key: _Key | None = None
+        qi = -1
+        for (journal_id, vhost, queues, size, at, pk), location in batch:
+            if journal_id > last:
+                last = journal_id
+            if journal_id in messages or (journal_id <= top and find(journal_id) >= 0):
+                continue
+            if route is None or queues is not route[1] or vhost is not route[0]:
+                route = (vhost, queues)
+                live_queues = tuple(q for q in queues if (vhost, q) in known)
+                key = None
+                if len(live_queues) == 1:
+                    key = (vhost, live_queues[0])
+                    qi = qindex.get(key, -1)
             if not live_queues:
-                return
-        self._seq += 1
-        self.message_bytes += size
-        if len(live_queues) == 1 and (not ids or journal_id > ids[-1]):
-            key = (vhost, live_queues[0])
-            qi = self._qindex.get(key)
-            if qi is None:
-                qi = self._qindex[key] = len(self._qkeys)
-                self._qkeys.append(key)
-            ids.append(journal_id)
-            index.seqs.append(self._seq)
-            index.locs.append(location)
-            index.sizes.append(size)
-            index.ats.append(at)
-            index.qs.append(qi)
-            index.flags.append(0)
-            if pk:
-                index.pks[journal_id] = pk
-            self._indexed[key] = self._indexed.get(key, 0) + 1
-            return
-        live = _Live.placed(self._seq, vhost, live_queues, location, size, at, pk)
-        self._messages[journal_id] = live
-        for q in live_queues:
-            self._queue_messages[(vhost, q)][journal_id] = None
+                continue
+            if key is not None and journal_id > top:
+                if qi < 0:
+                    qi = qindex[key] = len(self._qkeys)
+                    self._qkeys.append(key)
+                seq += 1
+                added += size
+                add_id(journal_id)
+                add_seq(seq)
+                add_loc(location)
+                add_size(size)
+                add_at(at)
+                add_q(qi)
+                add_flag(0)
+                if pk:
+                    pks[journal_id] = pk
+                indexed[key] = indexed.get(key, 0) + 1
+                top = journal_id
+                continue
+            seq += 1
+            added += size
+            messages[journal_id] = _Live.placed(seq, vhost, live_queues, location, size, at, pk)
+            for q in live_queues:
+                self._queue_messages[(vhost, q)][journal_id] = None
+        self._seq = seq
+        self.last_journal_id = last
+        self.message_bytes += added
 
     def _to_index(self, journal_id: int, live: _Live, queue: str) -> None:
         key = (live.vhost, queue)

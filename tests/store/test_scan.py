@@ -23,9 +23,9 @@ from amqlite.store import (
     decode_record,
     encode_record,
 )
-from amqlite.store.codec import EnqueueScan, ScannedEnqueue
+from amqlite.store.codec import EnqueueScan
 from amqlite.store.records import Record, record_to_map
-from amqlite.store.state import KEPT_PROPS, StoreState
+from amqlite.store.state import KEPT_PROPS, ScannedEnqueue, StoreState
 
 from .support import ack, delivered, enq, queue
 
@@ -188,6 +188,7 @@ def test_enqueue_placed_is_apply_then_place(ops: list[Any]) -> None:
         state.apply(queue("r"))
     scan = EnqueueScan()
     at = 1
+    batch: list[tuple[ScannedEnqueue, int]] = []  # folded together, as recovery does
     for op in ops:
         if op[0] == "enq":
             _, journal_id, queues, size, pk = op
@@ -199,9 +200,11 @@ def test_enqueue_placed_is_apply_then_place(ops: list[Any]) -> None:
             payload = encode_record(record)
             got = scan.scan(payload, 0, len(payload))
             assert got is not None
-            fast.enqueue_placed(*got, at)
+            batch.append((got, at))
             at += 1
             continue
+        fast.enqueue_placed_many(batch)
+        batch.clear()
         other: Record
         if op[0] == "ack":
             other = ack(op[1], op[2])
@@ -212,6 +215,7 @@ def test_enqueue_placed_is_apply_then_place(ops: list[Any]) -> None:
         slow.apply(other)
         fast.apply(other)
         assert fast._canonical() == slow._canonical()
+    fast.enqueue_placed_many(batch)
     assert fast._canonical() == slow._canonical()
     assert fast.live_journal_ids() == slow.live_journal_ids()
     assert [(i, e.loc) for i, e in fast._entries()] == [(i, e.loc) for i, e in slow._entries()]
@@ -251,7 +255,7 @@ def _state_from(ops: list[Any]) -> StoreState:
             payload = encode_record(record)
             got = scan.scan(payload, 0, len(payload))
             assert got is not None
-            state.enqueue_placed(*got, 1 << 36 | journal_id)
+            state.enqueue_placed(got, 1 << 36 | journal_id)
             ids.append(journal_id)
         elif ids:
             _, which, name, is_ack = op
