@@ -485,9 +485,9 @@ class EnqueueScan:
             pairs -= 1
         if pairs and pos > 0 and data.startswith(_K_PROPS, pos):
             pos += len(_K_PROPS)
-            last = self._props  # _checked's first step, inlined: the usual case
-            if last is not None and data.startswith(last, pos):
-                pos += len(last)
+            props = self._props  # _checked's first step, inlined: the usual case
+            if props is not None and data.startswith(props, pos):
+                pos += len(props)
             else:
                 pos = self._checked(data, pos, end, _K_PROPS)
             pairs -= 1
