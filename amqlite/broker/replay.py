@@ -211,14 +211,16 @@ class Replay:
         recorder = self.broker.recorder
         if recorder is None or recorder.source is None:
             raise RuntimeError("a lazy snapshot needs the journal's message source")
-        if not r.ids:
+        if r.stop <= r.start:
             return
-        recorder.last_journal_id = max(recorder.last_journal_id, r.ids[-1])
+        recorder.last_journal_id = max(recorder.last_journal_id, r.ids[r.stop - 1])
         for key in r.publish_keys:
             host.publish_keys.add(key)
         queue = host.queues.get(r.queue)
         if queue is not None:
-            queue.restore_refs(r.ids, r.sizes, r.ats, r.delivered, recorder.wall_offset)
+            queue.restore_refs(
+                r.ids, r.sizes, r.ats, r.flags, r.start, r.stop, recorder.wall_offset
+            )
 
     def _stream_append(self, host: VirtualHost, r: StreamAppend) -> None:
         stream = host.queues.get(r.queue)

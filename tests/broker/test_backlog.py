@@ -264,10 +264,12 @@ def test_the_earliest_expiry_is_kept_exactly(ops: list[tuple[str, int, float]]) 
             backlog.push(next_id, 1, expires, False)
             next_id += 1
         elif op == "run":
-            ids = array("q", range(next_id, next_id + n % 5))
-            next_id += len(ids)
-            backlog.push_run(ids, array("I", [1] * len(ids)), array("d", [expires] * len(ids)),
-                             bytes(len(ids)))  # fmt: skip
+            # a run is part of the arrays it is in (the state's index, in a restart)
+            ids = array("q", range(next_id - 2, next_id + n % 5 + 2))
+            sizes, flags = array("I", [1] * len(ids)), bytearray(len(ids))
+            every = [expires + k for k in range(len(ids))] if n % 2 else expires
+            backlog.push_run(ids, sizes, flags, 2, len(ids) - 2, every)
+            next_id += len(ids) - 4
         elif op == "entry":
             message = Message("", "q", b"m", None, {})
             backlog.push_entry((message, expires, False))

@@ -268,9 +268,9 @@ def _expanded(items: list[Any]) -> list[tuple[Any, ...]]:
     out: list[tuple[Any, ...]] = []
     for r in items:
         if isinstance(r, MessageRun):
-            for k, journal_id in enumerate(r.ids):
+            for k in range(r.start, r.stop):
                 out.append(
-                    (journal_id, r.vhost, (r.queue,), (r.queue,) if r.delivered[k] else (),
+                    (r.ids[k], r.vhost, (r.queue,), (r.queue,) if r.flags[k] else (),
                      r.sizes[k], r.ats[k])
                 )  # fmt: skip
         elif isinstance(r, MessageRef):
