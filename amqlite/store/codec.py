@@ -421,7 +421,7 @@ class EnqueueScan:
     """Reads the fields of ``message.enqueue`` frames that a restart's index needs
     (see the comment above); one per recovery, as it caches what it has checked."""
 
-    __slots__ = ("_headers", "_maps", "_props", "_route", "_routes")
+    __slots__ = ("_headers", "_maps", "_props", "_route", "_routes", "_tail")
 
     def __init__(self) -> None:
         # the last route seen: its encoding (queues to key), vhost, queues, pairs
@@ -431,6 +431,9 @@ class EnqueueScan:
         self._maps: dict[tuple[bytes, bytes], bool] = {}
         self._headers: bytes | None = None
         self._props: bytes | None = None
+        # the properties (checked) and the time's key and float head after them, as
+        # the last record that had both had them: one comparison for the usual tail
+        self._tail: bytes | None = None
 
     def scan(self, data: bytes, pos: int, end: int) -> ScannedEnqueue | None:
         """``(id, vhost, queues, body size, enqueued_at, publish key)`` of the
@@ -469,7 +472,12 @@ class EnqueueScan:
         if 0x40 <= b < 0x58:
             size = b - 0x40
             pos += 1
-        elif 0x58 <= b <= 0x5B:
+        elif b == 0x58:  # 24 to 255 bytes: the usual small message
+            if pos + 2 > end:
+                return None
+            size = data[pos + 1]
+            pos += 2
+        elif 0x59 <= b <= 0x5B:
             n = 1 << (b - 0x58)
             pos += 1 + n
             size = int.from_bytes(data[pos - n : pos], "big")
@@ -480,24 +488,34 @@ class EnqueueScan:
             return None
         at = 0.0
         pk = ""
-        if pairs and data.startswith(_K_HEADERS, pos):
-            pos = self._checked(data, pos + len(_K_HEADERS), end, _K_HEADERS)
-            pairs -= 1
-        if pairs and pos > 0 and data.startswith(_K_PROPS, pos):
-            pos += len(_K_PROPS)
-            props = self._props  # _checked's first step, inlined: the usual case
-            if props is not None and data.startswith(props, pos):
-                pos += len(props)
-            else:
-                pos = self._checked(data, pos, end, _K_PROPS)
-            pairs -= 1
-        if pairs and pos > 0 and data.startswith(_K_AT, pos):
-            pos += len(_K_AT)
-            if pos + 9 > end or data[pos] != 0xFB:
+        tail = self._tail
+        if tail is not None and data.startswith(tail, pos):
+            # the usual properties and the time's key and head, as the last record
+            # had them (a whole map item: the one at pos is that one)
+            pos += len(tail) + 8
+            if pos > end:
                 return None
-            (at,) = _UNPACK_FLOAT(data, pos + 1)
-            pos += 9
-            pairs -= 1
+            (at,) = _UNPACK_FLOAT(data, pos - 8)
+            pairs -= 2
+        else:
+            props_at = -1
+            if pairs and data.startswith(_K_HEADERS, pos):
+                pos = self._checked(data, pos + len(_K_HEADERS), end, _K_HEADERS)
+                pairs -= 1
+            if pairs and pos > 0 and data.startswith(_K_PROPS, pos):
+                pos += len(_K_PROPS)
+                props_at = pos
+                pos = self._checked(data, pos, end, _K_PROPS)
+                pairs -= 1
+            if pairs and pos > 0 and data.startswith(_K_AT, pos):
+                pos += len(_K_AT)
+                if pos + 9 > end or data[pos] != 0xFB:
+                    return None
+                (at,) = _UNPACK_FLOAT(data, pos + 1)
+                if props_at > 0 and pos == props_at + len(self._props or b"") + len(_K_AT):
+                    self._tail = _K_PROPS + (self._props or b"") + _K_AT + b"\xfb"
+                pos += 9
+                pairs -= 1
         if pairs and pos > 0 and data.startswith(_K_PK, pos):
             got_pk = _text_at(data, pos + len(_K_PK), end)
             if got_pk is None:
