@@ -12,7 +12,7 @@ from typing import Any
 
 from amqlite.errors import NotFound
 from amqlite.store.records import Record
-from amqlite.store.state import MessageRef
+from amqlite.store.state import MessageRef, MessageRun
 
 from .backlog import Paging
 from .limits import BrokerLimits
@@ -157,7 +157,7 @@ class Broker:
         for host in self._vhosts.values():
             host.expire(now, queues=expire_queues)
 
-    def apply(self, records: Iterable[Record | MessageRef], now: float) -> int:
+    def apply(self, records: Iterable[Record | MessageRef | MessageRun], now: float) -> int:
         """Rebuild durable state from journal records (recovery after a restart, or a
         passive HA node following its master), without recording them again;
         ``now`` is the current time on the shell's clock. Records naming an unknown

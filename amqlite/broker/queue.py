@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import itertools
 import sys
+from array import array
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from .arguments import Overflow, QueueSettings
@@ -281,6 +282,30 @@ class Queue:
         if backlog is None:
             backlog = self.backlog = Backlog()
         backlog.push(journal_id, size, expires, redelivered)
+
+    def restore_refs(
+        self,
+        journal_ids: array[int],
+        sizes: array[int],
+        enqueued_at: array[float],
+        redelivered: bytearray,
+        start: int,
+        stop: int,
+        wall_offset: float,
+    ) -> None:
+        """:meth:`restore_ref` for entries ``start`` to ``stop`` of these arrays at
+        once (``MessageRun``, a restart): ``enqueued_at`` is wall-clock time,
+        ``redelivered`` a byte per message (1 or 0)."""
+        backlog = self.backlog
+        if backlog is None:
+            backlog = self.backlog = Backlog()
+        ttl = self._ttl
+        expires: float | Iterator[float] = INF
+        if ttl is not None:  # as expiry(at - wall_offset, None), to the last bit
+            expires = (
+                (at - wall_offset) + ttl for at in itertools.islice(enqueued_at, start, stop)
+            )
+        backlog.push_run(journal_ids, sizes, redelivered, start, stop, expires)
 
     def _refill(self) -> None:
         """Move the next batch of the backlog to the head (read-ahead)."""

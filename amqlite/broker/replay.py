@@ -41,7 +41,7 @@ from amqlite.store.records import (
     StreamTrack,
     StreamTruncate,
 )
-from amqlite.store.state import MessageRef
+from amqlite.store.state import MessageRef, MessageRun
 
 from .arguments import parse_queue_arguments
 from .exchange import EXCHANGE_TYPES, binding_id
@@ -69,7 +69,7 @@ class Replay:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
 
-    def apply(self, record: Record | MessageRef) -> bool:
+    def apply(self, record: Record | MessageRef | MessageRun) -> bool:
         """Apply one record; False when it names a vhost this broker does not have."""
         handler = _ONE_VHOST.get(type(record))
         if handler is None:
@@ -216,6 +216,22 @@ class Replay:
             if queue is not None:
                 queue.restore_ref(r.id, r.size, queue.expiry(at, None), name in delivered)
 
+    def _message_run(self, host: VirtualHost, r: MessageRun) -> None:
+        """Placed messages of one queue in bulk (a restart): as a ``MessageRef`` each."""
+        recorder = self.broker.recorder
+        if recorder is None or recorder.source is None:
+            raise RuntimeError("a lazy snapshot needs the journal's message source")
+        if r.stop <= r.start:
+            return
+        recorder.last_journal_id = max(recorder.last_journal_id, r.ids[r.stop - 1])
+        for key in r.publish_keys:
+            host.publish_keys.add(key)
+        queue = host.queues.get(r.queue)
+        if queue is not None:
+            queue.restore_refs(
+                r.ids, r.sizes, r.ats, r.flags, r.start, r.stop, recorder.wall_offset
+            )
+
     def _stream_append(self, host: VirtualHost, r: StreamAppend) -> None:
         stream = host.queues.get(r.queue)
         if isinstance(stream, StreamQueue):
@@ -272,7 +288,7 @@ def _clear_durable(host: VirtualHost) -> None:
 
 
 #: Handlers of the records that carry no vhost (they reach into every vhost).
-_EVERY_VHOST: dict[type[Record | MessageRef], Callable[[Replay, Any], None]] = {
+_EVERY_VHOST: dict[type[Record | MessageRef | MessageRun], Callable[[Replay, Any], None]] = {
     MessageDelivered: Replay._message_delivered,
     MessageAck: Replay._message_ack,
     MessageMarks: Replay._message_marks,
@@ -281,7 +297,9 @@ _EVERY_VHOST: dict[type[Record | MessageRef], Callable[[Replay, Any], None]] = {
 }
 
 #: Handlers of the records of one vhost, called with that vhost.
-_ONE_VHOST: dict[type[Record | MessageRef], Callable[[Replay, VirtualHost, Any], None]] = {
+_ONE_VHOST: dict[
+    type[Record | MessageRef | MessageRun], Callable[[Replay, VirtualHost, Any], None]
+] = {
     ExchangeDeclare: Replay._exchange_declare,
     ExchangeDelete: Replay._exchange_delete,
     QueueDeclare: Replay._queue_declare,
@@ -291,6 +309,7 @@ _ONE_VHOST: dict[type[Record | MessageRef], Callable[[Replay, VirtualHost, Any],
     QueueUnbind: Replay._queue_unbind,
     MessageEnqueue: Replay._message_enqueue,
     MessageRef: Replay._message_ref,
+    MessageRun: Replay._message_run,
     StreamAppend: Replay._stream_append,
     StreamTruncate: Replay._stream_truncate,
     StreamTrack: Replay._stream_track,

@@ -38,7 +38,7 @@ from .records import (
     StreamTruncate,
 )
 from .segment import Defect, SegmentReader
-from .state import MessageRef, StoredMessage, StoredStream, StoreState
+from .state import MessageRef, MessageRun, StoredMessage, StoredStream, StoreState
 
 __all__ = [
     "Defect",
@@ -51,6 +51,7 @@ __all__ = [
     "MessageEnqueue",
     "MessageMarks",
     "MessageRef",
+    "MessageRun",
     "PeeringMarks",
     "PeeringOut",
     "PeeringOutAck",

@@ -34,6 +34,7 @@ from .records import (
     record_from_map,
     record_to_map,
 )
+from .state import KEPT_PROPS, ScannedEnqueue
 
 _FLOAT = struct.Struct(">d")
 
@@ -332,3 +333,273 @@ def decode_record(payload: bytes | memoryview) -> Record:
         if fast is not None:
             return fast
     return record_from_map(m)
+
+
+# --- recovery's scan of message.enqueue ------------------------------------------------
+#
+# Why a third reader: recovery decodes every record of the journal, and a backlog is
+# mostly ``message.enqueue`` records whose body and properties recovery does not keep
+# (the body stays in the journal and is read back, and decoded in full, when a
+# consumer needs it). Decoding each one whole (CBOR, a record object, the property
+# checks) was about 10 us of a restart's 12 per message (issue 16). The scan reads only
+# what the state's index keeps (id, vhost, queues, body size, time, publish key),
+# skipping the body, and checks the headers and properties once per distinct
+# encoding (a backlog's messages mostly share theirs). It accepts only what
+# ``decode_record`` accepts with the same fields; anything it is unsure of (another
+# key order, a tag, a cache miss it cannot settle, a kept property) returns None and
+# the caller decodes the record in full, which raises the precise error.
+# ``tests/store/test_scan.py`` checks with hypothesis, on good, damaged and cut
+# records, that whatever the scan accepts ``decode_record`` decodes to the same fields.
+
+_ENQUEUE_HEAD = _ENQUEUE + _K_ID
+_UNPACK_FLOAT = _FLOAT.unpack_from
+_SCAN_CACHE_MAX = 1024
+
+
+def _length(data: bytes, pos: int, end: int, major: int) -> tuple[int, int] | None:
+    """The argument of the item head of ``major`` at ``pos`` (definite, at most 8
+    bytes) and the position after the head; None for anything else."""
+    if pos >= end:
+        return None
+    b = data[pos]
+    if b & 0xE0 != major:
+        return None
+    n = b & 0x1F
+    if n < 24:
+        return n, pos + 1
+    if n > 27:
+        return None
+    size = 1 << (n - 24)
+    if pos + 1 + size > end:
+        return None
+    return int.from_bytes(data[pos + 1 : pos + 1 + size], "big"), pos + 1 + size
+
+
+def _text_at(data: bytes, pos: int, end: int) -> tuple[str, int] | None:
+    got = _length(data, pos, end, 0x60)
+    if got is None:
+        return None
+    n, pos = got
+    if pos + n > end:
+        return None
+    try:
+        return data[pos : pos + n].decode(), pos + n
+    except UnicodeDecodeError:
+        return None
+
+
+def _item_end(data: bytes, pos: int, end: int, depth: int = 0) -> int:
+    """Where the plain CBOR item at ``pos`` ends (definite lengths, no tags, the
+    simple values false/true/null and floats only), or -1."""
+    if pos >= end or depth > 8:
+        return -1
+    b = data[pos]
+    major = b & 0xE0
+    if major == 0xE0:
+        if 0xF4 <= b <= 0xF6:
+            return pos + 1
+        size = {0xF9: 2, 0xFA: 4, 0xFB: 8}.get(b)
+        return pos + 1 + size if size is not None and pos + 1 + size <= end else -1
+    if major == 0xC0:  # a tag
+        return -1
+    got = _length(data, pos, end, major)
+    if got is None:
+        return -1
+    n, pos = got
+    if major <= 0x20:  # an integer
+        return pos
+    if major <= 0x60:  # bytes, text
+        return pos + n if pos + n <= end else -1
+    for _ in range(n * 2 if major == 0xA0 else n):
+        pos = _item_end(data, pos, end, depth + 1)
+        if pos < 0:
+            return -1
+    return pos
+
+
+class EnqueueScan:
+    """Reads the fields of ``message.enqueue`` frames that a restart's index needs
+    (see the comment above); one per recovery, as it caches what it has checked."""
+
+    __slots__ = ("_headers", "_maps", "_props", "_route", "_routes", "_tail")
+
+    def __init__(self) -> None:
+        # the last route seen: its encoding (queues to key), vhost, queues, pairs
+        self._route: tuple[bytes, str, tuple[str, ...], int] | None = None
+        self._routes: dict[bytes, tuple[str, tuple[str, ...], int]] = {}
+        # checked header and property maps (encoding -> usable), and the last of each
+        self._maps: dict[tuple[bytes, bytes], bool] = {}
+        self._headers: bytes | None = None
+        self._props: bytes | None = None
+        # the properties (checked) and the time's key and float head after them, as
+        # the last record that had both had them: one comparison for the usual tail
+        self._tail: bytes | None = None
+
+    def scan(self, data: bytes, pos: int, end: int) -> ScannedEnqueue | None:
+        """``(id, vhost, queues, body size, enqueued_at, publish key)`` of the
+        ``message.enqueue`` record in ``data[pos:end]``, or None (not one, or not
+        one the scan is sure of: decode it in full)."""
+        pairs = data[pos] - 0xA3  # t, id and body
+        if not 0 <= pairs <= 20 or not data.startswith(_ENQUEUE_HEAD, pos + 1):
+            return None
+        pos += 1 + len(_ENQUEUE_HEAD)
+        if pos >= end:
+            return None
+        b = data[pos]  # the id: _length inlined (this runs a million times)
+        if b < 0x18:
+            journal_id = b
+            pos += 1
+        elif b <= 0x1B:
+            n = 1 << (b - 0x18)
+            pos += 1 + n
+            journal_id = int.from_bytes(data[pos - n : pos], "big")
+            if journal_id > MAX_JOURNAL_ID:
+                return None
+        else:
+            return None
+        last = self._route
+        if last is None or not data.startswith(last[0], pos):
+            last = self._read_route(data, pos, end)
+            if last is None:
+                return None
+            self._route = last
+        route, vhost, queues, n = last  # route: queues to key, and the body's key
+        pos += len(route)
+        pairs -= n
+        if pairs < 0 or pos >= end:
+            return None
+        b = data[pos]  # the body's length, likewise
+        if 0x40 <= b < 0x58:
+            size = b - 0x40
+            pos += 1
+        elif b == 0x58:  # 24 to 255 bytes: the usual small message
+            if pos + 2 > end:
+                return None
+            size = data[pos + 1]
+            pos += 2
+        elif 0x59 <= b <= 0x5B:
+            n = 1 << (b - 0x58)
+            pos += 1 + n
+            size = int.from_bytes(data[pos - n : pos], "big")
+        else:
+            return None
+        pos += size
+        if pos > end:
+            return None
+        at = 0.0
+        pk = ""
+        tail = self._tail
+        if tail is not None and data.startswith(tail, pos):
+            # the usual properties and the time's key and head, as the last record
+            # had them (a whole map item: the one at pos is that one)
+            pos += len(tail) + 8
+            if pos > end:
+                return None
+            (at,) = _UNPACK_FLOAT(data, pos - 8)
+            pairs -= 2
+        else:
+            props_at = -1
+            if pairs and data.startswith(_K_HEADERS, pos):
+                pos = self._checked(data, pos + len(_K_HEADERS), end, _K_HEADERS)
+                pairs -= 1
+            if pairs and pos > 0 and data.startswith(_K_PROPS, pos):
+                pos += len(_K_PROPS)
+                props_at = pos
+                pos = self._checked(data, pos, end, _K_PROPS)
+                pairs -= 1
+            if pairs and pos > 0 and data.startswith(_K_AT, pos):
+                pos += len(_K_AT)
+                if pos + 9 > end or data[pos] != 0xFB:
+                    return None
+                (at,) = _UNPACK_FLOAT(data, pos + 1)
+                if props_at > 0 and pos == props_at + len(self._props or b"") + len(_K_AT):
+                    self._tail = _K_PROPS + (self._props or b"") + _K_AT + b"\xfb"
+                pos += 9
+                pairs -= 1
+        if pairs and pos > 0 and data.startswith(_K_PK, pos):
+            got_pk = _text_at(data, pos + len(_K_PK), end)
+            if got_pk is None:
+                return None
+            pk, pos = got_pk
+            pairs -= 1
+        if pairs or pos != end:
+            return None
+        return journal_id, vhost, queues, size, at, pk
+
+    def _read_route(
+        self, data: bytes, start: int, end: int
+    ) -> tuple[bytes, str, tuple[str, ...], int] | None:
+        """The queues, exchange and (optional) vhost and key at ``start``, as the
+        encoder writes them (``_route``), and the body's key after them: their
+        encoding, the vhost, the queues and how many pairs they are."""
+        if not data.startswith(_K_QUEUES, start):
+            return None
+        got = _length(data, start + len(_K_QUEUES), end, 0x80)
+        if got is None:
+            return None
+        count, pos = got
+        names = []
+        for _ in range(count):
+            text = _text_at(data, pos, end)
+            if text is None:
+                return None
+            names.append(text[0])
+            pos = text[1]
+        if not names or len(set(names)) != len(names) or not data.startswith(_K_EXCHANGE, pos):
+            return None
+        text = _text_at(data, pos + len(_K_EXCHANGE), end)
+        if text is None:
+            return None
+        pos = text[1]
+        vhost, n = "/", 2
+        if data.startswith(_K_VHOST, pos):
+            text = _text_at(data, pos + len(_K_VHOST), end)
+            if text is None:
+                return None
+            vhost, pos, n = text[0], text[1], n + 1
+        if data.startswith(_K_KEY, pos):
+            text = _text_at(data, pos + len(_K_KEY), end)
+            if text is None:
+                return None
+            pos, n = text[1], n + 1
+        if not data.startswith(_K_BODY, pos):
+            return None
+        encoded = data[start : pos + len(_K_BODY)]
+        hit = self._routes.get(encoded)
+        if hit is None:
+            if len(self._routes) >= _SCAN_CACHE_MAX:
+                self._routes.clear()
+            hit = self._routes[encoded] = (vhost, tuple(names), n)
+        return (encoded, *hit)
+
+    def _checked(self, data: bytes, pos: int, end: int, key: bytes) -> int:
+        """The end of the headers (``key`` is ``_K_HEADERS``) or properties map at
+        ``pos`` when it is one ``decode_record`` accepts and no property keeps the
+        record in memory; else -1."""
+        last = self._headers if key is _K_HEADERS else self._props
+        if last is not None and data.startswith(last, pos):  # a whole item: it is that one
+            return pos + len(last)
+        stop = _item_end(data, pos, end)
+        if stop < 0:
+            return -1
+        encoded = data[pos:stop]
+        usable = self._maps.get((key, encoded))
+        if usable is None:
+            try:
+                value = cbor2.loads(encoded)
+            except Exception:  # bad CBOR: the full decode says what
+                return -1
+            if key is _K_HEADERS:
+                usable = check_headers(value) is None
+            else:
+                usable = check_props(value) is None and not any(k in value for k in KEPT_PROPS)
+            if len(self._maps) >= _SCAN_CACHE_MAX:
+                self._maps.clear()
+            self._maps[(key, encoded)] = usable
+        if not usable:
+            return -1
+        if key is _K_HEADERS:
+            self._headers = encoded
+        else:
+            self._props = encoded
+        return stop

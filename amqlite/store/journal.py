@@ -75,7 +75,7 @@ from array import array
 from collections.abc import Callable, Collection, Iterator
 from typing import Any, Literal, NamedTuple, NoReturn, TypeVar, get_args
 
-from .codec import decode_record
+from .codec import EnqueueScan, decode_record
 from .errors import JournalCorrupt, StoreError, StoreLocked, StoreWriteError
 from .files import FileHandle, FileLayer, OsFileLayer, ReadHandle
 from .records import MessageDelivered, MessageEnqueue, Record, SnapshotBegin
@@ -87,7 +87,7 @@ from .segment import (
     segment_name,
     segment_seq,
 )
-from .state import DEAD, MessageRef, StoreState
+from .state import DEAD, MessageRef, MessageRun, ScannedEnqueue, StoreState
 
 T = TypeVar("T")
 FsyncPolicy = Literal["always", "batch", "never"]
@@ -99,6 +99,7 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 DEFAULT_COMPACT_AFTER_BYTES = 8 * 1024 * 1024
 _HEAD_PROBE = 4096  # bytes read to see whether a segment starts with a snapshot
 _WRITE_CHUNK = 1 << 20  # compaction writes its snapshot this much at a time
+_SCAN_BATCH = 4096  # recovery folds scanned enqueues this many at a time
 #: A message's location in the journal: ``seq << LOCATION_BITS | offset`` of its frame.
 LOCATION_BITS = 36
 _OFFSET_MASK = (1 << LOCATION_BITS) - 1
@@ -339,12 +340,12 @@ class Journal:
         with self._read_lock, self._mutex:
             return self._state.snapshot()
 
-    def with_refs(self, consume: Callable[[Iterator[Record | MessageRef]], T]) -> T:
-        """``consume(state.iter_refs())`` with the state held still (a commit running
-        meanwhile moves written messages into the state's index): rebuilding a
-        broker from the journal. ``consume`` must not append."""
+    def with_refs(self, consume: Callable[[Iterator[Record | MessageRef | MessageRun]], T]) -> T:
+        """``consume(state.iter_refs(runs=True))`` with the state held still (a commit
+        running meanwhile moves written messages into the state's index): rebuilding
+        a broker from the journal. ``consume`` must not append."""
         with self._mutex:
-            return consume(self._state.iter_refs())
+            return consume(self._state.iter_refs(runs=True))
 
     def _close_readers(self, below: int | None = None) -> None:
         with self._read_lock:
@@ -406,6 +407,8 @@ class Journal:
                     "HA peer"
                 )
         state = self._new_state()
+        scan = EnqueueScan().scan
+        enqueue_placed_many = state.enqueue_placed_many
         records = dropped = 0
         truncated = reason = None
         sizes: dict[int, int] = {}
@@ -414,10 +417,27 @@ class Journal:
             data = files.read(self._path(name))
             reader = SegmentReader(data, name=f"{self.directory}/{name}")
             base = seq << LOCATION_BITS
-            for offset, record in reader:
+            batch: list[tuple[ScannedEnqueue, int]] = []
+            add = batch.append
+            for offset, start, end in reader.frames():
+                # most records of a backlog are enqueues the scan reads without
+                # decoding them whole, folded a batch at a time (docs/storage.md,
+                # "Backlogs on disk"); the batch is folded before any other record
+                fields = scan(data, start, end)
+                if fields is not None:
+                    add((fields, base | offset))
+                    if len(batch) >= _SCAN_BATCH:
+                        enqueue_placed_many(batch)
+                        batch.clear()
+                    continue
+                if batch:
+                    enqueue_placed_many(batch)
+                    batch.clear()
+                record = reader.decode(offset, start, end)
                 state.apply(record)
                 if type(record) is MessageEnqueue:
                     state.place(record, base | offset)
+            enqueue_placed_many(batch)
             records += reader.records
             sizes[seq] = reader.end
             if reader.defect is None:

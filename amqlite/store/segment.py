@@ -111,6 +111,26 @@ class SegmentReader:
         self.records = 0
 
     def __iter__(self) -> Iterator[tuple[int, Record]]:
+        for pos, start, end in self.frames():
+            yield pos, self.decode(pos, start, end)
+
+    def decode(self, pos: int, start: int, end: int) -> Record:
+        """The record of the frame at ``pos`` (payload ``data[start:end]``, checksum
+        checked); raises JournalCorrupt when it cannot be read."""
+        try:
+            return decode_record(memoryview(self.data)[start:end])
+        except RecordError as exc:
+            raise JournalCorrupt(
+                f"{self.name}: record at offset {pos} has a valid checksum but cannot "
+                f"be read ({exc.text}); it was written by another program or version"
+            ) from None
+
+    def frames(self) -> Iterator[tuple[int, int, int]]:
+        """``(offset, payload start, payload end)`` of each whole frame whose checksum
+        matches, without decoding it (recovery scans most payloads instead:
+        ``amqlite.store.codec.EnqueueScan``); :attr:`end`, :attr:`defect` and
+        :attr:`records` as for iterating (a frame counts once the caller asks for
+        the next)."""
         data = self.data
         size = len(data)
         self.end, self.defect, self.records = 0, None, 0
@@ -137,6 +157,7 @@ class SegmentReader:
         self.end = pos
         view = memoryview(data)
         unpack = FRAME_HEAD.unpack_from
+        crc32 = zlib.crc32
         while pos < size:
             if size - pos < FRAME_HEAD_SIZE:
                 self.defect = Defect(pos, f"torn frame header ({size - pos} bytes)")
@@ -149,23 +170,16 @@ class SegmentReader:
             if length > MAX_PAYLOAD:
                 self.defect = Defect(pos, f"impossible frame length {length}")
                 return
-            if start + length > size:
+            end = start + length
+            if end > size:
                 self.defect = Defect(
                     pos, f"torn frame: {length} bytes announced, {size - start} present"
                 )
                 return
-            payload = view[start : start + length]
-            if zlib.crc32(payload) != crc:
+            if crc32(view[start:end]) != crc:
                 self.defect = Defect(pos, "checksum mismatch")
                 return
-            try:
-                record = decode_record(payload)
-            except RecordError as exc:
-                raise JournalCorrupt(
-                    f"{self.name}: record at offset {pos} has a valid checksum but cannot "
-                    f"be read ({exc.text}); it was written by another program or version"
-                ) from None
-            yield pos, record
-            pos = start + length
+            yield pos, start, end
+            pos = end
             self.end = pos
             self.records += 1

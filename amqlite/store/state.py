@@ -34,7 +34,7 @@ import heapq
 import itertools
 from array import array
 from collections import deque
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any
 
 from .records import (
@@ -102,13 +102,17 @@ class StoredStream:
         return (list(self.messages), self.first, self.next, self.tracked)
 
 
+#: What recovery's scan reads of a ``message.enqueue`` record (id, vhost, queues,
+#: body size, enqueued_at, publish key): :meth:`StoreState.enqueue_placed_many`.
+ScannedEnqueue = tuple[int, str, tuple[str, ...], int, float, str]
+
 #: Reads the ``message.enqueue`` record at a journal location (the journal sets it;
 #: the fold itself never reads).
 Reader = Callable[[int], MessageEnqueue]
 
 #: Properties that keep a message's record in memory even once the journal placed
 #: it: a restart needs them to rebuild the queue entry (expiry, message groups).
-_KEPT_PROPS = ("expiration", "group_id")
+KEPT_PROPS = _KEPT_PROPS = ("expiration", "group_id")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -127,6 +131,35 @@ class MessageRef:
     enqueued_at: float
     publish_key: str
     record: MessageEnqueue | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class MessageRun:
+    """Placed messages of one queue, consecutive in enqueue order, in a lazy snapshot
+    (:meth:`StoreState.iter_refs` with ``runs``): the bulk form of as many
+    :class:`MessageRef` s with one queue and no record: entries ``start`` to
+    ``stop`` of the state's index arrays (journal ids, increasing; body sizes;
+    enqueue times; a flag byte each, 1: delivered before) and the publish keys of
+    those that have one. The arrays are the index's own, not copies: read them
+    while the state is held still (``Journal.with_refs``), and keep nothing.
+
+    Why it exists: a restart queues a million waiting messages; a ref object each,
+    and a call per ref into the queue, were most of the rebuild (issue 16). The
+    index already holds them as arrays, so a queue's backlog copies its part
+    straight from them (copies of the slices in between cost a restart a fifth
+    more memory: freed arrays that size leave the heap fragmented).
+    ``tests/store/test_scan.py`` checks that the runs and the refs describe the
+    same messages and that a broker rebuilt from either holds the same."""
+
+    vhost: str
+    queue: str
+    ids: array[int]
+    sizes: array[int]
+    ats: array[float]
+    flags: bytearray
+    start: int
+    stop: int
+    publish_keys: tuple[str, ...]
 
 
 class _Live:
@@ -182,6 +215,24 @@ class _Live:
     def names(self) -> tuple[str, ...]:
         q = self.q
         return (q,) if isinstance(q, str) else tuple(q)
+
+    @classmethod
+    def placed(
+        cls,
+        seq: int,
+        vhost: str,
+        queues: tuple[str, ...],
+        loc: int,
+        size: int,
+        at: float,
+        pk: str,
+    ) -> _Live:
+        """A message the journal placed as it was enqueued (recovery's scan)."""
+        live = cls.__new__(cls)
+        live.seq, live.record, live.vhost, live.loc = seq, None, vhost, loc
+        live.q = queues[0] if len(queues) == 1 else dict.fromkeys(queues, False)
+        live.size, live.at, live.pk = size, at, pk
+        return live
 
     @classmethod
     def view(
@@ -565,6 +616,83 @@ class StoreState:
             self._to_index(record.id, live, q)
         return True
 
+    def enqueue_placed(self, fields: ScannedEnqueue, location: int) -> None:
+        """:meth:`enqueue_placed_many` of one message."""
+        self.enqueue_placed_many(((fields, location),))
+
+    def enqueue_placed_many(self, batch: Iterable[tuple[ScannedEnqueue, int]]) -> None:
+        """``apply`` then ``place`` of ``message.enqueue`` records already in the
+        journal, from their fields alone and their locations (recovery's scan,
+        ``amqlite.store.codec.EnqueueScan``: no ``deaths``, ``mesh`` or kept
+        property), in order.
+
+        Why it exists: a restart folds a million of them, and the record objects,
+        a ``_Live`` each and their moves into the index were most of that; here the
+        usual message (one queue, ids growing) goes straight to the index's arrays,
+        the rest becomes a ``_Live`` as ``place`` leaves it.
+        ``tests/store/test_scan.py`` checks that it agrees with apply and place."""
+        index = self._index
+        ids = index.ids
+        top = ids[-1] if ids else -1
+        find = index.find
+        messages = self._messages
+        known = self._queues
+        qindex = self._qindex
+        indexed = self._indexed
+        pks = index.pks
+        add_id, add_seq, add_loc = ids.append, index.seqs.append, index.locs.append
+        add_size, add_at, add_q = index.sizes.append, index.ats.append, index.qs.append
+        add_flag = index.flags.append
+        seq = self._seq
+        last = self.last_journal_id
+        added = 0
+        # the last route (the scan gives the same objects for the same route) and
+        # what it comes to: the queues known here, the index's key when just one
+        route: tuple[str, tuple[str, ...]] | None = None
+        live_queues: tuple[str, ...] = ()
+        key: _Key | None = None
+        qi = -1
+        for (journal_id, vhost, queues, size, at, pk), location in batch:
+            if journal_id > last:
+                last = journal_id
+            if journal_id in messages or (journal_id <= top and find(journal_id) >= 0):
+                continue
+            if route is None or queues is not route[1] or vhost is not route[0]:
+                route = (vhost, queues)
+                live_queues = tuple(q for q in queues if (vhost, q) in known)
+                key = None
+                if len(live_queues) == 1:
+                    key = (vhost, live_queues[0])
+                    qi = qindex.get(key, -1)
+            if not live_queues:
+                continue
+            if key is not None and journal_id > top:
+                if qi < 0:
+                    qi = qindex[key] = len(self._qkeys)
+                    self._qkeys.append(key)
+                seq += 1
+                added += size
+                add_id(journal_id)
+                add_seq(seq)
+                add_loc(location)
+                add_size(size)
+                add_at(at)
+                add_q(qi)
+                add_flag(0)
+                if pk:
+                    pks[journal_id] = pk
+                indexed[key] = indexed.get(key, 0) + 1
+                top = journal_id
+                continue
+            seq += 1
+            added += size
+            messages[journal_id] = _Live.placed(seq, vhost, live_queues, location, size, at, pk)
+            for q in live_queues:
+                self._queue_messages[(vhost, q)][journal_id] = None
+        self._seq = seq
+        self.last_journal_id = last
+        self.message_bytes += added
+
     def _to_index(self, journal_id: int, live: _Live, queue: str) -> None:
         key = (live.vhost, queue)
         qi = self._qindex.get(key)
@@ -680,33 +808,101 @@ class StoreState:
         :class:`MessageRef` (its delivered flags in it) instead of its records.
         Compaction resolves them outside the journal's lock; a restart queues them
         by journal id, their bodies left in the journal (:meth:`iter_refs`)."""
-        return list(self.iter_refs())
+        return [r for r in self.iter_refs() if not isinstance(r, MessageRun)]  # none are
 
-    def iter_refs(self) -> Iterator[Record | MessageRef]:
+    def iter_refs(self, *, runs: bool = False) -> Iterator[Record | MessageRef | MessageRun]:
         """:meth:`snapshot_refs` one item at a time (a restart's recovery: a million
-        refs never exist at once). Do not change the state meanwhile."""
+        refs never exist at once). With ``runs``, the index's messages come as
+        :class:`MessageRun` s instead of a ref each (the messages held as objects
+        still come as refs, at their place in enqueue order). Do not change the
+        state meanwhile."""
         yield SnapshotBegin(last_journal_id=self.last_journal_id)
         yield from self._exchanges.values()
         yield from self._queues.values()
         yield from self._bindings.values()
-        for journal_id, live in self._entries():
-            queues = live.items()
-            yield (
-                MessageRef(
-                    id=journal_id,
-                    vhost=live.vhost,
-                    queues=tuple(q for q, _ in queues),
-                    delivered=tuple(q for q, d in queues if d),
-                    location=live.loc,
-                    size=live.size,
-                    enqueued_at=live.at,
-                    publish_key=live.pk,
-                    record=live.record,
-                )
-            )
+        if runs:
+            yield from self._runs()
+        else:
+            for journal_id, live in self._entries():
+                yield _ref(journal_id, live)
         tail: list[Record] = []
         self._tail(tail)
         yield from tail
+
+    def _runs(self) -> Iterator[MessageRef | MessageRun]:
+        """The live messages in enqueue order: the objects as refs, the index between
+        them as runs."""
+        seqs = self._index.seqs
+        done = 0
+        for journal_id, live in self._messages.items():  # in enqueue order
+            before = bisect.bisect_left(seqs, live.seq, done)
+            yield from self._index_runs(done, before)
+            done = before
+            yield _ref(journal_id, live)
+        yield from self._index_runs(done, len(seqs))
+
+    def _index_runs(self, start: int, stop: int) -> Iterator[MessageRun]:
+        """Index entries ``start`` to ``stop`` as runs: split where the queue changes
+        and around the dead (one slice of each array when neither happens)."""
+        if start >= stop:
+            return
+        index = self._index
+        qs, flags = index.qs, index.flags
+        first = qs[start]
+        if self._uniform(first, start, stop):
+            yield self._run(first, start, stop)
+            return
+        begin = -1
+        for i in range(start, stop):
+            if flags[i] & _DEAD:
+                if begin >= 0:
+                    yield self._run(first, begin, i)
+                    begin = -1
+            elif begin < 0:
+                begin, first = i, qs[i]
+            elif qs[i] != first:
+                yield self._run(first, begin, i)
+                begin, first = i, qs[i]
+        if begin >= 0:
+            yield self._run(first, begin, stop)
+
+    def _uniform(self, qi: int, start: int, stop: int) -> bool:
+        """Index entries ``start`` to ``stop`` are all live and of queue ``qi`` (found
+        without copying the arrays: a restart's index may be a million long)."""
+        index = self._index
+        flags, qs = index.flags, index.qs
+        if index.dead and any(flags.find(bytes((f,)), start, stop) >= 0 for f in (2, 3)):
+            return False
+        if len(self._qkeys) > 8:
+            return False  # the caller walks the entries
+        for other in range(len(self._qkeys)):
+            if other != qi:
+                try:
+                    qs.index(other, start, stop)
+                except ValueError:
+                    continue
+                return False
+        return True
+
+    def _run(self, qi: int, start: int, stop: int) -> MessageRun:
+        """Live index entries ``start`` to ``stop``, all of queue ``qi``."""
+        index = self._index
+        vhost, queue = self._qkeys[qi]
+        pks = index.pks
+        keys: tuple[str, ...] = ()
+        if pks:
+            keys = tuple(pks[i] for i in itertools.islice(index.ids, start, stop) if i in pks)
+        return MessageRun(
+            vhost=vhost,
+            queue=queue,
+            ids=index.ids,
+            sizes=index.sizes,
+            ats=index.ats,
+            flags=index.flags,
+            start=start,
+            stop=stop,
+            publish_keys=keys,
+        )
 
     def compaction_parts(
         self,
@@ -867,6 +1063,21 @@ class StoreState:
             f"bindings={len(self._bindings)}, messages={self.live_messages}, "
             f"last_journal_id={self.last_journal_id})"
         )
+
+
+def _ref(journal_id: int, live: _Live) -> MessageRef:
+    queues = live.items()
+    return MessageRef(
+        id=journal_id,
+        vhost=live.vhost,
+        queues=tuple(q for q, _ in queues),
+        delivered=tuple(q for q, d in queues if d),
+        location=live.loc,
+        size=live.size,
+        enqueued_at=live.at,
+        publish_key=live.pk,
+        record=live.record,
+    )
 
 
 def _current(record: MessageEnqueue, live: _Live) -> MessageEnqueue:

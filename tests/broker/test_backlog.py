@@ -10,6 +10,7 @@ messages, in the same order, with the same ``redelivered`` flags and counts.
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 
 import pytest
@@ -240,3 +241,48 @@ def test_transient_messages_page_out_while_memory_is_short_and_come_back_intact(
         s.publish(Message("", "t", b"%d" % i), now=0.0)
     broker.page_out()
     assert s.purge_queue("t") == 6 and not pager.pages and pager.discarded == 4
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["push", "run", "entry", "pop", "remove", "clear", "extend"]),
+            st.integers(0, 40),
+            st.sampled_from([1.0, 5.0, 9.0, float("inf")]),
+        ),
+        max_size=60,
+    )
+)
+def test_the_earliest_expiry_is_kept_exactly(ops: list[tuple[str, int, float]]) -> None:
+    """``earliest`` is cached (a queue asks at every tick); it is always the minimum."""
+    backlog = Backlog()
+    source = DictSource([])
+    next_id = 1
+    for op, n, expires in ops:
+        if op == "push":
+            backlog.push(next_id, 1, expires, False)
+            next_id += 1
+        elif op == "run":
+            # a run is part of the arrays it is in (the state's index, in a restart)
+            ids = array("q", range(next_id - 2, next_id + n % 5 + 2))
+            sizes, flags = array("I", [1] * len(ids)), bytearray(len(ids))
+            every = [expires + k for k in range(len(ids))] if n % 2 else expires
+            backlog.push_run(ids, sizes, flags, 2, len(ids) - 2, every)
+            next_id += len(ids) - 4
+        elif op == "entry":
+            message = Message("", "q", b"m", None, {})
+            backlog.push_entry((message, expires, False))
+        elif op == "pop":
+            backlog.pop(n % 4, source)
+        elif op == "remove":
+            backlog.remove(n % (next_id + 1))
+        elif op == "clear":
+            backlog.clear()
+        else:
+            other = Backlog()
+            other.push(next_id, 1, expires, False)
+            next_id += 1
+            backlog.extend(other)
+        expected = min(backlog._expires[backlog._head :], default=float("inf"))
+        assert backlog.earliest() == expected
