@@ -165,8 +165,25 @@ def amqlite_restart(count: int, body: bytes) -> dict[str, Any]:
         after_restart = rss(proc.pid)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+    return _restart_report(
+        "amqlite", count, found, published, empty, after_publish, serves, after_restart
+    )
+
+
+def _restart_report(
+    broker: str,
+    count: int,
+    found: int,
+    published: float,
+    empty: int,
+    after_publish: int,
+    serves: float,
+    after_restart: int,
+) -> dict[str, Any]:
+    """One broker's restart figures (RSS in bytes; per waiting message over the empty
+    broker's)."""
     return {
-        "broker": "amqlite",
+        "broker": broker,
         "messages": count,
         "found": found,
         "publish_s": round(published, 1),
@@ -291,16 +308,9 @@ def rabbitmq_restart(count: int, body: bytes) -> dict[str, Any]:
     for leftover in first:
         if alive(int(leftover)):
             os.kill(int(leftover), signal.SIGTERM)
-    return {
-        "broker": "rabbitmq",
-        "messages": count,
-        "found": found,
-        "publish_s": round(published, 1),
-        "rss_empty": empty,
-        "per_message_after_publish": round((after_publish - empty) / count),
-        "serves_after_s": round(serves, 2),
-        "per_message_after_restart": round((after_restart - empty) / count),
-    }
+    return _restart_report(
+        "rabbitmq", count, found, published, empty, after_publish, serves, after_restart
+    )
 
 
 def main() -> None:

@@ -187,21 +187,28 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+async def start_sites(sites: Sites) -> None:
+    """Start B (exchanges ``x`` and ``y``; queue ``q`` bound to ``x``), then A (its
+    links to B's ``x`` in mode publish and ``y`` in mode subscribe; queue ``qy``
+    bound to ``y``)."""
+    await sites.start("b")
+    async with amqlite.connect(sites.address("b")) as c:
+        await c.declare_exchange("x", "topic", durable=True)
+        await c.declare_exchange("y", "topic", durable=True)
+        await c.declare_queue("q", durable=True)
+        await c.bind("q", "x", "k")
+    await sites.start("a")
+    async with amqlite.connect(sites.address("a")) as c:
+        await c.declare_queue("qy", durable=True)
+        await c.bind("qy", "y", "k")
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         async with trio.open_nursery() as nursery:
             sites = Sites(Path(tmp), nursery)
             try:
-                await sites.start("b")
-                async with amqlite.connect(sites.address("b")) as c:
-                    await c.declare_exchange("x", "topic", durable=True)
-                    await c.declare_exchange("y", "topic", durable=True)
-                    await c.declare_queue("q", durable=True)
-                    await c.bind("q", "x", "k")
-                await sites.start("a")
-                async with amqlite.connect(sites.address("a")) as c:
-                    await c.declare_queue("qy", durable=True)
-                    await c.bind("qy", "y", "k")
+                await start_sites(sites)
 
                 async def interest() -> bool:
                     link = await sites.link()

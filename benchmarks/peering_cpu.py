@@ -28,7 +28,7 @@ from pathlib import Path
 import trio
 
 import amqlite
-from peering import Sites, _throughput, _wait
+from peering import Sites, _throughput, _wait, start_sites
 
 _TICK = os.sysconf("SC_CLK_TCK")
 
@@ -60,16 +60,7 @@ async def run(args: argparse.Namespace) -> None:
         async with trio.open_nursery() as nursery:
             sites = Sites(Path(tmp), nursery)
             try:
-                await sites.start("b")
-                async with amqlite.connect(sites.address("b")) as c:
-                    await c.declare_exchange("x", "topic", durable=True)
-                    await c.declare_exchange("y", "topic", durable=True)
-                    await c.declare_queue("q", durable=True)
-                    await c.bind("q", "x", "k")
-                await sites.start("a")
-                async with amqlite.connect(sites.address("a")) as c:
-                    await c.declare_queue("qy", durable=True)
-                    await c.bind("qy", "y", "k")
+                await start_sites(sites)
 
                 async def up() -> bool:
                     async with amqlite.connect(sites.address("b"), role="monitor") as c:

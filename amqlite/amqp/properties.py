@@ -138,14 +138,15 @@ def decode_header_payload(payload: bytes) -> tuple[int, int, BasicProperties]:
     """(class id, body size, properties) from a content header frame's payload."""
     size = len(payload)
     if _HEADER.size < size <= _HEADER.size + _CACHED_BYTES:
-        known = _DECODED.get(payload[_HEADER.size - 2 :])
+        key = payload[_HEADER.size - 2 :]  # the flag word and the property list
+        known = _DECODED.get(key)
         if known is not None:
             class_id, _weight, body_size, _flags = _HEADER.unpack_from(payload, 0)
             return class_id, body_size, known
         class_id, body_size, props = _decode_header_payload(payload)
         if len(_DECODED) >= _CACHED:
             _DECODED.clear()
-        _DECODED[payload[_HEADER.size - 2 :]] = props
+        _DECODED[key] = props
         return class_id, body_size, props
     return _decode_header_payload(payload)
 

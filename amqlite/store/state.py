@@ -783,16 +783,22 @@ class StoreState:
 
     # --- snapshots -------------------------------------------------------------------
 
+    def _head(self) -> list[Record]:
+        """A snapshot's opening: ``snapshot.begin``, then the topology (exchanges,
+        queues, bindings), before any message."""
+        head: list[Record] = [SnapshotBegin(last_journal_id=self.last_journal_id)]
+        head.extend(self._exchanges.values())
+        head.extend(self._queues.values())
+        head.extend(self._bindings.values())
+        return head
+
     def snapshot(self) -> list[Record]:
         """Records that rebuild this state from nothing, framed by ``snapshot.begin``
         and ``snapshot.end`` (left out while a snapshot being received is still
         open, so the rest of it can follow): exchanges, queues, bindings, then the live messages in
         enqueue order (each naming only the queues still holding it, followed by its
         ``message.delivered`` flags)."""
-        out: list[Record] = [SnapshotBegin(last_journal_id=self.last_journal_id)]
-        out.extend(self._exchanges.values())
-        out.extend(self._queues.values())
-        out.extend(self._bindings.values())
+        out = self._head()
         for journal_id, live in self._entries():
             out.append(_current(self._record(live), live))
             out.extend(
@@ -816,10 +822,7 @@ class StoreState:
         :class:`MessageRun` s instead of a ref each (the messages held as objects
         still come as refs, at their place in enqueue order). Do not change the
         state meanwhile."""
-        yield SnapshotBegin(last_journal_id=self.last_journal_id)
-        yield from self._exchanges.values()
-        yield from self._queues.values()
-        yield from self._bindings.values()
+        yield from self._head()
         if runs:
             yield from self._runs()
         else:
@@ -913,25 +916,8 @@ class StoreState:
         enqueue order, skipping the dead). The index is pinned (its entries keep
         their places) until :meth:`unpin`; a message acked meanwhile may be left out
         of the snapshot (its ack follows the snapshot in the journal anyway)."""
-        head: list[Record] = [SnapshotBegin(last_journal_id=self.last_journal_id)]
-        head.extend(self._exchanges.values())
-        head.extend(self._queues.values())
-        head.extend(self._bindings.values())
-        objects = []
-        for journal_id, live in self._messages.items():
-            queues = live.items()
-            ref = MessageRef(
-                id=journal_id,
-                vhost=live.vhost,
-                queues=tuple(q for q, _ in queues),
-                delivered=tuple(q for q, d in queues if d),
-                location=live.loc,
-                size=live.size,
-                enqueued_at=live.at,
-                publish_key=live.pk,
-                record=live.record,
-            )
-            objects.append((live.seq, ref))
+        head = self._head()
+        objects = [(live.seq, _ref(i, live)) for i, live in self._messages.items()]
         tail: list[Record] = []
         self._tail(tail)
         self._pinned = True

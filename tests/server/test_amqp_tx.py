@@ -51,14 +51,21 @@ class _Storage:
         self.waiters.append((first, last, callback))
 
 
-def test_commit_ok_waits_for_every_persistent_publish_of_the_transaction() -> None:
-    positions: list[Any] = []
+def _durable_channel(
+    *, gather_marks: bool = False
+) -> tuple[list[Any], _Storage, _Link, AmqpChannel]:
+    """A channel on a recording broker (each record's position is its index + 1)
+    with the durable queue ``durable`` declared and its declare-ok released."""
+    records: list[Any] = []
 
     def sink(record: Any) -> int:
-        positions.append(record)
-        return len(positions)
+        records.append(record)
+        return len(records)
 
     broker = Broker(record=sink)
+    if gather_marks:
+        assert broker.recorder is not None
+        broker.recorder.gather_marks(lambda: None)
     storage = _Storage()
     node: Any = SimpleNamespace(storage=storage, peering=None)
     session = broker.open_session("/")
@@ -68,6 +75,11 @@ def test_commit_ok_waits_for_every_persistent_publish_of_the_transaction() -> No
     channel = AmqpChannel(node, link, 1, session, dispatcher)
     channel.handle(m.QueueDeclare(queue="durable", durable=True), 0.0)
     storage.waiters.pop()[2](None)  # the declaration is durable: declare-ok
+    return records, storage, link, channel
+
+
+def test_commit_ok_waits_for_every_persistent_publish_of_the_transaction() -> None:
+    positions, storage, link, channel = _durable_channel()
     channel.handle(m.QueueDeclare(queue="transient"), 0.0)
     channel.handle(m.TxSelect(), 0.0)
     channel.publish(
@@ -88,24 +100,9 @@ def test_commit_ok_waits_for_every_persistent_publish_of_the_transaction() -> No
 def test_commit_ok_waits_for_the_acks_of_the_transaction_when_marks_are_gathered() -> None:
     """A standalone node gathers acks for its next commit (``Recorder.gather_marks``):
     tx.commit appends them at once, and commit-ok waits for them."""
-    records: list[Any] = []
-
-    def sink(record: Any) -> int:
-        records.append(record)
-        return len(records)
-
-    broker = Broker(record=sink)
-    assert broker.recorder is not None
-    broker.recorder.gather_marks(lambda: None)
-    storage = _Storage()
-    node: Any = SimpleNamespace(storage=storage, peering=None)
-    session = broker.open_session("/")
-    user = AuthenticatedUser("guest", Permissions.full())
-    dispatcher = RequestDispatcher(session, user, "/", lambda: {})
-    link = _Link()
-    channel = AmqpChannel(node, link, 1, session, dispatcher)
-    channel.handle(m.QueueDeclare(queue="durable", durable=True), 0.0)
-    storage.waiters.pop()[2](None)
+    records, storage, link, channel = _durable_channel(gather_marks=True)
+    session = channel.session
+    assert session is not None
     channel.publish(
         m.BasicPublish(routing_key="durable"), BasicProperties(delivery_mode=2), b"p", 0.0
     )
