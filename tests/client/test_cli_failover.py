@@ -15,6 +15,7 @@ from functools import partial
 import trio
 
 import amqlite
+from tests.waiting import wait_until
 
 from .test_failover_server import _Node
 
@@ -57,9 +58,8 @@ async def test_publish_confirm_count_ends_all_confirmed(nursery: trio.Nursery) -
         finished.set()
 
     nursery.start_soon(publish)
-    with trio.fail_after(30):  # the in-process broker's counters have no change event
-        while a.queue("cli-jobs")["messages"] < 50:  # noqa: ASYNC110
-            await trio.sleep(0.01)
+    # the in-process broker's counters have no change event
+    await wait_until(lambda: a.queue("cli-jobs")["messages"] >= 50, deadline=30)
     assert not finished.is_set()
     a.stop()
     with trio.fail_after(60):

@@ -13,6 +13,7 @@ import amqlite
 from amqlite.config import load_config
 from amqlite.ha import SendHeartbeat
 from amqlite.server import BrokerNode
+from tests.waiting import wait_until
 
 
 def pair_config(tmp_path: Path, role: str) -> object:
@@ -29,10 +30,7 @@ def pair_config(tmp_path: Path, role: str) -> object:
 
 
 async def wait_for(predicate: Callable[[], bool], deadline: float = 10.0) -> None:
-    """Poll state owned by the nodes' own tasks, within a bounded deadline."""
-    with trio.fail_after(deadline):
-        while not predicate():  # noqa: ASYNC110
-            await trio.sleep(0.01)
+    await wait_until(predicate, deadline=deadline)
 
 
 def point_at_each_other(primary: BrokerNode, backup: BrokerNode) -> None:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-import trio
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.waiting import wait_until
 
 from ..e2e.test_ha_pair import Pair, ha_pair
 
@@ -65,9 +66,12 @@ async def test_readiness_changes_and_replication_of_http_actions(tmp_path: Path)
             # reads never promote the backup: a change is a request for service, and
             # the first one after the primary's silence is the client vote
             assert (await backup.get("/api/queues/%2F/orders")).status_code == 200
-            with trio.fail_after(20):
-                while (await backup.put("/api/queues/%2F/orders", json={})).status_code != 204:  # noqa: ASYNC110 (another process)
-                    await trio.sleep(0.05)
+
+            async def taken_over() -> bool:  # another process: polled
+                response = await backup.put("/api/queues/%2F/orders", json={})
+                return response.status_code == 204
+
+            await wait_until(taken_over, "the backup's take-over", deadline=20, every=0.05)
             assert (await backup.get("/health/ready")).json()["state"] == "active"
             queue = (await backup.get("/api/queues/%2F/orders")).json()
             assert queue["messages"] == 1 and queue["durable"] is True

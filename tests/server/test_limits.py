@@ -18,6 +18,7 @@ from amqlite.config import UserConfig, VhostPermissions, load_config
 from amqlite.errors import AmqliteError, ConnectionRefused, ReplyCode
 from amqlite.protocol import events as ev
 from amqlite.server import BrokerNode
+from tests.waiting import wait_until
 
 from .rawclient import RawClient, read_raw_until_closed
 from .test_privileges import logged
@@ -48,10 +49,8 @@ def connect(node: BrokerNode, login: str = "guest", **kwargs: Any) -> Any:
     )
 
 
-async def wait_until(condition: Callable[[], bool]) -> None:
-    with trio.fail_after(WAIT):
-        while not condition():  # noqa: ASYNC110 (a bounded poll of node state)
-            await trio.sleep(0.01)
+async def wait_for(condition: Callable[[], bool]) -> None:
+    await wait_until(condition, deadline=WAIT)
 
 
 # --- connections ---------------------------------------------------------------------------
@@ -71,7 +70,7 @@ async def test_one_connection_past_the_node_limit_is_refused_530(nursery: trio.N
             "node connection limit (2) is reached (limits.max_connections)"
         ]
     # the two closed: their places are free again
-    await wait_until(lambda: node.limits.open == 0)
+    await wait_for(lambda: node.limits.open == 0)
     async with connect(node) as conn:
         await conn.declare_queue("served")
 
@@ -97,7 +96,7 @@ async def test_a_mute_socket_is_closed_after_the_handshake_timeout(
         with logged() as entries:
             with trio.fail_after(WAIT):
                 assert await read_raw_until_closed(raw.stream) == b""
-            await wait_until(lambda: node.limits.pending == 0)
+            await wait_for(lambda: node.limits.pending == 0)
         (timeout,) = [e for e in entries if e["event"] == "handshake_timeout"]
         assert timeout["timeout_s"] == 0.2
         assert timeout["listener"] == "native"
@@ -111,7 +110,7 @@ async def test_past_the_unauthenticated_bound_the_oldest_socket_is_closed(
 ) -> None:
     node = await start_node(nursery, max_unauthenticated_connections=3)
     idle = [await trio.open_tcp_stream("127.0.0.1", node.port) for _ in range(3)]
-    await wait_until(lambda: node.limits.pending == 3)
+    await wait_for(lambda: node.limits.pending == 3)
     with logged() as entries:
         newer = [await trio.open_tcp_stream("127.0.0.1", node.port) for _ in range(2)]
         with trio.fail_after(WAIT):

@@ -20,6 +20,7 @@ import amqlite
 from amqlite.broker.alarms import Resource
 from amqlite.config import load_config
 from amqlite.server import BrokerNode
+from tests.waiting import wait_until
 
 WATERMARK = 4_000_000
 BASE = 500_000
@@ -63,10 +64,7 @@ async def node_with(memory: ModelMemory) -> AsyncIterator[BrokerNode]:
 
 
 async def wait_for(predicate: Callable[[], bool], deadline: float = 20.0) -> None:
-    """Poll state owned by the node's own tasks, within a bounded deadline."""
-    with trio.fail_after(deadline):
-        while not predicate():  # noqa: ASYNC110
-            await trio.sleep(0.01)
+    await wait_until(predicate, deadline=deadline)
 
 
 def body(n: int) -> bytes:

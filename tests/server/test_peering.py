@@ -19,6 +19,7 @@ from amqlite.config import PeeringConfig, load_config
 from amqlite.peering import OverflowPolicy, PeeringMode, parse_addresses
 from amqlite.server import BrokerNode
 from tests.faultproxy import FaultProxy
+from tests.waiting import wait_until
 
 DEADLINE = 10.0
 
@@ -54,15 +55,7 @@ async def wait_for(
     predicate: Callable[[], bool | Awaitable[bool]], what: str, every: float = 0.01
 ) -> None:
     """Wait for ``predicate`` (checked every ``every`` seconds), within DEADLINE."""
-    with trio.fail_after(DEADLINE):
-        while True:
-            result = predicate()
-            if not isinstance(result, bool):
-                result = await result
-            if result:
-                return
-            await trio.sleep(every)
-    raise AssertionError(what)  # pragma: no cover
+    await wait_until(predicate, what, deadline=DEADLINE, every=every)
 
 
 def _links(node: BrokerNode) -> list[dict[str, Any]]:

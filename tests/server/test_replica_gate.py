@@ -12,9 +12,16 @@ import trio.testing
 
 import amqlite
 from amqlite.protocol import events as ev
+from amqlite.server import BrokerNode
+from tests.waiting import wait_until
 
 from .rawclient import RawClient
 from .test_storage import addr, running
+
+
+def _first_queue(node: BrokerNode, field: str) -> int:
+    """A counter of the node's only queue, from its status."""
+    return int(node.broker.status()["vhosts"][0]["queues"][0][field])
 
 
 async def test_a_push_waits_for_the_passive_peer(tmp_path: Path) -> None:
@@ -29,9 +36,7 @@ async def test_a_push_waits_for_the_passive_peer(tmp_path: Path) -> None:
             await pub.publish("", "q", "transient")  # not journaled: not held
             await pub.publish("", "q", "held", persistent=True)
             await pub.publish("", "q", "behind", persistent=False)  # keeps its place
-            with trio.fail_after(10):
-                while node.broker.status()["vhosts"][0]["queues"][0]["unacked"] < 3:  # noqa: ASYNC110
-                    await trio.sleep(0.01)
+            await wait_until(lambda: _first_queue(node, "unacked") >= 3)
             await trio.testing.wait_all_tasks_blocked(cushion=0.05)
             assert consumer.buffered == 1  # only "transient"
             storage.replica_progress(storage.journal.appended)  # the peer holds it now
@@ -118,9 +123,9 @@ async def test_a_stream_reader_waits_for_the_passive_peer(tmp_path: Path) -> Non
             storage.tee = lambda position, frame: None  # a peer that has not acked yet
             storage.replica_required(True)
             await pub.publish("", "s", "new")  # appended at offset 1, not replicated
-            with trio.fail_after(10):
-                while node.broker.status()["vhosts"][0]["queues"][0]["messages"] < 2:  # noqa: ASYNC110
-                    await trio.sleep(0.01)
+            await wait_until(
+                lambda: node.broker.status()["vhosts"][0]["queues"][0]["messages"] >= 2
+            )
             await trio.testing.wait_all_tasks_blocked(cushion=0.05)
             assert reader.buffered == 0
             storage.replica_progress(storage.journal.appended)
@@ -140,9 +145,9 @@ async def test_a_stream_fetch_reads_only_what_the_passive_peer_holds(tmp_path: P
             storage.tee = lambda position, frame: None  # a peer that has not acked yet
             storage.replica_required(True)
             await conn.publish("", "s", "new")  # appended at offset 1, not replicated
-            with trio.fail_after(10):
-                while node.broker.status()["vhosts"][0]["queues"][0]["messages"] < 2:  # noqa: ASYNC110
-                    await trio.sleep(0.01)
+            await wait_until(
+                lambda: node.broker.status()["vhosts"][0]["queues"][0]["messages"] >= 2
+            )
             batch = await conn.fetch_stream("s", 0)
             assert (batch.body_list(), batch.kept_next) == ([b"old"], 2)
             assert (await conn.fetch_stream("s", 1)).count == 0  # not yet
@@ -163,9 +168,8 @@ async def test_a_push_goes_once_the_peer_applied_it_a_confirm_once_it_committed(
             storage.tee = lambda position, frame: None
             storage.replica_required(True)
             pending = await pub.publish_nowait("", "q", "m", persistent=True)
-            with trio.fail_after(10):  # handed to the consumer's session, push held
-                while node.broker.status()["vhosts"][0]["queues"][0]["unacked"] < 1:  # noqa: ASYNC110
-                    await trio.sleep(0.01)
+            # handed to the consumer's session, push held
+            await wait_until(lambda: _first_queue(node, "unacked") >= 1)
             await trio.testing.wait_all_tasks_blocked(cushion=0.05)
             assert consumer.buffered == 0 and not pending.done
             storage.replica_applied(storage.journal.appended)  # ha.synced {applied}
@@ -195,9 +199,7 @@ async def test_a_groups_first_delivery_waits_until_the_passive_peer_knows_its_ow
             storage.replica_required(True)
             await pub.publish("", "q", "plain")  # no group: not held
             await pub.publish("", "q", "first", properties={"group_id": "g"})
-            with trio.fail_after(10):
-                while node.broker.status()["vhosts"][0]["queues"][0]["unacked"] < 2:  # noqa: ASYNC110
-                    await trio.sleep(0.01)
+            await wait_until(lambda: _first_queue(node, "unacked") >= 2)
             await trio.testing.wait_all_tasks_blocked(cushion=0.05)
             assert consumer.buffered == 1  # only "plain"
             storage.replica_applied(storage.journal.appended)  # the peer holds the record

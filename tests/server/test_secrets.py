@@ -35,6 +35,7 @@ from amqlite.config import (
 from amqlite.log import configure_logging
 from amqlite.protocol import events as ev
 from amqlite.server import BrokerNode
+from tests.waiting import wait_until
 
 from .rawclient import RawClient
 
@@ -63,12 +64,7 @@ def _link(name: str, port: int, password: str) -> PeeringConfig:
 
 
 async def _wait(predicate: Callable[[], bool], what: str) -> None:
-    with trio.fail_after(10):  # a bounded wait on a condition
-        while True:
-            if predicate():
-                return
-            await trio.sleep(0.01)
-    raise AssertionError(what)  # pragma: no cover
+    await wait_until(predicate, what)
 
 
 def _amqp(port: int, password: str) -> str:

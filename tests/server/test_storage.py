@@ -22,6 +22,7 @@ from amqlite.server import BrokerNode
 from amqlite.store import StoreLocked
 from amqlite.store.journal import Journal
 from tests.store.support import TestLayer
+from tests.waiting import wait_until
 
 
 def config(data_dir: Path, **overrides: Any) -> Any:
@@ -71,13 +72,14 @@ async def test_gathered_marks_reach_the_disk_with_the_next_commit(tmp_path: Path
         recorder = node.broker.recorder
         assert recorder is not None
         journal = storage.journal
-        with trio.fail_after(10):  # the ack travels, then the committer runs
-            while (  # noqa: ASYNC110 (a bounded poll of node state)
-                recorder.marks_waiting
-                or journal.committed < journal.appended
-                or journal.stats().live_messages != 2
-            ):
-                await trio.sleep(0.005)
+        await wait_until(  # the ack travels, then the committer runs
+            lambda: (
+                not recorder.marks_waiting
+                and journal.committed >= journal.appended
+                and journal.stats().live_messages == 2
+            ),
+            "the marks committed",
+        )
         copy = tmp_path / "copy"  # the files as a kill -9 now would leave them
         copy.mkdir()
         for f in data.iterdir():

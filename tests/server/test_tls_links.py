@@ -17,6 +17,7 @@ import amqlite
 from amqlite.config import Config, PeeringConfig, load_config
 from amqlite.peering import PeeringMode, parse_addresses
 from amqlite.server import BrokerNode
+from tests.waiting import wait_until
 
 from ..tls_certs import TlsFiles
 
@@ -24,10 +25,7 @@ DEADLINE = 10.0
 
 
 async def wait_for(predicate: Callable[[], bool]) -> None:
-    """Poll state owned by the nodes' own tasks, within a bounded deadline."""
-    with trio.fail_after(DEADLINE):
-        while not predicate():  # noqa: ASYNC110
-            await trio.sleep(0.01)
+    await wait_until(predicate, deadline=DEADLINE)
 
 
 def _tls(files: TlsFiles, ca: Path | None = None) -> dict[str, Any]:
