@@ -1,14 +1,28 @@
-"""The action applier's shortcut for turns of sends only (a client publish on a
-peered exchange) does what the general turn does."""
+"""The action applier's shortcuts do what the general paths do: a turn of sends
+only (a client publish on a peered exchange) and a run of deliveries (a received
+``peer.forwards``)."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
-from hypothesis import given
+import trio
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from amqlite.peering import Action, Heartbeat, Send
+from amqlite.broker import Broker, Message, PublishOutcome, Session
+from amqlite.peering import (
+    Action,
+    Address,
+    Deliver,
+    Envelope,
+    Heartbeat,
+    LinkSettings,
+    MeshId,
+    PeeredExchange,
+    Send,
+)
 from amqlite.server.peering.applier import ActionApplier
 from amqlite.server.peering.registry import LinkRegistry
 
@@ -67,3 +81,133 @@ def test_a_turn_of_sends_is_what_the_general_turn_makes(
     assert fast.durability.storage.holds == 0  # type: ignore[attr-defined]
     assert ref.durability.storage.holds == len(turns)  # type: ignore[attr-defined]
     assert ref.durability.storage.held == 0  # type: ignore[attr-defined]
+
+
+# --- a run of deliveries ---------------------------------------------------------------
+
+
+class _Session:
+    """A broker session whose journal span says a message "wrote" when its body
+    starts with ``w`` (the applier only reads the span)."""
+
+    def __init__(self, session: Session) -> None:
+        self.inner = session
+        self.closed = False
+        self.last: Message | None = None
+
+    def publish(self, message: Message, *, now: float) -> PublishOutcome:
+        self.last = message
+        return self.inner.publish(message, now=now)
+
+    @property
+    def journal_span(self) -> tuple[int, int]:
+        last = self.last
+        return (1, 2) if last is not None and last.body.startswith(b"w") else (0, 0)
+
+
+class _Kept:
+    """The durability calls a delivery makes (and the link's confirms)."""
+
+    def __init__(self) -> None:
+        self.storage = _Storage()
+        self.marks_pending: dict[Any, Any] = {}
+        self.calls: list[Any] = []
+
+    def marks_due(self, px: PeeredExchange) -> None:
+        self.calls.append("marks due")
+
+    def when_durable(self, first: int, last: int, committed: Any) -> None:
+        self.calls.append((first, last))
+
+
+def _receiving(exchange_present: bool) -> tuple[ActionApplier, Broker, _Session, _Kept]:
+    broker = Broker(node_id="b")
+    session = broker.open_session("/")
+    if exchange_present:
+        session.declare_exchange("x", "topic")
+        session.declare_queue("q")
+        session.bind("q", "x", "k.#")
+    px = PeeredExchange(node_id="b", epoch=1, exchange="x", exchange_type="topic", rand=random)
+    link = px.add_link(LinkSettings(name="l1", addresses=(Address("a", 1),)))
+    registry = LinkRegistry()
+    registry.owner[link.id] = px
+    shim, kept = _Session(session), _Kept()
+
+    def confirm(tag: int, now: float) -> list[Action]:
+        kept.calls.append(("confirm", tag))
+        return []
+
+    link.confirm = confirm  # type: ignore[method-assign]
+    applier = ActionApplier(
+        registry,
+        kept,  # type: ignore[arg-type]
+        session=lambda vhost: shim,  # type: ignore[arg-type,return-value]
+        dial=lambda link, address: None,
+        pump=lambda: None,
+        turn_ended=lambda: None,
+    )
+    return applier, broker, shim, kept
+
+
+deliveries = st.lists(
+    st.tuples(
+        st.sampled_from(["k", "k.a", "other"]),
+        st.one_of(st.sampled_from([b"", b"t", b"w", b"w2"]), st.binary(max_size=6)),
+        st.sampled_from([{}, {"h": 1}, {"bad": object()}]),
+        st.sampled_from([{}, {"priority": 3}]),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+@settings(max_examples=300)
+@given(deliveries, st.booleans(), st.sampled_from([0, 0, 2]), st.sampled_from([None, 3]))
+@example([("k", b"t", {}, {}), ("k", b"w", {}, {}), ("k", b"t", {}, {})], True, 0, None)
+@example([("k", b"t", {}, {}), ("k", b"t", {"h": 1}, {}), ("k", b"t", {}, {})], True, 0, 3)
+def test_a_run_of_deliveries_is_each_delivered(
+    items: list[tuple[str, bytes, dict[str, Any], dict[str, Any]]],
+    exchange_present: bool,
+    pending: int,
+    confirmed: int | None,
+) -> None:
+    """``_deliver_run`` leaves what ``_deliver`` for each leaves: the queue's
+    messages (key, body, headers, properties, mesh identity, in order), the
+    confirms due at the turn's end, the deliveries waiting for the journal and
+    the durability calls (including with commits already pending, and with an
+    exchange gone: nothing routed, confirmed all the same)."""
+    run = [
+        Deliver(
+            "l1",
+            10 + i,
+            Envelope(MeshId("a", 1, i + 1), key, body, headers, props, "x", ("a",), 1),
+        )
+        for i, (key, body, headers, props) in enumerate(items)
+    ]
+    results = []
+
+    async def deliver(applier: ActionApplier, fast: bool) -> None:
+        # (a turn's confirms read trio's clock)
+        if fast:
+            applier._deliver_run(list(run), 0.0)
+        else:
+            for action in run:
+                applier._deliver(action, 0.0)
+
+    for fast in (True, False):
+        applier, broker, _, kept = _receiving(exchange_present)
+        if pending:
+            applier._commits_pending["l1"] = pending
+        if confirmed is not None:
+            applier._confirms["l1"] = confirmed
+        trio.run(deliver, applier, fast)
+        held = []
+        if exchange_present:
+            session = broker.open_session("/")
+            while (got := session.get("q", no_ack=True, now=0.0)) is not None:
+                m = got[0].message
+                held.append((m.routing_key, m.body, m.headers, m.properties, m.mesh))
+        results.append(
+            (held, applier._confirms, applier._commits_pending, kept.calls, applier._delivered)
+        )
+    assert results[0] == results[1]

@@ -30,6 +30,7 @@ from amqlite.peering import (
     Deliver,
     Disconnect,
     LinkState,
+    PeeredExchange,
     PeeringLink,
     Persist,
     Send,
@@ -233,12 +234,25 @@ class ActionApplier:
         now = -INF  # for deliveries: read once per call (a run arrives at one instant)
         registry = self.registry
         deliver = self._deliver
-        for action in actions:
+        i, n = 0, len(actions)
+        while i < n:
+            action = actions[i]
+            i += 1
             t = type(action)  # the per-message kinds first, by type (no subclasses)
             if t is Deliver:
                 if now == -INF:
                     now = trio.current_time()
-                deliver(action, now)  # type: ignore[arg-type]
+                j, link_id = i, action.link
+                while j < n:
+                    nxt = actions[j]
+                    if type(nxt) is not Deliver or nxt.link != link_id:
+                        break
+                    j += 1
+                if j > i:  # a run of them (what one peer.forwards gives)
+                    self._deliver_run(cast("list[Deliver]", actions[i - 1 : j]), now)
+                    i = j
+                else:
+                    deliver(action, now)  # type: ignore[arg-type]
             elif t is Send:
                 conn = registry.conns.get(action.link)
                 if conn is not None:
@@ -275,13 +289,61 @@ class ActionApplier:
                     reason=action.reason,
                 )
 
+    def _deliver_run(self, run: list[Deliver], now: float) -> None:
+        """:meth:`_deliver` for each of ``run`` (consecutive deliveries of one link
+        end), in order.
+
+        Why this exists next to :meth:`_deliver`: every forward a link receives is
+        one delivery, and looking up the link, its exchange and the broker session,
+        copying empty headers and checking them cost about a tenth of the
+        receiving broker's time per peered message. Here they are looked up once
+        for the run; a delivery with headers or properties, one that wrote to the
+        journal, and any delivery of an exchange with more links (it travels on)
+        take :meth:`_deliver`'s way (the safe tag so far confirmed first, as
+        there). ``tests/server/test_peering_applier.py`` checks the broker's
+        queues, the confirms and the link's state agree with :meth:`_deliver`
+        one by one."""
+        link_id = run[0].link
+        px = self.registry.owner.get(link_id)
+        link = px.links.get(link_id) if px is not None else None
+        if px is None or link is None:
+            return
+        if len(px.links) > 1 or self._commits_pending.get(link_id):
+            for action in run:
+                self._deliver(action, now)
+            return
+        session = self._session(px.ctx.vhost)
+        publish, exchange = session.publish, px.ctx.exchange
+        confirms, safe = self._confirms, 0  # the last tag safe at once, not yet in confirms
+        for action in run:
+            env = action.envelope
+            if env.headers or env.properties:
+                if safe:
+                    confirms[link_id], safe = safe, 0
+                self._deliver(action, now)
+                continue
+            message = Message(exchange, env.routing_key, env.body, {}, {})
+            message.mesh = env
+            try:
+                publish(message, now=now)
+            except AmqliteError as exc:  # the exchange went away: nothing routes it
+                log.warning("peering_deliver_failed", link=link_id, error=exc.text)
+            self._delivered = True
+            if session.journal_span[1] != 0 or self._commits_pending.get(link_id):
+                if safe:
+                    confirms[link_id], safe = safe, 0
+                self._delivered_tail(px, link, action, session, True)
+            else:
+                safe = action.tag
+        if safe:
+            confirms[link_id] = safe
+
     def _deliver(self, action: Deliver, now: float) -> None:
         px = self.registry.owner.get(action.link)
         link = px.links.get(action.link) if px is not None else None
         if px is None or link is None:
             return
         env = action.envelope
-        durability = self.durability
         headers, properties = env.headers, env.properties
         message = Message(
             px.ctx.exchange,
@@ -307,8 +369,16 @@ class ActionApplier:
             # so the records that keeps for them are in this delivery's span
             routed = outcome is not _UNROUTABLE
             self.apply(px.published(env, routed_locally=routed, now=now))
+        self._delivered_tail(px, link, action, session, bad is None)
+
+    def _delivered_tail(
+        self, px: PeeredExchange, link: PeeringLink, action: Deliver, session: Session, ok: bool
+    ) -> None:
+        """:meth:`_deliver` once the message is published (``ok``: it was well
+        formed): its confirm, now or once the journal holds what it wrote."""
+        durability = self.durability
         tag = action.tag
-        first, last = session.journal_span if bad is None else (0, 0)
+        first, last = session.journal_span if ok else (0, 0)
         wrote = last != 0
         if wrote:
             durability.marks_due(px)
