@@ -69,6 +69,7 @@ class Envelope:
 
     def onward(self, node: str) -> Envelope:
         """The envelope as ``node`` sends it on: one more broker on the path, one more hop."""
+        path, size = self.path, self._size
         return Envelope(
             self.mesh_id,
             self.routing_key,
@@ -76,9 +77,9 @@ class Envelope:
             self.headers,
             self.properties,
             self.exchange,
-            (*self.path, node),
+            (*path, node) if path else (node,),  # (a message published here: the usual case)
             self.hops + 1,
-            self.size() + 16 + len(node),  # what size() would say
+            (size if size >= 0 else self.size()) + 16 + len(node),  # what size() would say
         )
 
     def mesh_map(self) -> dict[str, Any]:

@@ -386,6 +386,65 @@ def test_an_offer_takes_exactly_what_decide_sends(
 
 
 @given(
+    st.sampled_from([PeeringMode.PUBLISH, PeeringMode.FORWARD]),
+    st.sampled_from(list(OverflowPolicy)),
+    st.integers(1, 3),
+    st.lists(
+        st.one_of(
+            st.tuples(
+                st.sampled_from(["a.b", "b"]),
+                st.lists(st.sampled_from(["B", "C"]), max_size=1).map(tuple),
+                st.integers(0, 4),
+                st.booleans(),
+                st.booleans(),
+            ),
+            st.just("ack"),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+)
+def test_offering_to_the_one_link_is_offering_to_each(
+    mode: PeeringMode, overflow: OverflowPolicy, max_in_flight: int, steps: list[Any]
+) -> None:
+    """``published``'s one-link shortcut against its general rule (``_offer_each``):
+    the same actions, ``taken``, counters and log, with the window and the byte
+    cap filling (block, drop-oldest, spill) and acks in between."""
+    ends = []
+    for _ in range(2):
+        px, link = _up_link(mode, ["a.*", "b"])
+        link.settings = dataclasses.replace(
+            link.settings, max_in_flight=max_in_flight, buffer_bytes=400, overflow=overflow
+        )
+        assert link.log is not None
+        link.log.buffer_bytes, link.log.overflow = 400, overflow
+        if overflow is OverflowPolicy.SPILL:
+            link.log.spill = MemorySpill()
+        ends.append((px, link))
+    (fast, fast_link), (ref, ref_link) = ends
+    for i, step in enumerate(steps):
+        if step == "ack":
+            acks = [
+                end.receive(Ack(end.log.epoch, end.log.next_seq // 2), 1.0)
+                for end in (fast_link, ref_link)
+            ]
+            assert acks[0] == acks[1]
+            continue
+        key, path, hops, routed, persistent = step
+        props = {"persistent": True} if persistent else {}
+        env = Envelope(MeshId("Z", 1, i), key, b"x" * 150, {}, props, "x", path, hops)
+        got = fast.published(env, routed_locally=routed, now=1.0)
+        want = ref._offer_each(env, routed_locally=routed, now=1.0)
+        assert got == want and fast.taken == ref.taken
+        assert fast_link.counters == ref_link.counters and fast_link.skipped == ref_link.skipped
+        assert (fast_link.log.in_flight, fast_link.log.unacked, fast_link.log.dropped) == (
+            ref_link.log.in_flight,
+            ref_link.log.unacked,
+            ref_link.log.dropped,
+        )
+
+
+@given(
     st.lists(st.sampled_from(["accept", "ack", "rewind", "take"]), max_size=40),
     st.integers(1, 4),
     st.booleans(),

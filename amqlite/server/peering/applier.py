@@ -149,6 +149,9 @@ class ActionApplier:
     def apply_published(self, actions: list[Action], publish_key: str) -> None:
         """Apply what a client publish (with ``publish_key``, or "") produced: the
         durable logs that take it journal the key with it."""
+        if not publish_key:  # (a publish without confirm: no key to hand on)
+            self.apply(actions)
+            return
         self._publish_key = publish_key
         try:
             self.apply(actions)
