@@ -11,6 +11,7 @@ maps, in ``peer.batch`` frames. Pure functions, no I/O.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -38,6 +39,9 @@ def _path(path: tuple[str, ...]) -> bytes:
 
 
 _EMPTY_MAP = b"\xa0"
+_EMPTY_MAPS = _EMPTY_MAP + _EMPTY_MAP  # headers and properties of a plain message
+_BYTES8 = tuple(bytes_head(n) for n in range(0x100))
+_SEQ32 = struct.Struct(">BI").pack  # uint() of 0x10000 <= n < 2**32: 0x1a, 4 bytes
 _K_TYPE = text("type")
 _K_PATH = text("path")
 _K_HOPS = text("hops")
@@ -72,19 +76,40 @@ def encode_forwards(seq: int, envelopes: Sequence[Envelope]) -> bytes:
         head(ARRAY, len(envelopes)),
     ]
     extend = out.extend
+    # A run's rows mostly share their origin (node, epoch) and routing key, and most
+    # have no headers or properties: those parts are encoded once per run
+    row_node, row_epoch, row_head = "", -1, b""  # row_head: _ROW, row_node, row_epoch
+    plain_keys: dict[str, bytes] = {}  # routing key -> it and two empty maps
     for env in envelopes:
         node, epoch, origin_seq = env.mesh_id
+        if epoch != row_epoch or node != row_node:
+            row_node, row_epoch = node, epoch
+            row_head = _ROW + cached_text(node) + uint(epoch)
         headers, properties, body = env.headers, env.properties, env.body
+        n = len(body)
+        if headers or properties:
+            extend(
+                (
+                    row_head,
+                    uint(origin_seq),
+                    cached_text(env.routing_key),
+                    _fields(headers) if headers else _EMPTY_MAP,
+                    _fields(properties) if properties else _EMPTY_MAP,
+                    _BYTES8[n] if n < 0x100 else bytes_head(n),
+                    body,
+                )
+            )
+            continue
+        key = env.routing_key
+        key_maps = plain_keys.get(key)
+        if key_maps is None:
+            key_maps = plain_keys[key] = cached_text(key) + _EMPTY_MAPS
         extend(
             (
-                _ROW,
-                cached_text(node),
-                uint(epoch),
-                uint(origin_seq),
-                cached_text(env.routing_key),
-                _fields(headers) if headers else _EMPTY_MAP,
-                _fields(properties) if properties else _EMPTY_MAP,
-                bytes_head(len(body)),
+                row_head,
+                _SEQ32(0x1A, origin_seq) if 0x10000 <= origin_seq < 1 << 32 else uint(origin_seq),
+                key_maps,
+                _BYTES8[n] if n < 0x100 else bytes_head(n),
                 body,
             )
         )
