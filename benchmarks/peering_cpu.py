@@ -6,12 +6,16 @@ The same two sites as ``benchmarks/peering.py`` (B, and A with a link to B's ``x
 in mode publish and one to B's ``y`` in mode subscribe); for each phase the CPU
 time (user + system, from ``/proc``) each broker spent while N messages crossed,
 in microseconds per message, and the benchmark client's (this process: the
-publisher and the consumer). On a shared machine throughput moves with the
+publisher and the consumer); ``A sys`` / ``B sys`` are the system-time part (the
+kernel: socket reads and writes, epoll). On a shared machine throughput moves with the
 neighbours; CPU per message moves much less, and the peered / local throughput
 ratio on a quiet 2-core machine follows the total (both brokers and the client
 share the cores). ``--profile DIR`` also runs py-spy (``PY_SPY`` or ``py-spy``)
 on both brokers during each phase's last repeat, writing ``DIR/<phase>-<site>.txt``
-(raw format, for ``benchmarks/profile_summary.py``).
+(raw format, for ``benchmarks/profile_summary.py``). py-spy counts a thread that
+is runnable but waiting for a core as busy where it stopped, so on a loaded
+machine a syscall that wakes another process (``os.write``) looks far costlier
+in a profile than its share of the system time says.
 """
 
 from __future__ import annotations
@@ -33,9 +37,10 @@ from peering import Sites, _throughput, _wait, start_sites
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu(pid: int) -> float:
+def _cpu(pid: int) -> tuple[float, float]:
+    """(user + system, system) CPU seconds of ``pid`` so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    return (int(fields[11]) + int(fields[12])) / _TICK, int(fields[12]) / _TICK
 
 
 def _profile(pids: dict[str, int], out: Path, phase: str) -> list[subprocess.Popen[bytes]]:
@@ -74,9 +79,7 @@ async def run(args: argparse.Namespace) -> None:
                     "subscribe": {"source": "b", "sink": "a", "exchange": "y", "queue": "qy"},
                 }
                 pids = {name: sites.procs[name].pid for name in ("a", "b")}
-                results: dict[str, list[tuple[float, float, float, float]]] = {
-                    p: [] for p in phases
-                }
+                results: dict[str, list[tuple[float, ...]]] = {p: [] for p in phases}
                 for i in range(args.repeat):
                     for phase, kw in phases.items():
                         spies: list[subprocess.Popen[bytes]] = []
@@ -91,17 +94,27 @@ async def run(args: argparse.Namespace) -> None:
                         _stop(spies)
                         n = args.messages
                         results[phase].append(
-                            (rate, 1e6 * (after["a"] - before["a"]) / n,
-                             1e6 * (after["b"] - before["b"]) / n, 1e6 * client / n)
+                            (rate, 1e6 * (after["a"][0] - before["a"][0]) / n,
+                             1e6 * (after["b"][0] - before["b"][0]) / n, 1e6 * client / n,
+                             1e6 * (after["a"][1] - before["a"][1]) / n,
+                             1e6 * (after["b"][1] - before["b"][1]) / n)
                         )  # fmt: skip
-                print("| phase | msg/s | A us/msg | B us/msg | A+B us/msg | client us/msg |")
-                print("| --- | ---: | ---: | ---: | ---: | ---: |")
+                print(
+                    "| phase | msg/s | A us/msg | B us/msg | A+B us/msg | client us/msg"
+                    " | A sys | B sys |"
+                )
+                print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
                 for phase, rows in results.items():
                     rate = statistics.median(r[0] for r in rows)
                     a = statistics.median(r[1] for r in rows)
                     b = statistics.median(r[2] for r in rows)
                     c = statistics.median(r[3] for r in rows)
-                    print(f"| {phase} | {rate:,.0f} | {a:.1f} | {b:.1f} | {a + b:.1f} | {c:.1f} |")
+                    sa = statistics.median(r[4] for r in rows)
+                    sb = statistics.median(r[5] for r in rows)
+                    print(
+                        f"| {phase} | {rate:,.0f} | {a:.1f} | {b:.1f} | {a + b:.1f} | {c:.1f}"
+                        f" | {sa:.1f} | {sb:.1f} |"
+                    )
             finally:
                 await sites.stop_all()
                 nursery.cancel_scope.cancel()
