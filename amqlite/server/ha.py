@@ -316,6 +316,10 @@ class HaService:
         elif isinstance(action, BecameActive):
             self.node.state = HaState.ACTIVE.value
             self.follower.stop(action.epoch)
+            if action.previous is HaState.PASSIVE:
+                # the broker followed the topology only: queue the messages the
+                # journal's state holds, as a restart would
+                self._reset_broker(keep_publish_keys=True)
             flagged = 0
             if action.previous is HaState.PASSIVE and action.event in (
                 HaEvent.CLIENT_REQUEST,
@@ -516,9 +520,11 @@ class HaService:
         finally:
             self.handing_over = False
 
-    def _reset_broker(self) -> None:
-        """Demoted: start again from the journal's durable state; the new active
-        node's snapshot replaces it."""
+    def _reset_broker(self, *, keep_publish_keys: bool = False) -> None:
+        """A new broker rebuilt from the journal's durable state: when demoted (the
+        new active node's snapshot replaces it), and when taking over from the
+        passive state (its broker followed the topology and the publish keys only:
+        ``keep_publish_keys``)."""
         node = self.node
         old = node.broker
         node.broker = node.new_broker()
@@ -527,6 +533,8 @@ class HaService:
         if storage is not None and storage.journal is not None:
             broker, now = node.broker, trio.current_time()
             storage.journal.with_refs(lambda refs: broker.apply(refs, now))
+        if keep_publish_keys:
+            node.broker.adopt_publish_keys(old)
 
     def heartbeat_event(self) -> ev.HaHeartbeat | None:
         """This node's heartbeat, as its peer link carries it (None before start)."""
@@ -859,7 +867,9 @@ class HaService:
         as it came (not encoded again)."""
         node = self.node
         framed = parse_framed(chunk)
-        node.broker.apply([record for record, _ in framed], trio.current_time())
+        # the broker follows the topology only; the messages wait in the journal's
+        # state until this node takes over (Broker.follow)
+        node.broker.follow([record for record, _ in framed], trio.current_time())
         storage = node.storage
         if storage is not None and storage.journal is not None:
             journal = storage.journal
