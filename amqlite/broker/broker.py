@@ -12,7 +12,7 @@ from typing import Any, cast
 
 from amqlite.errors import NotFound
 from amqlite.store.records import MessageEnqueue, PeeringOut, Record, StreamAppend
-from amqlite.store.state import MessageRef, MessageRun
+from amqlite.store.state import MessageRef, MessageRun, ScannedEnqueue
 
 from .backlog import Paging
 from .limits import BrokerLimits
@@ -181,15 +181,22 @@ class Broker:
         self.now = max(self.now, now)
         return skipped
 
-    def follow(self, records: Iterable[Record], now: float) -> None:
+    def follow(self, records: Iterable[Record | ScannedEnqueue], now: float) -> None:
         """What a passive HA node's broker takes of replicated records: it applies
         the topology (:data:`~amqlite.broker.replay.PASSIVE_FOLLOWED`, which says
         why only that) and remembers the publish keys the others carry, so that
         once it takes over it knows the publishes it already holds (the keys of
         messages already acked too, which a rebuild from the journal's state does
-        not know: :meth:`adopt_publish_keys`)."""
+        not know: :meth:`adopt_publish_keys`). A tuple is a ``message.enqueue``
+        record's scanned fields (``amqlite.store.codec.EnqueueScan``)."""
         followed: list[Record] = []
         for record in records:
+            if isinstance(record, tuple):
+                _, vhost, _, _, _, key = record
+                host = self._vhosts.get(vhost) if key else None
+                if host is not None:
+                    host.publish_keys.add(key)
+                continue
             if type(record) in PASSIVE_FOLLOWED:
                 followed.append(record)
                 continue

@@ -74,8 +74,9 @@ from amqlite.ha.errors import HeartbeatError
 from amqlite.ha.witness import FrameReader, encode_frame, hello_map
 from amqlite.link import DialFailed, FramedLink, dial
 from amqlite.protocol import events as ev
+from amqlite.store.codec import EnqueueScan
 from amqlite.store.durable_file import read_if_present, write_durably
-from amqlite.store.segment import frame_record, parse_framed
+from amqlite.store.segment import frame_record, parse_scanned
 from amqlite.tls import describe_tls_error, node_client_context
 
 if TYPE_CHECKING:
@@ -136,6 +137,7 @@ class HaService:
         # the follower's actions not applied yet: those after a snapshot being applied
         self._follow_queue: deque[tuple[FollowerAction, HaPeerEnd]] = deque()
         self._applying = False  # a snapshot is being applied a chunk at a time
+        self._scan = EnqueueScan()  # reads replicated enqueues without decoding them
         self.inbound_links = 0  # ha-peer connections the peer opened to us
         self.handing_over = False
         # the witness (docs/ha.md, "The witness"): its link, and the promise in force
@@ -866,7 +868,8 @@ class HaService:
         """Apply the framed records in ``chunk`` to the broker, then journal each frame
         as it came (not encoded again)."""
         node = self.node
-        framed = parse_framed(chunk)
+        # most frames are enqueues: scanned, not decoded (StoreState.enqueue_scanned)
+        framed = parse_scanned(chunk, self._scan.scan)
         # the broker follows the topology only; the messages wait in the journal's
         # state until this node takes over (Broker.follow)
         node.broker.follow([record for record, _ in framed], trio.current_time())
@@ -879,7 +882,10 @@ class HaService:
             journal.hold()
             try:
                 for record, frame in framed:
-                    journal.append_framed(record, frame)
+                    if isinstance(record, tuple):
+                        journal.append_scanned(record, frame)
+                    else:
+                        journal.append_framed(record, frame)
             finally:
                 journal.release()
 
