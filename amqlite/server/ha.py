@@ -619,13 +619,26 @@ class HaService:
         """The peer link's reader: the peer's acknowledgements and heartbeats."""
         events = link.proto.events
         while True:
+            # the acknowledgements of one read are taken as one (they are cumulative):
+            # a busy pair's passive node acknowledges every sync twice, and each
+            # acknowledgement costs a release of held replies and pushes here
+            applied = synced = 0
             for event in events():
                 if isinstance(event, ev.HaSynced):
-                    self._on_synced(event)
-                elif isinstance(event, ev.HaHeartbeat):
+                    if event.applied:
+                        applied = max(applied, event.upto)
+                    else:
+                        synced = max(synced, event.upto)
+                    continue
+                if applied or synced:  # in order with what follows
+                    self._on_synced(applied, synced)
+                    applied = synced = 0
+                if isinstance(event, ev.HaHeartbeat):
                     self.on_peer_heartbeat(event)
                 elif isinstance(event, ev.Close | ev.EndOfStream):
                     return
+            if applied or synced:
+                self._on_synced(applied, synced)
             if not await link.receive() and link.dead:  # broke (EOF: its event comes next)
                 return
 
@@ -816,13 +829,15 @@ class HaService:
             self._apply_replication(self.replicator.take())
             await trio.lowlevel.checkpoint()
 
-    def _on_synced(self, synced: ev.HaSynced) -> None:
+    def _on_synced(self, applied: int, synced: int) -> None:
+        """``ha.synced``: the passive node committed up to ``synced`` and applied up to
+        ``applied`` (0: not said)."""
         replicator = self.replicator
-        if synced.applied:
-            self._apply_replication(replicator.applied(synced.upto))
-        else:
-            self._apply_replication(replicator.synced(synced.upto))
+        if synced:
+            self._apply_replication(replicator.synced(synced))
             self._sender_wake.set()  # the window may have room again
+        if applied > synced:
+            self._apply_replication(replicator.applied(applied))
 
     # --- replication: the passive side ---------------------------------------------------
 
