@@ -486,6 +486,9 @@ class HaService:
             self.node.close_clients(
                 ReplyCode.CONNECTION_FORCED, "switchover: the other node of the pair takes over"
             )
+            recorder = self.node.broker.recorder
+            if recorder is not None:  # the acks gathered for the next commit go too
+                recorder.flush_marks()
             target = storage.appended
             self._sender_wake.set()
             with trio.move_on_after(request.timeout / 2):
