@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from amqlite.errors import NotFound
-from amqlite.store.records import Record
-from amqlite.store.state import MessageRef, MessageRun
+from amqlite.store.records import MessageEnqueue, PeeringOut, Record, StreamAppend
+from amqlite.store.state import MessageRef, MessageRun, ScannedEnqueue
 
 from .backlog import Paging
 from .limits import BrokerLimits
 from .recording import Recorder, Sink
-from .replay import Replay
+from .replay import PASSIVE_FOLLOWED, Replay
 from .session import Session
 from .stream import StreamQueue
 from .trace import Tracer
@@ -33,6 +33,10 @@ def _scramble(n: int) -> int:
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
     return z ^ (z >> 31)
+
+
+#: The records that carry a publish key (``Broker.follow`` remembers them).
+_KEYED = frozenset({MessageEnqueue, StreamAppend, PeeringOut})
 
 
 class Broker:
@@ -176,6 +180,43 @@ class Broker:
                 recorder.paused = False
         self.now = max(self.now, now)
         return skipped
+
+    def follow(self, records: Iterable[Record | ScannedEnqueue], now: float) -> None:
+        """What a passive HA node's broker takes of replicated records: it applies
+        the topology (:data:`~amqlite.broker.replay.PASSIVE_FOLLOWED`, which says
+        why only that) and remembers the publish keys the others carry, so that
+        once it takes over it knows the publishes it already holds (the keys of
+        messages already acked too, which a rebuild from the journal's state does
+        not know: :meth:`adopt_publish_keys`). A tuple is a ``message.enqueue``
+        record's scanned fields (``amqlite.store.codec.EnqueueScan``)."""
+        followed: list[Record] = []
+        for record in records:
+            if isinstance(record, tuple):
+                _, vhost, _, _, _, key = record
+                host = self._vhosts.get(vhost) if key else None
+                if host is not None:
+                    host.publish_keys.add(key)
+                continue
+            if type(record) in PASSIVE_FOLLOWED:
+                followed.append(record)
+                continue
+            if type(record) in _KEYED:
+                keyed = cast(MessageEnqueue | StreamAppend | PeeringOut, record)
+                host = self._vhosts.get(keyed.vhost) if keyed.publish_key else None
+                if host is not None:
+                    host.publish_keys.add(keyed.publish_key)
+        if followed:
+            self.apply(followed, now)
+
+    def adopt_publish_keys(self, old: Broker) -> None:
+        """Take over ``old``'s publish keys (a passive node's broker rebuilt from the
+        journal when it takes over: the old one heard every key), ours after them."""
+        for name, host in self._vhosts.items():
+            before = old._vhosts.get(name)
+            if before is not None:
+                keys = before.publish_keys
+                keys.add_many(host.publish_keys.known)
+                host.publish_keys = keys
 
     @property
     def wall_offset(self) -> float:

@@ -126,6 +126,17 @@ class Recorder:
         """Whether gathered marks wait for :meth:`flush_marks`."""
         return bool(self._marks)
 
+    @property
+    def deliveries_waiting(self) -> bool:
+        """Whether gathered delivery marks (not only acks) wait for :meth:`flush_marks`:
+        an HA pair's shell flushes before it writes deliveries out only then (acks
+        gathered alone vouch for nothing a consumer is about to see; they go with
+        the commit, as on a standalone node)."""
+        marks = self._marks
+        if not marks:
+            return False
+        return any(delivered for delivered, _ in marks.values())
+
     def flush_marks(self, *, span: bool = False) -> None:
         """Record the gathered marks: one ``message.marks`` per queue. With ``span``
         they widen the current request's span (a reply that vouches for acks:

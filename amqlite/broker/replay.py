@@ -175,7 +175,10 @@ class Replay:
             if exchange.unbind(ident):
                 queue.bindings.discard((exchange, ident))
 
-    def _message_enqueue(self, host: VirtualHost, r: MessageEnqueue) -> None:
+    def _message_enqueue(
+        self, host: VirtualHost, r: MessageEnqueue, queues: tuple[str, ...] | None = None
+    ) -> None:
+        """Queue the message on ``queues`` (default: every queue its record names)."""
         recorder = self.broker.recorder
         wall_offset = 0.0
         if recorder is not None:
@@ -186,7 +189,7 @@ class Replay:
             host.publish_keys.add(r.publish_key)
         at = r.enqueued_at - wall_offset
         expiration = message.properties.get("expiration")
-        for name in r.queues:
+        for name in r.queues if queues is None else queues:
             queue = host.queues.get(name)
             if queue is not None:
                 queue.restore(message, queue.expiry(at, expiration))
@@ -196,7 +199,8 @@ class Replay:
         left in the journal (queue backlogs read it back), unless its record is still
         in memory (not yet written, or one the journal keeps: an expiration, a group)."""
         if r.record is not None:
-            self._message_enqueue(host, r.record)
+            # the ref's queues, not the record's: those that acked it are left out
+            self._message_enqueue(host, r.record, r.queues)
             for name in r.delivered:
                 queue = host.queues.get(name)
                 if queue is not None:
@@ -263,6 +267,29 @@ class Replay:
     def _peering_state(self, host: VirtualHost, r: PeeringMarks | PeeringOutAck) -> None:
         """Exchange peering's own bookkeeping: the peering service reads it from the
         journal's state; the broker model has nothing to change."""
+
+
+#: The records a passive HA node's broker follows as they arrive: the topology (which
+#: its status and HTTP reads show) and the snapshot frame around it. Why only these:
+#: building a message object per replicated message (and marking, acking it) was a
+#: third of the passive node's CPU, and on one machine the two nodes share the cores
+#: (issue 16). The messages wait in the journal's state, as a restart's do, and the
+#: broker is rebuilt from that state when the node takes over (``HaService``), so it
+#: then holds exactly what a full rebuild gives. ``tests/ha_pair`` checks the rebuilt
+#: broker against one fed every record.
+PASSIVE_FOLLOWED: frozenset[type[Record]] = frozenset(
+    {
+        ExchangeDeclare,
+        ExchangeDelete,
+        QueueDeclare,
+        QueueDelete,
+        QueuePurge,
+        QueueBind,
+        QueueUnbind,
+        SnapshotBegin,
+        SnapshotEnd,
+    }
+)
 
 
 def message_from_record(r: MessageEnqueue) -> Message:

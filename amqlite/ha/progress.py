@@ -8,7 +8,7 @@ a passive node is being replicated to, it answers two questions for the shell:
   committed its records (``ha.synced``);
 - *may this push go?* :meth:`ReplicaProgress.replicated` and
   :meth:`ReplicaProgress.stream_replicated`: a journaled message, or a stream offset,
-  goes to a consumer only once the passive node's broker holds it (``ha.synced
+  goes to a consumer only once the passive node holds it (``ha.synced
   {applied}``), so that no consumer sees a message the node taking over lacks.
 
 Positions are the active journal's. Only the messages and stream offsets appended
@@ -39,7 +39,7 @@ class ReplicaProgress:
         #: the passive node has committed everything up to here; None while no
         #: passive node is being replicated to (replies wait for the local commit only)
         self.upto: int | None = None
-        #: the passive node's broker has applied everything up to here (pushes may go)
+        #: the passive node has applied everything up to here (pushes may go)
         self.applied = 0
         #: journal id -> position of its ``message.enqueue``, until the peer applied it
         self._messages: dict[int, int] = {}
@@ -93,7 +93,7 @@ class ReplicaProgress:
     # --- what the passive node acknowledges ----------------------------------------------
 
     def peer_applied(self, upto: int) -> bool:
-        """``ha.synced {applied}``: the passive node's broker holds everything up to
+        """``ha.synced {applied}``: the passive node holds (has applied) everything up to
         ``upto``. True when held pushes may go now."""
         if self.upto is None or upto <= self.applied:
             return False
@@ -153,7 +153,7 @@ class ReplicaProgress:
         return position is None or position <= self.applied
 
     def holds(self, position: int) -> bool:
-        """Whether the passive node's broker holds the record at ``position`` (True
+        """Whether the passive node holds the record at ``position`` (True
         when no passive node is replicated to): a message group's new owner
         (``group.owner``) must reach it before the group's first delivery goes."""
         if self.upto is None or position <= self.applied:

@@ -143,7 +143,7 @@ class Replicator:
         self.in_flight = 0  # bytes sent and not yet acknowledged
         self.sent_upto = 0
         self.synced_upto = 0  # the passive node committed up to here (this replication)
-        self.applied_upto = 0  # the passive node's broker holds up to here
+        self.applied_upto = 0  # the passive node holds (has applied) up to here
 
     def start(self, epoch: int, snapshot: Sequence[bytes], position: int) -> list[ReplicatorAction]:
         """Start replicating in ``epoch`` with ``snapshot`` (the framed records of the
@@ -226,7 +226,7 @@ class Replicator:
         return [ReplicaSynced(upto)]
 
     def applied(self, upto: int) -> list[ReplicatorAction]:
-        """``ha.synced {applied}``: the passive node's broker holds everything up to
+        """``ha.synced {applied}``: the passive node holds (has applied) everything up to
         ``upto`` (not yet committed)."""
         if not self.replicating or upto <= self.applied_upto:
             return []

@@ -74,8 +74,9 @@ from amqlite.ha.errors import HeartbeatError
 from amqlite.ha.witness import FrameReader, encode_frame, hello_map
 from amqlite.link import DialFailed, FramedLink, dial
 from amqlite.protocol import events as ev
+from amqlite.store.codec import EnqueueScan
 from amqlite.store.durable_file import read_if_present, write_durably
-from amqlite.store.segment import frame_record, parse_framed
+from amqlite.store.segment import frame_record, parse_scanned
 from amqlite.tls import describe_tls_error, node_client_context
 
 if TYPE_CHECKING:
@@ -136,6 +137,7 @@ class HaService:
         # the follower's actions not applied yet: those after a snapshot being applied
         self._follow_queue: deque[tuple[FollowerAction, HaPeerEnd]] = deque()
         self._applying = False  # a snapshot is being applied a chunk at a time
+        self._scan = EnqueueScan()  # reads replicated enqueues without decoding them
         self.inbound_links = 0  # ha-peer connections the peer opened to us
         self.handing_over = False
         # the witness (docs/ha.md, "The witness"): its link, and the promise in force
@@ -316,6 +318,10 @@ class HaService:
         elif isinstance(action, BecameActive):
             self.node.state = HaState.ACTIVE.value
             self.follower.stop(action.epoch)
+            if action.previous is HaState.PASSIVE:
+                # the broker followed the topology only: queue the messages the
+                # journal's state holds, as a restart would
+                self._reset_broker(keep_publish_keys=True)
             flagged = 0
             if action.previous is HaState.PASSIVE and action.event in (
                 HaEvent.CLIENT_REQUEST,
@@ -480,6 +486,9 @@ class HaService:
             self.node.close_clients(
                 ReplyCode.CONNECTION_FORCED, "switchover: the other node of the pair takes over"
             )
+            recorder = self.node.broker.recorder
+            if recorder is not None:  # the acks gathered for the next commit go too
+                recorder.flush_marks()
             target = storage.appended
             self._sender_wake.set()
             with trio.move_on_after(request.timeout / 2):
@@ -516,9 +525,11 @@ class HaService:
         finally:
             self.handing_over = False
 
-    def _reset_broker(self) -> None:
-        """Demoted: start again from the journal's durable state; the new active
-        node's snapshot replaces it."""
+    def _reset_broker(self, *, keep_publish_keys: bool = False) -> None:
+        """A new broker rebuilt from the journal's durable state: when demoted (the
+        new active node's snapshot replaces it), and when taking over from the
+        passive state (its broker followed the topology and the publish keys only:
+        ``keep_publish_keys``)."""
         node = self.node
         old = node.broker
         node.broker = node.new_broker()
@@ -527,6 +538,8 @@ class HaService:
         if storage is not None and storage.journal is not None:
             broker, now = node.broker, trio.current_time()
             storage.journal.with_refs(lambda refs: broker.apply(refs, now))
+        if keep_publish_keys:
+            node.broker.adopt_publish_keys(old)
 
     def heartbeat_event(self) -> ev.HaHeartbeat | None:
         """This node's heartbeat, as its peer link carries it (None before start)."""
@@ -609,13 +622,26 @@ class HaService:
         """The peer link's reader: the peer's acknowledgements and heartbeats."""
         events = link.proto.events
         while True:
+            # the acknowledgements of one read are taken as one (they are cumulative):
+            # a busy pair's passive node acknowledges every sync twice, and each
+            # acknowledgement costs a release of held replies and pushes here
+            applied = synced = 0
             for event in events():
                 if isinstance(event, ev.HaSynced):
-                    self._on_synced(event)
-                elif isinstance(event, ev.HaHeartbeat):
+                    if event.applied:
+                        applied = max(applied, event.upto)
+                    else:
+                        synced = max(synced, event.upto)
+                    continue
+                if applied or synced:  # in order with what follows
+                    self._on_synced(applied, synced)
+                    applied = synced = 0
+                if isinstance(event, ev.HaHeartbeat):
                     self.on_peer_heartbeat(event)
                 elif isinstance(event, ev.Close | ev.EndOfStream):
                     return
+            if applied or synced:
+                self._on_synced(applied, synced)
             if not await link.receive() and link.dead:  # broke (EOF: its event comes next)
                 return
 
@@ -806,13 +832,15 @@ class HaService:
             self._apply_replication(self.replicator.take())
             await trio.lowlevel.checkpoint()
 
-    def _on_synced(self, synced: ev.HaSynced) -> None:
+    def _on_synced(self, applied: int, synced: int) -> None:
+        """``ha.synced``: the passive node committed up to ``synced`` and applied up to
+        ``applied`` (0: not said)."""
         replicator = self.replicator
-        if synced.applied:
-            self._apply_replication(replicator.applied(synced.upto))
-        else:
-            self._apply_replication(replicator.synced(synced.upto))
+        if synced:
+            self._apply_replication(replicator.synced(synced))
             self._sender_wake.set()  # the window may have room again
+        if applied > synced:
+            self._apply_replication(replicator.applied(applied))
 
     # --- replication: the passive side ---------------------------------------------------
 
@@ -858,8 +886,11 @@ class HaService:
         """Apply the framed records in ``chunk`` to the broker, then journal each frame
         as it came (not encoded again)."""
         node = self.node
-        framed = parse_framed(chunk)
-        node.broker.apply([record for record, _ in framed], trio.current_time())
+        # most frames are enqueues: scanned, not decoded (StoreState.enqueue_scanned)
+        framed = parse_scanned(chunk, self._scan.scan)
+        # the broker follows the topology only; the messages wait in the journal's
+        # state until this node takes over (Broker.follow)
+        node.broker.follow([record for record, _ in framed], trio.current_time())
         storage = node.storage
         if storage is not None and storage.journal is not None:
             journal = storage.journal
@@ -869,7 +900,10 @@ class HaService:
             journal.hold()
             try:
                 for record, frame in framed:
-                    journal.append_framed(record, frame)
+                    if isinstance(record, tuple):
+                        journal.append_scanned(record, frame)
+                    else:
+                        journal.append_framed(record, frame)
             finally:
                 journal.release()
 

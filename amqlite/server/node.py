@@ -416,11 +416,13 @@ class BrokerNode:
         On an HA pair the gathered delivery marks are journaled first, so they are
         streamed to the passive node before the deliveries they mark are written to
         the consumers (as each single record was): after a failover a message handed
-        out comes back flagged ``redelivered``."""
+        out comes back flagged ``redelivered``. Acks gathered alone wait for the
+        commit, as on a standalone node (each flush is a record the passive node
+        folds too)."""
         broker = self.broker
         if self.ha is not None:
             recorder = broker.recorder
-            if recorder is not None and recorder.marks_waiting:
+            if recorder is not None and recorder.deliveries_waiting:
                 recorder.flush_marks()
         for session in broker.take_ready():
             owner = session.owner

@@ -274,7 +274,7 @@ class NodeStorage:
 
     def replica_applied(self, upto: int) -> None:
         """HA: the passive peer has applied (not yet committed) everything up to
-        ``upto``: enough to push those messages (its broker holds them)."""
+        ``upto``: enough to push those messages (its journal's state holds them)."""
         if self.replica.peer_applied(upto):
             self._wake_replica_waiters()
 

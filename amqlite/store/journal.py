@@ -87,7 +87,7 @@ from .segment import (
     segment_name,
     segment_seq,
 )
-from .state import DEAD, MessageRef, MessageRun, ScannedEnqueue, StoreState
+from .state import DEAD, MessageRef, MessageRun, ScannedEnqueue, StoreState, Unwritten
 
 T = TypeVar("T")
 FsyncPolicy = Literal["always", "batch", "never"]
@@ -164,8 +164,9 @@ class JournalStats:
 
 class _Pending(NamedTuple):
     position: int
-    record: Record
+    record: Record | None  # None: a scanned enqueue (``scanned``)
     frame: bytes
+    scanned: Unwritten | None = None  # a scanned enqueue: its id and entry
 
 
 class _Segment:
@@ -517,6 +518,19 @@ class Journal:
             self._pending.append(_Pending(position, record, framed))
         return position, framed
 
+    def append_scanned(self, fields: ScannedEnqueue, framed: bytes) -> int:
+        """:meth:`append_framed` of a ``message.enqueue`` frame that
+        :class:`~amqlite.store.codec.EnqueueScan` read as ``fields`` (a passive HA
+        node's, checked): folded without decoding it
+        (:meth:`StoreState.enqueue_scanned` says why); returns its position."""
+        with self._mutex:
+            self._check_open()
+            self._appended += 1
+            position = self._appended
+            scanned = self._state.enqueue_scanned(fields, framed)
+            self._pending.append(_Pending(position, None, framed, scanned))
+        return position
+
     def hold(self) -> None:
         """Open a turn: the records appended from now until the matching
         :meth:`release` are written by one commit, never split between two. A commit
@@ -590,10 +604,12 @@ class Journal:
         # the messages written are placed: their records leave memory (read back later)
         at = location(segment.seq, segment.size + len(data)) - sum(len(p.frame) for p in batch)
         with self._mutex:
-            place = self._state.place
+            place, place_scanned = self._state.place, self._state.place_scanned
             for p in batch:
                 if type(p.record) is MessageEnqueue:
                     place(p.record, at)
+                elif p.scanned is not None:
+                    place_scanned(p.scanned, at)
                 at += len(p.frame)
         segment.size += len(data)
         self._written = batch[-1].position
@@ -662,13 +678,15 @@ class Journal:
                 segment.repair = True  # retried before the next write
         if self._sync:
             self._written = self._synced  # what was written since the fsync is gone
-        dropped = [p for p in failed if type(p.record) is MessageEnqueue]
-        retry = [p for p in failed if type(p.record) is not MessageEnqueue]
+        dropped = [p for p in failed if type(p.record) is MessageEnqueue or p.record is None]
+        retry = [p for p in failed if type(p.record) is not MessageEnqueue and p.record is not None]
         with self._mutex:
             self._pending[:0] = retry
             for p in dropped:
-                assert type(p.record) is MessageEnqueue
-                self._state.forget_message(p.record.id)
+                if p.scanned is not None:  # a scanned enqueue: as the general path does
+                    self._state.forget_message(p.scanned[0])
+                elif type(p.record) is MessageEnqueue:
+                    self._state.forget_message(p.record.id)
         reason = exc.strerror or errno_.errorcode.get(exc.errno or 0, str(exc))
         raise StoreWriteError(
             f"journal write failed in {self.directory} ({reason}): {len(dropped)} "

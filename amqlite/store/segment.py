@@ -22,11 +22,12 @@ import dataclasses
 import re
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from .codec import decode_record, encode_record
 from .errors import JournalCorrupt, RecordError
 from .records import Record
+from .state import ScannedEnqueue
 
 MAGIC = b"AMQLJNL"
 VERSION = 1
@@ -85,6 +86,32 @@ def parse_framed(data: bytes) -> list[tuple[Record, bytes]]:
             raise RecordError("replication frame cut short or checksum mismatch")
         out.append((decode_record(payload), bytes(view[i : i + 8 + length])))
         i += 8 + length
+    return out
+
+
+def parse_scanned(
+    data: bytes, scan: Callable[[bytes, int, int], ScannedEnqueue | None]
+) -> list[tuple[Record | ScannedEnqueue, bytes]]:
+    """:func:`parse_framed`, except that a ``message.enqueue`` frame that ``scan``
+    (``EnqueueScan.scan``) reads comes as its fields, not decoded (a passive HA
+    node folds it from those: ``StoreState.enqueue_scanned`` says why); a tuple is
+    fields, anything else a record."""
+    out: list[tuple[Record | ScannedEnqueue, bytes]] = []
+    view = memoryview(data)
+    i, end = 0, len(data)
+    crc32 = zlib.crc32
+    while i < end:
+        if end - i < 8:
+            raise RecordError("replication data ends inside a frame header")
+        length, crc = FRAME_HEAD.unpack_from(data, i)
+        start, stop = i + 8, i + 8 + length
+        if stop > end or crc32(view[start:stop]) != crc:
+            raise RecordError("replication frame cut short or checksum mismatch")
+        fields = scan(data, start, stop) if length else None
+        out.append(
+            (fields if fields is not None else decode_record(view[start:stop]), data[i:stop])
+        )
+        i = stop
     return out
 
 

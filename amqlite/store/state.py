@@ -166,9 +166,11 @@ class _Live:
     """A live message and, per queue still holding it, the delivered flag. Its record
     is in memory (``record``) until the journal has written it and placed it: then
     only its location in the journal files (``loc``) and what a restart needs
-    (``size``, ``at``, ``pk``) stay here."""
+    (``size``, ``at``, ``pk``) stay here. A passive HA node's enqueue, scanned and not
+    yet written, holds its frame instead of its record (``frame``; see
+    :meth:`StoreState.enqueue_scanned`)."""
 
-    __slots__ = ("at", "loc", "pk", "q", "record", "seq", "size", "vhost")
+    __slots__ = ("at", "frame", "loc", "pk", "q", "record", "seq", "size", "vhost")
 
     def __init__(self, record: MessageEnqueue, queues: list[str], seq: int = 0) -> None:
         self.seq = seq  # enqueue order
@@ -180,6 +182,7 @@ class _Live:
             queues[0] if len(queues) == 1 else dict.fromkeys(queues, False)
         )
         self.loc = -1
+        self.frame: bytes | None = None
         self.size = len(record.body)
         self.vhost = record.vhost
         self.at = record.enqueued_at
@@ -229,7 +232,7 @@ class _Live:
     ) -> _Live:
         """A message the journal placed as it was enqueued (recovery's scan)."""
         live = cls.__new__(cls)
-        live.seq, live.record, live.vhost, live.loc = seq, None, vhost, loc
+        live.seq, live.record, live.vhost, live.loc, live.frame = seq, None, vhost, loc, None
         live.q = queues[0] if len(queues) == 1 else dict.fromkeys(queues, False)
         live.size, live.at, live.pk = size, at, pk
         return live
@@ -248,7 +251,7 @@ class _Live:
     ) -> _Live:
         """A placed message of the index, as the other entries look (while iterating)."""
         live = cls.__new__(cls)
-        live.seq, live.record, live.vhost, live.loc = seq, None, vhost, loc
+        live.seq, live.record, live.vhost, live.loc, live.frame = seq, None, vhost, loc, None
         live.q = {queue: True} if delivered else queue
         live.size, live.at, live.pk = size, at, pk
         return live
@@ -259,6 +262,11 @@ DEAD = _DEAD = 2
 #: Acked entries the index keeps before it drops them from its arrays (when they are
 #: also half of it).
 SQUEEZE_AFTER = 4096
+
+
+#: A message folded by :meth:`StoreState.enqueue_scanned` and not yet placed: its
+#: journal id and entry.
+Unwritten = tuple[int, _Live | None]
 
 
 class _Index:
@@ -605,15 +613,65 @@ class StoreState:
         if props and any(k in props for k in _KEPT_PROPS):
             return False
         live.record = None
+        self._located(record.id, live, location)
+        return True
+
+    def _located(self, journal_id: int, live: _Live, location: int) -> None:
         live.loc = location
         index = self._index
         q = live.q
         if (
             isinstance(q, str)
-            and (not index.ids or (record.id > index.ids[-1] and live.seq > index.seqs[-1]))
-            and record.id < 1 << 63
+            and (not index.ids or (journal_id > index.ids[-1] and live.seq > index.seqs[-1]))
+            and journal_id < 1 << 63
         ):
-            self._to_index(record.id, live, q)
+            self._to_index(journal_id, live, q)
+
+    def enqueue_scanned(self, fields: ScannedEnqueue, frame: bytes) -> Unwritten:
+        """``apply`` of a ``message.enqueue`` record from its scanned fields
+        (``amqlite.store.codec.EnqueueScan``), its ``frame`` kept instead of a record
+        object until :meth:`place_scanned` places it where the journal wrote it.
+        Returns what to hand :meth:`place_scanned` (its id, and its entry or None
+        when the fold ignored it).
+
+        Why it exists: a passive HA node folds every replicated enqueue, and decoding
+        each one whole (CBOR, a record object, the property checks) was most of its
+        CPU (issue 16); like recovery it needs only the index's fields. Anything that
+        needs the record (a snapshot, a rebuild, a read) decodes the frame then
+        (``_materialise``), which makes the entry exactly what ``apply`` makes.
+        ``tests/store/test_scanned_enqueue.py`` checks with hypothesis that a journal
+        fed this way and one fed whole records agree at every step."""
+        journal_id, vhost, queues, size, at, pk = fields
+        if journal_id > self.last_journal_id:
+            self.last_journal_id = journal_id
+        messages = self._messages
+        if journal_id in messages or (self._index.ids and self._index.find(journal_id) >= 0):
+            return journal_id, None
+        known = self._queues
+        live_queues = tuple(q for q in queues if (vhost, q) in known)
+        if not live_queues:
+            return journal_id, None
+        self._seq += 1
+        live = _Live.placed(self._seq, vhost, live_queues, -1, size, at, pk)
+        live.frame = frame
+        messages[journal_id] = live
+        for q in live_queues:
+            self._queue_messages[(vhost, q)][journal_id] = None
+        self.message_bytes += size
+        return journal_id, live
+
+    def place_scanned(self, scanned: Unwritten, location: int) -> bool:
+        """:meth:`place` of an enqueue folded by :meth:`enqueue_scanned`: the journal
+        wrote its frame at ``location``. True when placed."""
+        journal_id, live = scanned
+        if live is None or self._messages.get(journal_id) is not live:
+            return False  # acked meanwhile, or a snapshot replaced the state
+        if live.record is not None:  # materialised meanwhile: the general path's form
+            return self.place(live.record, location)
+        if live.frame is None:
+            return False
+        live.frame = None
+        self._located(journal_id, live, location)
         return True
 
     def enqueue_placed(self, fields: ScannedEnqueue, location: int) -> None:
@@ -771,12 +829,16 @@ class StoreState:
         if live is None:
             i = self._index.find(journal_id) if self._index.ids else -1
             return self._index.locs[i] if i >= 0 else None
+        if live.frame is not None:
+            return _materialise(live)
         return live.record if live.record is not None else live.loc
 
     def _record(self, live: _Live) -> MessageEnqueue:
         """The message's record as enqueued (read back when placed)."""
         if live.record is not None:
             return live.record
+        if live.frame is not None:
+            return _materialise(live)
         if self.read is None:
             raise RuntimeError("a placed message needs the journal's reader")
         return self.read(live.loc)
@@ -1052,6 +1114,8 @@ class StoreState:
 
 
 def _ref(journal_id: int, live: _Live) -> MessageRef:
+    if live.frame is not None:
+        _materialise(live)
     queues = live.items()
     return MessageRef(
         id=journal_id,
@@ -1064,6 +1128,21 @@ def _ref(journal_id: int, live: _Live) -> MessageRef:
         publish_key=live.pk,
         record=live.record,
     )
+
+
+def _materialise(live: _Live) -> MessageEnqueue:
+    """The record of a scanned enqueue not yet written (``enqueue_scanned``), decoded
+    from its frame and kept: the entry is then what the general path (``apply``) makes,
+    and ``place`` places it once written. Snapshots, rebuilds and reads of such a
+    message are rare (it is written within a commit), so decoding them is cheap."""
+    from .codec import decode_record  # the codec imports this module
+
+    frame = live.frame
+    assert frame is not None
+    record = decode_record(memoryview(frame)[8:])
+    assert type(record) is MessageEnqueue
+    live.record, live.frame = record, None
+    return record
 
 
 def _current(record: MessageEnqueue, live: _Live) -> MessageEnqueue:
