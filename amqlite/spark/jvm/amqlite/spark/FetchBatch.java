@@ -186,7 +186,7 @@ final class FetchBatch implements Batch {
             long pause = 50;
             while (true) {
                 try {
-                    wire = Wire.open(o);
+                    wire = Wire.open(o, "amqlite-spark-fetch");
                     break;
                 } catch (Wire.Refusal refusal) {
                     if (refusal.code != Wire.NOT_ACTIVE) throw refusal;

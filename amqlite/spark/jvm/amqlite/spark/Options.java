@@ -104,7 +104,7 @@ final class Options implements Serializable {
 
     /** Offsets of the stream kept now: [first, next). */
     static long[] bounds(Options o) {
-        try (Wire w = Wire.open(o)) {
+        try (Wire w = Wire.open(o, "amqlite-spark-plan")) {
             Map<String, Object> req = new java.util.LinkedHashMap<>();
             req.put("m", "status");
             Map<Object, Object> reply = w.call(req);

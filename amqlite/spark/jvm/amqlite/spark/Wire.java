@@ -43,7 +43,7 @@ final class Wire implements AutoCloseable {
     private long lastSent = System.nanoTime();
     final int maxFrame;
 
-    private Wire(Socket socket, Options o) throws IOException {
+    private Wire(Socket socket, Options o, String client) throws IOException {
         this.socket = socket;
         this.in = new DataInputStream(new BufferedInputStream(socket.getInputStream(), 1 << 16));
         this.out = new DataOutputStream(new BufferedOutputStream(socket.getOutputStream(), 1 << 14));
@@ -53,7 +53,7 @@ final class Wire implements AutoCloseable {
         hello.put("vhost", o.vhost);
         hello.put("login", o.login);
         hello.put("password", o.password);
-        hello.put("client", "amqlite-spark-jvm");
+        hello.put("client", client);
         send(hello);
         Map<Object, Object> reply = frame();
         Object m = reply.get("m");
@@ -94,8 +94,9 @@ final class Wire implements AutoCloseable {
         return out;
     }
 
-    /** The first server of the list that welcomes this reader. */
-    static Wire open(Options o) throws IOException {
+    /** The first server of the list that welcomes this reader ({@code client}: the
+     * connection's name in the broker's status and logs, as the Python reader names it). */
+    static Wire open(Options o, String client) throws IOException {
         IOException last = null;
         for (String[] a : addresses(o.servers)) {
             Socket s = new Socket();
@@ -104,7 +105,7 @@ final class Wire implements AutoCloseable {
                 s.connect(new InetSocketAddress(a[0], Integer.parseInt(a[1])), timeout);
                 s.setTcpNoDelay(true);
                 s.setSoTimeout(timeout);
-                Wire w = new Wire(s, o);
+                Wire w = new Wire(s, o, client);
                 s.setSoTimeout((int) Math.max(1000, o.readTimeout * 1000));
                 return w;
             } catch (Refusal r) {
