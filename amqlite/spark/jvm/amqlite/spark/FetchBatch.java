@@ -193,7 +193,7 @@ final class FetchBatch implements Batch {
                     if (System.nanoTime() > deadline) throw refusal;
                 } catch (IOException e) {
                     if (System.nanoTime() > deadline) {
-                        e.addSuppressed(cause);
+                        if (cause != null) e.addSuppressed(cause);
                         throw e;
                     }
                 }
@@ -245,8 +245,7 @@ final class FetchBatch implements Batch {
                     if (r.lo < r.hi) {
                         r.waited = 0;
                         r.pause = RETRY_FIRST;
-                        send(r);
-                        pending.addFirst(r);
+                        again(r);
                     }
                     build(reply, first, count);
                     return true;
@@ -261,8 +260,17 @@ final class FetchBatch implements Batch {
                 r.waited += r.pause;
                 r.lo = Math.max(r.lo, first);
                 r.pause = Math.min(r.pause * 2, RETRY_MAX);
+                again(r);
+            }
+        }
+
+        /** The rest of {@code r}'s range asked for again, ahead of the fetches in flight. */
+        private void again(Request r) throws IOException {
+            pending.addFirst(r);
+            try {
                 send(r);
-                pending.addFirst(r);
+            } catch (IOException lost) {
+                reconnect(lost); // sends every pending request again, r first
             }
         }
 
