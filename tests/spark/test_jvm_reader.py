@@ -179,3 +179,64 @@ def test_the_jar_is_built_once_per_source_hash(
     assert built is not None and built.is_file() and str(built).startswith(str(tmp_path))
     mtime = built.stat().st_mtime_ns
     assert jar.jar_path() == built and built.stat().st_mtime_ns == mtime  # cached
+
+
+# --- the JVM writer -----------------------------------------------------------------
+
+
+def _sinks(broker: ThreadedBroker, name: str) -> None:
+    async def run(conn: amqlite.Connection) -> None:
+        for side in ("jvm", "py"):
+            await conn.declare_queue(f"{name}-{side}", durable=True, arguments=STREAM)
+            await conn.declare_exchange(f"{name}-{side}-x", "fanout")
+            await conn.bind(f"{name}-{side}", f"{name}-{side}-x")
+
+    broker.call(run)
+
+
+_row = st.tuples(
+    st.one_of(st.none(), st.sampled_from(["rk", "clé", ""])),
+    st.one_of(st.none(), st.binary(max_size=50)),
+    st.one_of(st.none(), st.dictionaries(_text, st.one_of(st.none(), _text), max_size=3)),
+    st.one_of(st.none(), _text),
+)
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+          HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(data=st.lists(_row, min_size=1, max_size=40), text_body=st.booleans())
+def test_the_jvm_writer_publishes_what_the_python_writer_publishes(
+    spark: Any, broker: ThreadedBroker, data: list[Any], text_body: bool
+) -> None:
+    name = f"jvm-write-{next(_names)}"
+    _sinks(broker, name)
+    if text_body:
+        data = [(k, None if b is None else b.hex(), h, m) for k, b, h, m in data]
+    body = "string" if text_body else "binary"
+    df = spark.createDataFrame(
+        data, f"routing_key string, body {body}, headers map<string,string>, message_id string"
+    )
+    for side, fmt in (("jvm", "amqlite"), ("py", "amqlite_python")):
+        df.write.format(fmt).option("servers", broker.servers).option(
+            "exchange", f"{name}-{side}-x"
+        ).mode("append").save()
+
+    def got(side: str) -> list[Any]:
+        out = rows(spark, broker, f"{name}-{side}")
+        for r in out:
+            del r["offset"], r["exchange"]
+        return sorted(out, key=repr)
+
+    jvm = got("jvm")
+    assert len(jvm) == len(data)
+    assert jvm == got("py")
+
+
+def test_an_unroutable_row_fails_the_jvm_writers_task(
+    spark: Any, broker: ThreadedBroker, name: str
+) -> None:
+    df = spark.createDataFrame([("nowhere", b"x")], "routing_key string, body binary")
+    with pytest.raises(Exception, match=r"message 0 of this task was returned: 312 NO_ROUTE"):
+        df.write.format("amqlite").option("servers", broker.servers).option(
+            "exchange", "amq.direct"
+        ).mode("append").save()

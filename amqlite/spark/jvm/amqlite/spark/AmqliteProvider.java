@@ -13,7 +13,10 @@ import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.connector.write.BatchWrite;
 import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.Write;
+import org.apache.spark.sql.connector.write.streaming.StreamingWrite;
 import org.apache.spark.sql.connector.write.WriteBuilder;
 import org.apache.spark.sql.execution.datasources.v2.python.PythonDataSourceV2;
 import org.apache.spark.sql.sources.DataSourceRegister;
@@ -25,8 +28,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * {@code format("amqlite")} on the JVM: batch reads of a stream queue run here
- * ({@link FetchBatch}: {@code stream.fetch} replies straight into column vectors);
- * streaming reads, writes, and batch reads with {@code fetch} false or over TLS go
+ * ({@link FetchBatch}: {@code stream.fetch} replies straight into column vectors),
+ * and batch writes ({@link Writer}: {@code publish.columns} frames with confirms);
+ * streaming reads and writes, and batch reads and writes over TLS or with
+ * {@code fetch} false or columns the JVM writer does not take, go
  * to the Python data source, which {@code amqlite.spark.register} registers as
  * {@value #PYTHON_NAME}.
  */
@@ -116,9 +121,46 @@ public final class AmqliteProvider implements TableProvider, DataSourceRegister 
             return () -> new AmqliteScan(this, options);
         }
 
+        /** Batch writes of the columns the JVM writer takes ({@link Writer.Plan#handles})
+         * run in the JVM, unless over TLS; everything else, and streaming writes, in
+         * the Python source. */
         @Override
         public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
-            return ((SupportsWrite) python()).newWriteBuilder(info);
+            CaseInsensitiveStringMap options = info.options();
+            String exchange = Options.get(options, "exchange", null);
+            if (exchange == null || !Writer.Plan.handles(info.schema())) {
+                return ((SupportsWrite) python()).newWriteBuilder(info);
+            }
+            Options access = new Options(options, false);
+            if (access.tls) return ((SupportsWrite) python()).newWriteBuilder(info);
+            Writer.Plan plan = new Writer.Plan(
+                    access,
+                    exchange,
+                    Options.flag(options, "mandatory", true),
+                    Options.flag(options, "persistent", false),
+                    info.schema());
+            Write write = new Write() {
+                @Override
+                public String description() {
+                    return "amqlite exchange " + exchange;
+                }
+
+                @Override
+                public BatchWrite toBatch() {
+                    return new Writer(plan);
+                }
+
+                @Override
+                public StreamingWrite toStreaming() {
+                    return ((SupportsWrite) python()).newWriteBuilder(info).build().toStreaming();
+                }
+            };
+            return new WriteBuilder() {
+                @Override
+                public Write build() {
+                    return write;
+                }
+            };
         }
     }
 

@@ -31,6 +31,11 @@ final class Options implements Serializable {
     final boolean failOnDataLoss;
 
     Options(Map<String, String> options) {
+        this(options, true);
+    }
+
+    /** With {@code read} false only the server access (a writer's options). */
+    Options(Map<String, String> options, boolean read) {
         servers = get(options, "servers", null);
         if (servers == null || servers.isEmpty()) {
             throw new IllegalArgumentException(
@@ -43,14 +48,14 @@ final class Options implements Serializable {
         tls = flag(options, "tls", false)
                 || servers.toLowerCase(Locale.ROOT).contains("amqlites://")
                 || !orDefault(get(options, "ca", ""), "").isEmpty();
-        String q = get(options, "queue", null);
-        if (q == null || q.isEmpty()) {
+        String q = read ? get(options, "queue", null) : "";
+        if (q == null || (read && q.isEmpty())) {
             throw new IllegalArgumentException("amqlite: option queue (a stream queue to read) is required");
         }
         queue = q;
         starting = orDefault(get(options, "startingOffset", "first"), "first");
         ending = get(options, "endingOffset", null);
-        if (get(options, "maxMessagesPerBatch", null) != null) number(options, "maxMessagesPerBatch", null, 1);
+        if (read && get(options, "maxMessagesPerBatch", null) != null) number(options, "maxMessagesPerBatch", null, 1);
         partitions = (int) number(options, "partitions", "4", 1);
         minPartitionSize = (int) number(options, "minPartitionSize", "10000", 1);
         readTimeout = number(options, "readTimeout", "30", 0.1);
@@ -64,7 +69,7 @@ final class Options implements Serializable {
         return v == null || v.isEmpty() ? d : v;
     }
 
-    private static String get(Map<String, String> options, String name, String d) {
+    static String get(Map<String, String> options, String name, String d) {
         String v = options.get(name);
         if (v == null) v = options.get(name.toLowerCase(Locale.ROOT));
         return v == null ? d : v;
@@ -94,7 +99,7 @@ final class Options implements Serializable {
         return value;
     }
 
-    private static boolean flag(Map<String, String> options, String name, boolean d) {
+    static boolean flag(Map<String, String> options, String name, boolean d) {
         String text = get(options, name, String.valueOf(d)).toLowerCase(Locale.ROOT);
         if (text.equals("true") || text.equals("1") || text.equals("yes")) return true;
         if (text.equals("false") || text.equals("0") || text.equals("no")) return false;

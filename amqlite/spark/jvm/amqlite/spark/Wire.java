@@ -29,8 +29,30 @@ final class Wire implements AutoCloseable {
         final int code;
 
         Refusal(int code, String text) {
-            super(code + " " + text);
+            super(code + " " + name(code) + ": " + text);
             this.code = code;
+        }
+
+        /** The reply code's name (amqlite/errors.py ReplyCode). */
+        static String name(int code) {
+            switch (code) {
+                case 311: return "CONTENT_TOO_LARGE";
+                case 312: return "NO_ROUTE";
+                case 313: return "NO_CONSUMERS";
+                case 320: return "CONNECTION_FORCED";
+                case 360: return "NOT_ACTIVE";
+                case 403: return "ACCESS_REFUSED";
+                case 404: return "NOT_FOUND";
+                case 405: return "RESOURCE_LOCKED";
+                case 406: return "PRECONDITION_FAILED";
+                case 501: return "FRAME_ERROR";
+                case 502: return "SYNTAX_ERROR";
+                case 506: return "RESOURCE_ERROR";
+                case 530: return "NOT_ALLOWED";
+                case 540: return "NOT_IMPLEMENTED";
+                case 541: return "INTERNAL_ERROR";
+                default: return "ERROR";
+            }
         }
     }
 
@@ -133,6 +155,13 @@ final class Wire implements AutoCloseable {
 
     long newId() {
         return nextId++;
+    }
+
+    /** The first of {@code n} consecutive ids (a publish.columns of n messages). */
+    long newIds(int n) {
+        long first = nextId;
+        nextId += n;
+        return first;
     }
 
     void send(Map<String, ?> map) throws IOException {
