@@ -17,8 +17,9 @@ routing keys (``publish_many``), writes the same rows once to Parquet, then
   (and once before: the first read of the stream, when the broker encodes the
   fetch blocks it keeps for the reads after, timed on its own);
 - read + ``count()`` of the stream with 2 and 4 partitions;
-- write N rows of a cached DataFrame: ``format("amqlite")`` to a stream bound to
-  ``amq.direct`` (confirmed) vs Parquet (checked: the stream then holds N more);
+- write N rows of a cached DataFrame: ``format("amqlite")`` (the JVM writer when
+  the jar is loaded) and ``format("amqlite_python")`` to a stream bound to
+  ``amq.direct`` (confirmed) vs Parquet (checked: the stream then holds 2N more);
 
 and the ratios amqlite / Parquet. ``--consumer-path`` also times the read with
 ``fetch`` false (the stream-consumer path, the reader before ``stream.fetch``).
@@ -310,20 +311,36 @@ def main() -> None:
         )
         rows.cache().count()
         out = str(work / "out.parquet")
-        write_s, write_pq_s = [], []
+        write_s, write_py_s, write_pq_s = [], [], []
+        wcpu: dict[str, dict[str, list[float]]] = {"amqlite": {}, "python": {}, "parquet": {}}
         for _ in range(args.runs):
+            write_py_s.append(
+                timed_cpu(
+                    lambda: (
+                        rows.write.format("amqlite_python")
+                        .option("servers", broker.servers)
+                        .option("exchange", "amq.direct")
+                        .mode("append")
+                        .save()
+                    ),
+                    wcpu["python"],
+                )
+            )
             write_s.append(
-                timed(
+                timed_cpu(
                     lambda: (
                         rows.write.format("amqlite")
                         .option("servers", broker.servers)
                         .option("exchange", "amq.direct")
                         .mode("append")
                         .save()
-                    )
+                    ),
+                    wcpu["amqlite"],
                 )
             )
-            write_pq_s.append(timed(lambda: rows.write.mode("overwrite").parquet(out)))
+            write_pq_s.append(
+                timed_cpu(lambda: rows.write.mode("overwrite").parquet(out), wcpu["parquet"])
+            )
 
         async def count(conn: amqlite.Connection) -> int:
             status = await conn.status()
@@ -331,7 +348,9 @@ def main() -> None:
             return int(q["next_offset"])
 
         written = broker.call(count)
-        assert written == n * args.runs, f"the sink holds {written} messages, not {n * args.runs}"
+        assert written == 2 * n * args.runs, (
+            f"the sink holds {written} messages, not {2 * n * args.runs}"
+        )
         read_rate, pq_rate = median_rate(n, amq_s), median_rate(n, pq_s)
         py_rate = median_rate(n, py_s)
         write_rate, write_pq_rate = median_rate(n, write_s), median_rate(n, write_pq_s)
@@ -365,6 +384,10 @@ def main() -> None:
             "write_amqlite_msg_s": round(write_rate),
             "write_parquet_msg_s": round(write_pq_rate),
             "write_ratio": round(write_rate / write_pq_rate, 3),
+            "write_python_s": write_py_s,
+            "write_python_msg_s": round(median_rate(n, write_py_s)),
+            "write_ratio_python": round(median_rate(n, write_py_s) / write_pq_rate, 3),
+            "write_cpu_s": wcpu,
         }
         if consumer_s:
             result["read_groupby_consumer_path_msg_s"] = round(median_rate(n, consumer_s))
