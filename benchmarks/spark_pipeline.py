@@ -9,12 +9,17 @@ port), fills a stream queue with N messages of ``--body`` bytes over ``--keys``
 routing keys (``publish_many``), writes the same rows once to Parquet, then
 ``--runs`` times alternately (medians reported):
 
-- read + ``groupBy(routing_key).count()``: ``format("amqlite")`` vs Parquet
+- read + ``groupBy(routing_key).count()``: ``format("amqlite")`` (the JVM reader
+  when its jar is loaded) vs ``format("amqlite_python")`` (the Python source's
+  fast reader) vs Parquet, each also in CPU-seconds of this process and all its
+  descendants (the broker, the driver, the JVM, Spark's Python workers) and of
+  the rest of the machine (other processes: a shared machine shows here)
   (and once before: the first read of the stream, when the broker encodes the
   fetch blocks it keeps for the reads after, timed on its own);
 - read + ``count()`` of the stream with 2 and 4 partitions;
-- write N rows of a cached DataFrame: ``format("amqlite")`` to a stream bound to
-  ``amq.direct`` (confirmed) vs Parquet (checked: the stream then holds N more);
+- write N rows of a cached DataFrame: ``format("amqlite")`` (the JVM writer when
+  the jar is loaded) and ``format("amqlite_python")`` to a stream bound to
+  ``amq.direct`` (confirmed) vs Parquet (checked: the stream then holds 2N more);
 
 and the ratios amqlite / Parquet. ``--consumer-path`` also times the read with
 ``fetch`` false (the stream-consumer path, the reader before ``stream.fetch``).
@@ -74,6 +79,56 @@ def timed(action: Any) -> float:
     started = time.perf_counter()
     action()
     return time.perf_counter() - started
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree_pids() -> list[int]:
+    """This process and all its descendants (the JVM and its Python workers)."""
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(parents.get(pid, []))
+    return out
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """CPU-seconds so far of this process tree, and of the whole machine (all cores;
+    the difference is everything else running)."""
+    ours = 0
+    for pid in _tree_pids():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ours += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            continue
+    with open("/proc/stat") as f:
+        cpu = [int(x) for x in f.readline().split()[1:]]
+    busy = sum(cpu) - cpu[3] - cpu[4]  # less idle and iowait
+    return ours / _TICK, busy / _TICK
+
+
+def timed_cpu(action: Any, into: dict[str, list[float]]) -> float:
+    """:func:`timed`, with the CPU-seconds of this process tree and of the rest of
+    the machine appended to ``into``'s ``tree`` and ``other``."""
+    tree0, all0 = cpu_seconds()
+    took = timed(action)
+    tree1, all1 = cpu_seconds()
+    into.setdefault("tree", []).append(round(tree1 - tree0, 2))
+    into.setdefault("other", []).append(round(max(0.0, (all1 - all0) - (tree1 - tree0)), 2))
+    return took
 
 
 def median_rate(n: int, runs: list[float]) -> float:
@@ -186,9 +241,15 @@ def main() -> None:
         )
         spark.sparkContext.setLogLevel("ERROR")
 
-        def source(partitions: int = 2, fetch: bool = True, **options: str) -> Any:
+        from amqlite.spark.jar import loaded
+
+        jvm_reader = loaded(spark)
+
+        def source(
+            partitions: int = 2, fetch: bool = True, fmt: str = "amqlite", **options: str
+        ) -> Any:
             return (
-                spark.read.format("amqlite")
+                spark.read.format(fmt)
                 .option("servers", broker.servers)
                 .option("queue", "bench")
                 .option("partitions", str(partitions))
@@ -203,6 +264,9 @@ def main() -> None:
         # block then (the reads after get the kept replies)
         for _ in range(2):
             source(endingOffset="1000").groupBy("routing_key").count().collect()
+            source(endingOffset="1000", fmt="amqlite_python").groupBy(
+                "routing_key"
+            ).count().collect()
         first_s = timed(lambda: source().groupBy("routing_key").count().collect())
         parquet = str(work / "bench.parquet")
         source().write.mode("overwrite").parquet(parquet)
@@ -220,13 +284,18 @@ def main() -> None:
         def read_amqlite() -> None:
             assert grouped(source()) == expected
 
+        def read_python() -> None:
+            assert grouped(source(fmt="amqlite_python")) == expected
+
         def read_parquet() -> None:
             assert grouped(spark.read.parquet(parquet)) == expected
 
-        amq_s, pq_s, count2_s, count4_s, consumer_s = [], [], [], [], []
+        amq_s, py_s, pq_s, count2_s, count4_s, consumer_s = [], [], [], [], [], []
+        cpu: dict[str, dict[str, list[float]]] = {"amqlite": {}, "python": {}, "parquet": {}}
         for _ in range(args.runs):
-            amq_s.append(timed(read_amqlite))
-            pq_s.append(timed(read_parquet))
+            amq_s.append(timed_cpu(read_amqlite, cpu["amqlite"]))
+            py_s.append(timed_cpu(read_python, cpu["python"]))
+            pq_s.append(timed_cpu(read_parquet, cpu["parquet"]))
             count2_s.append(timed(lambda: source(2).count()))
             count4_s.append(timed(lambda: source(4).count()))
             if args.consumer_path:
@@ -242,20 +311,36 @@ def main() -> None:
         )
         rows.cache().count()
         out = str(work / "out.parquet")
-        write_s, write_pq_s = [], []
+        write_s, write_py_s, write_pq_s = [], [], []
+        wcpu: dict[str, dict[str, list[float]]] = {"amqlite": {}, "python": {}, "parquet": {}}
         for _ in range(args.runs):
+            write_py_s.append(
+                timed_cpu(
+                    lambda: (
+                        rows.write.format("amqlite_python")
+                        .option("servers", broker.servers)
+                        .option("exchange", "amq.direct")
+                        .mode("append")
+                        .save()
+                    ),
+                    wcpu["python"],
+                )
+            )
             write_s.append(
-                timed(
+                timed_cpu(
                     lambda: (
                         rows.write.format("amqlite")
                         .option("servers", broker.servers)
                         .option("exchange", "amq.direct")
                         .mode("append")
                         .save()
-                    )
+                    ),
+                    wcpu["amqlite"],
                 )
             )
-            write_pq_s.append(timed(lambda: rows.write.mode("overwrite").parquet(out)))
+            write_pq_s.append(
+                timed_cpu(lambda: rows.write.mode("overwrite").parquet(out), wcpu["parquet"])
+            )
 
         async def count(conn: amqlite.Connection) -> int:
             status = await conn.status()
@@ -263,8 +348,11 @@ def main() -> None:
             return int(q["next_offset"])
 
         written = broker.call(count)
-        assert written == n * args.runs, f"the sink holds {written} messages, not {n * args.runs}"
+        assert written == 2 * n * args.runs, (
+            f"the sink holds {written} messages, not {2 * n * args.runs}"
+        )
         read_rate, pq_rate = median_rate(n, amq_s), median_rate(n, pq_s)
+        py_rate = median_rate(n, py_s)
         write_rate, write_pq_rate = median_rate(n, write_s), median_rate(n, write_pq_s)
         result: dict[str, Any] = {
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="minutes"),
@@ -280,6 +368,14 @@ def main() -> None:
             "read_groupby_amqlite_msg_s": round(read_rate),
             "read_groupby_parquet_msg_s": round(pq_rate),
             "read_ratio": round(read_rate / pq_rate, 3),
+            "jvm_reader": jvm_reader,
+            "read_groupby_python_s": py_s,
+            "read_groupby_python_msg_s": round(py_rate),
+            "read_ratio_python": round(py_rate / pq_rate, 3),
+            "read_groupby_cpu_s": {
+                k: {"tree": v["tree"], "other": v["other"]} for k, v in cpu.items()
+            },
+            "load_average": os.getloadavg(),
             "read_groupby_first_read_msg_s": round(n / first_s),
             "read_count_2_partitions_msg_s": round(median_rate(n, count2_s)),
             "read_count_4_partitions_msg_s": round(median_rate(n, count4_s)),
@@ -288,6 +384,10 @@ def main() -> None:
             "write_amqlite_msg_s": round(write_rate),
             "write_parquet_msg_s": round(write_pq_rate),
             "write_ratio": round(write_rate / write_pq_rate, 3),
+            "write_python_s": write_py_s,
+            "write_python_msg_s": round(median_rate(n, write_py_s)),
+            "write_ratio_python": round(median_rate(n, write_py_s) / write_pq_rate, 3),
+            "write_cpu_s": wcpu,
         }
         if consumer_s:
             result["read_groupby_consumer_path_msg_s"] = round(median_rate(n, consumer_s))

@@ -39,14 +39,23 @@ def _pyspark_missing() -> SparkEnvironmentError:
 
 
 def register(spark: Any) -> None:
-    """Make ``format("amqlite")`` available on the SparkSession ``spark``."""
+    """Make ``format("amqlite")`` available on the SparkSession ``spark``.
+
+    The Python data source is registered as ``amqlite_python``; when the session's
+    JVM has the JVM reader (:func:`session` put its jar on ``spark.jars``), that
+    one answers ``format("amqlite")`` and hands it what it does not do itself,
+    else the Python source is registered as ``amqlite`` too."""
     try:
-        from .source import AmqliteDataSource
+        from .source import AmqliteDataSource, AmqlitePythonDataSource
     except ImportError as exc:
         if exc.name and exc.name.split(".")[0] in ("pyspark", "pyarrow", "pandas", "py4j"):
             raise _pyspark_missing() from exc
         raise
-    spark.dataSource.register(AmqliteDataSource)
+    from .jar import loaded
+
+    spark.dataSource.register(AmqlitePythonDataSource)
+    if not loaded(spark):
+        spark.dataSource.register(AmqliteDataSource)
 
 
 def session(
@@ -54,13 +63,19 @@ def session(
     app_name: str = "amqlite",
     config: dict[str, str] | None = None,
     log_file: str | Path | None = None,
+    jvm_reader: bool = True,
 ) -> Any:
     """A SparkSession with the environment checked, the workers on this interpreter
     and the ``amqlite`` source registered.
 
     With ``log_file``, when this call starts the JVM, nothing of Spark's reaches the
     console: the JVM's stdout and stderr and Spark's log (WARN and above) are
-    appended to that file (see ``jvm_log``)."""
+    appended to that file (see ``jvm_log``).
+
+    With ``jvm_reader`` (the default) the JVM reader's jar (:mod:`.jar`, built on
+    first use) goes on ``spark.jars``, so batch reads of ``format("amqlite")`` run
+    in the JVM; without it, or without a JDK, everything goes through the Python
+    data source."""
     python = check_environment()
     try:
         from pyspark.sql import SparkSession
@@ -76,6 +91,13 @@ def session(
         "spark.ui.enabled": "false",
         **(config or {}),
     }
+    if jvm_reader:
+        from .jar import jar_path
+
+        jar = jar_path()
+        if jar is not None:
+            jars = settings.get("spark.jars", "")
+            settings["spark.jars"] = f"{jars},{jar}" if jars else str(jar)
     if log_path is not None:
         key = "spark.driver.extraJavaOptions"
         settings[key] = java_options(log_path, settings.get(key, ""))

@@ -73,6 +73,7 @@ _StreamWriterBase: Any = getattr(_datasource, "DataSourceStreamArrowWriter", Dat
 
 
 NAME = "amqlite"
+PYTHON_NAME = "amqlite_python"  # amqlite.spark.AmqliteProvider.PYTHON_NAME
 _READ_SCHEMA = StructType(
     [
         StructField("offset", LongType()),
@@ -229,6 +230,16 @@ class AmqliteDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         return AmqliteStreamWriter(write_options(self.options), _check_write_schema(schema))
+
+
+class AmqlitePythonDataSource(AmqliteDataSource):
+    """The same source under the name the JVM reader hands streaming reads, writes
+    and batch reads it does not do (``fetch`` false, TLS) to (``docs/spark.md``,
+    "The JVM reader")."""
+
+    @classmethod
+    def name(cls) -> str:
+        return PYTHON_NAME
 
 
 def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[Any]:
