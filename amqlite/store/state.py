@@ -261,6 +261,10 @@ DEAD = _DEAD = 2
 SQUEEZE_AFTER = 4096
 
 
+_SEQ_NARROW = (1 << 32) - 1  # the largest enqueue order an "I" column holds
+_Q_NARROW = (1 << 16) - 1  # the largest queue number an "H" column holds
+
+
 class _Index:
     """The placed messages of one queue each, in enqueue order, as arrays: about 45
     bytes a message instead of a few hundred as objects (issue 16: a million waiting
@@ -286,11 +290,12 @@ class _Index:
 
     def __init__(self) -> None:
         self.ids = array("q")
-        self.seqs = array("q")
+        # enqueue order and queue number: narrow until a value needs more (widen)
+        self.seqs = array("I")
         self.locs = array("q")
         self.sizes = array("I")  # bodies are far below 4 GiB (limits.max_message_size)
         self.ats = array("d")
-        self.qs = array("i")  # index into StoreState._qkeys
+        self.qs = array("H")  # index into StoreState._qkeys
         self.flags = bytearray()
         self.pks: dict[int, str] = {}  # id -> publish key, for the messages that have one
         self.dead = 0
@@ -306,15 +311,24 @@ class _Index:
     def live(self) -> int:
         return len(self.ids) - self.dead
 
+    def widen(self, seq: int, qi: int) -> None:
+        """Make room for enqueue order ``seq`` and queue number ``qi``: the columns
+        start narrow (4 and 2 bytes: 6 bytes a message less over a million) and
+        become 8 and 4 bytes wide the first time a value needs it."""
+        if seq > _SEQ_NARROW and self.seqs.typecode == "I":
+            self.seqs = array("q", self.seqs)
+        if qi > _Q_NARROW and self.qs.typecode == "H":
+            self.qs = array("i", self.qs)
+
     def squeeze(self) -> None:
         """Drop the dead entries from the arrays."""
         keep = [not f & _DEAD for f in self.flags]
         self.ids = array("q", itertools.compress(self.ids, keep))
-        self.seqs = array("q", itertools.compress(self.seqs, keep))
+        self.seqs = array(self.seqs.typecode, itertools.compress(self.seqs, keep))
         self.locs = array("q", itertools.compress(self.locs, keep))
         self.sizes = array("I", itertools.compress(self.sizes, keep))
         self.ats = array("d", itertools.compress(self.ats, keep))
-        self.qs = array("i", itertools.compress(self.qs, keep))
+        self.qs = array(self.qs.typecode, itertools.compress(self.qs, keep))
         self.flags = bytearray(itertools.compress(self.flags, keep))
         self.dead = 0
 
@@ -644,6 +658,8 @@ class StoreState:
         add_size, add_at, add_q = index.sizes.append, index.ats.append, index.qs.append
         add_flag = index.flags.append
         seq = self._seq
+        # above this, the index's enqueue order column is widened (rebinding add_seq)
+        seq_cap = _SEQ_NARROW if index.seqs.typecode == "I" else 1 << 63
         last = self.last_journal_id
         added = 0
         # the last route (the scan gives the same objects for the same route) and
@@ -670,7 +686,13 @@ class StoreState:
                 if qi < 0:
                     qi = qindex[key] = len(self._qkeys)
                     self._qkeys.append(key)
+                    if qi > _Q_NARROW:
+                        index.widen(0, qi)
+                        add_q = index.qs.append
                 seq += 1
+                if seq > seq_cap:
+                    index.widen(seq, 0)
+                    add_seq, seq_cap = index.seqs.append, 1 << 63
                 added += size
                 add_id(journal_id)
                 add_seq(seq)
@@ -702,6 +724,7 @@ class StoreState:
         del self._messages[journal_id]
         del self._queue_messages[key][journal_id]
         index = self._index
+        index.widen(live.seq, qi)
         index.ids.append(journal_id)
         index.seqs.append(live.seq)
         index.locs.append(live.loc)
