@@ -256,6 +256,7 @@ class _Live:
 
 _DELIVERED = 1
 DEAD = _DEAD = 2
+_KEEP = bytes(0 if f & _DEAD else 1 for f in range(256))  # flag byte -> kept?
 #: Acked entries the index keeps before it drops them from its arrays (when they are
 #: also half of it).
 SQUEEZE_AFTER = 4096
@@ -321,8 +322,10 @@ class _Index:
             self.qs = array("i", self.qs)
 
     def squeeze(self) -> None:
-        """Drop the dead entries from the arrays."""
-        keep = [not f & _DEAD for f in self.flags]
+        """Drop the dead entries from the arrays, one column at a time (each old one
+        freed before the next is copied: a squeeze of millions peaks at one
+        column's worth, not the index's)."""
+        keep = self.flags.translate(_KEEP)  # a byte a message, not a list of bools
         self.ids = array("q", itertools.compress(self.ids, keep))
         self.seqs = array(self.seqs.typecode, itertools.compress(self.seqs, keep))
         self.locs = array("q", itertools.compress(self.locs, keep))
