@@ -942,6 +942,10 @@ class StoreState:
         enqueue order, skipping the dead). The index is pinned (its entries keep
         their places) until :meth:`unpin`; a message acked meanwhile may be left out
         of the snapshot (its ack follows the snapshot in the journal anyway)."""
+        if self._index.dead and not self._pinned:
+            # the dead go first: the walk and its new locations (8 bytes an entry)
+            # then cover the live ones only (a drained backlog of millions)
+            self._index.squeeze()
         head = self._head()
         objects = [(live.seq, _ref(i, live)) for i, live in self._messages.items()]
         tail: list[Record] = []
