@@ -389,7 +389,6 @@ class _Flat:
             with memoryview(column).cast("B") as view:
                 parts.append(view[head * width :].tobytes())
         parts.append(bytes(self._flags[head:]))
-        journaled = [i for i in itertools.islice(self._ids, head, None) if i]
         return _Chunk(
             b"".join(parts),
             n,
@@ -397,9 +396,12 @@ class _Flat:
             self.earliest(),
             {k - head: e for k, e in self._held.items()},
             {k - head: r for k, r in self._refs.items()},
-            min(map(abs, journaled), default=0),
-            max(map(abs, journaled), default=0),
         )
+
+    def id_range(self) -> tuple[int, int]:
+        """The lowest and highest journal id here (0, 0: none)."""
+        ids = [abs(i) for i in itertools.islice(self._ids, self._head, None) if i]
+        return min(ids, default=0), max(ids, default=0)
 
     @classmethod
     def load(cls, chunk: _Chunk, data: bytes) -> _Flat:
@@ -437,8 +439,6 @@ class _Chunk:
         low: float,
         held: dict[int, Entry],
         refs: dict[int, int],
-        lo: int,
-        hi: int,
     ) -> None:
         self.data: bytes | None = data
         self.ref = 0
@@ -447,8 +447,9 @@ class _Chunk:
         self.low = low  # the earliest expiry in it
         self.held = held  # entries kept in memory, by their index in the chunk
         self.refs = refs  # page references of paged messages, by index
-        self.lo = lo  # the lowest and highest journal id in it (0: none)
-        self.hi = hi
+        # the lowest and highest journal id in it, found when first asked (-1: not
+        # yet): a mark or ack by id skips the chunks that cannot hold it
+        self.lo = self.hi = -1
 
 
 class ChunkStore(Protocol):
@@ -668,7 +669,12 @@ class Backlog:
             return False
         if change(self._front):
             return True
+        store = self._store()
         for chunk in list(self._chunks):
+            if chunk.lo < 0:
+                assert store is not None
+                flat = _Flat.load(chunk, store.get_chunk(chunk.ref))
+                chunk.lo, chunk.hi = flat.id_range()
             if chunk.lo <= journal_id <= chunk.hi and self._edit(chunk, change):
                 return True
         return change(self._tail)
