@@ -74,11 +74,26 @@ class Sampler:
         self._thread.start()
 
     def _run(self) -> None:
+        last = time.monotonic()
         while not self._stop.wait(0.05):
             try:
-                self.peak = max(self.peak, rss(self.pid))
+                now_rss = rss(self.pid)
             except OSError:
                 return
+            self.peak = max(self.peak, now_rss)
+            if time.monotonic() - last >= 30:  # a long run says how it goes
+                last = time.monotonic()
+                print(
+                    f"  {time.strftime('%H:%M:%S')} RSS {now_rss / 2**20:.0f} MiB, "
+                    f"peak {self.peak / 2**20:.0f} MiB",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    def phase(self) -> int:
+        """The peak so far; the next phase's peak starts from now."""
+        peak, self.peak = self.peak, 0
+        return peak
 
     def stop(self) -> int:
         self._stop.set()
@@ -115,18 +130,27 @@ def start_amqlite(data_dir: str, config: str | None = None) -> tuple[subprocess.
     raise SystemExit(f"amqlite did not start: exit {proc.wait()}")
 
 
-async def _publish(port: int, count: int, body: bytes) -> None:
-    async with amqlite.connect(f"127.0.0.1:{port}") as conn:
-        await conn.declare_queue(QUEUE, durable=True)
-        window: list[Any] = []
-        for _ in range(count):
-            window.append(await conn.publish_nowait("", QUEUE, body, persistent=True))
-            if len(window) >= 2000:
-                for pending in window:
-                    await pending.wait()
-                window.clear()
-        for pending in window:
-            await pending.wait()
+async def _publish(port: int, count: int, body: bytes, stall_s: float = 1e9) -> int:
+    """Publish ``count`` confirmed messages; how many were confirmed (fewer if the
+    confirms stopped for ``stall_s``: the broker blocked the publisher)."""
+    confirmed = 0
+    with trio.CancelScope() as outer:  # a blocked connection may not close: cut it
+        async with amqlite.connect(f"127.0.0.1:{port}") as conn:
+            await conn.declare_queue(QUEUE, durable=True)
+            window: list[Any] = []
+            for n in range(count):
+                window.append(await conn.publish_nowait("", QUEUE, body, persistent=True))
+                if len(window) >= 2000 or n == count - 1:
+                    with trio.move_on_after(stall_s):
+                        for pending in window:
+                            await pending.wait()
+                            confirmed += 1
+                    if confirmed < n + 1:  # every one published so far, or it stalled
+                        print(f"  publishing stalled at {confirmed:,} confirmed", file=sys.stderr)
+                        outer.deadline = trio.current_time() + 10
+                        break
+                    window.clear()
+    return confirmed
 
 
 async def _declare(port: int) -> int:
@@ -135,7 +159,8 @@ async def _declare(port: int) -> int:
         return int(info.messages)
 
 
-async def _drain(port: int, count: int) -> None:
+async def _drain(port: int, count: int) -> int:
+    """Consume and ack ``count`` messages; how many were left in the queue after."""
     async with amqlite.connect(f"127.0.0.1:{port}") as conn:
         consumer = await conn.consume(QUEUE, prefetch=1000)
         got = 0
@@ -143,7 +168,10 @@ async def _drain(port: int, count: int) -> None:
             await delivery.ack()
             got += 1
             if got == count:
-                return
+                break
+        await consumer.cancel()
+        info = await conn.declare_queue(QUEUE, durable=True, passive=True)
+        return int(info.messages)
 
 
 def amqlite_restart(count: int, body: bytes) -> dict[str, Any]:
@@ -199,27 +227,50 @@ def amqlite_bigger_than_memory(count: int, body: bytes, watermark: int) -> dict[
         config = Path(data) / "server.toml"
         config.write_text(f"[limits]\nmemory_high_watermark = {watermark}\n")
         proc, port = start_amqlite(os.path.join(data, "node"), str(config))
+        empty = rss(proc.pid)
         sampler = Sampler(proc.pid)
         started = time.perf_counter()
-        trio.run(_publish, port, count, body)
+        cpu = _cpu(proc.pid)
+        confirmed = trio.run(_publish, port, count, body, 120.0)
         published = time.perf_counter() - started
+        publish_cpu = _cpu(proc.pid) - cpu
         after_publish = rss(proc.pid)
+        publish_peak = sampler.phase()
         started = time.perf_counter()
-        trio.run(_drain, port, count)
+        cpu = _cpu(proc.pid)
+        left = trio.run(_drain, port, confirmed)
         drained = time.perf_counter() - started
-        peak = sampler.stop()
+        drain_cpu = _cpu(proc.pid) - cpu
+        drain_peak = sampler.stop()
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+    peak = max(publish_peak, drain_peak)
     return {
         "broker": "amqlite",
         "messages": count,
         "watermark": watermark,
+        "rss_empty": empty,
         "publish_s": round(published, 1),
+        "publish_server_cpu_s": round(publish_cpu, 1),
         "rss_after_publish": after_publish,
+        "per_message_after_publish": round((after_publish - empty) / count, 1),
+        "publish_peak_rss": publish_peak,
         "drain_s": round(drained, 1),
+        "drain_server_cpu_s": round(drain_cpu, 1),
+        "confirmed": confirmed,
+        "drained": confirmed,
+        "left_after_drain": left,
+        "drain_peak_rss": drain_peak,
         "peak_rss": peak,
         "peak_over_watermark": peak - watermark,
     }
+
+
+def _cpu(pid: int) -> float:
+    """A process's user + system CPU seconds so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # --- RabbitMQ ------------------------------------------------------------------------------
@@ -321,28 +372,39 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=0, help="messages for the watermark run")
     parser.add_argument("--watermark", default="256MB")
     parser.add_argument("--json", help="write the figures here")
+    parser.add_argument(
+        "--no-restart", action="store_true", help="only the --big run (no restart figures)"
+    )
     args = parser.parse_args()
     body = b"x" * args.body
-    rows = [amqlite_restart(args.messages, body)]
-    if "rabbitmq" in args.vs:
-        rows.append(rabbitmq_restart(args.messages, body))
-    print(f"{args.messages:,} persistent messages of {args.body} bytes waiting, kill -9, restart")
-    print("| broker | serves after | RSS per waiting message after restart | after publish |")
-    print("|---|---:|---:|---:|")
-    for r in rows:
-        print(
-            f"| {r['broker']} | {r['serves_after_s']} s | {r['per_message_after_restart']} B "
-            f"| {r['per_message_after_publish']} B |"
-        )
-    out: dict[str, Any] = {"restart": rows}
+    out: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    if not args.no_restart:
+        rows = [amqlite_restart(args.messages, body)]
+        if "rabbitmq" in args.vs:
+            rows.append(rabbitmq_restart(args.messages, body))
+        print(f"{args.messages:,} persistent {args.body}-byte messages waiting, kill -9, restart")
+        print("| broker | serves after | RSS per waiting message after restart | after publish |")
+        print("|---|---:|---:|---:|")
+        for r in rows:
+            print(
+                f"| {r['broker']} | {r['serves_after_s']} s | {r['per_message_after_restart']} B "
+                f"| {r['per_message_after_publish']} B |"
+            )
+        out["restart"] = rows
     if args.big:
         big = amqlite_bigger_than_memory(args.big, body, parse_size(args.watermark))
         out["bigger_than_memory"] = big
+        mib = 2**20
         print(
-            f"\n{big['messages']:,} messages, watermark {big['watermark'] / 2**20:.0f} MiB: "
-            f"published in {big['publish_s']} s, drained in {big['drain_s']} s, peak RSS "
-            f"{big['peak_rss'] / 2**20:.0f} MiB ({big['peak_over_watermark'] / 2**20:+.0f} MiB "
-            "over the watermark)"
+            f"\n{big['messages']:,} messages, watermark {big['watermark'] / mib:.0f} MiB "
+            f"(empty broker {big['rss_empty'] / mib:.0f} MiB): published in {big['publish_s']} s "
+            f"({big['publish_server_cpu_s']} s server CPU), RSS after publish "
+            f"{big['rss_after_publish'] / mib:.0f} MiB ({big['per_message_after_publish']} B a "
+            f"message); drained {big['drained']:,} in {big['drain_s']} s "
+            f"({big['drain_server_cpu_s']} s server CPU), {big['left_after_drain']} left; peak "
+            f"RSS {big['publish_peak_rss'] / mib:.0f} MiB publishing, "
+            f"{big['drain_peak_rss'] / mib:.0f} MiB draining "
+            f"({big['peak_over_watermark'] / mib:+.0f} MiB against the watermark)"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import itertools
 from array import array
-from collections.abc import Iterable, Sequence
-from typing import Protocol
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import Protocol, TypeVar
 
 from .message import INF, Message
 
@@ -37,6 +38,10 @@ from .message import INF, Message
 READ_AHEAD = 256
 #: Ready entries a queue keeps in memory when the node pages (the rest go to disk).
 KEEP = READ_AHEAD
+#: Messages per chunk of a backlog written out (21 bytes each: 344 KB a chunk).
+CHUNK = 16384
+
+_T = TypeVar("_T")
 
 _PAGED = 2  # flag: the message is in the page file under ``_refs[i]``
 # sizes are unsigned 32-bit: a message body is far below 4 GiB (limits.max_message_size)
@@ -76,17 +81,20 @@ class Paging:
     shell saw memory over its mark), messages past a queue's first :data:`KEEP`
     wait on disk, transient ones in ``pager``."""
 
-    __slots__ = ("active", "paged", "pager")
+    __slots__ = ("active", "chunks", "paged", "pager")
 
     def __init__(self) -> None:
         self.pager: Pager | None = None
+        #: where backlogs write their middle out (:class:`Backlog`), None: they do not
+        self.chunks: ChunkStore | None = None
         self.active = False
         self.paged = 0  # messages paged out so far (a counter for status)
 
 
-class Backlog:
+class _Flat:
     """Ready messages in order, each a journal id (``ids[i] > 0``) or an entry held in
-    memory (``ids[i] == 0``, ``held[i]``). ``bytes`` counts their body bytes."""
+    memory (``ids[i] == 0``, ``held[i]``), in arrays. ``bytes`` counts their body
+    bytes. One stretch of a :class:`Backlog`."""
 
     __slots__ = (
         "_expires",
@@ -184,7 +192,7 @@ class Backlog:
         self.bytes += size
         self._lower(expires)
 
-    def extend(self, other: Backlog) -> None:
+    def extend(self, other: _Flat) -> None:
         """Append everything ``other`` holds (which is then to be dropped)."""
         base = len(self._ids) - other._head
         head = other._head
@@ -332,7 +340,7 @@ class Backlog:
         del self._flags[i]
         self._removed()
         if self._held:
-            self._held = {(k - 1 if k > i else k): e for k, e in self._held.items()}
+            self._held = {(k - 1 if k > i else k): e for k, e in self._held.items() if k != i}
         if self._hint > i:
             self._hint -= 1
         return True
@@ -368,4 +376,364 @@ class Backlog:
         low = self._low
         if low is None:
             low = self._low = min(itertools.islice(self._expires, self._head, None), default=INF)
+        return low
+
+    def dump(self) -> _Chunk:
+        """What is here as a chunk: the arrays from the head on as raw bytes (ids,
+        expiries, sizes, flags), the held entries and page references beside them."""
+        head = self._head
+        n = len(self._ids) - head
+        parts = []
+        for column in (self._ids, self._expires, self._sizes):
+            width = column.itemsize
+            with memoryview(column).cast("B") as view:
+                parts.append(view[head * width :].tobytes())
+        parts.append(bytes(self._flags[head:]))
+        return _Chunk(
+            b"".join(parts),
+            n,
+            self.bytes,
+            self.earliest(),
+            {k - head: e for k, e in self._held.items()},
+            {k - head: r for k, r in self._refs.items()},
+        )
+
+    def id_range(self) -> tuple[int, int]:
+        """The lowest and highest journal id here (0, 0: none)."""
+        ids = [abs(i) for i in itertools.islice(self._ids, self._head, None) if i]
+        return min(ids, default=0), max(ids, default=0)
+
+    @classmethod
+    def load(cls, chunk: _Chunk, data: bytes) -> _Flat:
+        """The stretch :meth:`dump` made ``chunk`` (``data`` its bytes) of."""
+        flat = cls()
+        n = chunk.count
+        if len(data) != n * _ENTRY:
+            raise ValueError(f"a backlog chunk of {n} entries has {len(data)} bytes")
+        with memoryview(data) as view:
+            flat._ids.frombytes(view[: 8 * n])
+            flat._expires.frombytes(view[8 * n : 16 * n])
+            flat._sizes.frombytes(view[16 * n : 20 * n])
+            flat._flags = bytearray(view[20 * n :])
+        flat._held = dict(chunk.held)
+        flat._refs = dict(chunk.refs)
+        flat.bytes = chunk.bytes
+        flat._low = chunk.low
+        return flat
+
+
+_ENTRY = 21  # bytes of a chunk per message: id (8), expiry (8), size (4), flags (1)
+
+
+class _Chunk:
+    """A stretch of a backlog written out (``ref``, in the shell's chunk store) or
+    about to be (``data``); what stays in memory is this record."""
+
+    __slots__ = ("bytes", "count", "data", "held", "hi", "lo", "low", "ref", "refs")
+
+    def __init__(
+        self,
+        data: bytes,
+        count: int,
+        size: int,
+        low: float,
+        held: dict[int, Entry],
+        refs: dict[int, int],
+    ) -> None:
+        self.data: bytes | None = data
+        self.ref = 0
+        self.count = count
+        self.bytes = size
+        self.low = low  # the earliest expiry in it
+        self.held = held  # entries kept in memory, by their index in the chunk
+        self.refs = refs  # page references of paged messages, by index
+        # the lowest and highest journal id in it, found when first asked (-1: not
+        # yet): a mark or ack by id skips the chunks that cannot hold it
+        self.lo = self.hi = -1
+
+
+class ChunkStore(Protocol):
+    """The shell's store of backlog chunks (sans-IO boundary): raw bytes written to
+    a disposable file and read back. Nothing in it survives a restart, nor has to:
+    the journal holds every journaled message, and a restart rebuilds the backlogs
+    from it."""
+
+    def put_chunk(self, data: bytes) -> int:
+        """Store ``data``; its reference."""
+        ...
+
+    def get_chunk(self, ref: int) -> bytes:
+        """The bytes stored under ``ref`` (still stored)."""
+        ...
+
+    def drop_chunk(self, ref: int) -> None:
+        """Forget what is stored under ``ref``."""
+        ...
+
+
+class Backlog:
+    """A queue's ready messages behind its head, in order: a front stretch (popped
+    from), chunks written out through the shell's :class:`ChunkStore`, and a tail
+    stretch (pushed to) that becomes the next chunk once it holds :data:`CHUNK`
+    messages. With no store (``paging.chunks`` unset) everything stays in memory.
+
+    Why chunks: the arrays cost 21 bytes a message, so a backlog of millions would
+    hold a hundred megabytes of them in memory while only its two ends are ever
+    used (issue 16: a backlog bigger than the memory limit). The chunks are a cache:
+    the journal holds every journaled message, a restart rebuilds the backlog from
+    it and the store's directory is emptied. ``tests/broker/test_backlog.py``
+    checks that a chunked backlog gives exactly what one in memory does."""
+
+    __slots__ = ("_chunks", "_count", "_front", "_paging", "_size", "_tail")
+
+    def __init__(self, paging: Paging | None = None) -> None:
+        self._paging = paging
+        self._front = _Flat()
+        self._chunks: deque[_Chunk] = deque()
+        self._count = 0  # messages in the chunks
+        self._size = 0  # their body bytes
+        self._tail = _Flat()
+
+    # --- sizes ----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._front) + self._count + len(self._tail)
+
+    def __bool__(self) -> bool:
+        return bool(self._front) or self._count > 0 or bool(self._tail)
+
+    @property
+    def bytes(self) -> int:
+        """Body bytes of the messages here."""
+        return self._front.bytes + self._size + self._tail.bytes
+
+    @property
+    def spilled(self) -> int:
+        """Messages in chunks written out."""
+        return self._count
+
+    def _store(self) -> ChunkStore | None:
+        paging = self._paging
+        return paging.chunks if paging is not None else None
+
+    # --- pushing --------------------------------------------------------------------
+
+    def _target(self) -> tuple[_Flat, int]:
+        """The stretch the next message goes to, and how many it takes before a spill."""
+        store = self._store()
+        front = self._front
+        if not self._chunks and not self._tail:
+            if store is None:
+                return front, 1 << 62
+            if len(front) < CHUNK:
+                return front, CHUNK - len(front)
+        if store is None:
+            return self._tail, 1 << 62
+        return self._tail, max(1, CHUNK - len(self._tail))
+
+    def _pushed(self) -> None:
+        """Write the tail out as a chunk once it is full (and a store is there)."""
+        if len(self._tail) >= CHUNK:
+            store = self._store()
+            if store is not None:
+                self._spill(store)
+
+    def _spill(self, store: ChunkStore) -> None:
+        chunk = self._tail.dump()
+        data = chunk.data
+        assert data is not None
+        chunk.ref = store.put_chunk(data)
+        chunk.data = None
+        self._chunks.append(chunk)
+        self._count += chunk.count
+        self._size += chunk.bytes
+        self._tail = _Flat()
+
+    def push(self, journal_id: int, size: int, expires: float, redelivered: bool) -> None:
+        """Append a journaled message by its id."""
+        self._target()[0].push(journal_id, size, expires, redelivered)
+        self._pushed()
+
+    def push_run(
+        self,
+        journal_ids: array[int],
+        sizes: array[int],
+        flags: bytearray,
+        start: int,
+        stop: int,
+        expires: float | Iterable[float],
+    ) -> None:
+        """:meth:`push` of entries ``start`` to ``stop`` of these arrays (``flags``: 1
+        redelivered, else 0), each expiring at ``expires`` or at the next of it.
+        Copied straight from them a chunk at a time: no slice of a million is made."""
+        each = None if isinstance(expires, float) else iter(expires)
+        while start < stop:
+            target, room = self._target()
+            end = min(stop, start + room)
+            part: float | Iterable[float] = (
+                expires if each is None else itertools.islice(each, end - start)
+            )
+            target.push_run(journal_ids, sizes, flags, start, end, part)
+            start = end
+            self._pushed()
+
+    def push_entry(self, entry: Entry) -> None:
+        """Append a message kept in memory (one the journal cannot give back)."""
+        self._target()[0].push_entry(entry)
+        self._pushed()
+
+    def push_paged(self, ref: int, size: int, expires: float, redelivered: bool) -> None:
+        """Append a message the pager holds under ``ref``."""
+        self._target()[0].push_paged(ref, size, expires, redelivered)
+        self._pushed()
+
+    def _append(self, flat: _Flat) -> None:
+        """Append everything ``flat`` holds."""
+        if not flat:
+            return
+        target, _ = self._target()
+        target.extend(flat)
+        if target is self._tail:
+            self._pushed()
+
+    def extend(self, other: Backlog) -> None:
+        """Append everything ``other`` holds (which is then to be dropped)."""
+        self._append(other._front)
+        if other._chunks:
+            store = self._store()
+            if self._tail:
+                if store is None:
+                    raise RuntimeError("a backlog's chunks need the chunk store")
+                self._spill(store)  # a short chunk: the order is kept
+            self._chunks.extend(other._chunks)
+            self._count += other._count
+            self._size += other._size
+        self._append(other._tail)
+
+    # --- popping --------------------------------------------------------------------
+
+    def _take(self, chunk: _Chunk) -> _Flat:
+        """A chunk's stretch back in memory (and out of the store)."""
+        store = self._store()
+        if store is None:
+            raise RuntimeError("a backlog's chunks need the chunk store")
+        flat = _Flat.load(chunk, store.get_chunk(chunk.ref))
+        store.drop_chunk(chunk.ref)
+        return flat
+
+    def _refill(self) -> bool:
+        """The front is empty: the next chunk (or the tail) becomes it; False if none."""
+        if self._chunks:
+            chunk = self._chunks.popleft()
+            self._count -= chunk.count
+            self._size -= chunk.bytes
+            self._front = self._take(chunk)
+            return True
+        if self._tail:
+            self._front, self._tail = self._tail, _Flat()
+            return True
+        return False
+
+    def pop(self, n: int, source: MessageSource | None, pager: Pager | None = None) -> list[Entry]:
+        """Take up to ``n`` messages off the front, loading journaled and paged ones."""
+        out = self._front.pop(n, source, pager)
+        while len(out) < n and not self._front and self._refill():
+            out += self._front.pop(n - len(out), source, pager)
+        return out
+
+    # --- by journal id --------------------------------------------------------------
+
+    def _edit(self, chunk: _Chunk, change: Callable[[_Flat], _T]) -> _T:
+        """Apply ``change`` to a chunk's stretch and write it back."""
+        store = self._store()
+        assert store is not None
+        flat = self._take(chunk)
+        result = change(flat)
+        self._count -= chunk.count
+        self._size -= chunk.bytes
+        if not flat:
+            self._chunks.remove(chunk)
+            return result
+        fresh = flat.dump()
+        data = fresh.data
+        assert data is not None
+        fresh.ref = store.put_chunk(data)
+        fresh.data = None
+        self._chunks[self._chunks.index(chunk)] = fresh
+        self._count += fresh.count
+        self._size += fresh.bytes
+        return result
+
+    def _by_id(self, journal_id: int, change: Callable[[_Flat], bool]) -> bool:
+        if not journal_id:
+            return False
+        if change(self._front):
+            return True
+        store = self._store()
+        for chunk in list(self._chunks):
+            if chunk.lo < 0:
+                assert store is not None
+                flat = _Flat.load(chunk, store.get_chunk(chunk.ref))
+                chunk.lo, chunk.hi = flat.id_range()
+            if chunk.lo <= journal_id <= chunk.hi and self._edit(chunk, change):
+                return True
+        return change(self._tail)
+
+    def mark(self, journal_id: int) -> bool:
+        """Flag message ``journal_id`` redelivered; False when not here."""
+        return self._by_id(journal_id, lambda flat: flat.mark(journal_id))
+
+    def remove(self, journal_id: int) -> bool:
+        """Drop message ``journal_id`` (a journaled ack); False when not here."""
+        return self._by_id(journal_id, lambda flat: flat.remove(journal_id))
+
+    # --- all of it ------------------------------------------------------------------
+
+    def flag_all(self) -> int:
+        """Flag every message redelivered; how many were not yet."""
+        fresh = self._front.flag_all() + self._tail.flag_all()
+        for chunk in list(self._chunks):
+            fresh += self._edit(chunk, _Flat.flag_all)
+        return fresh
+
+    def page_held(self, pager: Pager) -> int:
+        """Page out the transient messages held in memory here; how many."""
+        moved = self._front.page_held(pager) + self._tail.page_held(pager)
+        for chunk in list(self._chunks):
+            if chunk.held:
+                moved += self._edit(chunk, lambda flat: flat.page_held(pager))
+        return moved
+
+    def held_bytes(self) -> int:
+        """Body bytes of the messages held in memory here."""
+        in_chunks = sum(len(e[0].body) for c in self._chunks for e in c.held.values())
+        return self._front.held_bytes() + in_chunks + self._tail.held_bytes()
+
+    def clear(self, pager: Pager | None = None) -> list[int]:
+        """Drop everything (paged messages are discarded from ``pager``); the journal
+        ids dropped (in order)."""
+        ids = self._front.clear(pager)
+        for chunk in self._chunks:
+            ids += self._take(chunk).clear(pager)
+        ids += self._tail.clear(pager)
+        self._front, self._tail = _Flat(), _Flat()
+        self._chunks.clear()
+        self._count = self._size = 0
+        return ids
+
+    def journal_ids(self) -> list[int]:
+        """The journal ids waiting here, in order."""
+        ids = self._front.journal_ids()
+        store = self._store()
+        for chunk in self._chunks:
+            assert store is not None
+            ids += _Flat.load(chunk, store.get_chunk(chunk.ref)).journal_ids()
+        return ids + self._tail.journal_ids()
+
+    def earliest(self) -> float:
+        """The earliest expiry here (INF: none expires)."""
+        low = min(self._front.earliest(), self._tail.earliest())
+        for chunk in self._chunks:
+            if chunk.low < low:
+                low = chunk.low
         return low

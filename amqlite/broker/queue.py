@@ -230,7 +230,7 @@ class Queue:
                 or (pager is not None and len(self.ready) >= KEEP)
             ):
                 return False
-            backlog = self.backlog = Backlog()
+            backlog = self.backlog = Backlog(self.vhost.paging)
         if by_id:
             backlog.push(message.journal_id, len(message.body), expires, redelivered)
         elif pager is not None:
@@ -261,7 +261,7 @@ class Queue:
         out = [e[0] for e in moved if not self._pages(e[0]) and type(e[0]) is Message]
         refs = iter(pager.page_out(out) if out else ())
         paging.paged += len(out)
-        front = Backlog()
+        front = Backlog(self.vhost.paging)
         for message, expires, redelivered in moved:
             size = len(message.body)
             self.ready_bytes -= size
@@ -280,7 +280,7 @@ class Queue:
         """Append a recovered journaled message by its id (body left in the journal)."""
         backlog = self.backlog
         if backlog is None:
-            backlog = self.backlog = Backlog()
+            backlog = self.backlog = Backlog(self.vhost.paging)
         backlog.push(journal_id, size, expires, redelivered)
 
     def restore_refs(
@@ -298,7 +298,7 @@ class Queue:
         ``redelivered`` a byte per message (1 or 0)."""
         backlog = self.backlog
         if backlog is None:
-            backlog = self.backlog = Backlog()
+            backlog = self.backlog = Backlog(self.vhost.paging)
         ttl = self._ttl
         expires: float | Iterator[float] = INF
         if ttl is not None:  # as expiry(at - wall_offset, None), to the last bit

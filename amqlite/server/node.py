@@ -127,9 +127,16 @@ class BrokerNode:
             storage.before_commit = broker.recorder.flush_marks
         if self.pages is not None:
             broker.paging.pager = self.pages
+            broker.paging.chunks = self.pages
         if self.config.server.trace:
             set_trace(broker, True)
         return broker
+
+    def _open_pages(self, directory: str | None) -> None:
+        """The page file (transient messages and backlog chunks while memory is short)."""
+        self.pages = PageFile(directory)
+        self.broker.paging.pager = self.pages
+        self.broker.paging.chunks = self.pages
 
     async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         """Listen and serve until :meth:`stop` (graceful) or cancellation (abrupt).
@@ -163,11 +170,17 @@ class BrokerNode:
         try:
             async with trio.open_nursery() as nursery:
                 if storage is not None:
-                    await storage.open(cfg.effective_data_dir(self.port), self.broker)
+                    # the page file once the data dir is ours, before the rebuild: a
+                    # restarted backlog writes its middle out as it is rebuilt
+                    await storage.open(
+                        cfg.effective_data_dir(self.port),
+                        self.broker,
+                        locked=lambda: self._open_pages(storage.directory),
+                    )
                     await nursery.start(storage.run)
                 directory = storage.directory if storage is not None else None
-                self.pages = PageFile(directory)
-                self.broker.paging.pager = self.pages
+                if self.pages is None:
+                    self._open_pages(None)
                 await nursery.start(self.alarms.run, directory)
                 if self.ha is not None:
                     await nursery.start(self.ha.run)

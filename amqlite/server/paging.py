@@ -13,6 +13,12 @@ discarded; a segment whose every message is gone is deleted, the active one
 included (the next write starts a new one). Nothing here survives a restart:
 transient messages do not, and the directory is emptied when the node starts.
 
+The same files hold queue backlogs' chunks (the core's
+:class:`~amqlite.broker.backlog.ChunkStore`): the journal ids, expiries, sizes and
+flags of a stretch of waiting messages as raw bytes, framed the same way (length,
+CRC-32, the bytes). They are a cache of what the journal holds: a restart empties
+the directory with the rest and rebuilds the backlogs from the journal.
+
 Writes are buffered and reach the file before any read or every
 :data:`FLUSH_BYTES`; the file is never fsynced (a crash loses transient messages
 anyway). Reads and writes are a few syscalls each, done on the event loop: page
@@ -97,6 +103,8 @@ class PageFile:
         self.messages = 0  # paged messages not yet read back or discarded
         self.bytes = 0  # their frame bytes
         self.paged = 0  # messages ever paged out
+        self.chunks = 0  # backlog chunks stored (Backlog: queues' waiting journal ids)
+        self.chunk_bytes = 0
 
     def _path(self, seq: int) -> str:
         if self.directory is None:
@@ -158,6 +166,40 @@ class PageFile:
             self._gone(seq, _HEAD.size + length)
         return out
 
+    # --- the ChunkStore (backlog chunks: raw bytes) ----------------------------------
+
+    def put_chunk(self, data: bytes) -> int:
+        if not self._seq or self._size >= SEGMENT_BYTES:
+            self._start_segment()
+        ref = self._seq << _BITS | self._size
+        self._buffer += _HEAD.pack(len(data), zlib.crc32(data))
+        self._buffer += data
+        self._size += _HEAD.size + len(data)
+        self._live[self._seq] += 1
+        self.chunks += 1
+        self.chunk_bytes += len(data)
+        if len(self._buffer) >= FLUSH_BYTES:
+            self._flush()
+        return ref
+
+    def get_chunk(self, ref: int) -> bytes:
+        self._flush()
+        seq, offset = ref >> _BITS, ref & _MASK
+        fd = self._fds[seq]
+        length, crc = _HEAD.unpack(os.pread(fd, _HEAD.size, offset))
+        data = os.pread(fd, length, offset + _HEAD.size)
+        if len(data) != length or zlib.crc32(data) != crc:
+            raise PageFileError(f"{self._path(seq)}: damaged chunk at offset {offset}")
+        return data
+
+    def drop_chunk(self, ref: int) -> None:
+        self._flush()
+        seq, offset = ref >> _BITS, ref & _MASK
+        length, _ = _HEAD.unpack(os.pread(self._fds[seq], _HEAD.size, offset))
+        self.chunks -= 1
+        self.chunk_bytes -= length
+        self._gone(seq, 0)
+
     def discard(self, refs: Sequence[int]) -> None:
         self._flush()
         for ref in refs:
@@ -166,8 +208,10 @@ class PageFile:
             self._gone(seq, _HEAD.size + length)
 
     def _gone(self, seq: int, size: int) -> None:
-        self.messages -= 1
-        self.bytes -= size
+        """One message of ``size`` frame bytes (or, with 0, a chunk) left segment ``seq``."""
+        if size:
+            self.messages -= 1
+            self.bytes -= size
         self._live[seq] -= 1
         if not self._live[seq]:
             del self._live[seq]
@@ -190,6 +234,8 @@ class PageFile:
             "bytes": self.bytes,
             "segments": len(self._fds),
             "paged_total": self.paged,
+            "backlog_chunks": self.chunks,
+            "backlog_chunk_bytes": self.chunk_bytes,
         }
 
     def close(self) -> None:

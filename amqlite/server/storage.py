@@ -154,9 +154,12 @@ class NodeStorage:
 
     # --- opening -----------------------------------------------------------------------
 
-    async def open(self, directory: str, broker: Broker) -> RecoveryReport:
+    async def open(
+        self, directory: str, broker: Broker, *, locked: Callable[[], None] | None = None
+    ) -> RecoveryReport:
         """Lock ``directory``, recover the journal (in a thread), rebuild ``broker``
-        from it and log what was found. Raises StoreLocked / JournalCorrupt /
+        from it and log what was found. ``locked`` is called once the directory is
+        this node's, before the rebuild. Raises StoreLocked / JournalCorrupt /
         StoreError for the caller to report."""
         self.directory = directory
         cfg = self.config
@@ -178,6 +181,8 @@ class NodeStorage:
 
         journal, report = await trio.to_thread.run_sync(recover)
         self.journal = journal
+        if locked is not None:
+            locked()
         state = report.state
         # lazily: each live message is queued by journal id, its body left in the journal
         now = trio.current_time()

@@ -18,8 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amqlite.broker import Broker, Message
+from amqlite.broker import backlog as backlog_module
 from amqlite.broker import queue as queue_module
-from amqlite.broker.backlog import Backlog
+from amqlite.broker.backlog import Backlog, Paging, _Flat
 from amqlite.broker.replay import message_from_record
 from amqlite.store.records import MessageEnqueue, Record
 
@@ -63,6 +64,27 @@ class DictPager:
             self.discarded += 1
 
 
+class DictChunks:
+    """The shell's chunk store, in a dict; checks every chunk is dropped once."""
+
+    def __init__(self) -> None:
+        self.chunks: dict[int, bytes] = {}
+        self.last = 0
+        self.written = 0
+
+    def put_chunk(self, data: bytes) -> int:
+        self.last += 1
+        self.written += 1
+        self.chunks[self.last] = bytes(data)
+        return self.last
+
+    def get_chunk(self, ref: int) -> bytes:
+        return self.chunks[ref]
+
+    def drop_chunk(self, ref: int) -> None:
+        del self.chunks[ref]
+
+
 def make(paging: bool) -> tuple[Broker, list[Record], DictSource]:
     records: list[Record] = []
     broker = Broker(record=records.append)
@@ -71,6 +93,7 @@ def make(paging: bool) -> tuple[Broker, list[Record], DictSource]:
     if paging:
         broker.recorder.source = source
         broker.paging.pager = DictPager()
+        broker.paging.chunks = DictChunks()
     return broker, records, source
 
 
@@ -79,6 +102,7 @@ def small_head(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(queue_module, "HEAD", 3)
     monkeypatch.setattr(queue_module, "READ_AHEAD", 2)
     monkeypatch.setattr(queue_module, "KEEP", 2)
+    monkeypatch.setattr(backlog_module, "CHUNK", 3)
 
 
 OPS = st.lists(
@@ -158,6 +182,8 @@ def run(ops: list[tuple[str, object]], paging: bool) -> list[object]:
             seen.append((name, entry[0].body, entry[2]))
     pager = broker.paging.pager
     assert pager is None or not pager.pages  # type: ignore[attr-defined]
+    chunks = broker.paging.chunks
+    assert chunks is None or not chunks.chunks  # type: ignore[attr-defined]
     return seen
 
 
@@ -169,7 +195,10 @@ def test_a_queue_with_a_backlog_hands_out_what_an_in_memory_one_does(
     assert run(ops, paging=True) == run(ops, paging=False)
 
 
-def test_a_long_queue_keeps_journaled_messages_by_id_and_reads_them_ahead() -> None:
+def test_a_long_queue_keeps_journaled_messages_by_id_and_reads_them_ahead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(backlog_module, "CHUNK", 1000)  # one stretch: one load a batch
     broker, _, source = make(paging=True)
     s = broker.open_session()
     s.declare_queue("q", durable=True)
@@ -256,7 +285,9 @@ def test_transient_messages_page_out_while_memory_is_short_and_come_back_intact(
 )
 def test_the_earliest_expiry_is_kept_exactly(ops: list[tuple[str, int, float]]) -> None:
     """``earliest`` is cached (a queue asks at every tick); it is always the minimum."""
-    backlog = Backlog()
+    paging = Paging()
+    paging.chunks = DictChunks()
+    backlog = Backlog(paging)
     source = DictSource([])
     next_id = 1
     for op, n, expires in ops:
@@ -280,9 +311,162 @@ def test_the_earliest_expiry_is_kept_exactly(ops: list[tuple[str, int, float]]) 
         elif op == "clear":
             backlog.clear()
         else:
-            other = Backlog()
-            other.push(next_id, 1, expires, False)
+            other = Backlog(paging)
+            for _ in range(n % 8):
+                other.push(next_id, 1, expires, False)
+                next_id += 1
             next_id += 1
             backlog.extend(other)
-        expected = min(backlog._expires[backlog._head :], default=float("inf"))
-        assert backlog.earliest() == expected
+        assert backlog.earliest() == min(expiries(backlog), default=float("inf"))
+
+
+def stretches(backlog: Backlog) -> list[_Flat]:
+    """A backlog's stretches in order, its chunks read back (without taking them)."""
+    store = backlog._store()
+    chunks = []
+    for chunk in backlog._chunks:
+        assert store is not None
+        chunks.append(_Flat.load(chunk, store.get_chunk(chunk.ref)))
+    return [backlog._front, *chunks, backlog._tail]
+
+
+def expiries(backlog: Backlog) -> list[float]:
+    return [e for flat in stretches(backlog) for e in flat._expires[flat._head :]]
+
+
+class IdSource:
+    """A source that gives every journal id a message whose body is the id."""
+
+    def load(self, journal_ids: Sequence[int]) -> list[Message | None]:
+        out: list[Message | None] = []
+        for i in journal_ids:
+            m = Message("", "q", b"%d" % i)
+            m.journal_id = i
+            out.append(m)
+        return out
+
+
+BACKLOG_OPS = st.lists(
+    st.tuples(
+        st.sampled_from(
+            [
+                "push",
+                "push",
+                "push",
+                "run",
+                "entry",
+                "paged",
+                "pop",
+                "mark",
+                "remove",
+                "flag_all",
+                "page_held",
+                "clear",
+                "extend",
+            ]
+        ),
+        st.integers(0, 40),
+        st.sampled_from([1.0, 5.0, float("inf")]),
+    ),
+    max_size=80,
+)
+
+
+def _seen(entries: list[tuple[Message, float, bool]]) -> list[object]:
+    return [(m.body, m.journal_id, e, r) for m, e, r in entries]
+
+
+def _step(
+    b: Backlog, p: DictPager, op: str, n: int, expires: float, next_id: int
+) -> tuple[object, Backlog, int]:
+    """One op on one backlog: (what it returned, the backlog now, the next id)."""
+    source = IdSource()
+    if op == "push":
+        b.push(next_id, n, expires, n % 3 == 0)
+        return None, b, next_id + 1
+    if op == "run":
+        ids = array("q", range(next_id - 2, next_id + n % 9 + 2))
+        sizes, flags = array("I", [7] * len(ids)), bytearray(k % 2 for k in range(len(ids)))
+        every = iter([expires + k for k in range(2, len(ids))])
+        b.push_run(ids, sizes, flags, 2, len(ids) - 2, every if n % 2 else expires)
+        return None, b, next_id + len(ids) - 4
+    if op == "entry":
+        message = Message("", "q", b"held%d" % n)
+        message.journal_id = next_id if n % 2 else 0
+        b.push_entry((message, expires, n % 3 == 0))
+        return None, b, next_id + 1
+    if op == "paged":
+        body = b"paged%d" % n
+        (ref,) = p.page_out([Message("", "q", body)])
+        b.push_paged(ref, len(body), expires, False)
+        return None, b, next_id
+    if op == "pop":
+        return _seen(b.pop(n % 7, source, p)), b, next_id
+    if op == "mark":
+        return b.mark(n % (next_id + 1)), b, next_id
+    if op == "remove":
+        return b.remove(n % (next_id + 1)), b, next_id
+    if op == "flag_all":
+        return b.flag_all(), b, next_id
+    if op == "page_held":
+        return b.page_held(p), b, next_id
+    if op == "clear":
+        return b.clear(p), b, next_id
+    other = Backlog(b._paging)
+    for i in range(n % 12):
+        other.push(next_id + i, 1, expires, False)
+    if n % 2:
+        other.pop(n % 5, source)
+        b.extend(other)
+        return None, b, next_id + n % 12
+    other.extend(b)  # Queue.page_out: the head goes in front of the backlog
+    return None, other, next_id + n % 12
+
+
+@settings(max_examples=300, deadline=None)
+@given(BACKLOG_OPS)
+def test_a_backlog_written_out_in_chunks_gives_what_one_in_memory_does(
+    ops: list[tuple[str, int, float]],
+) -> None:
+    """The same pushes, pops, marks, removes, flags, pages, clears and extends (both
+    ways: a queue paging out puts its head in front of its backlog) on a backlog
+    whose middle goes to a chunk store (chunks of 3) and on one kept in memory: the
+    same messages in the same order with the same flags and expiries, the same
+    counts, bytes, journal ids and earliest expiry at every step; and the store
+    holds nothing once the backlog is empty."""
+    paging = Paging()
+    store = DictChunks()
+    paging.chunks = store
+    chunked, plain = Backlog(paging), Backlog()
+    pagers = [DictPager(), DictPager()]
+    next_id = 1
+    for op, n, expires in ops:
+        got_chunked, chunked, _ = _step(chunked, pagers[0], op, n, expires, next_id)
+        got_plain, plain, next_id = _step(plain, pagers[1], op, n, expires, next_id)
+        assert got_chunked == got_plain
+        assert len(chunked) == len(plain) and chunked.bytes == plain.bytes
+        assert chunked.journal_ids() == plain.journal_ids()
+        assert chunked.earliest() == plain.earliest()
+        assert chunked.held_bytes() == plain.held_bytes()
+        assert bool(chunked) == bool(plain)
+    source = IdSource()
+    rest_chunked = _seen(chunked.pop(len(chunked) + 1, source, pagers[0]))
+    assert rest_chunked == _seen(plain.pop(len(plain) + 1, source, pagers[1]))
+    assert not store.chunks
+    assert all(not p.pages for p in pagers)
+
+
+def test_a_backlog_keeps_only_its_ends_in_memory() -> None:
+    """A backlog of 20 chunks of 3: the front and the tail in memory, the rest in the
+    store; drained in order, each chunk read back once."""
+    paging = Paging()
+    store = DictChunks()
+    paging.chunks = store
+    backlog = Backlog(paging)
+    for i in range(1, 61):
+        backlog.push(i, 1, float("inf"), False)
+    assert len(backlog._front) == 3 and len(backlog._tail) == 0 and backlog.spilled == 57
+    assert len(store.chunks) == 19 and backlog.bytes == 60
+    out = backlog.pop(100, IdSource())
+    assert [m.journal_id for m, _, _ in out] == list(range(1, 61))
+    assert not store.chunks and store.written == 19 and not backlog

@@ -57,8 +57,9 @@ def amqlite_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "amqlite", *args]
 
 
-async def start_server(*args: str) -> ServerProcess:
-    """Start ``amqlite server --port 0`` (plus args) and wait until it listens."""
+async def start_server(*args: str, deadline_s: float = 10.0) -> ServerProcess:
+    """Start ``amqlite server --port 0`` (plus args) and wait until it listens (it
+    recovers its journal first: a big one takes a while on a busy machine)."""
     proc = await trio.lowlevel.open_process(
         amqlite_argv("server", "--host", "127.0.0.1", "--port", "0", "--log-format", "json", *args),
         stdin=subprocess.DEVNULL,
@@ -67,7 +68,7 @@ async def start_server(*args: str) -> ServerProcess:
         env=checkout_env(),
     )
     server = ServerProcess(proc, 0)
-    record = await server.read_log_until("server_listening")
+    record = await server.read_log_until("server_listening", deadline_s)
     server.port = int(record["port"])  # type: ignore[arg-type]
     return server
 

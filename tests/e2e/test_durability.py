@@ -20,6 +20,7 @@ import pytest
 import trio
 
 import amqlite
+from amqlite.broker import backlog as backlog_module
 from amqlite.errors import AmqliteError
 
 from .procs import ServerProcess, run_cli, start_server
@@ -182,6 +183,69 @@ async def test_kill_9_with_a_backlog_on_disk_loses_nothing(tmp_path: Path) -> No
         assert recovered["messages"] >= len(ledger.confirmed - ledger.acked)  # type: ignore[operator]
         assert len(ledger.confirmed - ledger.acked) > 4000  # a backlog, not just a head
         ledger.check(await drain(server))
+    finally:
+        await kill9(server)
+
+
+@pytest.mark.timeout(600)
+async def test_a_backlog_written_out_in_chunks_drains_whole_across_a_kill_9(
+    tmp_path: Path,
+) -> None:
+    """A backlog long enough that its middle goes to the page file in chunks (more
+    than four chunks of 16,384), under a memory watermark: a consumer drains part
+    of it, the broker is killed mid-drain, and after the restart (which writes the
+    rebuilt backlog's middle out again) every confirmed message not acked comes
+    back exactly once, in order, its body intact, and the rest drains to the last."""
+    config = tmp_path / "server.toml"
+    config.write_text("[limits]\nmemory_high_watermark = 268435456\n")
+    data = tmp_path / "node"
+    args = ("--data-dir", str(data), "--config", str(config))
+    total = 4 * backlog_module.CHUNK + 5_000
+    ledger = Ledger()
+    server = await start_server(*args)
+    try:
+        async with amqlite.connect(f"127.0.0.1:{server.port}") as conn:
+            await conn.declare_queue(QUEUE, durable=True)
+            window: list[tuple[int, amqlite.PendingConfirm]] = []
+            for n in range(total):
+                window.append((n, await conn.publish_nowait("", QUEUE, padded(n), persistent=True)))
+                ledger.published += 1
+                if len(window) >= 1000 or n == total - 1:
+                    for k, pending in window:
+                        await pending.wait()
+                        ledger.confirmed.add(k)
+                    window.clear()
+        assert list((data / "page").glob("page-*.bin")), "the backlog's middle is on disk"
+        async with amqlite.connect(f"127.0.0.1:{server.port}") as conn:
+            consumer = await conn.consume(QUEUE, prefetch=500)
+            async for delivery in consumer:
+                await delivery.ack()
+                ledger.acked.add(number(delivery.body))
+                if len(ledger.acked) == backlog_module.CHUNK + 2_000:  # into a chunk
+                    await kill9(server)
+                    break
+    finally:
+        if server.proc.returncode is None:
+            await kill9(server)
+    server = await start_server(*args, deadline_s=60)
+    try:
+        (recovered,) = [r for r in server.log_lines if r.get("event") == "journal_recovered"]
+        assert recovered["messages"] >= total - len(ledger.acked)  # type: ignore[operator]
+        assert list((data / "page").glob("page-*.bin")), "the rebuilt middle is on disk"
+        found = []
+        async with amqlite.connect(f"127.0.0.1:{server.port}") as conn:
+            consumer = await conn.consume(QUEUE, prefetch=1000)
+            with trio.fail_after(300):
+                async for delivery in consumer:
+                    await delivery.ack()
+                    found.append(number(delivery.body))
+                    if found[-1] == total - 1:
+                        break
+            await consumer.cancel()
+            info = await conn.declare_queue(QUEUE, durable=True, passive=True)
+            assert info.messages == 0
+        ledger.check(found)
+        assert len(found) + len(ledger.acked) >= total
     finally:
         await kill9(server)
 

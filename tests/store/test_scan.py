@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Any
+from unittest import mock
 
 import cbor2
 from hypothesis import given, settings
@@ -23,6 +24,7 @@ from amqlite.store import (
     decode_record,
     encode_record,
 )
+from amqlite.store import state as state_module
 from amqlite.store.codec import EnqueueScan
 from amqlite.store.records import Record, record_to_map
 from amqlite.store.state import KEPT_PROPS, ScannedEnqueue, StoreState
@@ -182,6 +184,45 @@ _ops = st.lists(
 @settings(max_examples=300, deadline=None, database=None)
 @given(ops=_ops)
 def test_enqueue_placed_is_apply_then_place(ops: list[Any]) -> None:
+    _check_enqueue_placed(ops)
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(ops=_ops)
+def test_enqueue_placed_agrees_when_the_index_widens(ops: list[Any]) -> None:
+    """The index's enqueue order and queue columns start narrow and widen when a
+    value needs it (``_Index.widen``); here that happens from the sixth message and
+    the second queue on, in both paths."""
+    with (
+        mock.patch.object(state_module, "_SEQ_NARROW", 5),
+        mock.patch.object(state_module, "_Q_NARROW", 0),
+    ):
+        _check_enqueue_placed(ops)
+
+
+def test_the_index_widens_past_four_billion_enqueues() -> None:
+    state = StoreState()
+    state.apply(queue("q"))
+    state._seq = (1 << 32) - 3
+    for journal_id in range(1, 4):  # through place
+        record = enq(journal_id, "q")
+        state.apply(record)
+        state.place(record, journal_id)
+    scan = EnqueueScan()
+    batch = []
+    for journal_id in range(4, 7):  # through the scan's batch
+        payload = encode_record(enq(journal_id, "q"))
+        got = scan.scan(payload, 0, len(payload))
+        assert got is not None
+        batch.append((got, journal_id))
+    state.enqueue_placed_many(batch)
+    index = state._index
+    assert index.seqs.typecode == "q" and index.qs.typecode == "H"
+    assert list(index.seqs) == [(1 << 32) - 2 + k for k in range(6)]
+    assert state.live_journal_ids() == [1, 2, 3, 4, 5, 6]
+
+
+def _check_enqueue_placed(ops: list[Any]) -> None:
     slow, fast = StoreState(), StoreState()
     for state in (slow, fast):
         state.apply(queue("q"))
@@ -315,7 +356,9 @@ def test_runs_describe_what_refs_do(ops: list[Any]) -> None:
             continue
         assert b.backlog is not None
         for slot in ("_ids", "_expires", "_sizes", "_flags"):
-            assert list(getattr(b.backlog, slot)) == list(getattr(a.backlog, slot)), slot
+            assert list(getattr(b.backlog._front, slot)) == list(getattr(a.backlog._front, slot)), (
+                slot
+            )
         assert b.backlog.bytes == a.backlog.bytes
     keys_slow = slow.vhost("/").publish_keys  # type: ignore[union-attr]
     keys_fast = fast.vhost("/").publish_keys  # type: ignore[union-attr]
