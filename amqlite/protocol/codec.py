@@ -443,6 +443,15 @@ _BARE_OK = cbor2.dumps({"m": "ok", "re": 0})[:-1]  # what the server writes, up 
 _UINT_WIDTHS = {0x18: 1, 0x19: 2, 0x1A: 4, 0x1B: 8}
 
 
+def encode_bare_ok(re: int) -> bytes:
+    """``encode(Ok(re, {}))`` by hand, for ``0 <= re < 2**64`` (what
+    :func:`read_bare_ok` reads): the server sends one per confirmed publish, and
+    building the map for ``cbor2`` cost more than the rest of the reply;
+    tests/protocol/test_protocol_fast_paths.py checks it against :func:`encode`."""
+    enc = uint(re)
+    return _LEN.pack(len(_BARE_OK) + len(enc)) + _BARE_OK + enc
+
+
 def read_bare_ok(buf: bytes | bytearray, start: int, end: int) -> ev.Ok | None:
     """The bare ``ok`` in ``buf[start:end]``, read without a CBOR decoder, when it
     is the map the server writes (``{"m": "ok", "re": id}``, in that order, with an
@@ -851,7 +860,7 @@ def _route_prefix(exchange: str, key: str) -> bytes:
     return prefix
 
 
-_PAIR_CACHE: dict[tuple[bytes, str, str | int], bytes] = {}
+_PAIR_CACHE: dict[tuple[bytes, str, type, str | int], bytes] = {}
 _PAIR_CACHE_MAX = 4096
 _PAIR_CACHE_TEXT = 64  # longest text value kept in the cache
 
@@ -863,15 +872,18 @@ def _map_pair(key: bytes, m: dict[str, Any]) -> bytes:
     Fast path: a one-entry map with a short text or an integer value (a message's
     ``group_id``, a selector's key) is remembered (bounded, like the route
     prefixes): the same few maps come with many messages, and a look-up costs a
-    third of encoding them. Only text keys and values of exactly ``str`` or ``int``
-    use the cache, so ``True`` or ``1.0``, equal to ``1`` as dict keys, never find
-    ``1``'s bytes;
+    third of encoding them. Only text keys and values of exactly ``str``, ``int`` or
+    ``bool`` (a persistent message's ``{"persistent": True}``) use the cache, and the
+    value's type is part of the cache key, so ``True`` or ``1.0``, equal to ``1`` as
+    dict keys, never find ``1``'s bytes;
     tests/protocol/test_protocol_fast_paths.py checks it against ``cbor2.dumps``."""
     if len(m) == 1:
         for k, v in m.items():  # the one entry (a loop: cheaper than unpacking items())
             t = type(v)
-            if type(k) is str and (t is int or (t is str and len(v) <= _PAIR_CACHE_TEXT)):
-                entry = (key, k, v)
+            if type(k) is str and (
+                t is int or t is bool or (t is str and len(v) <= _PAIR_CACHE_TEXT)
+            ):
+                entry = (key, k, t, v)
                 pair = _PAIR_CACHE.get(entry)
                 if pair is None:
                     if len(_PAIR_CACHE) >= _PAIR_CACHE_MAX:

@@ -424,6 +424,13 @@ class Connection:
             self._set_state(new_state)
         return data
 
+    def send_ok(self, re: int) -> bytes:
+        """An ``ok`` frame without ``info``: what ``send(Ok(re))`` gives, by hand (a
+        server confirms each persistent publish with one)."""
+        if self._state is not self._server_open or type(re) is not int or not 0 <= re < 1 << 64:
+            return self.send(ev.Ok(re, {}))
+        return codec.encode_bare_ok(re)
+
     def send_get_ok(
         self, re: int, dtag: int, redelivered: bool, remaining: int, queue: str,
         msg: codec.WireMessage,

@@ -1,8 +1,9 @@
 """Every per-message fast path of :class:`Connection` agrees with its general path.
 
-- ``send_publish`` / ``send_ack`` write the very bytes ``send(Publish(...))`` /
-  ``send(Ack(...))`` write; the remembered encodings of one-entry ``headers`` and
-  ``props`` maps are what ``cbor2.dumps`` writes;
+- ``send_publish`` / ``send_ack`` / ``send_ok`` write the very bytes
+  ``send(Publish(...))`` / ``send(Ack(...))`` / ``send(Ok(...))`` write; the
+  remembered encodings of one-entry ``headers`` and ``props`` maps are what
+  ``cbor2.dumps`` writes;
 - a client decodes ``deliver`` frames and bare ``ok`` frames (the latter from their
   bytes, without cbor2) to the events the checked decoder gives, and leaves every
   frame it does not recognise to it;
@@ -19,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from amqlite.errors import RemoteProtocolError
+from amqlite.errors import LocalProtocolError, RemoteProtocolError
 from amqlite.protocol import NEED_DATA, PROPERTY_TYPES, Connection, ConnState, Role, codec
 from amqlite.protocol import events as ev
 
@@ -163,6 +164,29 @@ def test_map_pairs_tell_equal_keys_of_other_types_apart() -> None:
 def test_send_ack_writes_what_send_writes(rid: int, dtag: int, multiple: bool) -> None:
     fast, general = client_in(ConnState.OPEN), client_in(ConnState.OPEN)
     assert fast.send_ack(rid, dtag, multiple) == general.send(ev.Ack(rid, dtag, multiple))
+
+
+@CHECKS
+@given(re=st.one_of(UINTS, st.integers(-(2**64), -1), st.integers(2**64, 2**70)))
+def test_send_ok_writes_what_send_writes(re: int) -> None:
+    # the server's per-confirm frame by hand (ids outside 0..2**64-1 take send's path)
+    fast, general = server_in(ConnState.OPEN), server_in(ConnState.OPEN)
+    data = fast.send_ok(re)
+    assert data == general.send(ev.Ok(re))
+    assert fast.state is general.state is ConnState.OPEN
+    if 0 <= re < 2**64:
+        assert data == codec.encode_bare_ok(re)
+        assert codec.read_bare_ok(data, 4, len(data)) == ev.Ok(re)
+
+
+@pytest.mark.parametrize("state", [ConnState.AUTHENTICATING, ConnState.CLOSED])
+def test_send_ok_checks_the_state_as_send_does(state: ConnState) -> None:
+    fast, general = server_in(state), server_in(state)
+    with pytest.raises(LocalProtocolError) as general_error:
+        general.send(ev.Ok(1))
+    with pytest.raises(LocalProtocolError) as fast_error:
+        fast.send_ok(1)
+    assert str(fast_error.value) == str(general_error.value)
 
 
 # --- the client's decoders ------------------------------------------------------------
