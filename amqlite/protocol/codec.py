@@ -331,6 +331,10 @@ def _publish_from_map(m: dict[Any, Any]) -> ev.Publish:
         props = get("props")
         if type(props) is dict and check_props(props) is None:
             return ev.Publish(rid, exchange, key, body, {}, props, False, False)
+    elif n == 7 and get("confirm") is True:  # props and confirm: a persistent publish
+        props = get("props")
+        if type(props) is dict and check_props(props) is None:
+            return ev.Publish(rid, exchange, key, body, {}, props, False, True)
     headers = get("headers")
     if headers is None:
         headers = {}

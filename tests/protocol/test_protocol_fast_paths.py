@@ -113,8 +113,8 @@ def test_send_publish_writes_what_send_writes(
     )
 )
 def test_publish_maps_decode_every_field_they_carry(m: dict[str, Any]) -> None:
-    """The publish decoder's shortcuts (nothing optional; props alone) never drop a
-    field, whichever optional ones (the key too) a map carries."""
+    """The publish decoder's shortcuts (nothing optional; props alone; props and
+    confirm) never drop a field, whichever optional ones (the key too) a map carries."""
     assert codec.decode_publish(m) == ev.Publish(
         m["id"],
         m["exchange"],
