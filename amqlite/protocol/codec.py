@@ -473,6 +473,90 @@ def read_bare_ok(buf: bytes | bytearray, start: int, end: int) -> ev.Ok | None:
     return ev.Ok(int.from_bytes(buf[at + 1 : end], "big"), EMPTY)
 
 
+_PUBLISH_ROUTES: dict[bytes, tuple[str, str]] = {}  # encoded route -> exchange, key
+_TEXT_WIDTHS = {0x78: 1, 0x79: 2}
+_BYTES_WIDTHS = {0x58: 1, 0x59: 2, 0x5A: 4}
+
+
+def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publish | None:
+    """The ``publish`` in ``buf[start:end]``, read without a CBOR decoder, when it is
+    the map :func:`encode_publish` writes for a publish without headers,
+    properties, ``mandatory`` or ``confirm`` (``{"m": "publish", "id", "exchange",
+    "key", "body"}``, in that order, an unsigned ``id``); None for anything else,
+    which the other paths then decode (and refuse if it is bad).
+
+    Why it exists: a transient publish is the server's per-message frame, and its
+    CBOR decoding (a dict of five keys, then the field checks) was the largest
+    part of the broker's time per message. The route's bytes are looked up in a
+    bounded cache, so a route's two strings are decoded once.
+    tests/protocol/test_protocol_fast_paths.py checks it against the checked
+    decoder, for any bytes after the head."""
+    if not buf.startswith(_PUBLISH_HEAD, start):
+        return None
+    at = start + len(_PUBLISH_HEAD)
+    if at >= end:
+        return None
+    first = buf[at]
+    if first < 24:
+        rid = first
+        at += 1
+    else:
+        width = _UINT_WIDTHS.get(first)
+        if width is None:
+            return None
+        rid = int.from_bytes(buf[at + 1 : at + 1 + width], "big")
+        at += 1 + width
+    route_at = at
+    if not buf.startswith(_K_EXCHANGE, at):
+        return None
+    at += len(_K_EXCHANGE)
+    for follow in (_K_KEY, _K_BODY):  # skip the exchange's text, then the key's
+        if at >= end:
+            return None
+        h = buf[at]
+        if 0x60 <= h < 0x78:
+            at += 1 + h - 0x60
+        else:
+            width = _TEXT_WIDTHS.get(h)
+            if width is None:
+                return None
+            at += 1 + width + int.from_bytes(buf[at + 1 : at + 1 + width], "big")
+        if at >= end or not buf.startswith(follow, at):
+            return None
+        at += len(follow)
+    route = bytes(buf[route_at:at])
+    names = _PUBLISH_ROUTES.get(route)
+    if names is None:
+        try:
+            decoded = cbor2.loads(MAP_HEADS[3] + route + b"\x40")
+        except Exception:  # cbor2 raises several types for bad input
+            return None
+        exchange, key = decoded.get("exchange"), decoded.get("key")
+        if len(decoded) != 3 or type(exchange) is not str or type(key) is not str:
+            return None
+        if len(_PUBLISH_ROUTES) >= _ROUTE_CACHE_MAX:
+            _PUBLISH_ROUTES.clear()
+        names = _PUBLISH_ROUTES[route] = (exchange, key)
+    if at >= end:
+        return None
+    h = buf[at]
+    if 0x40 <= h < 0x58:
+        size = h - 0x40
+        at += 1
+    else:
+        width = _BYTES_WIDTHS.get(h)
+        if width is None:
+            return None
+        size = int.from_bytes(buf[at + 1 : at + 1 + width], "big")
+        at += 1 + width
+    if at + size != end:
+        return None
+    body = buf[at:end]
+    return ev.Publish(
+        rid, names[0], names[1], body if type(body) is bytes else bytes(body), {}, {}, False, False
+    )
+
+
 # --- publish.batch and stream.records ---------------------------------------------
 
 

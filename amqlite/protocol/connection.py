@@ -112,7 +112,8 @@ class Connection:
         # set with _hot, on a client
         self._maps_ok = False
         # a bare ok (a publish confirm) read from its bytes; set with _hot, on a client
-        self._read_ok: Callable[[bytes | bytearray, int, int], ev.Ok | None] | None = None
+        self._read_ok: Callable[[bytes | bytearray, int, int], ev.Event | None] | None = None
+        self._read_max = 0
         self._buf: bytes | bytearray = b""  # the chunk being decoded, or chunks gathered
         self._pos = 0
         self._eof = False
@@ -171,7 +172,12 @@ class Connection:
             self._hot = _HOT_DECODERS[self.role] if stays_open else {}
             client = stays_open and self.role is ev.Role.CLIENT
             self._maps_ok = client
-            self._read_ok = codec.read_bare_ok if client else None
+            # the role's per-message frame read from its bytes, no CBOR decoder: a
+            # client's bare oks (up to _BARE_OK_MAX bytes), a server's plain publishes
+            self._read_ok = (
+                (codec.read_bare_ok if client else codec.read_plain_publish) if stays_open else None
+            )
+            self._read_max = _BARE_OK_MAX if client else sys.maxsize
 
     def _next_state(self, cls: type[ev.Event]) -> ConnState | None:
         try:
@@ -228,6 +234,7 @@ class Connection:
         closed = state is _CLOSED
         hot = self._hot
         read_ok = self._read_ok
+        read_max = self._read_max
         plain = maps and self._maps_ok  # usual deliver maps are handed on as they are
         max_frame = self.max_frame_size
         loads = cbor2.loads
@@ -245,7 +252,7 @@ class Connection:
                     self._pos = pos
                     self._at_end(out)
                     return
-                if n < _BARE_OK_MAX and read_ok is not None:
+                if n < read_max and read_ok is not None:
                     ok = read_ok(buf, pos + 4, end)
                     if ok is not None:
                         pos = end

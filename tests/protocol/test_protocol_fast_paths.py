@@ -227,6 +227,66 @@ def test_deliveries_decode_as_the_checked_decoder_reads_them(
     assert got == [_general(Role.CLIENT, p) for p in _payloads(data)] == [event, event]
 
 
+@CHECKS
+@given(
+    rid=UINTS,
+    exchange=TEXT,
+    key=TEXT,
+    body=st.binary(max_size=300),
+    cut=st.integers(0, 400),
+    flip=st.tuples(st.integers(0, 400), st.integers(0, 255)),
+    extra=st.binary(min_size=1, max_size=3),
+)
+def test_the_plain_publish_reader_agrees_with_cbor_or_declines(
+    rid: int, exchange: str, key: str, body: bytes, cut: int, flip: tuple[int, int], extra: bytes
+) -> None:
+    """A server reads a plain publish from its bytes (codec.read_plain_publish): the
+    client's frame gives the checked decoder's event; the same frame cut short,
+    with a byte changed or with bytes after it gives that event too or is left to
+    the other paths (which may refuse it); a frame inside a larger buffer reads
+    the same."""
+    payload = codec.encode_publish(rid, exchange, key, body, None, None, False, False)[4:]
+    expected_event = ev.Publish(rid, exchange, key, body)
+    assert codec.read_plain_publish(payload, 0, len(payload)) == expected_event
+    wrapped = bytearray(b"\xff\x00" + payload + extra)
+    assert codec.read_plain_publish(wrapped, 2, 2 + len(payload)) == expected_event
+    at, value = flip
+    changed = bytearray(payload)
+    if at < len(changed):
+        changed[at] = value
+    for variant in (payload[:cut], payload + extra, bytes(changed)):
+        read = codec.read_plain_publish(variant, 0, len(variant))
+        try:
+            expected: ev.Event | None = _general(Role.SERVER, variant)
+        except Exception:
+            expected = None
+        if read is not None:
+            assert read == expected
+            assert type(read.body) is bytes
+
+
+def test_publishes_with_options_are_not_read_as_plain() -> None:
+    for options in (
+        {"headers": {"h": 1}},
+        {"props": {"persistent": True}},
+        {"mandatory": True},
+        {"confirm": True},
+    ):
+        payload = codec.encode_publish(
+            7,
+            "",
+            "q",
+            b"x",
+            options.get("headers"),  # type: ignore[arg-type]
+            options.get("props"),  # type: ignore[arg-type]
+            "mandatory" in options,
+            "confirm" in options,
+        )[4:]
+        assert codec.read_plain_publish(payload, 0, len(payload)) is None
+    reordered = cbor2.dumps({"m": "publish", "exchange": "", "id": 1, "key": "q", "body": b""})
+    assert codec.read_plain_publish(reordered, 0, len(reordered)) is None
+
+
 _OK_PREFIX = cbor2.dumps({"m": "ok", "re": 0})[:-1]
 
 
