@@ -487,10 +487,9 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
 
     Why it exists: a transient publish is the server's per-message frame, and its
     CBOR decoding (a dict of five keys, then the field checks) was the largest
-    part of the broker's time per message. The route's bytes are looked up in a
-    bounded cache, so a route's two strings are decoded once.
+    part of the broker's time per message.
     tests/protocol/test_protocol_fast_paths.py checks it against the checked
-    decoder, for any bytes after the head."""
+    decoder, for the client's frames and for altered ones."""
     if not buf.startswith(_PUBLISH_HEAD, start):
         return None
     at = start + len(_PUBLISH_HEAD)
@@ -506,6 +505,93 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
             return None
         rid = int.from_bytes(buf[at + 1 : at + 1 + width], "big")
         at += 1 + width
+    got = _route_and_body(buf, at, end)
+    if got is None:
+        return None
+    (exchange, key), body = got
+    return ev.Publish(rid, exchange, key, body, {}, {}, False, False)
+
+
+_CTAGS: dict[bytes, str] = {}  # an encoded consumer tag -> the tag
+
+
+def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str, Any] | None:
+    """The map of the ``deliver`` in ``buf[start:end]``, read without a CBOR decoder,
+    when it is the map :func:`encode_deliver` writes for a first delivery without
+    headers, properties or offset (``{"m": "deliver", "ctag", "dtag", "exchange",
+    "key", "body"}``, in that order, an unsigned ``dtag``): the very map
+    ``cbor2.loads`` gives, which the client's plain-map path takes as it is. None for
+    anything else, which the other paths then decode.
+
+    Why it exists: a consumer's per-message frame, whose CBOR decoding was the
+    largest part of a transient consumer's time per message. The consumer tag and
+    the route are decoded once (bounded caches).
+    tests/protocol/test_protocol_fast_paths.py checks it against ``cbor2.loads``."""
+    if not buf.startswith(_DELIVER_HEAD, start):
+        return None
+    at = start + len(_DELIVER_HEAD)
+    if at >= end:
+        return None
+    h = buf[at]
+    if 0x60 <= h < 0x78:
+        tag_end = at + 1 + h - 0x60
+    else:
+        width = _TEXT_WIDTHS.get(h)
+        if width is None:
+            return None
+        tag_end = at + 1 + width + int.from_bytes(buf[at + 1 : at + 1 + width], "big")
+    if tag_end >= end or not buf.startswith(_K_DTAG, tag_end):
+        return None
+    encoded = bytes(buf[at:tag_end])
+    ctag = _CTAGS.get(encoded)
+    if ctag is None:
+        try:
+            ctag = cbor2.loads(encoded)
+        except Exception:  # cbor2 raises several types for bad input
+            return None
+        if type(ctag) is not str:
+            return None
+        if len(_CTAGS) >= _ROUTE_CACHE_MAX:
+            _CTAGS.clear()
+        _CTAGS[encoded] = ctag
+    at = tag_end + len(_K_DTAG)
+    if at >= end:
+        return None
+    first = buf[at]
+    if first < 24:
+        dtag = first
+        at += 1
+    else:
+        width = _UINT_WIDTHS.get(first)
+        if width is None:
+            return None
+        dtag = int.from_bytes(buf[at + 1 : at + 1 + width], "big")
+        at += 1 + width
+    got = _route_and_body(buf, at, end)
+    if got is None:
+        return None
+    (exchange, key), body = got
+    return {
+        "m": "deliver",
+        "ctag": ctag,
+        "dtag": dtag,
+        "exchange": exchange,
+        "key": key,
+        "body": body,
+    }
+
+
+_ROUTES_READ: dict[bytes, tuple[str, str]] = {}  # an encoded route -> exchange, key
+_TEXT_WIDTHS = {0x78: 1, 0x79: 2}
+_BYTES_WIDTHS = {0x58: 1, 0x59: 2, 0x5A: 4}
+
+
+def _route_and_body(
+    buf: bytes | bytearray, at: int, end: int
+) -> tuple[tuple[str, str], bytes] | None:
+    """The ``exchange``, ``key`` and ``body`` pairs :func:`_route_prefix` and a
+    bytes head write, from ``at`` to exactly ``end``; None for anything else. The
+    route's two strings come from a bounded cache of the route's bytes."""
     route_at = at
     if not buf.startswith(_K_EXCHANGE, at):
         return None
@@ -525,7 +611,7 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
             return None
         at += len(follow)
     route = bytes(buf[route_at:at])
-    names = _PUBLISH_ROUTES.get(route)
+    names = _ROUTES_READ.get(route)
     if names is None:
         try:
             decoded = cbor2.loads(MAP_HEADS[3] + route + b"\x40")
@@ -534,9 +620,9 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
         exchange, key = decoded.get("exchange"), decoded.get("key")
         if len(decoded) != 3 or type(exchange) is not str or type(key) is not str:
             return None
-        if len(_PUBLISH_ROUTES) >= _ROUTE_CACHE_MAX:
-            _PUBLISH_ROUTES.clear()
-        names = _PUBLISH_ROUTES[route] = (exchange, key)
+        if len(_ROUTES_READ) >= _ROUTE_CACHE_MAX:
+            _ROUTES_READ.clear()
+        names = _ROUTES_READ[route] = (exchange, key)
     if at >= end:
         return None
     h = buf[at]
@@ -552,9 +638,7 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
     if at + size != end:
         return None
     body = buf[at:end]
-    return ev.Publish(
-        rid, names[0], names[1], body if type(body) is bytes else bytes(body), {}, {}, False, False
-    )
+    return names, body if type(body) is bytes else bytes(body)
 
 
 # --- publish.batch and stream.records ---------------------------------------------
@@ -1008,6 +1092,8 @@ _K_M_DELIVER = cbor2.dumps("m") + cbor2.dumps("deliver")
 _K_M_GETOK = cbor2.dumps("m") + cbor2.dumps("get-ok")
 _K_CTAG = cbor2.dumps("ctag")
 _K_DTAG = cbor2.dumps("dtag")
+#: what a plain delivery starts with (read_plain_deliver)
+_DELIVER_HEAD = MAP_HEADS[6] + _K_M_DELIVER + _K_CTAG
 _K_RE = cbor2.dumps("re")
 _K_REMAINING = cbor2.dumps("remaining")
 _K_QUEUE = cbor2.dumps("queue")

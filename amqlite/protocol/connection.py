@@ -222,8 +222,10 @@ class Connection:
         """The frame splitter, for :meth:`events` and :meth:`next_event`: decode up to
         ``limit`` events into ``out``. While the connection is OPEN, the per-message
         frames (publish and ack in, deliver and bare ok out) take their role's decoder
-        in ``_hot`` first, one call a frame; every other frame, and any the hot
-        decoder leaves, takes the checked path through the state table."""
+        in ``_hot`` first, one call a frame (a bare ok, a plain deliver or a plain
+        publish is read from its bytes, without cbor2, before that); every other
+        frame, and any the hot decoder leaves, takes the checked path through the
+        state table."""
         if self._error is not None:
             raise self._error
         append = out.append
@@ -235,6 +237,7 @@ class Connection:
         hot = self._hot
         read_ok = self._read_ok
         read_max = self._read_max
+        read_deliver = codec.read_plain_deliver
         plain = maps and self._maps_ok  # usual deliver maps are handed on as they are
         max_frame = self.max_frame_size
         loads = cbor2.loads
@@ -252,13 +255,22 @@ class Connection:
                     self._pos = pos
                     self._at_end(out)
                     return
-                if n < read_max and read_ok is not None:
-                    ok = read_ok(buf, pos + 4, end)
-                    if ok is not None:
-                        pos = end
-                        count += 1
-                        append(ok)
-                        continue
+                if read_ok is not None:
+                    if n < read_max:
+                        ok = read_ok(buf, pos + 4, end)
+                        if ok is not None:
+                            pos = end
+                            count += 1
+                            append(ok)
+                            continue
+                    elif plain:
+                        # a plain delivery's map from its bytes: what loads gives below
+                        m = read_deliver(buf, pos + 4, end)
+                        if m is not None:
+                            pos = end
+                            count += 1
+                            append(m)
+                            continue
                 try:
                     m = loads(buf[pos + 4 : end])
                 except Exception as exc:  # cbor2 raises several types for bad input

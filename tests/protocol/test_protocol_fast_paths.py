@@ -265,6 +265,62 @@ def test_the_plain_publish_reader_agrees_with_cbor_or_declines(
             assert type(read.body) is bytes
 
 
+@CHECKS
+@given(
+    ctag=TEXT,
+    dtag=UINTS,
+    exchange=TEXT,
+    key=TEXT,
+    body=st.binary(max_size=300),
+    cut=st.integers(0, 400),
+    flip=st.tuples(st.integers(0, 400), st.integers(0, 255)),
+    extra=st.binary(min_size=1, max_size=3),
+)
+def test_the_plain_deliver_reader_agrees_with_cbor_or_declines(
+    ctag: str,
+    dtag: int,
+    exchange: str,
+    key: str,
+    body: bytes,
+    cut: int,
+    flip: tuple[int, int],
+    extra: bytes,
+) -> None:
+    """A client reads a plain delivery's map from its bytes
+    (codec.read_plain_deliver): the server's frame gives what ``cbor2.loads``
+    gives; the frame cut short, with a byte changed or with bytes after it gives
+    that too or is left to the other paths."""
+    msg = FakeMessage(exchange, key, body)
+    payload = codec.encode_deliver(ctag, dtag, False, msg)[4:]
+    expected_map = cbor2.loads(payload)
+    assert codec.read_plain_deliver(payload, 0, len(payload)) == expected_map
+    wrapped = bytearray(b"\xff\x00" + payload + extra)
+    read = codec.read_plain_deliver(wrapped, 2, 2 + len(payload))
+    assert read == expected_map
+    assert read is not None and type(read["body"]) is bytes
+    assert list(read) == list(expected_map)  # the same keys in the same order
+    at, value = flip
+    changed = bytearray(payload)
+    if at < len(changed):
+        changed[at] = value
+    for variant in (payload[:cut], payload + extra, bytes(changed)):
+        got = codec.read_plain_deliver(variant, 0, len(variant))
+        if got is not None:
+            assert got == cbor2.loads(variant)
+            assert type(got["body"]) is bytes
+
+
+def test_deliveries_with_more_fields_are_not_read_as_plain() -> None:
+    for msg, redelivered, offset in (
+        (FakeMessage("", "q", b"x", headers={"h": 1}), False, None),
+        (FakeMessage("", "q", b"x", properties={"persistent": True}), False, None),
+        (FakeMessage("", "q", b"x"), True, None),
+        (FakeMessage("", "q", b"x"), False, 5),
+    ):
+        payload = codec.encode_deliver("c", 1, redelivered, msg, offset)[4:]
+        assert codec.read_plain_deliver(payload, 0, len(payload)) is None
+
+
 def test_publishes_with_options_are_not_read_as_plain() -> None:
     for options in (
         {"headers": {"h": 1}},
