@@ -236,17 +236,26 @@ def test_deliveries_decode_as_the_checked_decoder_reads_them(
     cut=st.integers(0, 400),
     flip=st.tuples(st.integers(0, 400), st.integers(0, 255)),
     extra=st.binary(min_size=1, max_size=3),
+    persistent=st.booleans(),
 )
 def test_the_plain_publish_reader_agrees_with_cbor_or_declines(
-    rid: int, exchange: str, key: str, body: bytes, cut: int, flip: tuple[int, int], extra: bytes
+    rid: int,
+    exchange: str,
+    key: str,
+    body: bytes,
+    cut: int,
+    flip: tuple[int, int],
+    extra: bytes,
+    persistent: bool,
 ) -> None:
-    """A server reads a plain publish from its bytes (codec.read_plain_publish): the
-    client's frame gives the checked decoder's event; the same frame cut short,
-    with a byte changed or with bytes after it gives that event too or is left to
-    the other paths (which may refuse it); a frame inside a larger buffer reads
-    the same."""
-    payload = codec.encode_publish(rid, exchange, key, body, None, None, False, False)[4:]
-    expected_event = ev.Publish(rid, exchange, key, body)
+    """A server reads a plain publish (or a confirmed persistent one) from its bytes
+    (codec.read_plain_publish): the client's frame gives the checked decoder's
+    event; the same frame cut short, with a byte changed or with bytes after it
+    gives that event too or is left to the other paths (which may refuse it); a
+    frame inside a larger buffer reads the same."""
+    props = {"persistent": True} if persistent else None
+    payload = codec.encode_publish(rid, exchange, key, body, None, props, False, persistent)[4:]
+    expected_event = ev.Publish(rid, exchange, key, body, {}, props or {}, False, persistent)
     assert codec.read_plain_publish(payload, 0, len(payload)) == expected_event
     wrapped = bytearray(b"\xff\x00" + payload + extra)
     assert codec.read_plain_publish(wrapped, 2, 2 + len(payload)) == expected_event
@@ -325,6 +334,10 @@ def test_publishes_with_options_are_not_read_as_plain() -> None:
     for options in (
         {"headers": {"h": 1}},
         {"props": {"persistent": True}},
+        {"props": {"persistent": False}, "confirm": True},
+        {"props": {"persistent": True, "priority": 1}, "confirm": True},
+        {"props": {"persistent": True}, "mandatory": True, "confirm": True},
+        {"headers": {"h": 1}, "props": {"persistent": True}, "confirm": True},
         {"mandatory": True},
         {"confirm": True},
     ):
