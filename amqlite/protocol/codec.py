@@ -529,7 +529,8 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
     """The map of the ``deliver`` in ``buf[start:end]``, read without a CBOR decoder,
     when it is the map :func:`encode_deliver` writes for a first delivery without
     headers, properties or offset (``{"m": "deliver", "ctag", "dtag", "exchange",
-    "key", "body"}``, in that order, an unsigned ``dtag``): the very map
+    "key", "body"}``, in that order, an unsigned ``dtag``), or for one whose only
+    property is ``persistent`` (``"props": {"persistent": true}`` last): the very map
     ``cbor2.loads`` gives, which the client's plain-map path takes as it is. None for
     anything else, which the other paths then decode.
 
@@ -537,7 +538,14 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
     largest part of a transient consumer's time per message. The consumer tag and
     the route are decoded once (bounded caches).
     tests/protocol/test_protocol_fast_paths.py checks it against ``cbor2.loads``."""
-    if not buf.startswith(_DELIVER_HEAD, start):
+    if buf.startswith(_DELIVER_HEAD, start):
+        persistent = False
+    elif buf.startswith(_PERSISTENT_DELIVER_HEAD, start) and buf.endswith(
+        _PERSISTENT_PROPS, start, end
+    ):
+        persistent = True
+        end -= len(_PERSISTENT_PROPS)
+    else:
         return None
     at = start + len(_DELIVER_HEAD)
     if at >= end:
@@ -581,6 +589,16 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
     if got is None:
         return None
     (exchange, key), body = got
+    if persistent:
+        return {
+            "m": "deliver",
+            "ctag": ctag,
+            "dtag": dtag,
+            "exchange": exchange,
+            "key": key,
+            "body": body,
+            "props": {"persistent": True},
+        }
     return {
         "m": "deliver",
         "ctag": ctag,
@@ -1104,6 +1122,9 @@ _K_CTAG = cbor2.dumps("ctag")
 _K_DTAG = cbor2.dumps("dtag")
 #: what a plain delivery starts with (read_plain_deliver)
 _DELIVER_HEAD = MAP_HEADS[6] + _K_M_DELIVER + _K_CTAG
+#: and a persistent one's, whose only property is ``persistent``, then its end
+_PERSISTENT_DELIVER_HEAD = MAP_HEADS[7] + _K_M_DELIVER + _K_CTAG
+_PERSISTENT_PROPS = _K_PROPS + cbor2.dumps({"persistent": True})
 _K_RE = cbor2.dumps("re")
 _K_REMAINING = cbor2.dumps("remaining")
 _K_QUEUE = cbor2.dumps("queue")

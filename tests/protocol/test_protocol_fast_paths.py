@@ -284,6 +284,7 @@ def test_the_plain_publish_reader_agrees_with_cbor_or_declines(
     cut=st.integers(0, 400),
     flip=st.tuples(st.integers(0, 400), st.integers(0, 255)),
     extra=st.binary(min_size=1, max_size=3),
+    persistent=st.booleans(),
 )
 def test_the_plain_deliver_reader_agrees_with_cbor_or_declines(
     ctag: str,
@@ -294,12 +295,13 @@ def test_the_plain_deliver_reader_agrees_with_cbor_or_declines(
     cut: int,
     flip: tuple[int, int],
     extra: bytes,
+    persistent: bool,
 ) -> None:
     """A client reads a plain delivery's map from its bytes
     (codec.read_plain_deliver): the server's frame gives what ``cbor2.loads``
     gives; the frame cut short, with a byte changed or with bytes after it gives
     that too or is left to the other paths."""
-    msg = FakeMessage(exchange, key, body)
+    msg = FakeMessage(exchange, key, body, properties={"persistent": True} if persistent else {})
     payload = codec.encode_deliver(ctag, dtag, False, msg)[4:]
     expected_map = cbor2.loads(payload)
     assert codec.read_plain_deliver(payload, 0, len(payload)) == expected_map
@@ -322,7 +324,14 @@ def test_the_plain_deliver_reader_agrees_with_cbor_or_declines(
 def test_deliveries_with_more_fields_are_not_read_as_plain() -> None:
     for msg, redelivered, offset in (
         (FakeMessage("", "q", b"x", headers={"h": 1}), False, None),
-        (FakeMessage("", "q", b"x", properties={"persistent": True}), False, None),
+        (FakeMessage("", "q", b"x", properties={"persistent": False}), False, None),
+        (FakeMessage("", "q", b"x", properties={"persistent": True, "priority": 1}), False, None),
+        (FakeMessage("", "q", b"x", properties={"persistent": True}), True, None),
+        (
+            FakeMessage("", "q", b"x", headers={"h": 1}, properties={"persistent": True}),
+            False,
+            None,
+        ),
         (FakeMessage("", "q", b"x"), True, None),
         (FakeMessage("", "q", b"x"), False, 5),
     ):
