@@ -620,6 +620,43 @@ def _route_and_body(
     """The ``exchange``, ``key`` and ``body`` pairs :func:`_route_prefix` and a
     bytes head write, from ``at`` to exactly ``end``; None for anything else. The
     route's two strings come from a bounded cache of the route's bytes."""
+    last_route, names = _LAST_ROUTE[0]
+    if buf.startswith(last_route, at):
+        # the route of the frame before (the usual case): a complete encoding of
+        # the three pairs found at ``at`` reads as those pairs (CBOR items end
+        # where their heads say), so no parse and no look-up
+        at += len(last_route)
+    else:
+        got = _read_route(buf, at, end)
+        if got is None:
+            return None
+        at, names = got
+    if at >= end:
+        return None
+    h = buf[at]
+    if 0x40 <= h < 0x58:
+        size = h - 0x40
+        at += 1
+    else:
+        width = _BYTES_WIDTHS.get(h)
+        if width is None:
+            return None
+        size = int.from_bytes(buf[at + 1 : at + 1 + width], "big")
+        at += 1 + width
+    if at + size != end:
+        return None
+    body = buf[at:end]
+    return names, body if type(body) is bytes else bytes(body)
+
+
+#: the last route :func:`_read_route` read, and its names (set below, at first the
+#: empty exchange and key)
+_LAST_ROUTE: list[tuple[bytes, tuple[str, str]]] = []
+
+
+def _read_route(buf: bytes | bytearray, at: int, end: int) -> tuple[int, tuple[str, str]] | None:
+    """Where the ``exchange``, ``key`` and ``body`` keys :func:`_route_prefix` writes
+    end, from ``at``, and the exchange and key; None for anything else."""
     route_at = at
     if not buf.startswith(_K_EXCHANGE, at):
         return None
@@ -651,22 +688,8 @@ def _route_and_body(
         if len(_ROUTES_READ) >= _ROUTE_CACHE_MAX:
             _ROUTES_READ.clear()
         names = _ROUTES_READ[route] = (exchange, key)
-    if at >= end:
-        return None
-    h = buf[at]
-    if 0x40 <= h < 0x58:
-        size = h - 0x40
-        at += 1
-    else:
-        width = _BYTES_WIDTHS.get(h)
-        if width is None:
-            return None
-        size = int.from_bytes(buf[at + 1 : at + 1 + width], "big")
-        at += 1 + width
-    if at + size != end:
-        return None
-    body = buf[at:end]
-    return names, body if type(body) is bytes else bytes(body)
+    _LAST_ROUTE[0] = (route, names)
+    return at, names
 
 
 # --- publish.batch and stream.records ---------------------------------------------
@@ -1036,6 +1059,7 @@ class WireMessage(Protocol):
 _K_EXCHANGE = cbor2.dumps("exchange")
 _K_KEY = cbor2.dumps("key")
 _K_BODY = cbor2.dumps("body")
+_LAST_ROUTE.append((_K_EXCHANGE + cbor2.dumps("") + _K_KEY + cbor2.dumps("") + _K_BODY, ("", "")))
 _K_HEADERS = cbor2.dumps("headers")
 _K_PROPS = cbor2.dumps("props")
 
