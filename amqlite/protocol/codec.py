@@ -548,6 +548,58 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
     else:
         return None
     at = start + len(_DELIVER_HEAD)
+    last_tag, ctag = _LAST_CTAG[0]
+    if buf.startswith(last_tag, at):  # the consumer of the frame before (see _LAST_ROUTE)
+        at += len(last_tag)
+    else:
+        got = _read_ctag(buf, at, end)
+        if got is None:
+            return None
+        at, ctag = got
+    if at >= end:
+        return None
+    first = buf[at]
+    if first < 24:
+        dtag = first
+        at += 1
+    else:
+        width = _UINT_WIDTHS.get(first)
+        if width is None:
+            return None
+        dtag = int.from_bytes(buf[at + 1 : at + 1 + width], "big")
+        at += 1 + width
+    rest = _route_and_body(buf, at, end)
+    if rest is None:
+        return None
+    (exchange, key), body = rest
+    if persistent:
+        return {
+            "m": "deliver",
+            "ctag": ctag,
+            "dtag": dtag,
+            "exchange": exchange,
+            "key": key,
+            "body": body,
+            "props": {"persistent": True},
+        }
+    return {
+        "m": "deliver",
+        "ctag": ctag,
+        "dtag": dtag,
+        "exchange": exchange,
+        "key": key,
+        "body": body,
+    }
+
+
+#: the last consumer tag :func:`_read_ctag` read (encoded, with the ``dtag`` key
+#: after it) and the tag (set below, at first the empty tag)
+_LAST_CTAG: list[tuple[bytes, str]] = []
+
+
+def _read_ctag(buf: bytes | bytearray, at: int, end: int) -> tuple[int, str] | None:
+    """Where a deliver's consumer tag and the ``dtag`` key after it end, from ``at``,
+    and the tag; None for anything else."""
     if at >= end:
         return None
     h = buf[at]
@@ -572,41 +624,8 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
         if len(_CTAGS) >= _ROUTE_CACHE_MAX:
             _CTAGS.clear()
         _CTAGS[encoded] = ctag
-    at = tag_end + len(_K_DTAG)
-    if at >= end:
-        return None
-    first = buf[at]
-    if first < 24:
-        dtag = first
-        at += 1
-    else:
-        width = _UINT_WIDTHS.get(first)
-        if width is None:
-            return None
-        dtag = int.from_bytes(buf[at + 1 : at + 1 + width], "big")
-        at += 1 + width
-    got = _route_and_body(buf, at, end)
-    if got is None:
-        return None
-    (exchange, key), body = got
-    if persistent:
-        return {
-            "m": "deliver",
-            "ctag": ctag,
-            "dtag": dtag,
-            "exchange": exchange,
-            "key": key,
-            "body": body,
-            "props": {"persistent": True},
-        }
-    return {
-        "m": "deliver",
-        "ctag": ctag,
-        "dtag": dtag,
-        "exchange": exchange,
-        "key": key,
-        "body": body,
-    }
+    _LAST_CTAG[0] = (encoded + _K_DTAG, ctag)
+    return tag_end + len(_K_DTAG), ctag
 
 
 _ROUTES_READ: dict[bytes, tuple[str, str]] = {}  # an encoded route -> exchange, key
@@ -1146,6 +1165,7 @@ _K_CTAG = cbor2.dumps("ctag")
 _K_DTAG = cbor2.dumps("dtag")
 #: what a plain delivery starts with (read_plain_deliver)
 _DELIVER_HEAD = MAP_HEADS[6] + _K_M_DELIVER + _K_CTAG
+_LAST_CTAG.append((cbor2.dumps("") + _K_DTAG, ""))
 #: and a persistent one's, whose only property is ``persistent``, then its end
 _PERSISTENT_DELIVER_HEAD = MAP_HEADS[7] + _K_M_DELIVER + _K_CTAG
 _PERSISTENT_PROPS = _K_PROPS + cbor2.dumps({"persistent": True})
