@@ -476,6 +476,15 @@ def read_bare_ok(buf: bytes | bytearray, start: int, end: int) -> ev.Ok | None:
 _PUBLISH_ROUTES: dict[bytes, tuple[str, str]] = {}  # encoded route -> exchange, key
 _TEXT_WIDTHS = {0x78: 1, 0x79: 2}
 _BYTES_WIDTHS = {0x58: 1, 0x59: 2, 0x5A: 4}
+# a head's argument read in place (no slice) by its width: (width, unpack_from)
+_UNPACK = {
+    1: struct.Struct(">B"),
+    2: struct.Struct(">H"),
+    4: struct.Struct(">I"),
+    8: struct.Struct(">Q"),
+}
+_UINT_READS = {h: (w, _UNPACK[w].unpack_from) for h, w in _UINT_WIDTHS.items()}
+_BYTES_READS = {h: (w, _UNPACK[w].unpack_from) for h, w in _BYTES_WIDTHS.items()}
 
 
 def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publish | None:
@@ -508,11 +517,11 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
         rid = first
         at += 1
     else:
-        width = _UINT_WIDTHS.get(first)
-        if width is None:
+        read = _UINT_READS.get(first)  # (width, its unpack_from)
+        if read is None or at + 1 + read[0] > end:
             return None
-        rid = int.from_bytes(buf[at + 1 : at + 1 + width], "big")
-        at += 1 + width
+        (rid,) = read[1](buf, at + 1)
+        at += 1 + read[0]
     got = _route_and_body(buf, at, end)
     if got is None:
         return None
@@ -563,11 +572,11 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
         dtag = first
         at += 1
     else:
-        width = _UINT_WIDTHS.get(first)
-        if width is None:
+        read = _UINT_READS.get(first)  # (width, its unpack_from)
+        if read is None or at + 1 + read[0] > end:
             return None
-        dtag = int.from_bytes(buf[at + 1 : at + 1 + width], "big")
-        at += 1 + width
+        (dtag,) = read[1](buf, at + 1)
+        at += 1 + read[0]
     rest = _route_and_body(buf, at, end)
     if rest is None:
         return None
@@ -657,11 +666,11 @@ def _route_and_body(
         size = h - 0x40
         at += 1
     else:
-        width = _BYTES_WIDTHS.get(h)
-        if width is None:
+        read = _BYTES_READS.get(h)  # (width, its unpack_from)
+        if read is None or at + 1 + read[0] > end:
             return None
-        size = int.from_bytes(buf[at + 1 : at + 1 + width], "big")
-        at += 1 + width
+        (size,) = read[1](buf, at + 1)
+        at += 1 + read[0]
     if at + size != end:
         return None
     body = buf[at:end]
