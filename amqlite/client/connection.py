@@ -62,6 +62,8 @@ log = get_logger("amqlite.client")
 
 #: Publishes between two scheduler checkpoints (lets the writer and reader run).
 PUBLISH_BATCH = 64
+#: a persistent publish's properties when it has no others (never mutated)
+_PERSISTENT_ONLY: dict[str, Any] = {"persistent": True}
 
 _REPLY_TYPES = (ev.Ok, ev.Error, ev.Returned, ev.Nacked, ev.GetOk, ev.GetEmpty, ev.StreamRecords)
 
@@ -570,12 +572,17 @@ class Connection(Declarations, StreamRequests, BulkRequests):
         """Queue one publish frame on the link; returns the frame."""
         if type(body) is not bytes:
             body = body.encode() if isinstance(body, str) else bytes(body)
-        if persistent:
-            properties = {**(properties or {}), "persistent": True}
         if headers and (why := check_headers(headers)) is not None:
             raise ValueError(f"publish headers: {why}")
-        if properties and (why := check_props(properties)) is not None:
-            raise ValueError(f"publish properties: {why}")
+        if persistent and not properties:
+            # the usual persistent publish: one shared, valid map instead of a new dict
+            # checked per message (codec.encode_publish only reads it)
+            properties = _PERSISTENT_ONLY
+        else:
+            if persistent:
+                properties = {**(properties or {}), "persistent": True}
+            if properties and (why := check_props(properties)) is not None:
+                raise ValueError(f"publish properties: {why}")
         frame = self._proto.send_publish(
             rid, exchange, routing_key, body, headers, properties, mandatory, confirm
         )

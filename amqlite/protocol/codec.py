@@ -331,6 +331,10 @@ def _publish_from_map(m: dict[Any, Any]) -> ev.Publish:
         props = get("props")
         if type(props) is dict and check_props(props) is None:
             return ev.Publish(rid, exchange, key, body, {}, props, False, False)
+    elif n == 7 and get("confirm") is True:  # props and confirm: a persistent publish
+        props = get("props")
+        if type(props) is dict and check_props(props) is None:
+            return ev.Publish(rid, exchange, key, body, {}, props, False, True)
     headers = get("headers")
     if headers is None:
         headers = {}
@@ -443,6 +447,15 @@ _BARE_OK = cbor2.dumps({"m": "ok", "re": 0})[:-1]  # what the server writes, up 
 _UINT_WIDTHS = {0x18: 1, 0x19: 2, 0x1A: 4, 0x1B: 8}
 
 
+def encode_bare_ok(re: int) -> bytes:
+    """``encode(Ok(re, {}))`` by hand, for ``0 <= re < 2**64`` (what
+    :func:`read_bare_ok` reads): the server sends one per confirmed publish, and
+    building the map for ``cbor2`` cost more than the rest of the reply;
+    tests/protocol/test_protocol_fast_paths.py checks it against :func:`encode`."""
+    enc = uint(re)
+    return _LEN.pack(len(_BARE_OK) + len(enc)) + _BARE_OK + enc
+
+
 def read_bare_ok(buf: bytes | bytearray, start: int, end: int) -> ev.Ok | None:
     """The bare ``ok`` in ``buf[start:end]``, read without a CBOR decoder, when it
     is the map the server writes (``{"m": "ok", "re": id}``, in that order, with an
@@ -458,6 +471,253 @@ def read_bare_ok(buf: bytes | bytearray, start: int, end: int) -> ev.Ok | None:
     if end != at + 1 + _UINT_WIDTHS.get(first, -1):
         return None
     return ev.Ok(int.from_bytes(buf[at + 1 : end], "big"), EMPTY)
+
+
+_PUBLISH_ROUTES: dict[bytes, tuple[str, str]] = {}  # encoded route -> exchange, key
+_TEXT_WIDTHS = {0x78: 1, 0x79: 2}
+_BYTES_WIDTHS = {0x58: 1, 0x59: 2, 0x5A: 4}
+# a head's argument read in place (no slice) by its width: (width, unpack_from)
+_UNPACK = {
+    1: struct.Struct(">B"),
+    2: struct.Struct(">H"),
+    4: struct.Struct(">I"),
+    8: struct.Struct(">Q"),
+}
+_UINT_READS = {h: (w, _UNPACK[w].unpack_from) for h, w in _UINT_WIDTHS.items()}
+_BYTES_READS = {h: (w, _UNPACK[w].unpack_from) for h, w in _BYTES_WIDTHS.items()}
+
+
+def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publish | None:
+    """The ``publish`` in ``buf[start:end]``, read without a CBOR decoder, when it is
+    the map :func:`encode_publish` writes for a publish without headers,
+    properties, ``mandatory`` or ``confirm`` (``{"m": "publish", "id", "exchange",
+    "key", "body"}``, in that order, an unsigned ``id``), or for a confirmed
+    persistent one (the same, then ``"props": {"persistent": true}, "confirm":
+    true``); None for anything else, which the other paths then decode (and refuse
+    if it is bad).
+
+    Why it exists: a publish is the server's per-message frame, and its CBOR
+    decoding (a dict of five or seven keys, then the field checks) was the largest
+    part of the broker's time per transient message.
+    tests/protocol/test_protocol_fast_paths.py checks it against the checked
+    decoder, for the client's frames and for altered ones."""
+    if buf.startswith(_PUBLISH_HEAD, start):
+        persistent = False
+        at = start + len(_PUBLISH_HEAD)
+    elif buf.startswith(_PERSISTENT_HEAD, start) and buf.endswith(_PERSISTENT_TAIL, start, end):
+        persistent = True
+        at = start + len(_PERSISTENT_HEAD)
+        end -= len(_PERSISTENT_TAIL)
+    else:
+        return None
+    if at >= end:
+        return None
+    first = buf[at]
+    if first < 24:
+        rid = first
+        at += 1
+    else:
+        read = _UINT_READS.get(first)  # (width, its unpack_from)
+        if read is None or at + 1 + read[0] > end:
+            return None
+        (rid,) = read[1](buf, at + 1)
+        at += 1 + read[0]
+    got = _route_and_body(buf, at, end)
+    if got is None:
+        return None
+    (exchange, key), body = got
+    if persistent:
+        return ev.Publish(rid, exchange, key, body, {}, {"persistent": True}, False, True)
+    return ev.Publish(rid, exchange, key, body, {}, {}, False, False)
+
+
+_CTAGS: dict[bytes, str] = {}  # an encoded consumer tag -> the tag
+
+
+def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str, Any] | None:
+    """The map of the ``deliver`` in ``buf[start:end]``, read without a CBOR decoder,
+    when it is the map :func:`encode_deliver` writes for a first delivery without
+    headers, properties or offset (``{"m": "deliver", "ctag", "dtag", "exchange",
+    "key", "body"}``, in that order, an unsigned ``dtag``), or for one whose only
+    property is ``persistent`` (``"props": {"persistent": true}`` last): the very map
+    ``cbor2.loads`` gives, which the client's plain-map path takes as it is. None for
+    anything else, which the other paths then decode.
+
+    Why it exists: a consumer's per-message frame, whose CBOR decoding was the
+    largest part of a transient consumer's time per message. The consumer tag and
+    the route are decoded once (bounded caches).
+    tests/protocol/test_protocol_fast_paths.py checks it against ``cbor2.loads``."""
+    if buf.startswith(_DELIVER_HEAD, start):
+        persistent = False
+    elif buf.startswith(_PERSISTENT_DELIVER_HEAD, start) and buf.endswith(
+        _PERSISTENT_PROPS, start, end
+    ):
+        persistent = True
+        end -= len(_PERSISTENT_PROPS)
+    else:
+        return None
+    at = start + len(_DELIVER_HEAD)
+    last_tag, ctag = _LAST_CTAG[0]
+    if buf.startswith(last_tag, at):  # the consumer of the frame before (see _LAST_ROUTE)
+        at += len(last_tag)
+    else:
+        got = _read_ctag(buf, at, end)
+        if got is None:
+            return None
+        at, ctag = got
+    if at >= end:
+        return None
+    first = buf[at]
+    if first < 24:
+        dtag = first
+        at += 1
+    else:
+        read = _UINT_READS.get(first)  # (width, its unpack_from)
+        if read is None or at + 1 + read[0] > end:
+            return None
+        (dtag,) = read[1](buf, at + 1)
+        at += 1 + read[0]
+    rest = _route_and_body(buf, at, end)
+    if rest is None:
+        return None
+    (exchange, key), body = rest
+    if persistent:
+        return {
+            "m": "deliver",
+            "ctag": ctag,
+            "dtag": dtag,
+            "exchange": exchange,
+            "key": key,
+            "body": body,
+            "props": {"persistent": True},
+        }
+    return {
+        "m": "deliver",
+        "ctag": ctag,
+        "dtag": dtag,
+        "exchange": exchange,
+        "key": key,
+        "body": body,
+    }
+
+
+#: the last consumer tag :func:`_read_ctag` read (encoded, with the ``dtag`` key
+#: after it) and the tag (set below, at first the empty tag)
+_LAST_CTAG: list[tuple[bytes, str]] = []
+
+
+def _read_ctag(buf: bytes | bytearray, at: int, end: int) -> tuple[int, str] | None:
+    """Where a deliver's consumer tag and the ``dtag`` key after it end, from ``at``,
+    and the tag; None for anything else."""
+    if at >= end:
+        return None
+    h = buf[at]
+    if 0x60 <= h < 0x78:
+        tag_end = at + 1 + h - 0x60
+    else:
+        width = _TEXT_WIDTHS.get(h)
+        if width is None:
+            return None
+        tag_end = at + 1 + width + int.from_bytes(buf[at + 1 : at + 1 + width], "big")
+    if tag_end >= end or not buf.startswith(_K_DTAG, tag_end):
+        return None
+    encoded = bytes(buf[at:tag_end])
+    ctag = _CTAGS.get(encoded)
+    if ctag is None:
+        try:
+            ctag = cbor2.loads(encoded)
+        except Exception:  # cbor2 raises several types for bad input
+            return None
+        if type(ctag) is not str:
+            return None
+        if len(_CTAGS) >= _ROUTE_CACHE_MAX:
+            _CTAGS.clear()
+        _CTAGS[encoded] = ctag
+    _LAST_CTAG[0] = (encoded + _K_DTAG, ctag)
+    return tag_end + len(_K_DTAG), ctag
+
+
+_ROUTES_READ: dict[bytes, tuple[str, str]] = {}  # an encoded route -> exchange, key
+_TEXT_WIDTHS = {0x78: 1, 0x79: 2}
+_BYTES_WIDTHS = {0x58: 1, 0x59: 2, 0x5A: 4}
+
+
+def _route_and_body(
+    buf: bytes | bytearray, at: int, end: int
+) -> tuple[tuple[str, str], bytes] | None:
+    """The ``exchange``, ``key`` and ``body`` pairs :func:`_route_prefix` and a
+    bytes head write, from ``at`` to exactly ``end``; None for anything else. The
+    route's two strings come from a bounded cache of the route's bytes."""
+    last_route, names = _LAST_ROUTE[0]
+    if buf.startswith(last_route, at):
+        # the route of the frame before (the usual case): a complete encoding of
+        # the three pairs found at ``at`` reads as those pairs (CBOR items end
+        # where their heads say), so no parse and no look-up
+        at += len(last_route)
+    else:
+        got = _read_route(buf, at, end)
+        if got is None:
+            return None
+        at, names = got
+    if at >= end:
+        return None
+    h = buf[at]
+    if 0x40 <= h < 0x58:
+        size = h - 0x40
+        at += 1
+    else:
+        read = _BYTES_READS.get(h)  # (width, its unpack_from)
+        if read is None or at + 1 + read[0] > end:
+            return None
+        (size,) = read[1](buf, at + 1)
+        at += 1 + read[0]
+    if at + size != end:
+        return None
+    body = buf[at:end]
+    return names, body if type(body) is bytes else bytes(body)
+
+
+#: the last route :func:`_read_route` read, and its names (set below, at first the
+#: empty exchange and key)
+_LAST_ROUTE: list[tuple[bytes, tuple[str, str]]] = []
+
+
+def _read_route(buf: bytes | bytearray, at: int, end: int) -> tuple[int, tuple[str, str]] | None:
+    """Where the ``exchange``, ``key`` and ``body`` keys :func:`_route_prefix` writes
+    end, from ``at``, and the exchange and key; None for anything else."""
+    route_at = at
+    if not buf.startswith(_K_EXCHANGE, at):
+        return None
+    at += len(_K_EXCHANGE)
+    for follow in (_K_KEY, _K_BODY):  # skip the exchange's text, then the key's
+        if at >= end:
+            return None
+        h = buf[at]
+        if 0x60 <= h < 0x78:
+            at += 1 + h - 0x60
+        else:
+            width = _TEXT_WIDTHS.get(h)
+            if width is None:
+                return None
+            at += 1 + width + int.from_bytes(buf[at + 1 : at + 1 + width], "big")
+        if at >= end or not buf.startswith(follow, at):
+            return None
+        at += len(follow)
+    route = bytes(buf[route_at:at])
+    names = _ROUTES_READ.get(route)
+    if names is None:
+        try:
+            decoded = cbor2.loads(MAP_HEADS[3] + route + b"\x40")
+        except Exception:  # cbor2 raises several types for bad input
+            return None
+        exchange, key = decoded.get("exchange"), decoded.get("key")
+        if len(decoded) != 3 or type(exchange) is not str or type(key) is not str:
+            return None
+        if len(_ROUTES_READ) >= _ROUTE_CACHE_MAX:
+            _ROUTES_READ.clear()
+        names = _ROUTES_READ[route] = (exchange, key)
+    _LAST_ROUTE[0] = (route, names)
+    return at, names
 
 
 # --- publish.batch and stream.records ---------------------------------------------
@@ -827,6 +1087,7 @@ class WireMessage(Protocol):
 _K_EXCHANGE = cbor2.dumps("exchange")
 _K_KEY = cbor2.dumps("key")
 _K_BODY = cbor2.dumps("body")
+_LAST_ROUTE.append((_K_EXCHANGE + cbor2.dumps("") + _K_KEY + cbor2.dumps("") + _K_BODY, ("", "")))
 _K_HEADERS = cbor2.dumps("headers")
 _K_PROPS = cbor2.dumps("props")
 
@@ -851,7 +1112,7 @@ def _route_prefix(exchange: str, key: str) -> bytes:
     return prefix
 
 
-_PAIR_CACHE: dict[tuple[bytes, str, str | int], bytes] = {}
+_PAIR_CACHE: dict[tuple[bytes, str, type, str | int], bytes] = {}
 _PAIR_CACHE_MAX = 4096
 _PAIR_CACHE_TEXT = 64  # longest text value kept in the cache
 
@@ -863,15 +1124,18 @@ def _map_pair(key: bytes, m: dict[str, Any]) -> bytes:
     Fast path: a one-entry map with a short text or an integer value (a message's
     ``group_id``, a selector's key) is remembered (bounded, like the route
     prefixes): the same few maps come with many messages, and a look-up costs a
-    third of encoding them. Only text keys and values of exactly ``str`` or ``int``
-    use the cache, so ``True`` or ``1.0``, equal to ``1`` as dict keys, never find
-    ``1``'s bytes;
+    third of encoding them. Only text keys and values of exactly ``str``, ``int`` or
+    ``bool`` (a persistent message's ``{"persistent": True}``) use the cache, and the
+    value's type is part of the cache key, so ``True`` or ``1.0``, equal to ``1`` as
+    dict keys, never find ``1``'s bytes;
     tests/protocol/test_protocol_fast_paths.py checks it against ``cbor2.dumps``."""
     if len(m) == 1:
         for k, v in m.items():  # the one entry (a loop: cheaper than unpacking items())
             t = type(v)
-            if type(k) is str and (t is int or (t is str and len(v) <= _PAIR_CACHE_TEXT)):
-                entry = (key, k, v)
+            if type(k) is str and (
+                t is int or t is bool or (t is str and len(v) <= _PAIR_CACHE_TEXT)
+            ):
+                entry = (key, k, t, v)
                 pair = _PAIR_CACHE.get(entry)
                 if pair is None:
                     if len(_PAIR_CACHE) >= _PAIR_CACHE_MAX:
@@ -908,6 +1172,12 @@ _K_M_DELIVER = cbor2.dumps("m") + cbor2.dumps("deliver")
 _K_M_GETOK = cbor2.dumps("m") + cbor2.dumps("get-ok")
 _K_CTAG = cbor2.dumps("ctag")
 _K_DTAG = cbor2.dumps("dtag")
+#: what a plain delivery starts with (read_plain_deliver)
+_DELIVER_HEAD = MAP_HEADS[6] + _K_M_DELIVER + _K_CTAG
+_LAST_CTAG.append((cbor2.dumps("") + _K_DTAG, ""))
+#: and a persistent one's, whose only property is ``persistent``, then its end
+_PERSISTENT_DELIVER_HEAD = MAP_HEADS[7] + _K_M_DELIVER + _K_CTAG
+_PERSISTENT_PROPS = _K_PROPS + cbor2.dumps({"persistent": True})
 _K_RE = cbor2.dumps("re")
 _K_REMAINING = cbor2.dumps("remaining")
 _K_QUEUE = cbor2.dumps("queue")
@@ -987,6 +1257,10 @@ _K_M_ACK = cbor2.dumps("m") + cbor2.dumps("ack")
 _K_ID = cbor2.dumps("id")
 _MANDATORY = cbor2.dumps("mandatory") + b"\xf5"
 _CONFIRM = cbor2.dumps("confirm") + b"\xf5"
+#: a confirmed persistent publish's frame without headers, around its fields
+#: (read_plain_publish)
+_PERSISTENT_HEAD = MAP_HEADS[7] + _K_M_PUBLISH + _K_ID
+_PERSISTENT_TAIL = _K_PROPS + cbor2.dumps({"persistent": True}) + _CONFIRM
 _MULTIPLE = cbor2.dumps("multiple") + b"\xf5"
 _PUBLISH_HEAD = MAP_HEADS[5] + _K_M_PUBLISH + _K_ID
 _ACK_HEAD = MAP_HEADS[3] + _K_M_ACK + _K_ID

@@ -112,7 +112,8 @@ class Connection:
         # set with _hot, on a client
         self._maps_ok = False
         # a bare ok (a publish confirm) read from its bytes; set with _hot, on a client
-        self._read_ok: Callable[[bytes | bytearray, int, int], ev.Ok | None] | None = None
+        self._read_ok: Callable[[bytes | bytearray, int, int], ev.Event | None] | None = None
+        self._read_max = 0
         self._buf: bytes | bytearray = b""  # the chunk being decoded, or chunks gathered
         self._pos = 0
         self._eof = False
@@ -171,7 +172,12 @@ class Connection:
             self._hot = _HOT_DECODERS[self.role] if stays_open else {}
             client = stays_open and self.role is ev.Role.CLIENT
             self._maps_ok = client
-            self._read_ok = codec.read_bare_ok if client else None
+            # the role's per-message frame read from its bytes, no CBOR decoder: a
+            # client's bare oks (up to _BARE_OK_MAX bytes), a server's plain publishes
+            self._read_ok = (
+                (codec.read_bare_ok if client else codec.read_plain_publish) if stays_open else None
+            )
+            self._read_max = _BARE_OK_MAX if client else sys.maxsize
 
     def _next_state(self, cls: type[ev.Event]) -> ConnState | None:
         try:
@@ -216,8 +222,10 @@ class Connection:
         """The frame splitter, for :meth:`events` and :meth:`next_event`: decode up to
         ``limit`` events into ``out``. While the connection is OPEN, the per-message
         frames (publish and ack in, deliver and bare ok out) take their role's decoder
-        in ``_hot`` first, one call a frame; every other frame, and any the hot
-        decoder leaves, takes the checked path through the state table."""
+        in ``_hot`` first, one call a frame (a bare ok, a plain deliver or a plain
+        publish is read from its bytes, without cbor2, before that); every other
+        frame, and any the hot decoder leaves, takes the checked path through the
+        state table."""
         if self._error is not None:
             raise self._error
         append = out.append
@@ -228,6 +236,8 @@ class Connection:
         closed = state is _CLOSED
         hot = self._hot
         read_ok = self._read_ok
+        read_max = self._read_max
+        read_deliver = codec.read_plain_deliver
         plain = maps and self._maps_ok  # usual deliver maps are handed on as they are
         max_frame = self.max_frame_size
         loads = cbor2.loads
@@ -245,13 +255,22 @@ class Connection:
                     self._pos = pos
                     self._at_end(out)
                     return
-                if n < _BARE_OK_MAX and read_ok is not None:
-                    ok = read_ok(buf, pos + 4, end)
-                    if ok is not None:
-                        pos = end
-                        count += 1
-                        append(ok)
-                        continue
+                if read_ok is not None:
+                    if n < read_max:
+                        ok = read_ok(buf, pos + 4, end)
+                        if ok is not None:
+                            pos = end
+                            count += 1
+                            append(ok)
+                            continue
+                    elif plain:
+                        # a plain delivery's map from its bytes: what loads gives below
+                        m = read_deliver(buf, pos + 4, end)
+                        if m is not None:
+                            pos = end
+                            count += 1
+                            append(m)
+                            continue
                 try:
                     m = loads(buf[pos + 4 : end])
                 except Exception as exc:  # cbor2 raises several types for bad input
@@ -423,6 +442,13 @@ class Connection:
         if new_state is not self._state:
             self._set_state(new_state)
         return data
+
+    def send_ok(self, re: int) -> bytes:
+        """An ``ok`` frame without ``info``: what ``send(Ok(re))`` gives, by hand (a
+        server confirms each persistent publish with one)."""
+        if self._state is not self._server_open or type(re) is not int or not 0 <= re < 1 << 64:
+            return self.send(ev.Ok(re, {}))
+        return codec.encode_bare_ok(re)
 
     def send_get_ok(
         self, re: int, dtag: int, redelivered: bool, remaining: int, queue: str,

@@ -135,7 +135,11 @@ def _checked_map(d: Any, check: Callable[[Any], str | None]) -> bytes | None:
     if type(d) is not dict:
         return None
     try:
-        ident = tuple((k, type(v), v) for k, v in d.items())
+        if len(d) == 1:  # the usual map ({"persistent": True}): the same key, no generator
+            for k, v in d.items():
+                ident: tuple[Any, ...] = ((k, type(v), v),)
+        else:
+            ident = tuple((k, type(v), v) for k, v in d.items())
         hit = _MAPS.get(ident)
     except TypeError:
         return None

@@ -472,17 +472,23 @@ class StoreState:
         self._bindings.pop(self._binding_key(r), None)
 
     def _message_enqueue(self, r: MessageEnqueue) -> None:
-        if r.id > self.last_journal_id:
-            self.last_journal_id = r.id
-        if r.id in self._messages or (self._index.ids and self._index.find(r.id) >= 0):
+        journal_id = r.id
+        if journal_id > self.last_journal_id:
+            self.last_journal_id = journal_id
+        ids = self._index.ids
+        if journal_id in self._messages or (
+            ids and journal_id <= ids[-1] and self._index.find(journal_id) >= 0
+        ):  # the index is sorted: a new id above its last is not in it (no search)
             return
-        queues = [q for q in r.queues if (r.vhost, q) in self._queues]
+        vhost, known = r.vhost, self._queues
+        queues = [q for q in r.queues if (vhost, q) in known]
         if not queues:
             return
         self._seq += 1
-        self._messages[r.id] = _Live(r, queues, self._seq)
+        self._messages[journal_id] = _Live(r, queues, self._seq)
+        qm = self._queue_messages
         for q in queues:
-            self._queue_messages[(r.vhost, q)][r.id] = None
+            qm[(vhost, q)][journal_id] = None
         self.message_bytes += len(r.body)
 
     def _message_delivered(self, r: MessageDelivered) -> None:

@@ -1,8 +1,9 @@
 """Every per-message fast path of :class:`Connection` agrees with its general path.
 
-- ``send_publish`` / ``send_ack`` write the very bytes ``send(Publish(...))`` /
-  ``send(Ack(...))`` write; the remembered encodings of one-entry ``headers`` and
-  ``props`` maps are what ``cbor2.dumps`` writes;
+- ``send_publish`` / ``send_ack`` / ``send_ok`` write the very bytes
+  ``send(Publish(...))`` / ``send(Ack(...))`` / ``send(Ok(...))`` write; the
+  remembered encodings of one-entry ``headers`` and ``props`` maps are what
+  ``cbor2.dumps`` writes;
 - a client decodes ``deliver`` frames and bare ``ok`` frames (the latter from their
   bytes, without cbor2) to the events the checked decoder gives, and leaves every
   frame it does not recognise to it;
@@ -19,7 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from amqlite.errors import RemoteProtocolError
+from amqlite.errors import LocalProtocolError, RemoteProtocolError
 from amqlite.protocol import NEED_DATA, PROPERTY_TYPES, Connection, ConnState, Role, codec
 from amqlite.protocol import events as ev
 
@@ -112,8 +113,8 @@ def test_send_publish_writes_what_send_writes(
     )
 )
 def test_publish_maps_decode_every_field_they_carry(m: dict[str, Any]) -> None:
-    """The publish decoder's shortcuts (nothing optional; props alone) never drop a
-    field, whichever optional ones (the key too) a map carries."""
+    """The publish decoder's shortcuts (nothing optional; props alone; props and
+    confirm) never drop a field, whichever optional ones (the key too) a map carries."""
     assert codec.decode_publish(m) == ev.Publish(
         m["id"],
         m["exchange"],
@@ -165,6 +166,29 @@ def test_send_ack_writes_what_send_writes(rid: int, dtag: int, multiple: bool) -
     assert fast.send_ack(rid, dtag, multiple) == general.send(ev.Ack(rid, dtag, multiple))
 
 
+@CHECKS
+@given(re=st.one_of(UINTS, st.integers(-(2**64), -1), st.integers(2**64, 2**70)))
+def test_send_ok_writes_what_send_writes(re: int) -> None:
+    # the server's per-confirm frame by hand (ids outside 0..2**64-1 take send's path)
+    fast, general = server_in(ConnState.OPEN), server_in(ConnState.OPEN)
+    data = fast.send_ok(re)
+    assert data == general.send(ev.Ok(re))
+    assert fast.state is general.state is ConnState.OPEN
+    if 0 <= re < 2**64:
+        assert data == codec.encode_bare_ok(re)
+        assert codec.read_bare_ok(data, 4, len(data)) == ev.Ok(re)
+
+
+@pytest.mark.parametrize("state", [ConnState.AUTHENTICATING, ConnState.CLOSED])
+def test_send_ok_checks_the_state_as_send_does(state: ConnState) -> None:
+    fast, general = server_in(state), server_in(state)
+    with pytest.raises(LocalProtocolError) as general_error:
+        general.send(ev.Ok(1))
+    with pytest.raises(LocalProtocolError) as fast_error:
+        fast.send_ok(1)
+    assert str(fast_error.value) == str(general_error.value)
+
+
 # --- the client's decoders ------------------------------------------------------------
 
 
@@ -201,6 +225,144 @@ def test_deliveries_decode_as_the_checked_decoder_reads_them(
     client.receive_data(data)
     got = client.events()
     assert got == [_general(Role.CLIENT, p) for p in _payloads(data)] == [event, event]
+
+
+@CHECKS
+@given(
+    rid=UINTS,
+    exchange=TEXT,
+    key=TEXT,
+    body=st.binary(max_size=300),
+    cut=st.integers(0, 400),
+    flip=st.tuples(st.integers(0, 400), st.integers(0, 255)),
+    extra=st.binary(min_size=1, max_size=3),
+    persistent=st.booleans(),
+)
+def test_the_plain_publish_reader_agrees_with_cbor_or_declines(
+    rid: int,
+    exchange: str,
+    key: str,
+    body: bytes,
+    cut: int,
+    flip: tuple[int, int],
+    extra: bytes,
+    persistent: bool,
+) -> None:
+    """A server reads a plain publish (or a confirmed persistent one) from its bytes
+    (codec.read_plain_publish): the client's frame gives the checked decoder's
+    event; the same frame cut short, with a byte changed or with bytes after it
+    gives that event too or is left to the other paths (which may refuse it); a
+    frame inside a larger buffer reads the same."""
+    props = {"persistent": True} if persistent else None
+    payload = codec.encode_publish(rid, exchange, key, body, None, props, False, persistent)[4:]
+    expected_event = ev.Publish(rid, exchange, key, body, {}, props or {}, False, persistent)
+    assert codec.read_plain_publish(payload, 0, len(payload)) == expected_event
+    wrapped = bytearray(b"\xff\x00" + payload + extra)
+    assert codec.read_plain_publish(wrapped, 2, 2 + len(payload)) == expected_event
+    at, value = flip
+    changed = bytearray(payload)
+    if at < len(changed):
+        changed[at] = value
+    for variant in (payload[:cut], payload + extra, bytes(changed)):
+        read = codec.read_plain_publish(variant, 0, len(variant))
+        try:
+            expected: ev.Event | None = _general(Role.SERVER, variant)
+        except Exception:
+            expected = None
+        if read is not None:
+            assert read == expected
+            assert type(read.body) is bytes
+
+
+@CHECKS
+@given(
+    ctag=TEXT,
+    dtag=UINTS,
+    exchange=TEXT,
+    key=TEXT,
+    body=st.binary(max_size=300),
+    cut=st.integers(0, 400),
+    flip=st.tuples(st.integers(0, 400), st.integers(0, 255)),
+    extra=st.binary(min_size=1, max_size=3),
+    persistent=st.booleans(),
+)
+def test_the_plain_deliver_reader_agrees_with_cbor_or_declines(
+    ctag: str,
+    dtag: int,
+    exchange: str,
+    key: str,
+    body: bytes,
+    cut: int,
+    flip: tuple[int, int],
+    extra: bytes,
+    persistent: bool,
+) -> None:
+    """A client reads a plain delivery's map from its bytes
+    (codec.read_plain_deliver): the server's frame gives what ``cbor2.loads``
+    gives; the frame cut short, with a byte changed or with bytes after it gives
+    that too or is left to the other paths."""
+    msg = FakeMessage(exchange, key, body, properties={"persistent": True} if persistent else {})
+    payload = codec.encode_deliver(ctag, dtag, False, msg)[4:]
+    expected_map = cbor2.loads(payload)
+    assert codec.read_plain_deliver(payload, 0, len(payload)) == expected_map
+    wrapped = bytearray(b"\xff\x00" + payload + extra)
+    read = codec.read_plain_deliver(wrapped, 2, 2 + len(payload))
+    assert read == expected_map
+    assert read is not None and type(read["body"]) is bytes
+    assert list(read) == list(expected_map)  # the same keys in the same order
+    at, value = flip
+    changed = bytearray(payload)
+    if at < len(changed):
+        changed[at] = value
+    for variant in (payload[:cut], payload + extra, bytes(changed)):
+        got = codec.read_plain_deliver(variant, 0, len(variant))
+        if got is not None:
+            assert got == cbor2.loads(variant)
+            assert type(got["body"]) is bytes
+
+
+def test_deliveries_with_more_fields_are_not_read_as_plain() -> None:
+    for msg, redelivered, offset in (
+        (FakeMessage("", "q", b"x", headers={"h": 1}), False, None),
+        (FakeMessage("", "q", b"x", properties={"persistent": False}), False, None),
+        (FakeMessage("", "q", b"x", properties={"persistent": True, "priority": 1}), False, None),
+        (FakeMessage("", "q", b"x", properties={"persistent": True}), True, None),
+        (
+            FakeMessage("", "q", b"x", headers={"h": 1}, properties={"persistent": True}),
+            False,
+            None,
+        ),
+        (FakeMessage("", "q", b"x"), True, None),
+        (FakeMessage("", "q", b"x"), False, 5),
+    ):
+        payload = codec.encode_deliver("c", 1, redelivered, msg, offset)[4:]
+        assert codec.read_plain_deliver(payload, 0, len(payload)) is None
+
+
+def test_publishes_with_options_are_not_read_as_plain() -> None:
+    for options in (
+        {"headers": {"h": 1}},
+        {"props": {"persistent": True}},
+        {"props": {"persistent": False}, "confirm": True},
+        {"props": {"persistent": True, "priority": 1}, "confirm": True},
+        {"props": {"persistent": True}, "mandatory": True, "confirm": True},
+        {"headers": {"h": 1}, "props": {"persistent": True}, "confirm": True},
+        {"mandatory": True},
+        {"confirm": True},
+    ):
+        payload = codec.encode_publish(
+            7,
+            "",
+            "q",
+            b"x",
+            options.get("headers"),  # type: ignore[arg-type]
+            options.get("props"),  # type: ignore[arg-type]
+            "mandatory" in options,
+            "confirm" in options,
+        )[4:]
+        assert codec.read_plain_publish(payload, 0, len(payload)) is None
+    reordered = cbor2.dumps({"m": "publish", "exchange": "", "id": 1, "key": "q", "body": b""})
+    assert codec.read_plain_publish(reordered, 0, len(reordered)) is None
 
 
 _OK_PREFIX = cbor2.dumps({"m": "ok", "re": 0})[:-1]

@@ -140,6 +140,18 @@ class ClientEndpoint:
         """The barrier released ``reply`` (or the disk lost what it promised)."""
         if self._released:
             return  # gone: its requests' fate is what the client could not observe
+        if lost is None and type(reply) is ev.Ok and not reply.info:
+            # a persistent publish's confirm, one per message: its frame by hand
+            # (Connection.send_ok, which checks the state as send does)
+            link = self.link
+            try:
+                frame = link.proto.send_ok(reply.re)
+            except AmqliteError:
+                return  # our protocol side is closing: as link.send would
+            out = link.out
+            out += frame
+            link.kick()
+            return
         if lost is not None:
             reply = _refusal(request, lost)
         with contextlib.suppress(AmqliteError):
