@@ -3,9 +3,12 @@
 The connection runs on a :class:`~amqlite.link.FramedLink` (the writer and its
 one out-buffer, the heartbeat watchdog, closing the stream: see
 :mod:`amqlite.link`). What it adds is the reader: it takes the decoded events in
-batches of ``FRAMES_PER_TURN`` (other connections get a turn between batches)
-and hands each request to the connection's role endpoint (:mod:`.endpoints`)
-without a checkpoint per message.
+batches of ``FRAMES_PER_TURN`` (other connections get a turn between batches; a
+turn goes on for more batches, up to ``MAX_FRAMES_PER_TURN`` frames, while the
+deliveries it made are spread so thin over consumer connections that each holds
+less than ``TURN_BYTES`` to send: a publisher feeding ten consumers then gives each
+a write of about fifty deliveries instead of six) and hands each request to the
+connection's role endpoint (:mod:`.endpoints`) without a checkpoint per message.
 
 The handshake (protocol version, role, credentials, the HA pair's admission)
 chooses the endpoint; after it, this module knows nothing of what a request
@@ -43,7 +46,11 @@ if TYPE_CHECKING:
 
     from .context import NodeView
 
-FRAMES_PER_TURN = 64  # frames handled before other connections get a turn
+FRAMES_PER_TURN = 64  # frames handled before other connections get a turn (at least)
+#: a turn goes on past FRAMES_PER_TURN while the consumer connections it pushed to
+#: all hold less than TURN_BYTES to send, up to MAX_FRAMES_PER_TURN frames
+TURN_BYTES = 8 * 1024
+MAX_FRAMES_PER_TURN = 8 * FRAMES_PER_TURN
 MAX_INSTANCE = 64  # longest hello.instance (a client token, see amqlite.broker.dedup)
 ROLES = ("client", "monitor", "ha-peer", "peer-link")
 #: roles a full node still takes, outside its connection counts: the HA pair's own
@@ -185,6 +192,7 @@ class NativeConnection:
         events = self.proto.events
         gate = self.gate
         now = trio.current_time()
+        turn = 0  # frames handled since this reader last gave the others a turn
         while batch := events(FRAMES_PER_TURN):
             endpoint = self.endpoint  # set at a hello only, which ends its batch
             for event in batch:
@@ -212,10 +220,16 @@ class NativeConnection:
                     self.send(ev.Error(event.id, event.code, event.text))
             if len(batch) == FRAMES_PER_TURN:
                 # Let other connections run (a consumer's acks free credit) instead
-                # of working through a whole 256 KiB read first.
-                self.node.pump()
-                await trio.lowlevel.checkpoint()
-                now = trio.current_time()
+                # of working through a whole 256 KiB read first; but while what this
+                # turn pushed is spread thin over many consumer connections, go on
+                # (up to MAX_FRAMES_PER_TURN): each connection's writer then sends,
+                # and its client reads and acks, a batch worth a system call.
+                fullest = self.node.pump_sized()
+                turn += FRAMES_PER_TURN
+                if fullest == 0 or fullest >= TURN_BYTES or turn >= MAX_FRAMES_PER_TURN:
+                    turn = 0
+                    await trio.lowlevel.checkpoint()
+                    now = trio.current_time()
         return True
 
     # --- handshake -----------------------------------------------------------------

@@ -424,7 +424,14 @@ class BrokerNode:
             self.pump()
 
     def pump(self) -> None:
-        """Hand the broker's pending pushes to the connections that own them.
+        """Hand the broker's pending pushes to the connections that own them
+        (:meth:`pump_sized`)."""
+        self.pump_sized()
+
+    def pump_sized(self) -> int:
+        """Hand the broker's pending pushes to the connections that own them; the
+        most bytes a native client connection it wrote to now has waiting to be
+        sent (0: it wrote to none), by which a publisher's reader sizes its turn.
 
         On an HA pair the gathered delivery marks are journaled first, so they are
         streamed to the passive node before the deliveries they mark are written to
@@ -437,10 +444,16 @@ class BrokerNode:
             recorder = broker.recorder
             if recorder is not None and recorder.deliveries_waiting:
                 recorder.flush_marks()
+        fullest = 0
         for session in broker.take_ready():
             owner = session.owner
-            if isinstance(owner, ClientEndpoint | AmqpChannel | PeeringQueue | BrowserEndpoint):
+            if type(owner) is ClientEndpoint:
+                waiting = owner.push()
+                if waiting > fullest:
+                    fullest = waiting
+            elif isinstance(owner, ClientEndpoint | AmqpChannel | PeeringQueue | BrowserEndpoint):
                 owner.push()
+        return fullest
 
     def status(self) -> dict[str, Any]:
         status = self.broker.status()

@@ -159,11 +159,13 @@ class ClientEndpoint:
 
     # --- pushes ------------------------------------------------------------------------
 
-    def push(self) -> None:
-        """Encode the deliveries and cancellations the broker has for this session."""
+    def push(self) -> int:
+        """Encode the deliveries and cancellations the broker has for this session;
+        the bytes the link now has waiting to be sent (0 when it wrote nothing:
+        closed, closing, or deliveries held until the passive node has them)."""
         session = self.session
         if session is None:
-            return
+            return 0
         link = self.link
         proto = link.proto
         send_deliver = proto.send_deliver
@@ -171,7 +173,7 @@ class ClientEndpoint:
         storage = self.node.storage
         if storage is not None and storage.replica_upto is not None:
             self._push_gated(session, storage)
-            return
+            return 0
         try:
             for d in session.take_deliveries():
                 out += send_deliver(d.ctag, d.dtag, d.redelivered, d.message, d.offset)
@@ -181,9 +183,10 @@ class ClientEndpoint:
             # Our protocol side is closing (the client said close): what was taken
             # stays unacked in the session, which requeues it when it closes. This
             # runs in whichever task pumped, so it must never raise there.
-            return
+            return 0
         if out:
             self._flow()
+        return len(out)
 
     def _push_gated(self, session: Session, storage: NodeStorage) -> None:
         """``push`` while HA replicates: a journaled message goes out only once the
