@@ -65,7 +65,7 @@ class RawClient:
 async def _connect(node: BrokerNode, nursery: trio.Nursery) -> tuple[RawClient, CountingStream]:
     client_side, server_side = trio.testing.memory_stream_pair()
     counted = CountingStream(server_side)
-    conn = NativeConnection(node, counted, "memory:1", "127.0.0.1")  # type: ignore[arg-type]
+    conn = NativeConnection(node, counted, "memory:1", "127.0.0.1")
     nursery.start_soon(conn.run)
     client = RawClient(client_side)
     assert isinstance(await client.request(ev.Hello(1)), ev.Welcome)
