@@ -7,11 +7,16 @@ from pathlib import Path
 
 import pytest
 import trio
+from hypothesis import settings
 
 from amqlite.config import load_config
 from amqlite.server import BrokerNode
 
 from .tls_certs import TlsFiles, make_tls_files
+
+# ``pytest --hypothesis-profile=soak``: every hypothesis test runs ten times as many
+# examples (tests/examples.py scales the tests that name their own count).
+settings.register_profile("soak", max_examples=1000)
 
 
 @pytest.fixture(autouse=True)

@@ -426,7 +426,13 @@ def test_vs_rabbitmq_runs_amqlite_over_amqp_and_compares_it(
         )
 
 
+# the whole comparison against a real RabbitMQ (its start, three scenarios, both
+# fsync levels): behind the soak marker. The default suite keeps its parts: the
+# comparison through a relay peer (above), the persistent rows' systems
+# (test_amqlite_amqp_rows_use_pika_on_the_brokers_amqp_listener) and the real
+# RabbitMQ's clients (test_real_peer_clients_count_every_message).
 @pytest.mark.e2e
+@pytest.mark.soak
 @pytest.mark.timeout(300)
 def test_amqlite_amqp_against_the_real_rabbitmq(capsys: pytest.CaptureFixture[str]) -> None:
     _peer_or_skip("rabbitmq")

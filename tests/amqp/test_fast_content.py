@@ -29,6 +29,7 @@ from amqlite.amqp.mapping import from_native
 from amqlite.amqp.properties import BasicProperties
 from amqlite.amqp.states import ChannelState
 
+from ..examples import examples
 from .strategies import properties
 from .test_connection import events, handshake, open_channel
 
@@ -116,7 +117,7 @@ def _run(frame_max: int, max_body: int, data: bytes, cuts: list[int]) -> tuple[A
     return got, error, server.channel_state(1), server.channel_state(2), server._reader.buffered
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(streams())
 def test_the_fast_path_gives_what_the_general_path_gives(
     stream: tuple[int, int, bytes, list[int]],
@@ -179,7 +180,7 @@ def _send(conn: AmqpConnection, general: bool, *args: Any) -> tuple[str, Any]:
         return type(exc).__name__, str(exc)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     frame_max=st.sampled_from([4096, 131072]),
     channel=st.sampled_from([1, 2, 3]),
@@ -254,7 +255,7 @@ def _header(props: BasicProperties, size: int) -> bytes:
     return amqp_properties.encode_header_payload(size, props)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     st.lists(st.tuples(properties, st.integers(0, 2**40), st.booleans()), min_size=1, max_size=12),
     st.integers(1, 4),

@@ -27,7 +27,9 @@ from .procs import ServerProcess, run_cli, start_server
 
 pytestmark = pytest.mark.e2e
 
-KILL_CYCLES = 50
+#: kill -9 cycles: the default suite's run, and the soak run's (each is a broker start)
+KILL_CYCLES = 12
+SOAK_KILL_CYCLES = 50
 QUEUE = "durable-q"
 
 
@@ -150,11 +152,10 @@ async def drain(server: ServerProcess) -> list[int]:
     return found
 
 
-@pytest.mark.timeout(900)  # 50 broker starts: about 2 minutes on 2 busy cores
-async def test_kill_9_under_confirmed_persistent_load_loses_nothing(tmp_path: Path) -> None:
+async def _kill_9_cycles(tmp_path: Path, cycles: int) -> None:
     rng = random.Random(int(os.environ.get("AMQLITE_TEST_SEED", "0")) or None)
     ledger = Ledger()
-    for _ in range(KILL_CYCLES):
+    for _ in range(cycles):
         server = await start_server("--data-dir", str(tmp_path))
         await load_until_killed(server, ledger, rng)
     server = await start_server("--data-dir", str(tmp_path))
@@ -162,9 +163,22 @@ async def test_kill_9_under_confirmed_persistent_load_loses_nothing(tmp_path: Pa
         (recovered,) = [r for r in server.log_lines if r.get("event") == "journal_recovered"]
         assert recovered["messages"] >= len(ledger.confirmed - ledger.acked)  # type: ignore[operator]
         ledger.check(await drain(server))
-        assert len(ledger.confirmed) > KILL_CYCLES  # the load was real
+        assert len(ledger.confirmed) > cycles  # the load was real
     finally:
         await kill9(server)
+
+
+@pytest.mark.timeout(300)
+async def test_kill_9_under_confirmed_persistent_load_loses_nothing(tmp_path: Path) -> None:
+    await _kill_9_cycles(tmp_path, KILL_CYCLES)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(900)  # 50 broker starts: about 2 minutes on 2 busy cores
+async def test_kill_9_under_confirmed_persistent_load_50_times_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    await _kill_9_cycles(tmp_path, SOAK_KILL_CYCLES)
 
 
 @pytest.mark.timeout(600)

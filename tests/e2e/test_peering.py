@@ -434,6 +434,13 @@ def _check_subscriber(checker: StreamChecker, producer: str, confirmed: set[int]
 #: a kill -9 test runs plain and with every listener and link over TLS
 over_tls_too = pytest.mark.parametrize("tls", ["plain", "tls"], indirect=True)
 
+#: how many persistent confirmed messages (each confirmed before the next) a kill -9
+#: test publishes: enough that the kill lands mid-stream by default, and more
+#: behind the soak marker
+stream_lengths = pytest.mark.parametrize(
+    "n", [600, pytest.param(1500, marks=pytest.mark.soak, id="1500")], ids=["600", "1500"]
+)
+
 
 @pytest.fixture
 def tls(request: pytest.FixtureRequest) -> TlsFiles | None:
@@ -450,8 +457,9 @@ def _assert_links_tls(links: list[dict[str, Any]], tls: TlsFiles | None) -> None
 
 
 @over_tls_too
+@stream_lengths
 async def test_subscribe_remote_killed_mid_stream_loses_and_duplicates_nothing(
-    tmp_path: Path, tls: TlsFiles | None
+    tmp_path: Path, tls: TlsFiles | None, n: int
 ) -> None:
     """A subscribes to B. B's peering queue for A is durable: B is killed with kill -9
     while it publishes persistent confirmed messages and started again; every message
@@ -465,7 +473,6 @@ async def test_subscribe_remote_killed_mid_stream_loses_and_duplicates_nothing(
         await group.wait_up("a", "b")
         checker = StreamChecker()
         bound = trio.Event()
-        n = 1500
         confirmed: set[int] = set()
         ca = group.ca
         with trio.fail_after(120):
@@ -499,8 +506,9 @@ async def test_subscribe_remote_killed_mid_stream_loses_and_duplicates_nothing(
         _assert_links_tls(links + await group.links("b"), tls)
 
 
+@stream_lengths
 async def test_subscribe_to_an_ha_pair_whose_master_is_killed_loses_and_duplicates_nothing(
-    tmp_path: Path,
+    tmp_path: Path, n: int
 ) -> None:
     """A subscribes to an HA pair (host = primary,backup). The pair's master is killed
     with kill -9 while a client publishes persistent confirmed messages on the pair:
@@ -520,7 +528,6 @@ async def test_subscribe_to_an_ha_pair_whose_master_is_killed_loses_and_duplicat
         await group.wait_up("a")
         checker = StreamChecker()
         bound = trio.Event()
-        n = 1500
         confirmed: set[int] = set()
         with trio.fail_after(120):
             async with trio.open_nursery() as consumers:
@@ -825,7 +832,10 @@ async def _drain_queue(address: str, queue: str, checker: StreamChecker, total: 
                     return
 
 
-async def test_a_dialer_killed_with_a_backlog_sends_it_after_its_restart(tmp_path: Path) -> None:
+@stream_lengths
+async def test_a_dialer_killed_with_a_backlog_sends_it_after_its_restart(
+    tmp_path: Path, n: int
+) -> None:
     """A publishes persistent confirmed messages on a publish link to B; the link is
     cut (B unreachable) so A's sending log fills, and A is killed with kill -9. The
     log is journaled (peering.out): restarted, A sends every confirmed message to B
@@ -842,7 +852,6 @@ async def test_a_dialer_killed_with_a_backlog_sends_it_after_its_restart(tmp_pat
         await group.start("a")
         await group.wait_up("a", "b")
         await group.wait("a", lambda ls: _dialer(ls)["interest_size"] == 1)
-        n = 1200
         confirmed: set[int] = set()
         with trio.fail_after(120):
             async with trio.open_nursery() as nursery:

@@ -19,7 +19,7 @@ from typing import Any
 
 import cbor2
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from amqlite.errors import LocalProtocolError
@@ -56,7 +56,13 @@ from amqlite.peering.wire import _forwards, _Reader, forwards_fast
 from amqlite.protocol import Connection, Role, codec
 from amqlite.protocol import events as ev
 
+from ..examples import examples
 from .test_wire import SAMPLES
+
+# the envelopes' strategies draw a lot: on a busy machine their generation is slow
+# and an example can pass the default deadline, and lists of them often overrun
+# hypothesis' entropy limit (health checks that fail by load and size, not by the code)
+SLOW_INPUTS = [HealthCheck.too_slow, HealthCheck.data_too_large]
 
 texts = st.text(max_size=12)
 node_ids = st.text(min_size=1, max_size=8)
@@ -99,6 +105,7 @@ def test_every_message_encodes_as_its_map(message: Any) -> None:
     assert cbor2.loads(peering_cbor.encode(message)) == message.to_map()
 
 
+@settings(max_examples=examples(50), deadline=None, suppress_health_check=SLOW_INPUTS)
 @given(st.lists(forwards, max_size=30))
 def test_a_batch_is_the_generic_batch_map(items: list[Forward]) -> None:
     data = peering_cbor.encode_batch([peering_cbor.encode(f) for f in items])
@@ -149,7 +156,7 @@ runs = st.builds(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=SLOW_INPUTS)
 @given(runs)
 def test_a_run_is_encoded_byte_for_byte_as_cbor2_does(run: Forwards) -> None:
     data = peering_cbor.encode(run)
@@ -162,7 +169,7 @@ def _expanded(m: dict[str, Any]) -> list[Any]:
     return msg.forwards() if isinstance(msg, Forwards) else [msg]
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=SLOW_INPUTS)
 @given(
     st.lists(
         st.one_of(
@@ -244,7 +251,7 @@ def _checked_run(m: dict[str, Any]) -> Forwards | str:
         return exc.text
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=SLOW_INPUTS)
 @given(
     runs,
     st.lists(st.tuples(st.sampled_from(RUN_FIELDS), st.sampled_from([*ODD, "drop"])), max_size=2),
@@ -283,7 +290,7 @@ def _receiving_end() -> tuple[PeeredExchange, Any]:
     return px, link
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None, suppress_health_check=SLOW_INPUTS)
 @given(
     st.lists(
         st.tuples(
@@ -649,7 +656,7 @@ plain_trees = st.recursive(
 )
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=SLOW_INPUTS)
 @given(
     st.one_of(
         plain_trees,
