@@ -33,7 +33,15 @@ if [[ ",$EXTRAS," == *",spark,"* ]]; then
     if [ "$java_major" -lt 17 ]; then
       echo "the Spark data source and its tests need a Java 17+ runtime (found:" \
         "$([ "$java_major" = 0 ] && echo none || echo "Java $java_major"));" \
-        "install one with 'sudo apt-get install -y openjdk-17-jre-headless'" \
+        "install one with 'sudo apt-get install -y openjdk-17-jdk-headless'" \
+        "(or set AMQLITE_SKIP_SPARK=1 to skip the Spark tests)" >&2
+      exit 1
+    fi
+    if ! command -v javac > /dev/null || ! command -v jar > /dev/null; then
+      # Spark runs on a runtime alone, but the JVM reader and writer (the fast batch
+      # path, amqlite/spark/jar.py) are compiled on first use and are tested here
+      echo "the Spark JVM reader and its tests need a JDK (javac and jar; found" \
+        "java only); install one with 'sudo apt-get install -y openjdk-17-jdk-headless'" \
         "(or set AMQLITE_SKIP_SPARK=1 to skip the Spark tests)" >&2
       exit 1
     fi

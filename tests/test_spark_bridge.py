@@ -90,7 +90,7 @@ def test_delivery_row_columns() -> None:
 def test_java_check_names_the_install_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(SparkEnvironmentError, match="apt-get install -y openjdk-17-jre-headless"):
+    with pytest.raises(SparkEnvironmentError, match="apt-get install -y openjdk-17-jdk-headless"):
         check_java()
     fake = tmp_path / "java"
     fake.write_text("#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n")

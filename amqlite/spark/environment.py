@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-JAVA_INSTALL = "apt-get install -y openjdk-17-jre-headless"
+JAVA_INSTALL = "apt-get install -y openjdk-17-jdk-headless"
 MIN_JAVA = 17
 
 
