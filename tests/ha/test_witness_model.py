@@ -3,10 +3,12 @@ partitions of every link: the peer link (each way), each node's link to the
 witness, and which nodes the clients reach. Nodes and the witness crash and
 restart (each keeps what it persisted).
 
-Replication is abstracted: while a passive node follows the active one over a
-healthy peer link, it holds what the active node holds (the snapshot replaces its
-own state, as in the shell), and a confirm through replication lands on both at
-once. A node confirms a persistent publish only when the shell would: through
+Replication is abstracted: while the active node replicates to its peer (the
+shell's condition, ``replication_wanted``, over a healthy peer link) and the peer
+is not active (the shell applies syncs in a starting node as in a passive one),
+the peer holds what the active node holds (the snapshot replaces its own state,
+as in the shell), and a confirm through replication lands on both at once. A
+node confirms a persistent publish only when the shell would: through
 replication, or alone when the machine allows it (``may_confirm_alone``).
 
 Checked at every simulated instant, for ``on_peer_silence = "hold"`` and for a
@@ -40,6 +42,7 @@ from amqlite.ha import (
     Promise,
     SendHeartbeat,
     WitnessLedger,
+    replication_wanted,
 )
 
 from .support import TIMEOUT, B, P, machine
@@ -103,17 +106,17 @@ class WitnessedPair(RuleBasedStateMachine):
                 self._post("ask", role, action.request)
 
     def _following(self, role: HaRole) -> bool:
-        """``role`` is active and its peer follows it over a healthy peer link."""
+        """``role`` is active and replicates to its peer over a healthy peer link
+        (the peer applies what it is sent unless it is active itself)."""
         m, peer = self.nodes[role], self.nodes[role.other]
         return (
             m is not None
             and peer is not None
             and m.state is HaState.ACTIVE
-            and peer.state is HaState.PASSIVE
-            and peer.peer_state is HaState.ACTIVE
-            and peer.peer_epoch == m.epoch
+            and peer.state is not HaState.ACTIVE  # the shell applies syncs unless active
             and not self.peer_cut[P]
             and not self.peer_cut[B]
+            and replication_wanted(m, link_up=True, now=self.now)
         )
 
     def _may_confirm(self, role: HaRole) -> bool:
