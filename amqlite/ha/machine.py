@@ -456,6 +456,8 @@ class HaMachine:
             hb.epoch > self._epoch or (hb.epoch == self._epoch and hb.role is HaRole.PRIMARY)
         ):
             holds.add(Guard.PEER_OUTRANKS)
+        if not self.witnessed or (hb is not None and hb.epoch >= self._epoch):
+            holds.add(Guard.PEER_CURRENT)
         if (
             answer is not None
             and answer.holder not in (None, self._node_id)

@@ -33,12 +33,17 @@ SYNC_WINDOW = 8 * 1024 * 1024  # bytes of the tail sent and not yet acknowledged
 def replication_wanted(machine: HaMachine, *, link_up: bool, now: float) -> bool:
     """Whether an active node should stream its journal to its peer now: it is
     active, its link to the peer is up, and the peer is neither active (one of the
-    two is about to be fenced) nor silent (a dead peer holds up no confirm)."""
+    two is about to be fenced) nor silent (a dead peer holds up no confirm). With a
+    witness, not to a peer that holds a newer epoch than ours either: we are a stale
+    master the witness is about to fence, and our snapshot would replace what that
+    peer confirmed alone in its term (docs/ha.md, "The witness")."""
+    peer_epoch = machine.peer_epoch
     return (
         machine.state is HaState.ACTIVE
         and link_up
         and machine.peer_state is not HaState.ACTIVE
         and not machine.peer_silent(now)
+        and not (machine.witnessed and peer_epoch is not None and peer_epoch > machine.epoch)
     )
 
 

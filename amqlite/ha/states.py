@@ -87,6 +87,7 @@ class Guard(Enum):
     UNWITNESSED_PRIMARY = "unwitnessed-primary"
     PEER_YIELDS = "peer-yields"
     PEER_OUTRANKS = "peer-outranks"
+    PEER_CURRENT = "peer-current"
     LEASE_SUPERSEDED = "lease-superseded"
 
     @property
@@ -107,6 +108,10 @@ _GUARD_MEANING = {
     ),
     Guard.PEER_OUTRANKS: (
         "the active peer's epoch is higher than ours, or equal and the peer is the primary"
+    ),
+    Guard.PEER_CURRENT: (
+        "the pair has no witness, or the active peer's epoch is not below ours (with "
+        "a witness, a master of an older term is stale: the witness fences it)"
     ),
     Guard.LEASE_SUPERSEDED: (
         "the witness refused because it granted the other node a higher epoch than ours"
@@ -131,9 +136,12 @@ TRANSITIONS: dict[tuple[HaState, HaEvent], Outcome] = {
     # A starting primary: the backup is starting too, so we are master; or the backup
     # already took over (we are a primary coming back) and we stay slave. Alone, it
     # serves once the peer is silent and a client asks. With a witness, each of these
-    # promotions waits for the witness to grant a new epoch (lease_granted).
+    # promotions waits for the witness to grant a new epoch (lease_granted). With a
+    # witness, a node that persisted a newer epoch than the active peer's does not
+    # follow it (its snapshot would drop what we confirmed alone): the witness fences
+    # that stale master, then we ask for a new epoch.
     (S.PRIMARY, E.PEER_BACKUP): Branch(G.UNWITNESSED, S.ACTIVE, S.PRIMARY),
-    (S.PRIMARY, E.PEER_ACTIVE): S.PASSIVE,
+    (S.PRIMARY, E.PEER_ACTIVE): Branch(G.PEER_CURRENT, S.PASSIVE, S.PRIMARY),
     (S.PRIMARY, E.PEER_PASSIVE): S.PRIMARY,  # it hears us restarting and takes over
     (S.PRIMARY, E.CLIENT_REQUEST): Branch(G.UNWITNESSED_SILENCE, S.ACTIVE, S.PRIMARY),
     (S.PRIMARY, E.LEASE_GRANTED): Branch(G.PEER_YIELDS, S.ACTIVE, S.PRIMARY),
@@ -142,7 +150,7 @@ TRANSITIONS: dict[tuple[HaState, HaEvent], Outcome] = {
     (S.PRIMARY, E.WITNESS_SILENT): S.PRIMARY,
     # A starting backup never becomes master because the primary starts.
     (S.BACKUP, E.PEER_PRIMARY): S.BACKUP,  # it hears us and goes active
-    (S.BACKUP, E.PEER_ACTIVE): S.PASSIVE,
+    (S.BACKUP, E.PEER_ACTIVE): Branch(G.PEER_CURRENT, S.PASSIVE, S.BACKUP),
     (S.BACKUP, E.PEER_PASSIVE): S.BACKUP,  # it hears us restarting and takes over
     (S.BACKUP, E.CLIENT_REQUEST): Branch(G.UNWITNESSED_SILENCE, S.ACTIVE, S.BACKUP),
     (S.BACKUP, E.LEASE_GRANTED): Branch(G.PEER_YIELDS, S.ACTIVE, S.BACKUP),

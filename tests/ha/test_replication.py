@@ -19,6 +19,7 @@ from amqlite.ha import (
     Follower,
     HaError,
     HaState,
+    Promise,
     ReplicaApplied,
     ReplicaProgress,
     ReplicaSynced,
@@ -30,7 +31,7 @@ from amqlite.ha import (
     replication_wanted,
 )
 
-from .support import B, P, exchange, hb, machine
+from .support import B, P, asks, exchange, grant, hb, machine
 
 EPOCH = 3
 KB = 1024
@@ -393,6 +394,25 @@ def test_an_active_node_replicates_to_a_live_passive_peer_over_an_up_link() -> N
     primary.on_heartbeat(hb(B, HaState.ACTIVE, epoch=0), 0.6)  # an active peer: a fence is near
     assert primary.state is HaState.ACTIVE
     assert not replication_wanted(primary, link_up=True, now=0.6)
+
+
+@pytest.mark.parametrize("promise", list(Promise))
+def test_a_stale_master_does_not_replicate_to_a_peer_of_a_newer_epoch(promise: Promise) -> None:
+    """With a witness, an active node whose starting peer holds a newer epoch (it was
+    master since, maybe confirming alone) is about to be fenced: its snapshot would
+    replace what that peer confirmed. Without a witness it replicates as before."""
+    primary = machine(P, promise=promise)
+    heard = primary.on_heartbeat(hb(B), 0.0)  # the backup starting: the first master
+    if promise is Promise.WITNESS:
+        (ask,) = asks(heard)
+        grant(primary, ask, 0.0)
+    assert (primary.state, primary.epoch) == (HaState.ACTIVE, 1)
+    primary.on_heartbeat(hb(B, epoch=1), 0.1)
+    assert replication_wanted(primary, link_up=True, now=0.2)
+    primary.on_heartbeat(hb(B, epoch=2), 0.3)  # the backup restarted with epoch 2
+    assert primary.state is HaState.ACTIVE
+    wanted = replication_wanted(primary, link_up=True, now=0.4)
+    assert wanted is (promise is not Promise.WITNESS)
 
 
 # --- what the passive node holds ------------------------------------------------------------

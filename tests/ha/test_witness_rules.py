@@ -19,6 +19,7 @@ from amqlite.ha import (
     FrameReader,
     HaEvent,
     HaMachine,
+    HaRole,
     LeaseExpired,
     LeaseRequest,
     PersistEpoch,
@@ -265,6 +266,37 @@ def test_a_starting_node_asks_for_itself_only_after_two_failover_timeouts() -> N
     assert (ask.request.epoch, ask.request.alone) == (4, False)
     grant(b, ask, 2 * TIMEOUT)
     assert b.state is HS.ACTIVE and b.epoch == 4
+
+
+@pytest.mark.parametrize("role", [P, B])
+def test_a_restarted_node_does_not_follow_a_stale_master(role: HaRole) -> None:
+    """A node that persisted epoch ``mine`` (it was master, perhaps confirming
+    alone) and hears an active peer of an older epoch (cut off from the witness, not
+    yet fenced) stays starting: following it would replace its journal with the stale
+    master's snapshot. Once the witness fences that master, the node asks for itself
+    and takes over. An active peer of its epoch or a newer one, it follows; and
+    without a witness it follows any active peer, as before."""
+    other = role.other
+    mine = 2 if role is B else 3
+    stale = mine - 1
+    node = machine(role, now=0.0, promise=W, epoch=mine)
+    node.on_heartbeat(hb(other, HS.ACTIVE, epoch=stale), 0.1)
+    assert node.state is role.starting_state and node.epoch == mine
+    assert not node.accepting_clients
+    # the witness refused the stale master's renewal: it is passive in our epoch
+    (ask,) = asks(node.on_heartbeat(hb(other, HS.PASSIVE, epoch=mine), 2 * TIMEOUT))
+    assert ask.request.epoch == mine + 2
+    assert BecameActive(role.starting_state, E.LEASE_GRANTED, mine + 2) in grant(
+        node, ask, 2 * TIMEOUT
+    )
+    for epoch in (mine, mine + 1):
+        current = machine(role, now=0.0, promise=W, epoch=mine)
+        current.on_heartbeat(hb(other, HS.ACTIVE, epoch=epoch), 0.1)
+        assert current.state is HS.PASSIVE
+    for promise in (S, Promise.HOLD):
+        unwitnessed = machine(role, now=0.0, promise=promise, epoch=mine)
+        unwitnessed.on_heartbeat(hb(other, HS.ACTIVE, epoch=stale), 0.1)
+        assert unwitnessed.state is HS.PASSIVE
 
 
 def test_both_starting_only_the_primary_asks() -> None:
