@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import ssl
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 import trio
@@ -26,11 +26,15 @@ from .amqp import AmqpChannel, AmqpServerConnection
 from .connection import NativeConnection, refuse_plain_hello
 from .endpoints import BrowserEndpoint, ClientEndpoint
 from .ha import HaService
-from .http import BrowserConnection, HttpService
 from .paging import PageFile
 from .peering import PeeringQueue, PeeringService
 from .storage import NodeStorage
 from .tls_accept import accept_tls
+
+if TYPE_CHECKING:
+    # the HTTP stack (hypercorn, starlette) is imported only by a node that serves
+    # HTTP: it is most of a broker's start-up imports
+    from .http import BrowserConnection, HttpService
 
 TICK_INTERVAL = 0.1  # seconds between TTL sweeps
 SHUTDOWN_GRACE = 5.0
@@ -89,7 +93,11 @@ class BrokerNode:
         self.broker: Broker = self.new_broker()
         self.ha = HaService(self, config.cluster) if config.cluster.enabled else None
         self.peering: PeeringService | None = PeeringService(self, config.cluster_mta)
-        self.http = HttpService(self) if config.http.enabled else None
+        self.http: HttpService | None = None
+        if config.http.enabled:
+            from .http import HttpService
+
+            self.http = HttpService(self)
         self.alarms = AlarmService(
             config.limits, self._alarms_changed, memory=memory_probe, disk=disk_probe
         )
