@@ -493,8 +493,9 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
     properties, ``mandatory`` or ``confirm`` (``{"m": "publish", "id", "exchange",
     "key", "body"}``, in that order, an unsigned ``id``), or for a confirmed
     persistent one (the same, then ``"props": {"persistent": true}, "confirm":
-    true``); None for anything else, which the other paths then decode (and refuse
-    if it is bad).
+    true``), or for one with a small ``props`` map alone or with ``confirm`` true
+    (:func:`read_props`: a grouped message's); None for anything else, which the
+    other paths then decode (and refuse if it is bad).
 
     Why it exists: a publish is the server's per-message frame, and its CBOR
     decoding (a dict of five or seven keys, then the field checks) was the largest
@@ -508,6 +509,10 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
         persistent = True
         at = start + len(_PERSISTENT_HEAD)
         end -= len(_PERSISTENT_TAIL)
+    elif buf.startswith(_PROPS_PUBLISH_HEAD, start):
+        return _read_props_publish(buf, start + len(_PROPS_PUBLISH_HEAD), end, False)
+    elif buf.startswith(_PERSISTENT_HEAD, start) and buf.endswith(_CONFIRM, start, end):
+        return _read_props_publish(buf, start + len(_PERSISTENT_HEAD), end - len(_CONFIRM), True)
     else:
         return None
     if at >= end:
@@ -531,6 +536,139 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
     return ev.Publish(rid, exchange, key, body, {}, {}, False, False)
 
 
+def _read_props_publish(
+    buf: bytes | bytearray, at: int, end: int, confirm: bool
+) -> ev.Publish | None:
+    """read_plain_publish's publish with a small ``props`` map after its body (and
+    ``confirm`` true after that when ``confirm``): ``at`` is where its ``id`` starts,
+    ``end`` where its props end."""
+    if at >= end:
+        return None
+    first = buf[at]
+    if first < 24:
+        rid = first
+        at += 1
+    else:
+        read = _UINT_READS.get(first)  # (width, its unpack_from)
+        if read is None or at + 1 + read[0] > end:
+            return None
+        (rid,) = read[1](buf, at + 1)
+        at += 1 + read[0]
+    got = _route_body_props(buf, at, end)
+    if got is None:
+        return None
+    exchange, key, body, props = got
+    return ev.Publish(rid, exchange, key, body, {}, props, False, confirm)
+
+
+#: a small properties map's encoding -> the map (read_props; bounded)
+_PROPS_READ: dict[bytes, dict[str, Any]] = {}
+_PROPS_MAX = 64  # the longest props encoding read_props looks at
+
+
+def read_props(buf: bytes | bytearray, at: int, end: int) -> dict[str, Any] | None:
+    """The properties map encoded in exactly ``buf[at:end]``, when it is a map of one
+    to four entries with short text keys (under 24 bytes) and values that are short
+    text, unsigned integers or booleans, and :func:`check_props` finds it valid (a
+    grouped message's ``{"group_id": ...}``, a persistent one's, a priority);
+    None for anything else, which the checked decoder then reads (or refuses).
+
+    Why it exists: a grouped message's props made its publish (on the broker) and
+    its delivery (on the consumer) take ``cbor2.loads`` and the general path,
+    about 1.5 us a message more on each side than a plain message. Each call
+    returns a new dict (a remembered map is copied: props are handed to users).
+    tests/protocol/test_protocol_fast_paths.py checks it against ``cbor2.loads``."""
+    if end - at > _PROPS_MAX or at >= end:
+        return None
+    enc = bytes(buf[at:end])
+    known = _PROPS_READ.get(enc)
+    if known is not None:
+        return dict(known)
+    h = enc[0]
+    if not 0xA1 <= h <= 0xA4:
+        return None
+    count = h - 0xA0
+    size = len(enc)
+    props: dict[str, Any] = {}
+    i = 1
+    value: Any
+    try:
+        for _ in range(count):
+            h = enc[i]
+            if not 0x60 <= h < 0x78:
+                return None
+            stop = i + 1 + h - 0x60
+            if stop > size:
+                return None
+            name = enc[i + 1 : stop].decode()
+            i = stop
+            h = enc[i]
+            if h < 24:
+                value = h
+                i += 1
+            elif 0x60 <= h < 0x78:
+                stop = i + 1 + h - 0x60
+                if stop > size:
+                    return None
+                value = enc[i + 1 : stop].decode()
+                i = stop
+            elif h == 0xF5 or h == 0xF4:
+                value = h == 0xF5
+                i += 1
+            else:
+                read = _UINT_READS.get(h)  # (width, its unpack_from)
+                if read is None or i + 1 + read[0] > size:
+                    return None
+                (value,) = read[1](enc, i + 1)
+                i += 1 + read[0]
+            props[name] = value
+    except (IndexError, UnicodeDecodeError):
+        return None
+    if i != size or len(props) != count or check_props(props) is not None:
+        return None
+    if len(_PROPS_READ) >= 4096:
+        _PROPS_READ.clear()
+    _PROPS_READ[enc] = props
+    return dict(props)
+
+
+def _route_body_props(
+    buf: bytes | bytearray, at: int, end: int
+) -> tuple[str, str, bytes, dict[str, Any]] | None:
+    """:func:`_route_and_body` for a message whose body is followed by a small
+    ``props`` map (:func:`read_props`) that ends exactly at ``end``: the exchange,
+    key, body and props; None for anything else. (A copy of _route_and_body's
+    steps rather than a shared helper: the plain path stays one call.)"""
+    last_route, names = _LAST_ROUTE[0]
+    if buf.startswith(last_route, at):
+        at += len(last_route)
+    else:
+        got = _read_route(buf, at, end)
+        if got is None:
+            return None
+        at, names = got
+    if at >= end:
+        return None
+    h = buf[at]
+    if 0x40 <= h < 0x58:
+        size = h - 0x40
+        at += 1
+    else:
+        read = _BYTES_READS.get(h)  # (width, its unpack_from)
+        if read is None or at + 1 + read[0] > end:
+            return None
+        (size,) = read[1](buf, at + 1)
+        at += 1 + read[0]
+    stop = at + size
+    if stop > end or not buf.startswith(_K_PROPS, stop):
+        return None
+    props = read_props(buf, stop + len(_K_PROPS), end)
+    if props is None:
+        return None
+    body = buf[at:stop]
+    return names[0], names[1], body if type(body) is bytes else bytes(body), props
+
+
 _CTAGS: dict[bytes, str] = {}  # an encoded consumer tag -> the tag
 
 
@@ -540,20 +678,24 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
     headers, properties or offset (``{"m": "deliver", "ctag", "dtag", "exchange",
     "key", "body"}``, in that order, an unsigned ``dtag``), or for one whose only
     property is ``persistent`` (``"props": {"persistent": true}`` last): the very map
-    ``cbor2.loads`` gives, which the client's plain-map path takes as it is. None for
-    anything else, which the other paths then decode.
+    ``cbor2.loads`` gives, which the client's plain-map path takes as it is; or for
+    one with a small ``props`` map last (:func:`read_props`: a grouped message's).
+    None for anything else, which the other paths then decode.
 
     Why it exists: a consumer's per-message frame, whose CBOR decoding was the
     largest part of a transient consumer's time per message. The consumer tag and
     the route are decoded once (bounded caches).
     tests/protocol/test_protocol_fast_paths.py checks it against ``cbor2.loads``."""
+    props = False  # or a small props map after the body (read_props)
     if buf.startswith(_DELIVER_HEAD, start):
         persistent = False
-    elif buf.startswith(_PERSISTENT_DELIVER_HEAD, start) and buf.endswith(
-        _PERSISTENT_PROPS, start, end
-    ):
-        persistent = True
-        end -= len(_PERSISTENT_PROPS)
+    elif buf.startswith(_PERSISTENT_DELIVER_HEAD, start):
+        if buf.endswith(_PERSISTENT_PROPS, start, end):
+            persistent = True
+            end -= len(_PERSISTENT_PROPS)
+        else:
+            persistent = False
+            props = True
     else:
         return None
     at = start + len(_DELIVER_HEAD)
@@ -577,6 +719,19 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
             return None
         (dtag,) = read[1](buf, at + 1)
         at += 1 + read[0]
+    if props:
+        grouped = _route_body_props(buf, at, end)
+        if grouped is None:
+            return None
+        return {
+            "m": "deliver",
+            "ctag": ctag,
+            "dtag": dtag,
+            "exchange": grouped[0],
+            "key": grouped[1],
+            "body": grouped[2],
+            "props": grouped[3],
+        }
     rest = _route_and_body(buf, at, end)
     if rest is None:
         return None
@@ -1263,6 +1418,8 @@ _PERSISTENT_HEAD = MAP_HEADS[7] + _K_M_PUBLISH + _K_ID
 _PERSISTENT_TAIL = _K_PROPS + cbor2.dumps({"persistent": True}) + _CONFIRM
 _MULTIPLE = cbor2.dumps("multiple") + b"\xf5"
 _PUBLISH_HEAD = MAP_HEADS[5] + _K_M_PUBLISH + _K_ID
+#: a publish with props alone (a grouped message's), its props last (read_plain_publish)
+_PROPS_PUBLISH_HEAD = MAP_HEADS[6] + _K_M_PUBLISH + _K_ID
 _ACK_HEAD = MAP_HEADS[3] + _K_M_ACK + _K_ID
 _ACK_MULTIPLE_HEAD = MAP_HEADS[4] + _K_M_ACK + _K_ID
 
