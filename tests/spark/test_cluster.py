@@ -1,7 +1,8 @@
 """The source and sink on a Spark standalone cluster (``spark://``): a master and a
 worker started by the test, a driver in a process of its own (the suite's shared
 session is ``local[2]``), reading a stream with ``stream.fetch`` over 4 tasks and
-writing the rows back with ``publish.batch``. Slow (a JVM master, worker,
+writing the rows back (the JVM reader and writer when
+``session()`` built their jar, the Python source otherwise). Slow (a JVM master, worker,
 executor and driver start): marked soak, run with ``-m soak``."""
 
 from __future__ import annotations
