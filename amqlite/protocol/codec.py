@@ -502,17 +502,20 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
     part of the broker's time per transient message.
     tests/protocol/test_protocol_fast_paths.py checks it against the checked
     decoder, for the client's frames and for altered ones."""
+    # what follows the body: nothing; {"persistent": true} and confirm (a confirmed
+    # persistent publish's tail, cut off here); or a small props map (read_props),
+    # perhaps then confirm
+    persistent = props_after = False
     if buf.startswith(_PUBLISH_HEAD, start):
-        persistent = False
-        at = start + len(_PUBLISH_HEAD)
+        at, confirm = start + len(_PUBLISH_HEAD), False
     elif buf.startswith(_PERSISTENT_HEAD, start) and buf.endswith(_PERSISTENT_TAIL, start, end):
-        persistent = True
-        at = start + len(_PERSISTENT_HEAD)
+        at, confirm, persistent = start + len(_PERSISTENT_HEAD), True, True
         end -= len(_PERSISTENT_TAIL)
     elif buf.startswith(_PROPS_PUBLISH_HEAD, start):
-        return _read_props_publish(buf, start + len(_PROPS_PUBLISH_HEAD), end, False)
+        at, confirm, props_after = start + len(_PROPS_PUBLISH_HEAD), False, True
     elif buf.startswith(_PERSISTENT_HEAD, start) and buf.endswith(_CONFIRM, start, end):
-        return _read_props_publish(buf, start + len(_PERSISTENT_HEAD), end - len(_CONFIRM), True)
+        at, confirm, props_after = start + len(_PERSISTENT_HEAD), True, True
+        end -= len(_CONFIRM)
     else:
         return None
     if at >= end:
@@ -527,37 +530,18 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
             return None
         (rid,) = read[1](buf, at + 1)
         at += 1 + read[0]
-    got = _route_and_body(buf, at, end)
+    got = _route_body(buf, at, end)
     if got is None:
         return None
-    (exchange, key), body = got
-    if persistent:
-        return ev.Publish(rid, exchange, key, body, {}, {"persistent": True}, False, True)
-    return ev.Publish(rid, exchange, key, body, {}, {}, False, False)
-
-
-def _read_props_publish(
-    buf: bytes | bytearray, at: int, end: int, confirm: bool
-) -> ev.Publish | None:
-    """read_plain_publish's publish with a small ``props`` map after its body (and
-    ``confirm`` true after that when ``confirm``): ``at`` is where its ``id`` starts,
-    ``end`` where its props end."""
-    if at >= end:
-        return None
-    first = buf[at]
-    if first < 24:
-        rid = first
-        at += 1
-    else:
-        read = _UINT_READS.get(first)  # (width, its unpack_from)
-        if read is None or at + 1 + read[0] > end:
+    (exchange, key), body, stop = got
+    if props_after:
+        props = _props_after(buf, stop, end)
+        if props is None:
             return None
-        (rid,) = read[1](buf, at + 1)
-        at += 1 + read[0]
-    got = _route_body_props(buf, at, end)
-    if got is None:
+    elif stop != end:
         return None
-    exchange, key, body, props = got
+    else:
+        props = {"persistent": True} if persistent else {}
     return ev.Publish(rid, exchange, key, body, {}, props, False, confirm)
 
 
@@ -632,41 +616,12 @@ def read_props(buf: bytes | bytearray, at: int, end: int) -> dict[str, Any] | No
     return dict(props)
 
 
-def _route_body_props(
-    buf: bytes | bytearray, at: int, end: int
-) -> tuple[str, str, bytes, dict[str, Any]] | None:
-    """:func:`_route_and_body` for a message whose body is followed by a small
-    ``props`` map (:func:`read_props`) that ends exactly at ``end``: the exchange,
-    key, body and props; None for anything else. (A copy of _route_and_body's
-    steps rather than a shared helper: the plain path stays one call.)"""
-    last_route, names = _LAST_ROUTE[0]
-    if buf.startswith(last_route, at):
-        at += len(last_route)
-    else:
-        got = _read_route(buf, at, end)
-        if got is None:
-            return None
-        at, names = got
-    if at >= end:
+def _props_after(buf: bytes | bytearray, stop: int, end: int) -> dict[str, Any] | None:
+    """The small ``props`` pair (:func:`read_props`) from a body's ``stop`` to
+    exactly ``end``; None for anything else."""
+    if not buf.startswith(_K_PROPS, stop):
         return None
-    h = buf[at]
-    if 0x40 <= h < 0x58:
-        size = h - 0x40
-        at += 1
-    else:
-        read = _BYTES_READS.get(h)  # (width, its unpack_from)
-        if read is None or at + 1 + read[0] > end:
-            return None
-        (size,) = read[1](buf, at + 1)
-        at += 1 + read[0]
-    stop = at + size
-    if stop > end or not buf.startswith(_K_PROPS, stop):
-        return None
-    props = read_props(buf, stop + len(_K_PROPS), end)
-    if props is None:
-        return None
-    body = buf[at:stop]
-    return names[0], names[1], body if type(body) is bytes else bytes(body), props
+    return read_props(buf, stop + len(_K_PROPS), end)
 
 
 _CTAGS: dict[bytes, str] = {}  # an encoded consumer tag -> the tag
@@ -719,23 +674,25 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
             return None
         (dtag,) = read[1](buf, at + 1)
         at += 1 + read[0]
+    rest = _route_body(buf, at, end)
+    if rest is None:
+        return None
+    (exchange, key), body, stop = rest
     if props:
-        grouped = _route_body_props(buf, at, end)
+        grouped = _props_after(buf, stop, end)
         if grouped is None:
             return None
         return {
             "m": "deliver",
             "ctag": ctag,
             "dtag": dtag,
-            "exchange": grouped[0],
-            "key": grouped[1],
-            "body": grouped[2],
-            "props": grouped[3],
+            "exchange": exchange,
+            "key": key,
+            "body": body,
+            "props": grouped,
         }
-    rest = _route_and_body(buf, at, end)
-    if rest is None:
+    if stop != end:
         return None
-    (exchange, key), body = rest
     if persistent:
         return {
             "m": "deliver",
@@ -797,12 +754,13 @@ _TEXT_WIDTHS = {0x78: 1, 0x79: 2}
 _BYTES_WIDTHS = {0x58: 1, 0x59: 2, 0x5A: 4}
 
 
-def _route_and_body(
+def _route_body(
     buf: bytes | bytearray, at: int, end: int
-) -> tuple[tuple[str, str], bytes] | None:
+) -> tuple[tuple[str, str], bytes, int] | None:
     """The ``exchange``, ``key`` and ``body`` pairs :func:`_route_prefix` and a
-    bytes head write, from ``at`` to exactly ``end``; None for anything else. The
-    route's two strings come from a bounded cache of the route's bytes."""
+    bytes head write, from ``at`` (the body ending at or before ``end``), and where
+    the body ends; None for anything else. The route's two strings come from a
+    bounded cache of the route's bytes."""
     last_route, names = _LAST_ROUTE[0]
     if buf.startswith(last_route, at):
         # the route of the frame before (the usual case): a complete encoding of
@@ -826,10 +784,11 @@ def _route_and_body(
             return None
         (size,) = read[1](buf, at + 1)
         at += 1 + read[0]
-    if at + size != end:
+    stop = at + size
+    if stop > end:
         return None
-    body = buf[at:end]
-    return names, body if type(body) is bytes else bytes(body)
+    body = buf[at:stop]
+    return names, body if type(body) is bytes else bytes(body), stop
 
 
 #: the last route :func:`_read_route` read, and its names (set below, at first the
