@@ -22,6 +22,7 @@ from amqlite.spark.bridge import (
     fetch_range,
     read_range,
 )
+from tests.spark_messages import messages
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
@@ -76,28 +77,7 @@ def _consumer_rows(node: BackgroundNode, queue: str, start: int, end: int) -> li
     return list(read_range(_access(node), queue, start, end, idle_timeout=5))
 
 
-_text = st.text(max_size=12)
-_header_value = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**40), 2**40), _text, st.binary(max_size=6),
-    st.floats(allow_nan=False, allow_infinity=False),
-)  # fmt: skip
-_message = st.fixed_dictionaries(
-    {"body": st.binary(max_size=300)},
-    optional={
-        "key": st.sampled_from(["rk", "clé", ""]),
-        "headers": st.dictionaries(_text, _header_value, max_size=3),
-        "properties": st.fixed_dictionaries(
-            {},
-            optional={
-                "message_id": _text,
-                "correlation_id": _text,
-                "content_type": _text,
-                "timestamp": st.integers(0, 2**33),
-                "priority": st.integers(0, 9),
-            },
-        ),
-    },
-)
+_message = messages(infinities=False)
 _names = iter(range(10**6))
 
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import amqlite
 from amqlite.spark import jar
+from tests.spark_messages import messages, text
 
 from .conftest import ThreadedBroker
 
@@ -64,28 +65,7 @@ def test_format_amqlite_batch_reads_run_in_the_jvm(
     assert "ColumnarToRow" not in plan  # the Python source: rows over Arrow batches
 
 
-_text = st.text(max_size=12)
-_header_value = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**40), 2**40), _text, st.binary(max_size=6),
-    st.floats(allow_nan=False),
-)  # fmt: skip
-_message = st.fixed_dictionaries(
-    {"body": st.binary(max_size=300)},
-    optional={
-        "key": st.sampled_from(["rk", "clé", ""]),
-        "headers": st.dictionaries(_text, _header_value, max_size=3),
-        "properties": st.fixed_dictionaries(
-            {},
-            optional={
-                "message_id": _text,
-                "correlation_id": _text,
-                "content_type": _text,
-                "timestamp": st.integers(0, 2**33),
-                "priority": st.integers(0, 9),
-            },
-        ),
-    },
-)
+_message = messages(infinities=True)
 _names = iter(range(10**6))
 
 
@@ -197,8 +177,8 @@ def _sinks(broker: ThreadedBroker, name: str) -> None:
 _row = st.tuples(
     st.one_of(st.none(), st.sampled_from(["rk", "clé", ""])),
     st.one_of(st.none(), st.binary(max_size=50)),
-    st.one_of(st.none(), st.dictionaries(_text, st.one_of(st.none(), _text), max_size=3)),
-    st.one_of(st.none(), _text),
+    st.one_of(st.none(), st.dictionaries(text, st.one_of(st.none(), text), max_size=3)),
+    st.one_of(st.none(), text),
 )
 
 
