@@ -218,6 +218,8 @@ class WireLink(Generic[P]):
         self._writer_done = trio.Event()
         self._scope = trio.CancelScope()
         self._short_read = False
+        #: bytes the last :meth:`receive` read (the server's memory alarm counts them)
+        self.last_read = 0
 
     # --- running --------------------------------------------------------------------
 
@@ -411,7 +413,8 @@ class WireLink(Generic[P]):
         try:
             plain = await self._receive_plain() if self._plain_fd() >= 0 else None
             data = plain if plain is not None else await self.stream.receive_some(RECEIVE_SIZE)
-            self._short_read = len(data) < RECEIVE_SIZE
+            self.last_read = len(data)
+            self._short_read = self.last_read < RECEIVE_SIZE
         except _STREAM_ERRORS as exc:
             if not (self._closing and isinstance(exc, trio.ClosedResourceError)):
                 self.fail(self._lost_error(exc))

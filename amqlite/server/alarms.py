@@ -55,6 +55,11 @@ log = structlog.get_logger("amqlite.server")
 MEMORY_INTERVAL = 0.1
 NEAR_MEMORY_INTERVAL = 0.025
 NEAR_FRACTION = 0.5
+#: Past ``NEAR_FRACTION`` (or while the alarm is raised), a sample is also taken
+#: each time client connections have read this many bytes since the last one: the
+#: timer alone lets a flood faster than the one above (or a reader that keeps the
+#: loop busy between two timer wake-ups) overshoot further.
+NEAR_MEMORY_BYTES = 2 * 1024 * 1024
 #: While the memory alarm is raised, freed memory is handed back to the system
 #: (``malloc_trim``) at most this often, before a sample.
 TRIM_INTERVAL = 0.25
@@ -172,6 +177,9 @@ class AlarmService:
         self.page: Callable[[bool], int] | None = None
         self.paging = False
         self.paging_mark = int(self.memory_limit * PAGING_FRACTION)
+        #: past the near mark: bytes read from clients since the last sample
+        #: (None: not near, nothing is counted)
+        self._unsampled: int | None = None
 
     @property
     def raised(self) -> frozenset[Resource]:
@@ -206,12 +214,18 @@ class AlarmService:
             await sample()
 
     async def _memory_loop(self) -> None:
-        alarm = self.alarms.alarms[Resource.MEMORY]
-        near = NEAR_FRACTION * alarm.limit
         while True:
-            close = alarm.raised or (alarm.value or 0) >= near
+            close = self._unsampled is not None
             await trio.sleep(NEAR_MEMORY_INTERVAL if close else MEMORY_INTERVAL)
             self.sample_memory()
+
+    def received(self, nbytes: int) -> None:
+        """A client connection read ``nbytes``: near the watermark, sample memory
+        every ``NEAR_MEMORY_BYTES`` read (see there)."""
+        if self._unsampled is not None:
+            self._unsampled += nbytes
+            if self._unsampled >= NEAR_MEMORY_BYTES:
+                self.sample_memory()
 
     def sample_memory(self) -> None:
         if self._trim is not None and Resource.MEMORY in self.alarms.raised:
@@ -235,6 +249,9 @@ class AlarmService:
                 page(False)
                 log.info("paging_stopped", memory_used=used, mark=self.paging_mark)
         self._apply(self.alarms.measure(Resource.MEMORY, used))
+        alarm = self.alarms.alarms[Resource.MEMORY]
+        close = alarm.raised or used >= NEAR_FRACTION * alarm.limit
+        self._unsampled = 0 if close else None
 
     async def sample_disk(self) -> None:
         directory = self.directory

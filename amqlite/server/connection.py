@@ -156,9 +156,10 @@ class NativeConnection:
             )
 
     async def _read(self) -> None:
-        link, gate = self.link, self.gate
+        link, gate, node = self.link, self.gate, self.node
         while True:
             more = await link.receive()
+            node.client_read(link.last_read)
             if link.dead:  # the stream broke
                 return
             if gate.blocked_by is not None and more:

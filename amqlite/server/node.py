@@ -266,6 +266,10 @@ class BrokerNode:
     def alarms_raised(self) -> frozenset[Resource]:
         return self.alarms.raised
 
+    def client_read(self, nbytes: int) -> None:
+        """A client connection read ``nbytes`` (the memory alarm counts them)."""
+        self.alarms.received(nbytes)
+
     def _page(self, on: bool) -> int:
         """The memory alarm service's paging switch (see amqlite.server.alarms)."""
         if not on:

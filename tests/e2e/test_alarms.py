@@ -8,8 +8,11 @@ unblocked and sends the rest.
 
 ``MARGIN`` is what may arrive between two memory samples (every 25 ms past half
 the watermark) plus one read per blocked connection (256 KiB) and the consumer's
-side of the drain (its out-buffer, up to 4 MiB): 16 MiB. Measured on the 2-core test machine (some
-200,000 messages/s): 4-8 MiB over the watermark at the peak.
+side of the drain (its out-buffer, up to 4 MiB): 16 MiB. Near the watermark the broker
+also samples every 2 MiB its clients send (``NEAR_MEMORY_BYTES``), so a faster flood
+does not overshoot further. Measured on the 2-core test machine (some
+200,000 messages/s): 4-8 MiB over the watermark at the peak (6-15 MiB, once, before the
+byte-counted samples of round 4).
 """
 
 from __future__ import annotations

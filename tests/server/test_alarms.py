@@ -18,6 +18,7 @@ from amqlite.server import BrokerNode
 from amqlite.server.alarms import (
     MEMORY_INTERVAL,
     NEAR_FRACTION,
+    NEAR_MEMORY_BYTES,
     NEAR_MEMORY_INTERVAL,
     AlarmService,
 )
@@ -289,6 +290,36 @@ async def test_memory_is_sampled_faster_near_the_watermark(
         await trio.sleep(1.0)
         assert len(samples) - far >= 1.0 / NEAR_MEMORY_INTERVAL - 5
         nursery.cancel_scope.cancel()
+
+
+def test_near_the_watermark_memory_is_also_sampled_by_bytes_read() -> None:
+    samples = 0
+    value = LOW
+
+    def probe() -> int:
+        nonlocal samples
+        samples += 1
+        return value
+
+    limits = load_config(overrides={"limits.memory_high_watermark": WATERMARK}).limits
+    service = AlarmService(limits, lambda raised: None, memory=probe)
+    service.sample_memory()
+    service.received(10 * NEAR_MEMORY_BYTES)  # far from the mark: the timer's job
+    assert samples == 1
+    value = int(NEAR_FRACTION * WATERMARK)
+    service.sample_memory()
+    assert samples == 2
+    service.received(NEAR_MEMORY_BYTES - 1)
+    assert samples == 2
+    service.received(1)  # a flood between two timer samples is measured
+    assert samples == 3
+    service.received(NEAR_MEMORY_BYTES - 1)
+    assert samples == 3  # the count starts again at each sample
+    value = LOW
+    service.received(1)
+    assert samples == 4
+    service.received(10 * NEAR_MEMORY_BYTES)  # back under the near mark
+    assert samples == 4
 
 
 async def test_a_blocked_connection_is_not_dropped_for_its_silence(

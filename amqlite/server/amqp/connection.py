@@ -160,9 +160,10 @@ class AmqpServerConnection:
         log.info("amqp_connection_lost", remote=self.remote_address, reason=error.text)
 
     async def _read(self) -> None:
-        link, gate = self.link, self.gate
+        link, gate, node = self.link, self.gate, self.node
         while True:
             more = await link.receive()
+            node.client_read(link.last_read)
             if link.dead:
                 return
             if gate.blocked_by is not None and more:
