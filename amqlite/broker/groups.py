@@ -50,8 +50,10 @@ def identity(instance: str, tag: str) -> str:
 
 
 class Group:
-    """``owner``: the consumer the group is with (None: none); ``unsettled``: its
-    deliveries to consumers (acknowledging ones) not yet acked, nacked or requeued;
+    """``owner``: the consumer the group is with (None: none); ``unsettled``, once
+    it has no owner: its last owner's deliveries (to an acknowledging consumer) not
+    yet acked, nacked or requeued, counted when that consumer went (while a group
+    has an owner it is not kept: nothing reads it);
     ``reserved``: the identity of the consumer of a previous life of the broker
     the group waits for (None: none), until ``until`` (``INF``: the wait has not
     started: it starts when a consumer first wants the group)."""

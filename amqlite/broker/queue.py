@@ -59,7 +59,8 @@ class Consumer:
     ``limit`` is the prefetch as a bound on ``inflight`` (unlimited for 0);
     ``writable`` mirrors the session's flow-control flag and is False once cancelled;
     ``accepts`` is the compiled selector (None: every message); ``groups`` the ids
-    of the message groups it holds (None: none).
+    of the message groups it holds (None: none); ``removed``: taken off its queue
+    (cancelled, closed), its deliveries perhaps not all settled yet.
     """
 
     __slots__ = (
@@ -73,6 +74,7 @@ class Consumer:
         "no_ack",
         "prefetch",
         "queue",
+        "removed",
         "selector",
         "session",
         "tag",
@@ -105,6 +107,7 @@ class Consumer:
         self.accepts = accepts
         self.selector: str | None = None  # the selector's text (exchange peering's filter)
         self.groups: set[str] | None = None
+        self.removed = False
 
 
 class Queue:
@@ -370,20 +373,41 @@ class Queue:
 
     def remove_consumer(self, consumer: Consumer) -> None:
         """Take ``consumer`` off; its groups lose their owner (they move on with their
-        next message once their deliveries are settled: the caller dispatches)."""
+        next message once their deliveries are settled: the caller dispatches).
+
+        A group's ``unsettled`` is counted here, from the consumer's deliveries its
+        session holds, not kept per delivery while the group has an owner: only an
+        ownerless group needs it, and a count per delivery and per settle was a
+        dictionary look-up a grouped message on the broker's busiest path."""
         consumer.writable = False
+        consumer.removed = True
         self.consumers.remove(consumer)
         if consumer.accepts is not None:
             self.selecting -= 1
         if consumer.groups:
             groups = self.groups
+            held = self._held_by_group(consumer)
             for gid in consumer.groups:
                 group = groups.get(gid)
                 if group is not None and group.owner is consumer:
                     group.owner = None
+                    group.unsettled = held.get(gid, 0)
                     if group.unsettled <= 0:
                         self._free(gid)
             consumer.groups = None
+
+    def _held_by_group(self, consumer: Consumer) -> dict[str, int]:
+        """How many of ``consumer``'s deliveries from this queue are not settled yet,
+        by group (a no-ack consumer's count none: they were settled when sent)."""
+        held: dict[str, int] = {}
+        if consumer.no_ack:
+            return held
+        for delivery in consumer.session.unsettled_of(consumer):
+            if delivery._origin is self:
+                gid = delivery.message.properties.get(GROUP_PROPERTY)
+                if gid is not None:
+                    held[gid] = held.get(gid, 0) + 1
+        return held
 
     def _start_grouping(self) -> bool:
         """A grouped message arrived: keep its groups from now on (True), unless this
@@ -393,7 +417,9 @@ class Queue:
         return self.grouped
 
     def group_settled(self, message: Message) -> None:
-        """A delivery of ``message`` to an acknowledging consumer was settled."""
+        """A delivery of ``message`` to an acknowledging consumer that has been
+        removed was settled (a consumer still on the queue settles without this:
+        see :meth:`remove_consumer`)."""
         gid: str | None = message.properties.get(GROUP_PROPERTY)
         group = self.groups.get(gid) if gid is not None else None
         if group is not None and gid is not None:
@@ -728,8 +754,6 @@ class Queue:
                 owner = identity(c.session.instance, c.tag)
                 first.position = self.journal.group_owner(self.vhost.name, self.name, gid, owner)
             c.session._deliver(c, self, first, expires, redelivered)
-        if not c.no_ack:
-            group.unsettled += 1
         return c
 
     def _reserved_for(self, group: Group, message: Message, now: float) -> Consumer | None:

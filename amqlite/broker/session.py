@@ -485,7 +485,7 @@ class Session:
             if queue is not None and not queue.deleted:
                 queue.unacked -= 1
                 queue.stat_ack += 1
-                if queue.groups and consumer is not None:
+                if queue.groups and consumer is not None and consumer.removed:
                     queue.group_settled(delivery.message)
                 if self._broker.tracer is not None:  # trace hook (amq.trace)
                     self._broker.tracer.acked(queue, delivery.message, self._now(now))
@@ -509,6 +509,11 @@ class Session:
 
     def reject(self, dtag: int, *, requeue: bool = True, now: float | None = None) -> None:
         self.nack(dtag, multiple=False, requeue=requeue, now=now)
+
+    def unsettled_of(self, consumer: Consumer) -> list[Delivery]:
+        """``consumer``'s deliveries not settled yet (a queue counts its groups' when
+        the consumer goes)."""
+        return [d for d in self._unacked.values() if d._consumer is consumer]
 
     def _take(self, dtag: int, multiple: bool) -> list[Delivery]:
         unacked = self._unacked
@@ -548,7 +553,7 @@ class Session:
                 continue
             if counted:
                 queue.unacked -= 1
-                if queue.groups and consumer is not None:
+                if queue.groups and consumer is not None and consumer.removed:
                     queue.group_settled(delivery.message)
             entries = touched.get(queue)
             if entries is None:

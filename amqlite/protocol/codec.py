@@ -535,7 +535,18 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
         return None
     (exchange, key), body, stop = got
     if props_after:
-        props = _props_after(buf, stop, end)
+        # the props pair, last: the map read_props reads, as the one dict kept for
+        # its encoding (shared by every message spelled so, not copied as
+        # read_props copies it): a broker never changes a message's props, and
+        # a delivery finds the encoding of a shared map by its identity
+        # (_PROPS_PAIRS) instead of encoding the map again
+        at = stop + len(_K_PROPS)
+        if end - at > _PROPS_MAX or not buf.startswith(_K_PROPS, stop):
+            return None
+        enc = buf[at:end]
+        if type(enc) is not bytes:
+            enc = bytes(enc)
+        props = _PROPS_READ.get(enc) or _read_props(enc)
         if props is None:
             return None
     elif stop != end:
@@ -547,6 +558,9 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
 
 #: a small properties map's encoding -> the map (read_props; bounded)
 _PROPS_READ: dict[bytes, dict[str, Any]] = {}
+#: the id of a map in _PROPS_READ whose encoding is what cbor2 writes for it -> the
+#: map and its ``props`` pair (:func:`_message_pairs`); cleared with _PROPS_READ
+_PROPS_PAIRS: dict[int, tuple[dict[str, Any], bytes]] = {}
 _PROPS_MAX = 64  # the longest props encoding read_props looks at
 
 
@@ -560,14 +574,22 @@ def read_props(buf: bytes | bytearray, at: int, end: int) -> dict[str, Any] | No
     Why it exists: a grouped message's props made its publish (on the broker) and
     its delivery (on the consumer) take ``cbor2.loads`` and the general path,
     about 1.5 us a message more on each side than a plain message. Each call
-    returns a new dict (a remembered map is copied: props are handed to users).
+    returns a new dict (a remembered map is copied: props are handed to users;
+    :func:`read_plain_publish`, a broker's reader, shares it instead).
     tests/protocol/test_protocol_fast_paths.py checks it against ``cbor2.loads``."""
     if end - at > _PROPS_MAX or at >= end:
         return None
     enc = bytes(buf[at:end])
-    known = _PROPS_READ.get(enc)
-    if known is not None:
-        return dict(known)
+    known = _PROPS_READ.get(enc) or _read_props(enc)
+    return None if known is None else dict(known)
+
+
+def _read_props(enc: bytes) -> dict[str, Any] | None:
+    """:func:`read_props` of all of ``enc`` (at most _PROPS_MAX bytes), not yet
+    remembered: parsed, checked and remembered (the map itself is returned, which
+    callers must not change)."""
+    if not enc:
+        return None
     h = enc[0]
     if not 0xA1 <= h <= 0xA4:
         return None
@@ -612,8 +634,11 @@ def read_props(buf: bytes | bytearray, at: int, end: int) -> dict[str, Any] | No
         return None
     if len(_PROPS_READ) >= 4096:
         _PROPS_READ.clear()
+        _PROPS_PAIRS.clear()
     _PROPS_READ[enc] = props
-    return dict(props)
+    if cbor2.dumps(props) == enc:  # (not when a width is longer than it needs to be)
+        _PROPS_PAIRS[id(props)] = (props, _K_PROPS + enc)
+    return props
 
 
 def _props_after(buf: bytes | bytearray, stop: int, end: int) -> dict[str, Any] | None:
@@ -1272,8 +1297,17 @@ def _message_pairs(msg: WireMessage) -> bytes:
         wire = _route_prefix(msg.exchange, msg.routing_key) + bytes_head(len(body)) + body
         if msg.headers:
             wire += _map_pair(_K_HEADERS, msg.headers)
-        if msg.properties:
-            wire += _map_pair(_K_PROPS, msg.properties)
+        props = msg.properties
+        if props:
+            # a map read_plain_publish shares (a grouped message's, on a broker):
+            # its encoding as read, found by the map's identity (the entry holds
+            # the map, so no other map can have its id while the entry is there);
+            # tests/protocol/test_protocol_fast_paths.py checks it is _map_pair's
+            known = _PROPS_PAIRS.get(id(props))
+            if known is not None and known[0] is props:
+                wire += known[1]
+            else:
+                wire += _map_pair(_K_PROPS, props)
         msg.wire = wire
     return wire
 
