@@ -383,6 +383,51 @@ def test_the_props_reader_agrees_with_the_checked_decoder_or_declines(
         assert codec.read_props(enc, 0, len(enc)) == props
 
 
+@CHECKS
+@given(
+    exchange=TEXT,
+    key=TEXT,
+    body=st.binary(max_size=40),
+    small=st.one_of(
+        SMALL_PROPS,
+        st.fixed_dictionaries({"priority": st.integers(0, 23), "group_id": st.text(max_size=5)}),
+    ),
+    wide=st.booleans(),
+    headers=st.one_of(st.just({}), st.just({"h": 1})),
+    redelivered=st.booleans(),
+)
+def test_a_delivery_of_shared_props_is_what_a_fresh_copy_gives(
+    exchange: str,
+    key: str,
+    body: bytes,
+    small: dict[str, Any],
+    wide: bool,
+    headers: dict[str, Any],
+    redelivered: bool,
+) -> None:
+    """A broker's publish reader hands out one shared props map per encoding, and a
+    delivery of a message carrying it splices the encoding it was read from (found
+    by the map's identity, codec._PROPS_PAIRS): the frame is the one a fresh, equal
+    map gives (_map_pair, cbor2), also when the publish spelled an integer wider
+    than it needs (then nothing is spliced) and with headers beside the props."""
+    payload = codec.encode_publish(1, exchange, key, body, None, small or None, False, False)[4:]
+    priority = small.get("priority")
+    if wide and priority is not None and priority < 24:
+        # the same publish with the priority's integer in three bytes instead of one
+        name = cbor2.dumps("priority")
+        payload = payload.replace(name + bytes([priority]), name + b"\x19\x00" + bytes([priority]))
+    read = codec.read_plain_publish(payload, 0, len(payload))
+    assert read is not None and read.props == small
+    if small:
+        again = codec.read_plain_publish(bytearray(payload), 0, len(payload))
+        assert again is not None and again.props is read.props  # one map per encoding
+    shared = FakeMessage(exchange, key, body, dict(headers), read.props)
+    fresh = FakeMessage(exchange, key, body, dict(headers), dict(small))
+    frame = codec.encode_deliver("c", 7, redelivered, shared)
+    assert frame == codec.encode_deliver("c", 7, redelivered, fresh)
+    assert cbor2.loads(frame[4:]).get("props", {}) == small
+
+
 def test_deliveries_with_more_fields_are_not_read_as_plain() -> None:
     for msg, redelivered, offset in (
         (FakeMessage("", "q", b"x", headers={"h": 1}), False, None),
