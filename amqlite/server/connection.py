@@ -7,7 +7,7 @@ batches of ``FRAMES_PER_TURN`` (other connections get a turn between batches; a
 turn goes on for more batches, up to ``MAX_FRAMES_PER_TURN`` frames, while the
 deliveries it made are spread so thin over consumer connections that each holds
 less than ``TURN_BYTES`` to send: a publisher feeding ten consumers then gives each
-a write of about a hundred deliveries instead of six) and hands each request to the
+a write of about fifty deliveries instead of six) and hands each request to the
 connection's role endpoint (:mod:`.endpoints`) without a checkpoint per message.
 
 The handshake (protocol version, role, credentials, the HA pair's admission)
@@ -49,8 +49,8 @@ if TYPE_CHECKING:
 FRAMES_PER_TURN = 64  # frames handled before other connections get a turn (at least)
 #: a turn goes on past FRAMES_PER_TURN while the consumer connections it pushed to
 #: all hold less than TURN_BYTES to send, up to MAX_FRAMES_PER_TURN frames
-TURN_BYTES = 16 * 1024
-MAX_FRAMES_PER_TURN = 16 * FRAMES_PER_TURN
+TURN_BYTES = 8 * 1024
+MAX_FRAMES_PER_TURN = 8 * FRAMES_PER_TURN
 MAX_INSTANCE = 64  # longest hello.instance (a client token, see amqlite.broker.dedup)
 ROLES = ("client", "monitor", "ha-peer", "peer-link")
 #: roles a full node still takes, outside its connection counts: the HA pair's own

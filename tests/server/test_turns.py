@@ -15,7 +15,7 @@ from amqlite.server import BrokerNode
 from amqlite.server.connection import FRAMES_PER_TURN, NativeConnection
 
 CONSUMERS = 10
-MESSAGES = 16 * FRAMES_PER_TURN  # one turn of MAX_FRAMES_PER_TURN
+MESSAGES = 16 * FRAMES_PER_TURN  # two turns of MAX_FRAMES_PER_TURN
 
 
 class CountingStream(trio.abc.Stream):
@@ -106,7 +106,7 @@ async def test_deliveries_spread_over_ten_consumers_go_out_in_few_writes(
     # 1024 grouped messages, about 100 for each of ten consumers: turns of
     # FRAMES_PER_TURN frames give each consumer about six deliveries a turn, and its
     # writer (which gathers one more turn) five writes of about twenty; turns that
-    # go on while each consumer holds little give it one or two writes
+    # go on while each consumer holds little give it two writes of about fifty
     per_consumer = await _writes_per_consumer(CONSUMERS, True, nursery)
     assert per_consumer <= 3, per_consumer
 
