@@ -641,14 +641,6 @@ def _read_props(enc: bytes) -> dict[str, Any] | None:
     return props
 
 
-def _props_after(buf: bytes | bytearray, stop: int, end: int) -> dict[str, Any] | None:
-    """The small ``props`` pair (:func:`read_props`) from a body's ``stop`` to
-    exactly ``end``; None for anything else."""
-    if not buf.startswith(_K_PROPS, stop):
-        return None
-    return read_props(buf, stop + len(_K_PROPS), end)
-
-
 _CTAGS: dict[bytes, str] = {}  # an encoded consumer tag -> the tag
 
 
@@ -704,8 +696,17 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
         return None
     (exchange, key), body, stop = rest
     if props:
-        grouped = _props_after(buf, stop, end)
-        if grouped is None:
+        # the props pair, last: read_props inlined (a grouped delivery is a
+        # consumer's per-message frame, and two calls a message showed), a copy of
+        # the map kept for its encoding
+        at = stop + len(_K_PROPS)
+        if end - at > _PROPS_MAX or not buf.startswith(_K_PROPS, stop):
+            return None
+        enc = buf[at:end]
+        if type(enc) is not bytes:
+            enc = bytes(enc)
+        known = _PROPS_READ.get(enc) or _read_props(enc)
+        if known is None:
             return None
         return {
             "m": "deliver",
@@ -714,7 +715,7 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
             "exchange": exchange,
             "key": key,
             "body": body,
-            "props": grouped,
+            "props": dict(known),
         }
     if stop != end:
         return None
