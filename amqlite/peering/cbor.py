@@ -135,6 +135,23 @@ def encode_frames(messages: Sequence[PeeringMessage], limit: int) -> list[bytes]
     while i < n:
         msg = messages[i]
         i += 1
+        if type(msg) is Forwards:  # a run the link made (offer_run): split only by the frame size
+            envelopes = msg.envelopes
+            seq, j, m = msg.seq, 0, len(envelopes)
+            while j < m:
+                k = j + 1
+                room = limit - size - len(envelopes[j].body) - 64
+                while k < m and room > 0:
+                    room -= len(envelopes[k].body) + 64
+                    k += 1
+                item = encode_forwards(seq + j, envelopes if k - j == m else envelopes[j:k])
+                j = k
+                size += len(item)
+                batch.append(item)
+                if size >= limit:
+                    frames.append(batch[0] if len(batch) == 1 else encode_batch(batch))
+                    batch, size = [], 0
+            continue
         if type(msg) is not Forward:
             item = encode(msg)
         else:

@@ -226,6 +226,25 @@ class PeeredExchange:
                 return offered
         return self._offer_each(envelope, routed_locally=routed_locally, now=now)
 
+    def published_run(
+        self, envelopes: list[Envelope], routed: list[bool], *, now: float
+    ) -> list[Action]:
+        """:meth:`published` for each of ``envelopes`` in order (``routed[i]`` for
+        ``envelopes[i]``), when nobody needs to know between them whether a link
+        took one (``taken`` is left as the last one's). One link takes the run
+        at once (:meth:`PeeringLink.offer_run`: its forwards as runs); with more,
+        each message is offered to each link in turn, as :meth:`published` does."""
+        links = self.links
+        if len(links) == 1:
+            for link in links.values():
+                offered = link.offer_run(envelopes, routed, now)
+                self.taken = 1 if link.took else 0
+                return offered
+        actions: list[Action] = []
+        for envelope, routed_locally in zip(envelopes, routed, strict=True):
+            actions += self.published(envelope, routed_locally=routed_locally, now=now)
+        return actions
+
     def _offer_each(self, envelope: Envelope, *, routed_locally: bool, now: float) -> list[Action]:
         """:meth:`published`'s general rule: offer it to each link in turn."""
         actions: list[Action] = []

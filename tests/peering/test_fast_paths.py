@@ -178,6 +178,7 @@ def _expanded(m: dict[str, Any]) -> list[Any]:
             st.tuples(st.integers(1, 50), st.integers(1, 5), envelopes).map(
                 lambda t: [Forward(t[0] + i, t[2]) for i in range(t[1])]  # a run's worth
             ),
+            runs,  # what a link's offer_run sends: split by the frame size only
         ),
         max_size=12,
     ),
@@ -449,6 +450,124 @@ def test_offering_to_the_one_link_is_offering_to_each(
             ref_link.log.unacked,
             ref_link.log.dropped,
         )
+
+
+def _one_by_one(actions: list[Any]) -> list[Any]:
+    """``actions`` with each ``Send`` of a run (``Forwards``) as the ``Send`` of
+    each of its forwards."""
+    out: list[Any] = []
+    for a in actions:
+        if isinstance(a, Send) and isinstance(a.message, Forwards):
+            run = a.message
+            assert all(
+                (e.exchange, e.path, e.hops) == (run.envelopes[0].exchange, run.envelopes[0].path,
+                run.envelopes[0].hops) for e in run.envelopes
+            )  # fmt: skip
+            out += [Send(a.link, f) for f in run.forwards()]
+        else:
+            out.append(a)
+    return out
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(
+    st.sampled_from([PeeringMode.PUBLISH, PeeringMode.FORWARD]),
+    st.sampled_from(list(OverflowPolicy)),
+    st.integers(1, 4),
+    st.booleans(),
+    st.lists(
+        st.one_of(
+            st.lists(
+                st.tuples(
+                    st.sampled_from(["a.b", "b", "c"]),
+                    st.lists(st.sampled_from(["B", "C"]), max_size=1).map(tuple),
+                    st.integers(0, 4),
+                    st.booleans(),
+                    st.booleans(),
+                ),
+                min_size=1,
+                max_size=8,
+            ),
+            st.sampled_from(["ack", "lost", "back"]),
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+)
+def test_offering_a_run_is_offering_each(
+    mode: PeeringMode, overflow: OverflowPolicy, max_in_flight: int, durable: bool, steps: list[Any]
+) -> None:
+    """``published_run`` (a read's client publishes as one run) against
+    ``published`` for each of them: the same forwards sent, in order, the same
+    other actions (``Blocked``, ``Persist``, ``Acked``) in the same order, the
+    same ``took`` / ``taken``, counters, skipped and log; with the window and the
+    byte cap filling (block, drop-oldest, spill), a durable log with persistent
+    messages, loops, used-up hops, no interest, acks and cuts in between."""
+    ends = []
+    for _ in range(2):
+        px, link = _up_link(mode, ["a.*", "b"])
+        link.settings = dataclasses.replace(
+            link.settings, max_in_flight=max_in_flight, buffer_bytes=700, overflow=overflow
+        )
+        link.durable_log = durable
+        assert link.log is not None
+        link.log.buffer_bytes, link.log.overflow = 700, overflow
+        if overflow is OverflowPolicy.SPILL:
+            link.log.spill = MemorySpill()
+        ends.append((px, link))
+    (fast, fast_link), (ref, ref_link) = ends
+    origin, now = 0, 1.0
+    for step in steps:
+        if step == "ack":
+            acks = [
+                _one_by_one(end.receive(Ack(end.log.epoch, end.log.next_seq // 2), now))
+                for end in (fast_link, ref_link)
+            ]
+            assert acks[0] == acks[1]
+        elif step == "lost":
+            assert fast_link.connection_lost(now) == ref_link.connection_lost(now)
+        elif step == "back":
+            for end in (fast_link, ref_link):
+                if end.state is LinkState.BACKOFF:
+                    end.tick(now + 60.0)
+                    end.connected(now)
+                    end.receive(Hello("B", "l", "/", "x", "topic", mode, 5), now)
+        else:
+            envs, routed = [], []
+            for key, path, hops, was_routed, persistent in step:
+                origin += 1
+                props = {"persistent": True} if persistent else {}
+                envs.append(
+                    Envelope(MeshId("Z", 1, origin), key, b"x" * 150, {}, props, "x", path, hops)
+                )
+                routed.append(was_routed)
+            got = fast.published_run(envs, routed, now=now)
+            want: list[Any] = []
+            for env, r in zip(envs, routed, strict=True):
+                want += ref.published(env, routed_locally=r, now=now)
+            assert _one_by_one(got) == want
+            assert fast_link.took is ref_link.took and fast.taken == ref.taken
+        now += 1.0
+        assert fast_link.state is ref_link.state
+        assert fast_link.counters == ref_link.counters and fast_link.skipped == ref_link.skipped
+        flog, rlog = fast_link.log, ref_link.log
+        assert (flog.in_flight, flog.unacked, flog.dropped, flog.blocked, flog.spilled) == (
+            rlog.in_flight,
+            rlog.unacked,
+            rlog.dropped,
+            rlog.blocked,
+            rlog.spilled,
+        )
+        assert list(flog._held) == list(rlog._held)
+
+
+def test_a_run_is_sent_as_one_forwards() -> None:
+    """The usual case: a client's publishes, one link that keeps up: one ``Send``."""
+    px, link = _up_link(PeeringMode.PUBLISH, ["#"])
+    envs = [Envelope(MeshId("A", 2, i), "k", b"m", {}, {}, "x") for i in range(1, 6)]
+    (send,) = px.published_run(envs, [False] * 5, now=1.0)
+    assert send == Send(link.id, Forwards(1, [e.onward("A") for e in envs]))
+    assert link.counters["accepted"] == link.counters["forwarded"] == 5
 
 
 @given(
