@@ -199,13 +199,18 @@ class PeeredExchange:
         """The envelope of a message a client published here (mints its mesh id)."""
         self._minted += 1
         ctx = self.ctx
+        mesh_id = _new_mesh_id(MeshId, (ctx.node_id, ctx.epoch, self._minted))
+        exchange = ctx.exchange
+        if not headers and not properties:  # the usual case: its size() is known at once
+            size = 64 + len(body) + len(routing_key) + len(exchange)
+            return Envelope(mesh_id, routing_key, body, {}, {}, exchange, (), 0, size)
         return Envelope(
-            _new_mesh_id(MeshId, (ctx.node_id, ctx.epoch, self._minted)),
+            mesh_id,
             routing_key,
             body,
             dict(headers) if headers else {},
             dict(properties) if properties else {},
-            ctx.exchange,
+            exchange,
         )
 
     def published(self, envelope: Envelope, *, routed_locally: bool, now: float) -> list[Action]:

@@ -234,6 +234,20 @@ def test_an_onward_envelope_knows_its_size(env: Envelope, node: str, known: bool
     assert out.size() == fresh.size() and out == fresh
 
 
+@given(texts, st.binary(max_size=300), headers, properties, texts)
+def test_a_minted_envelope_knows_its_size(
+    key: str, body: bytes, fields: dict[str, Any], props: dict[str, Any], exchange: str
+) -> None:
+    """``PeeredExchange.envelope`` works out a plain message's size at once: what
+    ``size()`` says of the same envelope."""
+    px = PeeredExchange(
+        node_id="A", epoch=1, exchange=exchange, exchange_type="topic", rand=random.random
+    )
+    env = px.envelope(key, body, fields, props)
+    fresh = Envelope(env.mesh_id, key, body, fields, props, exchange)
+    assert env.size() == fresh.size() and env == fresh
+
+
 # --- the receiver's decoder ----------------------------------------------------------
 
 ODD: list[Any] = [
