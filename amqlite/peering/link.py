@@ -708,7 +708,7 @@ class PeeringLink:
                 if accepted:
                     self.counters["accepted"] += accepted
                     accepted = 0
-                    actions += self._pump_run(now)
+                    actions += self._sent(now, self._pump())
                 actions += self.offer(envelope, routed_locally=routed_locally, now=now)
                 took = self.took
                 continue
@@ -717,47 +717,8 @@ class PeeringLink:
         self.took = took
         if accepted:
             self.counters["accepted"] += accepted
-            actions += self._pump_run(now)
+            actions += self._sent(now, self._pump())
         return actions
-
-    def _pump_run(self, now: float) -> list[Action]:
-        """:meth:`_pump` with the forwards as runs (``Forwards``), for
-        :meth:`offer_run`."""
-        log = self.log
-        if log is None or self.state is not _UP:
-            return []
-        room = self.settings.max_in_flight - log.in_flight
-        if room <= 0 and log.spill is None:
-            return []
-        entries = log.take_unsent(room)
-        if not entries:
-            return []
-        highest, first, last = self._highest_sent, entries[0].seq, entries[-1].seq
-        if last > highest:
-            fresh = last - max(highest, first - 1)
-            self._highest_sent = last
-            self.counters["forwarded"] += fresh
-            if len(entries) > fresh:
-                self.counters["resent"] += len(entries) - fresh
-        else:
-            self.counters["resent"] += len(entries)
-        link_id = self.id
-        out: list[Action] = []
-        env = entries[0].envelope
-        exchange, path, hops = env.exchange, env.path, env.hops
-        run = [env]
-        start = first
-        for entry in itertools.islice(entries, 1, None):
-            env = entry.envelope
-            if env.path != path or env.hops != hops or env.exchange != exchange:
-                out.append(Send(link_id, Forwards(start, run)))
-                exchange, path, hops = env.exchange, env.path, env.hops
-                run, start = [env], entry.seq
-            else:
-                run.append(env)
-        out.append(Send(link_id, Forwards(start, run)))
-        self.clock.sent(now)
-        return out
 
     def _kept(
         self, log: OutboundLog, seq: int, out: Envelope, dropped: int, state: LinkState, now: float
@@ -863,6 +824,13 @@ class PeeringLink:
         return self.log is None or self.log.has_room(envelope.size())
 
     def _pump(self) -> list[Action]:
+        """What falls due on this connection now (the window allowing), as one
+        ``Send`` of a :class:`~amqlite.peering.wire.Forwards` per run of the same
+        exchange, path and hops (the entries' seqs are consecutive): a run is what
+        goes on the wire (``peer.forwards``), and one ``Send`` per message was a
+        tenth of the sending broker's time when acks open the window
+        (``tests/peering/test_fast_paths.py`` expands the runs against the
+        forwards one by one)."""
         log = self.log
         if log is None or self.state is not _UP:
             return []
@@ -872,17 +840,30 @@ class PeeringLink:
         entries = log.take_unsent(room)
         if not entries:
             return []
-        link_id, highest = self.id, self._highest_sent
-        out: list[Action] = [Send(link_id, Forward(e.seq, e.envelope)) for e in entries]
-        last = entries[-1].seq  # entries are in sequence order
-        if last > highest:
-            fresh = last - max(highest, entries[0].seq - 1)
+        highest, first, last = self._highest_sent, entries[0].seq, entries[-1].seq
+        if last > highest:  # entries are in sequence order
+            fresh = last - max(highest, first - 1)
             self._highest_sent = last
             self.counters["forwarded"] += fresh
             if len(entries) > fresh:
                 self.counters["resent"] += len(entries) - fresh
         else:
             self.counters["resent"] += len(entries)
+        link_id = self.id
+        out: list[Action] = []
+        env = entries[0].envelope
+        exchange, path, hops = env.exchange, env.path, env.hops
+        run = [env]
+        start = first
+        for entry in itertools.islice(entries, 1, None):
+            env = entry.envelope
+            if env.path != path or env.hops != hops or env.exchange != exchange:
+                out.append(Send(link_id, Forwards(start, run)))
+                exchange, path, hops = env.exchange, env.path, env.hops
+                run, start = [env], entry.seq
+            else:
+                run.append(env)
+        out.append(Send(link_id, Forwards(start, run)))
         return out
 
     # --- interest (the receiving end) ---------------------------------------------------

@@ -559,7 +559,7 @@ def test_offering_a_run_is_offering_each(
             want: list[Any] = []
             for env, r in zip(envs, routed, strict=True):
                 want += ref.published(env, routed_locally=r, now=now)
-            assert _one_by_one(got) == want
+            assert _one_by_one(got) == _one_by_one(want)
             assert fast_link.took is ref_link.took and fast.taken == ref.taken
         now += 1.0
         assert fast_link.state is ref_link.state
@@ -573,6 +573,32 @@ def test_offering_a_run_is_offering_each(
             rlog.spilled,
         )
         assert list(flog._held) == list(rlog._held)
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([(), ("C",), ("C", "D")]), st.sampled_from(["x", "y"])),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(1, 14),
+)
+def test_a_pump_sends_the_due_forwards_as_runs(
+    items: list[tuple[tuple[str, ...], str]], max_in_flight: int
+) -> None:
+    """What ``_pump`` sends, its runs taken apart, is a ``Forward`` of each entry
+    the log says is due (``take_unsent`` on a twin log), in order; a run's
+    envelopes share exchange, path and hops (``_one_by_one`` checks)."""
+    _, link = _up_link(PeeringMode.PUBLISH, ["#"])
+    link.settings = dataclasses.replace(link.settings, max_in_flight=max_in_flight)
+    twin = OutboundLog(epoch=link.log.epoch, buffer_bytes=link.log.buffer_bytes)
+    for i, (path, exchange) in enumerate(items):
+        env = Envelope(MeshId("Z", 1, i), "k", b"m", {}, {}, exchange, path, len(path))
+        link.log.accept(env, 0.0)
+        twin.accept(env, 0.0)
+    want = [Forward(e.seq, e.envelope) for e in twin.take_unsent(max_in_flight)]
+    assert _sent(link._pump()) == want
+    assert link.counters["forwarded"] == len(want)
 
 
 def test_a_run_is_sent_as_one_forwards() -> None:
@@ -693,7 +719,7 @@ def test_taking_a_batch_is_taking_each(
 
 
 def _sent(actions: list[Any]) -> list[Any]:
-    return [a.message for a in actions if isinstance(a, Send)]
+    return [a.message for a in _one_by_one(actions) if isinstance(a, Send)]
 
 
 # --- the seen-message window ------------------------------------------------------------
