@@ -675,15 +675,24 @@ class PeeringLink:
         actions: list[Action] = []
         accepted = 0
         took = False
+        # the remote's verdict on the last routing key: a run's keys mostly repeat, and
+        # only a headers exchange looks at more than the key
+        by_key = interest is not None and interest.exchange_type != "headers"
+        last_key: str | None = None
+        last_match = True
         for envelope, routed_locally in zip(envelopes, routed, strict=True):
+            if interest is None:
+                match = True
+            elif by_key and envelope.routing_key == last_key:
+                match = last_match
+            else:
+                match = interest.matches(envelope.routing_key, envelope.headers)
+                last_key, last_match = envelope.routing_key, match
             if (
                 (remote is not None and remote in envelope.path)
                 or envelope.hops >= max_hops
                 or (routed_locally and forward_mode)
-                or (
-                    interest is not None
-                    and not interest.matches(envelope.routing_key, envelope.headers)
-                )
+                or not match
             ):  # as in offer(): decide() says which rule
                 decision = decide(
                     sends=True,

@@ -178,7 +178,13 @@ def _expanded(m: dict[str, Any]) -> list[Any]:
             st.tuples(st.integers(1, 50), st.integers(1, 5), envelopes).map(
                 lambda t: [Forward(t[0] + i, t[2]) for i in range(t[1])]  # a run's worth
             ),
-            runs,  # what a link's offer_run sends: split by the frame size only
+            runs,  # what a link's pump sends: split by the frame size only
+            runs.map(  # a run in two parts that continue each other: gathered again
+                lambda r: (
+                    [Forwards(r.seq, r.envelopes[:1])]
+                    + ([Forwards(r.seq + 1, r.envelopes[1:])] if len(r.envelopes) > 1 else [])
+                )
+            ),
         ),
         max_size=12,
     ),
@@ -220,6 +226,10 @@ def test_consecutive_forwards_go_as_one_run_until_something_differs() -> None:
         ("peer.forwards", 9),
     ]
     assert len(peering_cbor.encode_frames(messages[:5], 100)) > 1  # the frame size splits runs
+    # runs and single forwards that continue each other go as one run again
+    parts: list[Any] = [Forwards(1, [env] * 2), Forward(3, env), Forwards(4, [env] * 2)]
+    (frame,) = peering_cbor.encode_frames(parts, 1 << 18)
+    assert from_map(cbor2.loads(frame)) == Forwards(1, [env] * 5)
 
 
 @given(envelopes, node_ids, st.booleans())
