@@ -326,3 +326,42 @@ def test_a_run_of_client_publishes_goes_as_each_would(
 
     fast, ref = trio.run(run)
     assert fast == ref
+
+
+# --- a peer.batch frame of deliveries ------------------------------------------------------
+
+
+def test_a_batch_frame_is_one_journal_turn() -> None:
+    """Every delivery of a ``peer.batch`` frame is published inside the journal
+    hold that the frame's turn end (confirms, receive marks) closes: one commit
+    writes the deliveries with the marks that cover them, so a kill -9 cannot
+    keep the ones without the others (which the sender would then duplicate)."""
+    applier, _, shim, kept = _receiving(True)
+    px = PeeredExchange(node_id="b", epoch=1, exchange="x", exchange_type="topic", rand=random)
+    end, _ = px.attach(Hello("a", "l9", "/", "x", "topic", PeeringMode.PUBLISH, 4), 0.0)
+    assert end is not None and end.receives
+    applier.registry.owner[end.id] = px
+    holds: list[int] = []
+    publish = shim.publish
+
+    def watched(message: Message, *, now: float) -> PublishOutcome:
+        holds.append(kept.storage.held)
+        return publish(message, now=now)
+
+    shim.publish = watched  # type: ignore[method-assign]
+
+    def run(seq: int, n: int) -> dict[str, Any]:
+        envs = [
+            Envelope(MeshId("a", 4, seq + i), "k.a", b"w", {}, {"persistent": True}, "x", ("a",), 1)
+            for i in range(n)
+        ]
+        return Forwards(seq, envs).to_map()
+
+    frame = {"type": "peer.batch", "msgs": [run(1, 2), Heartbeat().to_map(), run(3, 2)]}
+
+    async def receive() -> None:
+        applier.receive(end, frame, 1.0)
+
+    trio.run(receive)
+    assert holds == [1, 1, 1, 1]  # each inside the frame's one hold
+    assert kept.storage.held == 0 and kept.storage.holds >= 1

@@ -212,13 +212,25 @@ class ActionApplier:
         if not isinstance(items, list):
             self.apply(link.receive({"type": BATCH}, now))  # malformed: the core says so
             return
-        self._depth += 1  # one turn for the whole frame
+        # one turn for the whole frame, with the journal held as _turn() holds it: the
+        # deliveries of every map in it and the receive marks that cover them (journaled
+        # when the turn ends) must reach the files in one commit, or a kill -9 between
+        # two commits leaves deliveries whose marks are lost, and the sender's resend
+        # duplicates them (tests/server/test_peering_applier.py)
+        held = self.durability.storage if not self._depth else None
+        if held is not None:
+            held.hold()
         try:
-            for item in items:
-                self.apply(link.receive(item, now))
+            self._depth += 1
+            try:
+                for item in items:
+                    self.apply(link.receive(item, now))
+            finally:
+                self._depth -= 1
+            self.apply([])
         finally:
-            self._depth -= 1
-        self.apply([])
+            if held is not None:
+                held.release()
 
     def feed(self, pq: PeeringQueue) -> None:
         """Hand a peering queue's new deliveries to its link end, in order."""
