@@ -147,7 +147,7 @@ class RequestDispatcher:
             message.publish_key = f"{self._key_prefix}{p.id}"
         hook = self._peered.get(p.exchange) if self._peered else None
         if hook is not None:
-            envelope = hook.envelope(message)
+            envelope = hook.px.envelope(p.key, p.body, p.headers, p.props)  # (its mesh id)
             message.mesh = envelope  # kept if a subscriber's peering queue takes it
             if p.confirm and not hook.has_room(envelope):
                 return ev.Nacked(

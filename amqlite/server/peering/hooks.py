@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from amqlite.broker import PEERING_QUEUE_PREFIX, Message, PublishOutcome
+from amqlite.broker import PEERING_QUEUE_PREFIX, PublishOutcome
 from amqlite.peering import Envelope, OverflowPolicy, PeeredExchange
 
 from .applier import ActionApplier
@@ -34,11 +34,6 @@ class PublishHook:
         #: queue took each (:meth:`published_later`)
         self.run: list[Envelope] = []
         self.run_routed: list[bool] = []
-
-    def envelope(self, message: Message) -> Envelope:
-        return self.px.envelope(
-            message.routing_key, message.body, message.headers, message.properties
-        )
 
     def has_room(self, envelope: Envelope) -> bool:
         """False when a ``block`` link is too full to take it (the publisher is
