@@ -671,16 +671,16 @@ class PeeringLink:
         interest, remote = self.interest, self.remote_node
         max_hops, node = self.ctx.max_hops, self.ctx.node_id
         forward_mode, durable = self.mode is _FORWARD_MODE, self.durable_log
+        accept = log.accept_if_room
         actions: list[Action] = []
-        outs: list[Envelope] = []  # onward envelopes the rules let through, for the log
-        indexes: list[int] = []  # where each of outs is in envelopes
-        took = False  # of the last message
+        accepted = 0
+        took = False
         # the remote's verdict on the last routing key: a run's keys mostly repeat, and
         # only a headers exchange looks at more than the key
         by_key = interest is not None and interest.exchange_type != "headers"
         last_key: str | None = None
         last_match = True
-        for i, (envelope, routed_locally) in enumerate(zip(envelopes, routed, strict=True)):
+        for envelope, routed_locally in zip(envelopes, routed, strict=True):
             if interest is None:
                 match = True
             elif by_key and envelope.routing_key == last_key:
@@ -710,45 +710,23 @@ class PeeringLink:
                     self.skipped[decision.value] += 1
                     took = False
                     continue
-            if durable and envelope.properties.get("persistent"):  # offer()'s way (Persist)
-                if outs:
-                    actions += self._log_run(outs, indexes, envelopes, routed, now)
-                    outs, indexes = [], []
+            seq = None
+            if not (durable and envelope.properties.get("persistent")):
+                seq = accept(envelope.onward(node), now)
+            if seq is None:  # offer()'s way for this one: the run so far goes first
+                if accepted:
+                    self.counters["accepted"] += accepted
+                    accepted = 0
+                    actions += self._sent(now, self._pump())
                 actions += self.offer(envelope, routed_locally=routed_locally, now=now)
                 took = self.took
                 continue
-            outs.append(envelope.onward(node))
-            indexes.append(i)
+            accepted += 1
             took = True
-        if outs:
-            actions += self._log_run(outs, indexes, envelopes, routed, now)
-            if indexes[-1] == len(envelopes) - 1:
-                took = self.took  # the last one was in this part
         self.took = took
-        return actions
-
-    def _log_run(
-        self,
-        outs: list[Envelope],
-        indexes: list[int],
-        envelopes: Sequence[Envelope],
-        routed: Sequence[bool],
-        now: float,
-    ) -> list[Action]:
-        """:meth:`offer_run`'s log append of ``outs`` (the onward envelopes of
-        ``envelopes[i]`` for ``i`` in ``indexes``) and its sends; what does not fit
-        in memory as it is takes :meth:`offer` (the overflow policy), after the
-        sends of what fitted. Leaves :attr:`took` as the last one's."""
-        log = self.log
-        assert log is not None
-        taken = log.accept_all_if_room(outs, now)
-        actions: list[Action] = []
-        if taken:
-            self.counters["accepted"] += taken
-            actions = self._sent(now, self._pump())
-        self.took = True
-        for i in indexes[taken:]:
-            actions += self.offer(envelopes[i], routed_locally=routed[i], now=now)
+        if accepted:
+            self.counters["accepted"] += accepted
+            actions += self._sent(now, self._pump())
         return actions
 
     def _kept(

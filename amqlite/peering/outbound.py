@@ -185,26 +185,21 @@ class OutboundLog:
             self._bytes += size
         return entry.seq
 
-    def accept_all_if_room(self, envelopes: list[Envelope], now: float) -> int:
-        """:meth:`accept` for each of ``envelopes`` in order while they fit in
-        memory as they are (no overflow policy has anything to do), stopping at the
-        first that does not: how many were taken (the first ones; the rest are
-        left for :meth:`accept`)."""
+    def accept_if_room(self, envelope: Envelope, now: float) -> int | None:
+        """:meth:`accept` when the message fits in memory as it is (no overflow
+        policy has anything to do): its sequence number; None, with nothing
+        changed, otherwise (then :meth:`accept` applies the policy)."""
+        size = envelope.size()
         held = self._held
-        spill = self.spill
-        spilling = spill is not None and len(spill) > 0
-        seq, total, cap = self.next_seq, self._bytes, self.buffer_bytes
-        append = held.append
-        for envelope in envelopes:
-            size = envelope.size()
-            if held and (spilling or total + size > cap):
-                break
-            append(_new_entry(Entry, (seq, envelope, size, now)))
-            seq += 1
-            total += size
-        taken = seq - self.next_seq
-        self.next_seq, self._bytes = seq, total
-        return taken
+        if not held or (
+            self._bytes + size <= self.buffer_bytes and (self.spill is None or not len(self.spill))
+        ):
+            seq = self.next_seq
+            self.next_seq = seq + 1
+            held.append(_new_entry(Entry, (seq, envelope, size, now)))
+            self._bytes += size
+            return seq
+        return None
 
     def force(self, envelope: Envelope, now: float) -> int:
         """Take a message past the byte cap (into memory, or the spill store when
