@@ -576,3 +576,52 @@ def test_syncs_hold_every_record_once_in_order_and_never_half_a_turn(
     assert all(s.upto in ends for s in sent)  # no sync ends inside a turn
     assert [s.upto for s in sent] == sorted({s.upto for s in sent})
     assert b"".join(s.data for s in sent) == b"".join(appended)
+
+
+# --- take's fast path -------------------------------------------------------------------------
+
+_STEP = st.one_of(
+    st.tuples(st.just("append"), st.integers(1, 300), st.booleans()),  # size, an enqueue?
+    st.tuples(st.just("hold"), st.just(0), st.just(False)),
+    st.tuples(st.just("release"), st.just(0), st.just(False)),
+    st.tuples(st.just("take"), st.just(0), st.just(False)),
+    st.tuples(st.just("ack"), st.just(0), st.just(False)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=st.lists(_STEP, max_size=60),
+    chunk=st.integers(1, 1200),
+    window=st.integers(1, 3000),
+)
+def test_take_sends_what_walking_the_records_sends(
+    steps: list[tuple[str, int, bool]], chunk: int, window: int
+) -> None:
+    """``Replicator.take`` (whose fast path takes everything pending at once when it
+    fits one chunk) sends the same syncs as the general walk, whatever the turns,
+    sizes, window and acknowledgements."""
+    fast = Replicator(chunk=chunk, window=window)
+    walking = Replicator(chunk=chunk, window=window)
+    for r in (fast, walking):
+        r.start(EPOCH, [], 0)
+    position = journal_id = 0
+    for kind, size, enqueue in steps:
+        if kind == "append":
+            position += 1
+            if enqueue:
+                journal_id += 1
+            for r in (fast, walking):
+                r.appended(position, bytes([position % 256]) * size, journal_id if enqueue else 0)
+        elif kind == "hold":
+            fast.hold()
+            walking.hold()
+        elif kind == "release":
+            fast.release()
+            walking.release()
+        elif kind == "take":
+            assert fast.take() == walking._take_walking()
+        else:
+            assert fast.synced(fast.sent_upto) == walking.synced(walking.sent_upto)
+    assert fast.take() == walking._take_walking()
+    assert (fast.sent_upto, fast.in_flight) == (walking.sent_upto, walking.in_flight)
