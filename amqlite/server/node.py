@@ -448,18 +448,14 @@ class BrokerNode:
         On an HA pair the gathered delivery marks are journaled first, so they are
         streamed to the passive node before the deliveries they mark are written to
         the consumers (as each single record was): after a failover a message handed
-        out comes back flagged ``redelivered``. While a passive node is replicated to,
-        a native client's endpoint journals them itself, just before it writes a
-        delivery out (``ClientEndpoint._journal_marks``: most of its deliveries wait
-        for the passive node then); the other owners are preceded by a flush here.
-        Acks gathered alone wait for the commit, as on a standalone node (each flush
-        is a record the passive node folds too)."""
+        out comes back flagged ``redelivered``. Acks gathered alone wait for the
+        commit, as on a standalone node (each flush is a record the passive node
+        folds too)."""
         broker = self.broker
-        recorder = broker.recorder if self.ha is not None else None
-        if recorder is not None and not self._replicating():
-            if recorder.deliveries_waiting:
+        if self.ha is not None:
+            recorder = broker.recorder
+            if recorder is not None and recorder.deliveries_waiting:
                 recorder.flush_marks()
-            recorder = None
         fullest = 0
         for session in broker.take_ready():
             owner = session.owner
@@ -468,15 +464,8 @@ class BrokerNode:
                 if waiting > fullest:
                     fullest = waiting
             elif isinstance(owner, ClientEndpoint | AmqpChannel | PeeringQueue | BrowserEndpoint):
-                if recorder is not None and recorder.deliveries_waiting:
-                    recorder.flush_marks()
                 owner.push()
         return fullest
-
-    def _replicating(self) -> bool:
-        """HA: whether pushes wait for a passive node (``ClientEndpoint.push`` gates)."""
-        storage = self.storage
-        return storage is not None and storage.replica_upto is not None
 
     def status(self) -> dict[str, Any]:
         status = self.broker.status()

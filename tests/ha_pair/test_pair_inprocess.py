@@ -181,7 +181,7 @@ async def test_the_passive_node_hears_of_a_delivery_before_the_consumer_is_sent_
     tmp_path: Path,
 ) -> None:
     """An HA pair's active node gathers its delivery marks (``message.marks``) and
-    journals them before it writes the deliveries out to their connections:
+    journals them at every pump, before it hands the deliveries to their connections:
     the replication stream carries the mark ahead of the delivery's bytes, so after a
     failover a message handed out comes back flagged ``redelivered``."""
     from amqlite.server.endpoints.client import ClientEndpoint
@@ -207,15 +207,15 @@ async def test_the_passive_node_hears_of_a_delivery_before_the_consumer_is_sent_
 
         storage.tee = tee
         marked_at_push: list[set[int]] = []
-        real_flow = ClientEndpoint._flow
+        real_push = ClientEndpoint.push
 
-        def flow(endpoint: ClientEndpoint) -> None:  # deliveries are in link.out now
+        def push(endpoint: ClientEndpoint) -> None:
             marked_at_push.append(
                 {i for r in streamed if isinstance(r, MessageMarks) for i in r.delivered}
             )
-            real_flow(endpoint)
+            real_push(endpoint)
 
-        ClientEndpoint._flow = flow  # type: ignore[method-assign]
+        ClientEndpoint.push = push  # type: ignore[method-assign]
         try:
             async with amqlite.connect(f"127.0.0.1:{primary.port}", reconnect=False) as conn:
                 await conn.declare_queue("marked", durable=True)
@@ -231,7 +231,7 @@ async def test_the_passive_node_hears_of_a_delivery_before_the_consumer_is_sent_
                             break
                 assert [d.body for d in got] == [f"m{i}".encode() for i in range(5)]
         finally:
-            ClientEndpoint._flow = real_flow  # type: ignore[method-assign]
+            ClientEndpoint.push = real_push  # type: ignore[method-assign]
         assert set(ids) <= set().union(*marked_at_push)  # every mark was out before a push
         held = backup_messages(backup, "marked")
         await wait_for(lambda: len(held()) == 5 and all(m.redelivered for m in held()))

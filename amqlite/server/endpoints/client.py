@@ -200,7 +200,6 @@ class ClientEndpoint:
         # the passive node holds every message up to this journal id (compared here
         # rather than through storage.replicated: asked once per delivery)
         held_id = storage.replica.held_id
-        marks_out = False  # the delivery marks are journaled (see _journal_marks)
         try:
             vhost = self.vhost
             for d in session.take_deliveries():
@@ -220,9 +219,6 @@ class ClientEndpoint:
                     ):
                         held.append((journal_id, "", 0, position, frame))
                         continue
-                if not marks_out:
-                    marks_out = True
-                    self._journal_marks()
                 out += frame
             for tag, code, text in session.take_cancellations():
                 frame = proto.send(ev.Cancelled(tag, code, text))
@@ -236,24 +232,12 @@ class ClientEndpoint:
             storage.when_replicated(self._push_replicated)
         self._flow()
 
-    def _journal_marks(self) -> None:
-        """HA: journal the gathered delivery marks (so they are streamed to the passive
-        node) before a delivery is written out: after a failover a message handed out
-        comes back flagged ``redelivered``. Done here, when a delivery is about to go,
-        rather than at every pump (``BrokerNode.pump_sized`` did): while replicating,
-        most fresh deliveries wait for the passive node, and the marks of all that one
-        of its acknowledgements releases go as one record rather than one per pump."""
-        recorder = self.node.broker.recorder
-        if recorder is not None and recorder.deliveries_waiting:
-            recorder.flush_marks()
-
     def _push_replicated(self) -> None:
         """The passive node holds more: send the held pushes it now holds."""
         held = self._held_pushes
         storage = self.node.storage
         out = self.link.out
         held_id = storage.replica.held_id if storage is not None else NO_PEER
-        marks_out = False
         while held:
             journal_id, stream, offset, position, _ = held[0]
             if storage is not None and (
@@ -262,9 +246,6 @@ class ClientEndpoint:
                 or (position and not storage.position_replicated(position))
             ):
                 break
-            if not marks_out:
-                marks_out = True
-                self._journal_marks()
             out += held.popleft()[4]
         if not held and storage is not None:
             storage.discard_waiter(self._push_replicated)
