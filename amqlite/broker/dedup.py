@@ -26,7 +26,7 @@ DEFAULT_WINDOW = 100_000
 class PublishKeys:
     """The publish keys of the last ``capacity`` routed messages of one vhost."""
 
-    __slots__ = ("_keys", "capacity", "duplicates")
+    __slots__ = ("_keys", "capacity", "duplicates", "known")
 
     def __init__(self, capacity: int = DEFAULT_WINDOW) -> None:
         if capacity < 1:
@@ -36,6 +36,10 @@ class PublishKeys:
         #: key -> journal position of the first copy's record (0: not journaled,
         #: ALL_APPENDED: learned from replayed records, position unknown)
         self._keys: OrderedDict[str, int] = OrderedDict()
+        #: the keys (and their positions), read-only: ``key in keys.known`` is what a
+        #: publish asks (a plain attribute, not ``__contains__``, which costs a Python
+        #: call a keyed publish)
+        self.known: Mapping[str, int] = self._keys
 
     def __contains__(self, key: object) -> bool:
         return key in self._keys
@@ -46,11 +50,6 @@ class PublishKeys:
     def position(self, key: str) -> int:
         """The journal position a publish sent again under ``key`` vouches for."""
         return self._keys.get(key, 0)
-
-    @property
-    def known(self) -> Mapping[str, int]:
-        """The keys (and their positions), read-only: a batch looks them up in a loop."""
-        return self._keys
 
     def add_many(self, keys: Iterable[str], position: int = ALL_APPENDED) -> None:
         """:meth:`add` of each of ``keys``, in order (a ``publish.batch``'s)."""

@@ -438,7 +438,7 @@ class VirtualHost:
         if not key:
             return self.route(message, now)
         keys = self.publish_keys
-        if key in keys:
+        if key in keys.known:
             keys.duplicates += 1
             return PublishOutcome.DUPLICATE
         outcome = self.route(message, now)

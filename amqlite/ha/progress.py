@@ -11,14 +11,25 @@ a passive node is being replicated to, it answers two questions for the shell:
   goes to a consumer only once the passive node holds it (``ha.synced
   {applied}``), so that no consumer sees a message the node taking over lacks.
 
-Positions are the active journal's. Only the messages and stream offsets appended
-while replicating are tracked, and only until the passive node has applied them.
-Sans-IO: the shell tells it what was appended and what the peer acknowledged.
+Positions are the active journal's. Messages are not tracked one by one: journal ids
+are handed out in journal order (``Recorder.enqueue`` numbers a message and appends
+its record in one step), so each sync sent carries the highest journal id it brings
+the passive node (``SendSync.last_id``) and a message is held once its id is at most
+that of the last sync the passive node applied. (It kept a journal id -> position
+map per message before: two dict and two deque operations a persistent message on
+the active node, for the same answer.) Stream offsets appended while replicating are
+tracked until the passive node has applied them. Sans-IO: the shell tells it what
+was appended and sent and what the peer acknowledged.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import deque
+
+#: ``ReplicaProgress.held_id`` while no passive node is replicated to: every journal
+#: id is at most this
+NO_PEER = sys.maxsize
 
 
 class ReplicaProgress:
@@ -26,12 +37,12 @@ class ReplicaProgress:
 
     __slots__ = (
         "_awaited",
-        "_messages",
-        "_order",
         "_released",
+        "_sent",
         "_streams",
         "alone_ok",
         "applied",
+        "held_id",
         "upto",
     )
 
@@ -41,9 +52,13 @@ class ReplicaProgress:
         self.upto: int | None = None
         #: the passive node has applied everything up to here (pushes may go)
         self.applied = 0
-        #: journal id -> position of its ``message.enqueue``, until the peer applied it
-        self._messages: dict[int, int] = {}
-        self._order: deque[tuple[int, int]] = deque()  # (position, journal id)
+        #: the passive node holds every message with a journal id up to here (those
+        #: journaled before it joined came in its snapshot, or were confirmed without
+        #: it); NO_PEER while no passive node is replicated to: a push compares a
+        #: message's journal id with it and nothing else
+        self.held_id = NO_PEER
+        #: (upto, last journal id) of the syncs sent and not yet applied, in order
+        self._sent: deque[tuple[int, int]] = deque()
         #: (vhost, stream) -> (offset, position) of its appends not yet applied, in order
         self._streams: dict[tuple[str, str], deque[tuple[int, int]]] = {}
         #: whether replies may go on the local commit alone while no passive node is
@@ -59,27 +74,36 @@ class ReplicaProgress:
         """Whether replies and pushes wait for the passive node."""
         return self.upto is not None
 
-    def start(self) -> None:
-        """A passive node (re)joins: it holds nothing until it acknowledges."""
+    def start(self, since_id: int = 0) -> None:
+        """A passive node (re)joins: it holds nothing until it acknowledges. Messages
+        with a journal id below ``since_id`` (the next id the recorder hands out)
+        were journaled before: they come in the snapshot."""
         self.upto = 0
         self.applied = 0
+        self.held_id = max(since_id - 1, 0)  # journal ids start at 1
+        self._sent.clear()
 
     def stop(self) -> None:
         """Replication stopped (the peer is silent or the link is down): replies and
         pushes stop waiting for it."""
         self.upto = None
         self.applied = 0
-        self._messages.clear()
-        self._order.clear()
+        self.held_id = NO_PEER
+        self._sent.clear()
         self._streams.clear()
         self._awaited = 0
 
     # --- what the active node appends (only while required) -----------------------------
 
-    def message_appended(self, journal_id: int, position: int) -> None:
-        """A ``message.enqueue`` of ``journal_id`` was journaled at ``position``."""
-        self._messages[journal_id] = position
-        self._order.append((position, journal_id))
+    def sent(self, upto: int, last_id: int) -> None:
+        """A sync went to the passive node with the records up to ``upto``, among
+        them the ``message.enqueue`` records of every journal id up to ``last_id``
+        appended since the start (``SendSync.last_id``)."""
+        if self.upto is None or not upto:
+            return
+        sent = self._sent
+        if last_id > (sent[-1][1] if sent else self.held_id):
+            sent.append((upto, last_id))
 
     def offset_appended(self, vhost: str, queue: str, offset: int, position: int) -> None:
         """A ``stream.append`` at ``offset`` of stream ``queue`` was journaled at
@@ -113,12 +137,11 @@ class ReplicaProgress:
         awaited = self._awaited != 0  # a push waits for a position: let it look again
         if awaited and upto >= self._awaited:
             self._awaited = 0
-        messages, streams = self._messages, self._streams
-        if not messages and not streams:
+        sent, streams = self._sent, self._streams
+        if not sent and not streams:
             return awaited
-        order = self._order
-        while order and order[0][0] <= upto:
-            messages.pop(order.popleft()[1], None)
+        while sent and sent[0][0] <= upto:
+            self.held_id = sent.popleft()[1]
         for key, appends in list(streams.items()):
             while appends and appends[0][1] <= upto:
                 appends.popleft()
@@ -147,10 +170,7 @@ class ReplicaProgress:
         """Whether the passive node holds message ``journal_id`` (True when no passive
         node is replicated to, or when the message was journaled before it joined:
         then it came in the snapshot, or was confirmed without it)."""
-        if self.upto is None:
-            return True
-        position = self._messages.get(journal_id)
-        return position is None or position <= self.applied
+        return journal_id <= self.held_id
 
     def holds(self, position: int) -> bool:
         """Whether the passive node holds the record at ``position`` (True

@@ -123,42 +123,82 @@ def encode(msg: PeeringMessage) -> bytes:
     return cbor2.dumps(msg.to_map())
 
 
+def _gathered(messages: Sequence[PeeringMessage]) -> list[PeeringMessage]:
+    """``messages`` with consecutive forwards (single ``Forward``s and runs alike)
+    that continue each other's seqs and share exchange, path and hops gathered
+    into one ``Forwards`` each (a run's envelopes share them: its first stands for
+    all)."""
+    out: list[PeeringMessage] = []
+    envs: list[Envelope] = []  # the run being gathered (a list of our own)
+    following = -1  # the seq that would continue it
+    path: tuple[str, ...] = ()
+    exchange, hops = "", -1
+    for msg in messages:
+        t = type(msg)
+        if t is Forward:
+            first = msg.envelope  # type: ignore[union-attr]
+            more: list[Envelope] | None = None
+        elif t is Forwards:
+            more = msg.envelopes  # type: ignore[union-attr]
+            first = more[0]
+        else:
+            following = -1
+            out.append(msg)
+            continue
+        seq = msg.seq  # type: ignore[union-attr]
+        if (
+            seq == following
+            and first.hops == hops
+            and first.path == path
+            and first.exchange == exchange
+        ):
+            if more is None:
+                envs.append(first)
+                following += 1
+            else:
+                envs += more
+                following += len(more)
+            continue
+        envs = [first] if more is None else list(more)
+        following = seq + len(envs)
+        exchange, path, hops = first.exchange, first.path, first.hops
+        out.append(Forwards(seq, envs))
+    return out
+
+
 def encode_frames(messages: Sequence[PeeringMessage], limit: int) -> list[bytes]:
     """The ``msg`` of each ``peer`` frame that carries ``messages``, in order: a
     ``peer.batch`` (or one map alone) of at most about ``limit`` bytes. Consecutive
-    forwards with consecutive seqs and the same exchange, path and hops go as one
-    ``peer.forwards`` run (what the receiver takes as the single forwards)."""
+    forwards (single ones and runs) with consecutive seqs and the same exchange,
+    path and hops go as one ``peer.forwards`` run (what the receiver takes as the
+    single forwards), split only to keep frames near ``limit``."""
     frames: list[bytes] = []
     batch: list[bytes] = []
     size = 0
-    i, n = 0, len(messages)
-    while i < n:
-        msg = messages[i]
-        i += 1
-        if type(msg) is not Forward:
+    for msg in _gathered(messages):
+        if type(msg) is not Forwards:
             item = encode(msg)
-        else:
-            env = msg.envelope
-            run = [env]
-            seq = msg.seq
-            exchange, path, hops = env.exchange, env.path, env.hops
-            room = limit - size - len(env.body) - 64
-            while i < n and room > 0:
-                nxt = messages[i]
-                if type(nxt) is not Forward or nxt.seq != seq + len(run):
-                    break
-                e = nxt.envelope
-                if e.hops != hops or e.path != path or e.exchange != exchange:
-                    break
-                run.append(e)
-                room -= len(e.body) + 64
-                i += 1
-            item = encode_forwards(seq, run)
-        size += len(item)
-        batch.append(item)
-        if size >= limit:
-            frames.append(batch[0] if len(batch) == 1 else encode_batch(batch))
-            batch, size = [], 0
+            size += len(item)
+            batch.append(item)
+            if size >= limit:
+                frames.append(batch[0] if len(batch) == 1 else encode_batch(batch))
+                batch, size = [], 0
+            continue
+        envelopes = msg.envelopes
+        seq, j, m = msg.seq, 0, len(envelopes)
+        while j < m:
+            k = j + 1
+            room = limit - size - len(envelopes[j].body) - 64
+            while k < m and room > 0:
+                room -= len(envelopes[k].body) + 64
+                k += 1
+            item = encode_forwards(seq + j, envelopes if k - j == m else envelopes[j:k])
+            j = k
+            size += len(item)
+            batch.append(item)
+            if size >= limit:
+                frames.append(batch[0] if len(batch) == 1 else encode_batch(batch))
+                batch, size = [], 0
     if batch:
         frames.append(batch[0] if len(batch) == 1 else encode_batch(batch))
     return frames

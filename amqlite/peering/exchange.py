@@ -199,13 +199,18 @@ class PeeredExchange:
         """The envelope of a message a client published here (mints its mesh id)."""
         self._minted += 1
         ctx = self.ctx
+        mesh_id = _new_mesh_id(MeshId, (ctx.node_id, ctx.epoch, self._minted))
+        exchange = ctx.exchange
+        if not headers and not properties:  # the usual case: its size() is known at once
+            size = 64 + len(body) + len(routing_key) + len(exchange)
+            return Envelope(mesh_id, routing_key, body, {}, {}, exchange, (), 0, size)
         return Envelope(
-            _new_mesh_id(MeshId, (ctx.node_id, ctx.epoch, self._minted)),
+            mesh_id,
             routing_key,
             body,
             dict(headers) if headers else {},
             dict(properties) if properties else {},
-            ctx.exchange,
+            exchange,
         )
 
     def published(self, envelope: Envelope, *, routed_locally: bool, now: float) -> list[Action]:
@@ -225,6 +230,25 @@ class PeeredExchange:
                 self.taken = 1 if link.took else 0
                 return offered
         return self._offer_each(envelope, routed_locally=routed_locally, now=now)
+
+    def published_run(
+        self, envelopes: list[Envelope], routed: list[bool], *, now: float
+    ) -> list[Action]:
+        """:meth:`published` for each of ``envelopes`` in order (``routed[i]`` for
+        ``envelopes[i]``), when nobody needs to know between them whether a link
+        took one (``taken`` is left as the last one's). One link takes the run
+        at once (:meth:`PeeringLink.offer_run`: its forwards as runs); with more,
+        each message is offered to each link in turn, as :meth:`published` does."""
+        links = self.links
+        if len(links) == 1:
+            for link in links.values():
+                offered = link.offer_run(envelopes, routed, now)
+                self.taken = 1 if link.took else 0
+                return offered
+        actions: list[Action] = []
+        for envelope, routed_locally in zip(envelopes, routed, strict=True):
+            actions += self.published(envelope, routed_locally=routed_locally, now=now)
+        return actions
 
     def _offer_each(self, envelope: Envelope, *, routed_locally: bool, now: float) -> list[Action]:
         """:meth:`published`'s general rule: offer it to each link in turn."""

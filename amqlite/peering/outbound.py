@@ -185,6 +185,22 @@ class OutboundLog:
             self._bytes += size
         return entry.seq
 
+    def accept_if_room(self, envelope: Envelope, now: float) -> int | None:
+        """:meth:`accept` when the message fits in memory as it is (no overflow
+        policy has anything to do): its sequence number; None, with nothing
+        changed, otherwise (then :meth:`accept` applies the policy)."""
+        size = envelope.size()
+        held = self._held
+        if not held or (
+            self._bytes + size <= self.buffer_bytes and (self.spill is None or not len(self.spill))
+        ):
+            seq = self.next_seq
+            self.next_seq = seq + 1
+            held.append(_new_entry(Entry, (seq, envelope, size, now)))
+            self._bytes += size
+            return seq
+        return None
+
     def force(self, envelope: Envelope, now: float) -> int:
         """Take a message past the byte cap (into memory, or the spill store when
         spilling): for messages already promised, such as a restored log's."""

@@ -147,7 +147,7 @@ class RequestDispatcher:
             message.publish_key = f"{self._key_prefix}{p.id}"
         hook = self._peered.get(p.exchange) if self._peered else None
         if hook is not None:
-            envelope = hook.envelope(message)
+            envelope = hook.px.envelope(p.key, p.body, p.headers, p.props)  # (its mesh id)
             message.mesh = envelope  # kept if a subscriber's peering queue takes it
             if p.confirm and not hook.has_room(envelope):
                 return ev.Nacked(
@@ -156,13 +156,17 @@ class RequestDispatcher:
                     f"a peering link of exchange {p.exchange!r} is full (overflow = block)",
                 )
         outcome = self.session.publish(message, mandatory=p.mandatory, now=now, span=span)
-        if (
-            hook is not None
-            and outcome is not PublishOutcome.DUPLICATE  # a publish sent again went on before
-            and hook.published(envelope, outcome, now, message.publish_key)
-            and outcome is PublishOutcome.UNROUTABLE
-        ):
-            outcome = PublishOutcome.ROUTED  # no queue here, but a link took it: not returned
+        if hook is not None and outcome is not PublishOutcome.DUPLICATE:
+            # (a publish sent again went on before)
+            if not p.mandatory and not p.props.get("persistent"):
+                # the reply does not depend on the links, and no durable log's record
+                # must be in its journal span: offered with the rest of the read
+                hook.published_later(envelope, outcome)
+            elif (
+                hook.published(envelope, outcome, now, message.publish_key)
+                and outcome is PublishOutcome.UNROUTABLE
+            ):
+                outcome = PublishOutcome.ROUTED  # no queue here, but a link took it
         if outcome is PublishOutcome.ROUTED or outcome is PublishOutcome.DUPLICATE:
             # a publish sent again: its ok vouches for the first copy, whose journal
             # position the session's span names

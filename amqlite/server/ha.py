@@ -783,6 +783,8 @@ class HaService:
                         upto=action.upto, data=action.data, reset=action.reset, epoch=action.epoch
                     )
                 )
+                if storage is not None:
+                    storage.replica.sent(action.upto, action.last_id)
             elif isinstance(action, ReplicaSynced):
                 if storage is not None:
                     storage.replica_progress(action.upto)
@@ -812,8 +814,8 @@ class HaService:
                 self._update_promise()
                 self._signal_progress()
 
-    def _tee(self, position: int, frame: bytes) -> None:
-        self.replicator.appended(position, frame)
+    def _tee(self, position: int, frame: bytes, journal_id: int) -> None:
+        self.replicator.appended(position, frame, journal_id)
         self._sender_wake.set()
 
     def _tee_turn(self, opened: bool) -> None:

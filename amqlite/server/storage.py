@@ -123,9 +123,10 @@ class NodeStorage:
         self.recovery: dict[str, Any] = {}
         self._last_compaction_check = 0.0
         self._committed = 0
-        #: HA: every appended record's (position, frame) also goes here while the
-        #: active node replicates to its passive peer.
-        self.tee: Callable[[int, bytes], None] | None = None
+        #: HA: every appended record's (position, frame, journal id of a
+        #: ``message.enqueue`` else 0) also goes here while the active node
+        #: replicates to its passive peer.
+        self.tee: Callable[[int, bytes, int], None] | None = None
         #: HA: told of journal turns opening (True) and closing (False) while ``tee``
         #: is set, so that replication never splits one
         self.tee_turn: Callable[[bool], None] | None = None
@@ -235,14 +236,16 @@ class NodeStorage:
         if journal is None or self._closed:
             return 0  # shutting down: what is recorded now is what a crash would lose
         position, frame = journal.append_framed(record)
-        if self.tee is not None:
-            self.tee(position, frame)
-            replica = self.replica
-            if replica.upto is not None:
-                if isinstance(record, MessageEnqueue):
-                    replica.message_appended(record.id, position)
-                elif isinstance(record, StreamAppend):
-                    replica.offset_appended(record.vhost, record.queue, record.offset, position)
+        tee = self.tee
+        if tee is not None:
+            if type(record) is MessageEnqueue:
+                tee(position, frame, record.id)
+            else:
+                tee(position, frame, 0)
+                if type(record) is StreamAppend and self.replica.upto is not None:
+                    self.replica.offset_appended(
+                        record.vhost, record.queue, record.offset, position
+                    )
         self._dirty.set()
         return position
 
@@ -311,7 +314,11 @@ class NodeStorage:
         """HA: start (True) or stop (False) holding replies until the passive peer
         holds them too."""
         if required:
-            self.replica.start()  # a (re)joining peer holds nothing until it acks
+            # a (re)joining peer holds nothing until it acks; the messages journaled
+            # so far come in its snapshot
+            journal = self.journal
+            since = journal.state.last_journal_id + 1 if journal is not None else 0
+            self.replica.start(since)
         else:
             self.replica.stop()
             self._release(self._committed)

@@ -430,12 +430,14 @@ def test_progress_holds_nothing_back_while_not_required() -> None:
 
 def test_progress_holds_replies_until_synced_and_pushes_until_applied() -> None:
     p = ReplicaProgress()
-    p.start()
-    p.message_appended(7, position=3)
+    p.start(since_id=7)  # ids 1-6 were journaled before: they come in the snapshot
+    p.sent(3, last_id=7)  # message 7's enqueue at position 3
     p.offset_appended("/", "s", 0, position=4)
     p.offset_appended("/", "s", 1, position=5)
+    p.sent(5, last_id=7)  # nothing new for messages: not tracked
     assert p.releasable(5) == 0
-    assert not p.replicated(7) and p.replicated(8)  # 8 was never tracked
+    assert not p.replicated(7) and not p.replicated(8)  # 8: not even sent
+    assert p.replicated(6)  # before the start
     assert not p.stream_replicated("/", "s", 0) and p.stream_replicated("/", "other", 0)
     # a stream.fetch reads below the first offset the passive node lacks
     assert p.stream_unreplicated("/", "s") == 0 and p.stream_unreplicated("/", "other") is None
@@ -464,16 +466,32 @@ def test_progress_wakes_a_push_held_for_a_position_once_the_peer_applied_it() ->
     assert not p.peer_applied(5)  # nothing waits any more
 
 
+def test_progress_holds_a_message_until_the_sync_carrying_it_is_applied() -> None:
+    p = ReplicaProgress()
+    p.start(since_id=10)
+    p.sent(20, last_id=12)
+    p.sent(25, last_id=12)  # no new message: not tracked
+    p.sent(30, last_id=15)
+    assert not any(p.replicated(i) for i in range(10, 16))
+    assert p.peer_applied(19) and not p.replicated(10)  # before the sync's end: no
+    assert p.peer_applied(27)
+    assert all(p.replicated(i) for i in (10, 11, 12)) and not p.replicated(13)
+    assert p.peer_synced(30)
+    assert p.replicated(15) and not p.replicated(16)
+    assert not p.peer_applied(31)  # nothing tracked is left: no push to wake
+
+
 def test_progress_stop_forgets_everything_and_start_begins_at_nothing() -> None:
     p = ReplicaProgress()
-    p.start()
+    p.start(since_id=1)
     p.peer_synced(5)
-    p.message_appended(1, position=6)
+    p.sent(6, last_id=1)
     p.stop()
     assert p.replicated(1) and p.releasable(9) == 9
-    p.start()
+    p.start(since_id=2)
     assert p.releasable(9) == 0 and p.applied == 0
     assert p.replicated(1)  # appended before this start: it comes with the snapshot
+    assert not p.replicated(2)
 
 
 # --- journal turns ----------------------------------------------------------------------------
@@ -558,3 +576,52 @@ def test_syncs_hold_every_record_once_in_order_and_never_half_a_turn(
     assert all(s.upto in ends for s in sent)  # no sync ends inside a turn
     assert [s.upto for s in sent] == sorted({s.upto for s in sent})
     assert b"".join(s.data for s in sent) == b"".join(appended)
+
+
+# --- take's fast path -------------------------------------------------------------------------
+
+_STEP = st.one_of(
+    st.tuples(st.just("append"), st.integers(1, 300), st.booleans()),  # size, an enqueue?
+    st.tuples(st.just("hold"), st.just(0), st.just(False)),
+    st.tuples(st.just("release"), st.just(0), st.just(False)),
+    st.tuples(st.just("take"), st.just(0), st.just(False)),
+    st.tuples(st.just("ack"), st.just(0), st.just(False)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=st.lists(_STEP, max_size=60),
+    chunk=st.integers(1, 1200),
+    window=st.integers(1, 3000),
+)
+def test_take_sends_what_walking_the_records_sends(
+    steps: list[tuple[str, int, bool]], chunk: int, window: int
+) -> None:
+    """``Replicator.take`` (whose fast path takes everything pending at once when it
+    fits one chunk) sends the same syncs as the general walk, whatever the turns,
+    sizes, window and acknowledgements."""
+    fast = Replicator(chunk=chunk, window=window)
+    walking = Replicator(chunk=chunk, window=window)
+    for r in (fast, walking):
+        r.start(EPOCH, [], 0)
+    position = journal_id = 0
+    for kind, size, enqueue in steps:
+        if kind == "append":
+            position += 1
+            if enqueue:
+                journal_id += 1
+            for r in (fast, walking):
+                r.appended(position, bytes([position % 256]) * size, journal_id if enqueue else 0)
+        elif kind == "hold":
+            fast.hold()
+            walking.hold()
+        elif kind == "release":
+            fast.release()
+            walking.release()
+        elif kind == "take":
+            assert fast.take() == walking._take_walking()
+        else:
+            assert fast.synced(fast.sent_upto) == walking.synced(walking.sent_upto)
+    assert fast.take() == walking._take_walking()
+    assert (fast.sent_upto, fast.in_flight) == (walking.sent_upto, walking.in_flight)

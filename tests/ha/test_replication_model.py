@@ -136,11 +136,10 @@ class ReplicatingPair:
         self.log.append(record)
         position = len(self.log)
         if self.replicator.replicating:  # the tee is set
-            self.replicator.appended(position, frame(record, position))
+            kind, arg = record
+            self.replicator.appended(position, frame(record, position), arg if kind == "enq" else 0)
             if self.progress.required:
-                kind, arg = record
                 if kind == "enq":
-                    self.progress.message_appended(arg, position)
                     self.tracked.add(arg)
                 elif kind == "stream":
                     self.progress.offset_appended(*STREAM, arg, position)
@@ -152,13 +151,14 @@ class ReplicatingPair:
             if isinstance(action, SendSync):
                 assert self.link is not None
                 self.link.to_passive.append(action)
+                self.progress.sent(action.upto, action.last_id)
             elif isinstance(action, ReplicaSynced):
                 self.progress.peer_synced(action.upto)
             elif isinstance(action, ReplicaApplied):
                 self.progress.peer_applied(action.upto)
             elif isinstance(action, ReplicationStarted):
                 assert action.position == len(self.log)
-                self.progress.start()
+                self.progress.start(self.next_id)
             elif isinstance(action, ReplicationStopped):
                 self.progress.stop()
                 self.tracked.clear()

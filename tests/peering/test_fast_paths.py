@@ -178,6 +178,13 @@ def _expanded(m: dict[str, Any]) -> list[Any]:
             st.tuples(st.integers(1, 50), st.integers(1, 5), envelopes).map(
                 lambda t: [Forward(t[0] + i, t[2]) for i in range(t[1])]  # a run's worth
             ),
+            runs,  # what a link's pump sends: split by the frame size only
+            runs.map(  # a run in two parts that continue each other: gathered again
+                lambda r: (
+                    [Forwards(r.seq, r.envelopes[:1])]
+                    + ([Forwards(r.seq + 1, r.envelopes[1:])] if len(r.envelopes) > 1 else [])
+                )
+            ),
         ),
         max_size=12,
     ),
@@ -219,6 +226,10 @@ def test_consecutive_forwards_go_as_one_run_until_something_differs() -> None:
         ("peer.forwards", 9),
     ]
     assert len(peering_cbor.encode_frames(messages[:5], 100)) > 1  # the frame size splits runs
+    # runs and single forwards that continue each other go as one run again
+    parts: list[Any] = [Forwards(1, [env] * 2), Forward(3, env), Forwards(4, [env] * 2)]
+    (frame,) = peering_cbor.encode_frames(parts, 1 << 18)
+    assert from_map(cbor2.loads(frame)) == Forwards(1, [env] * 5)
 
 
 @given(envelopes, node_ids, st.booleans())
@@ -231,6 +242,20 @@ def test_an_onward_envelope_knows_its_size(env: Envelope, node: str, known: bool
         out.hops,
     )  # fmt: skip
     assert out.size() == fresh.size() and out == fresh
+
+
+@given(texts, st.binary(max_size=300), headers, properties, texts)
+def test_a_minted_envelope_knows_its_size(
+    key: str, body: bytes, fields: dict[str, Any], props: dict[str, Any], exchange: str
+) -> None:
+    """``PeeredExchange.envelope`` works out a plain message's size at once: what
+    ``size()`` says of the same envelope."""
+    px = PeeredExchange(
+        node_id="A", epoch=1, exchange=exchange, exchange_type="topic", rand=random.random
+    )
+    env = px.envelope(key, body, fields, props)
+    fresh = Envelope(env.mesh_id, key, body, fields, props, exchange)
+    assert env.size() == fresh.size() and env == fresh
 
 
 # --- the receiver's decoder ----------------------------------------------------------
@@ -451,6 +476,150 @@ def test_offering_to_the_one_link_is_offering_to_each(
         )
 
 
+def _one_by_one(actions: list[Any]) -> list[Any]:
+    """``actions`` with each ``Send`` of a run (``Forwards``) as the ``Send`` of
+    each of its forwards."""
+    out: list[Any] = []
+    for a in actions:
+        if isinstance(a, Send) and isinstance(a.message, Forwards):
+            run = a.message
+            assert all(
+                (e.exchange, e.path, e.hops) == (run.envelopes[0].exchange, run.envelopes[0].path,
+                run.envelopes[0].hops) for e in run.envelopes
+            )  # fmt: skip
+            out += [Send(a.link, f) for f in run.forwards()]
+        else:
+            out.append(a)
+    return out
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(
+    st.sampled_from([PeeringMode.PUBLISH, PeeringMode.FORWARD]),
+    st.sampled_from(list(OverflowPolicy)),
+    st.integers(1, 4),
+    st.booleans(),
+    st.lists(
+        st.one_of(
+            st.lists(
+                st.tuples(
+                    st.sampled_from(["a.b", "b", "c"]),
+                    st.lists(st.sampled_from(["B", "C"]), max_size=1).map(tuple),
+                    st.integers(0, 4),
+                    st.booleans(),
+                    st.booleans(),
+                ),
+                min_size=1,
+                max_size=8,
+            ),
+            st.sampled_from(["ack", "lost", "back"]),
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+)
+def test_offering_a_run_is_offering_each(
+    mode: PeeringMode, overflow: OverflowPolicy, max_in_flight: int, durable: bool, steps: list[Any]
+) -> None:
+    """``published_run`` (a read's client publishes as one run) against
+    ``published`` for each of them: the same forwards sent, in order, the same
+    other actions (``Blocked``, ``Persist``, ``Acked``) in the same order, the
+    same ``took`` / ``taken``, counters, skipped and log; with the window and the
+    byte cap filling (block, drop-oldest, spill), a durable log with persistent
+    messages, loops, used-up hops, no interest, acks and cuts in between."""
+    ends = []
+    for _ in range(2):
+        px, link = _up_link(mode, ["a.*", "b"])
+        link.settings = dataclasses.replace(
+            link.settings, max_in_flight=max_in_flight, buffer_bytes=700, overflow=overflow
+        )
+        link.durable_log = durable
+        assert link.log is not None
+        link.log.buffer_bytes, link.log.overflow = 700, overflow
+        if overflow is OverflowPolicy.SPILL:
+            link.log.spill = MemorySpill()
+        ends.append((px, link))
+    (fast, fast_link), (ref, ref_link) = ends
+    origin, now = 0, 1.0
+    for step in steps:
+        if step == "ack":
+            acks = [
+                _one_by_one(end.receive(Ack(end.log.epoch, end.log.next_seq // 2), now))
+                for end in (fast_link, ref_link)
+            ]
+            assert acks[0] == acks[1]
+        elif step == "lost":
+            assert fast_link.connection_lost(now) == ref_link.connection_lost(now)
+        elif step == "back":
+            for end in (fast_link, ref_link):
+                if end.state is LinkState.BACKOFF:
+                    end.tick(now + 60.0)
+                    end.connected(now)
+                    end.receive(Hello("B", "l", "/", "x", "topic", mode, 5), now)
+        else:
+            envs, routed = [], []
+            for key, path, hops, was_routed, persistent in step:
+                origin += 1
+                props = {"persistent": True} if persistent else {}
+                envs.append(
+                    Envelope(MeshId("Z", 1, origin), key, b"x" * 150, {}, props, "x", path, hops)
+                )
+                routed.append(was_routed)
+            got = fast.published_run(envs, routed, now=now)
+            want: list[Any] = []
+            for env, r in zip(envs, routed, strict=True):
+                want += ref.published(env, routed_locally=r, now=now)
+            assert _one_by_one(got) == _one_by_one(want)
+            assert fast_link.took is ref_link.took and fast.taken == ref.taken
+        now += 1.0
+        assert fast_link.state is ref_link.state
+        assert fast_link.counters == ref_link.counters and fast_link.skipped == ref_link.skipped
+        flog, rlog = fast_link.log, ref_link.log
+        assert (flog.in_flight, flog.unacked, flog.dropped, flog.blocked, flog.spilled) == (
+            rlog.in_flight,
+            rlog.unacked,
+            rlog.dropped,
+            rlog.blocked,
+            rlog.spilled,
+        )
+        assert list(flog._held) == list(rlog._held)
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([(), ("C",), ("C", "D")]), st.sampled_from(["x", "y"])),
+        min_size=1,
+        max_size=12,
+    ),
+    st.integers(1, 14),
+)
+def test_a_pump_sends_the_due_forwards_as_runs(
+    items: list[tuple[tuple[str, ...], str]], max_in_flight: int
+) -> None:
+    """What ``_pump`` sends, its runs taken apart, is a ``Forward`` of each entry
+    the log says is due (``take_unsent`` on a twin log), in order; a run's
+    envelopes share exchange, path and hops (``_one_by_one`` checks)."""
+    _, link = _up_link(PeeringMode.PUBLISH, ["#"])
+    link.settings = dataclasses.replace(link.settings, max_in_flight=max_in_flight)
+    twin = OutboundLog(epoch=link.log.epoch, buffer_bytes=link.log.buffer_bytes)
+    for i, (path, exchange) in enumerate(items):
+        env = Envelope(MeshId("Z", 1, i), "k", b"m", {}, {}, exchange, path, len(path))
+        link.log.accept(env, 0.0)
+        twin.accept(env, 0.0)
+    want = [Forward(e.seq, e.envelope) for e in twin.take_unsent(max_in_flight)]
+    assert _sent(link._pump()) == want
+    assert link.counters["forwarded"] == len(want)
+
+
+def test_a_run_is_sent_as_one_forwards() -> None:
+    """The usual case: a client's publishes, one link that keeps up: one ``Send``."""
+    px, link = _up_link(PeeringMode.PUBLISH, ["#"])
+    envs = [Envelope(MeshId("A", 2, i), "k", b"m", {}, {}, "x") for i in range(1, 6)]
+    (send,) = px.published_run(envs, [False] * 5, now=1.0)
+    assert send == Send(link.id, Forwards(1, [e.onward("A") for e in envs]))
+    assert link.counters["accepted"] == link.counters["forwarded"] == 5
+
+
 @given(
     st.lists(st.sampled_from(["accept", "ack", "rewind", "take"]), max_size=40),
     st.integers(1, 4),
@@ -560,7 +729,7 @@ def test_taking_a_batch_is_taking_each(
 
 
 def _sent(actions: list[Any]) -> list[Any]:
-    return [a.message for a in actions if isinstance(a, Send)]
+    return [a.message for a in _one_by_one(actions) if isinstance(a, Send)]
 
 
 # --- the seen-message window ------------------------------------------------------------

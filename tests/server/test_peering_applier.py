@@ -13,17 +13,26 @@ from hypothesis import strategies as st
 
 from amqlite.broker import Broker, Message, PublishOutcome, Session
 from amqlite.peering import (
+    Ack,
     Action,
     Address,
+    BindingKey,
     Deliver,
     Envelope,
+    Forward,
+    Forwards,
     Heartbeat,
+    Hello,
+    Interest,
     LinkSettings,
     MeshId,
+    OverflowPolicy,
     PeeredExchange,
+    PeeringMode,
     Send,
 )
 from amqlite.server.peering.applier import ActionApplier
+from amqlite.server.peering.hooks import PublishHook
 from amqlite.server.peering.registry import LinkRegistry
 
 
@@ -211,3 +220,148 @@ def test_a_run_of_deliveries_is_each_delivered(
             (held, applier._confirms, applier._commits_pending, kept.calls, applier._delivered)
         )
     assert results[0] == results[1]
+
+
+# --- a read's client publishes as one run --------------------------------------------------
+
+
+def _sending(overflow: OverflowPolicy) -> tuple[ActionApplier, PublishHook, Any, list[str]]:
+    px = PeeredExchange(node_id="a", epoch=1, exchange="x", exchange_type="topic", rand=random)
+    link = px.add_link(
+        LinkSettings(
+            name="l1", addresses=(Address("b", 1),), buffer_bytes=600, overflow=overflow,
+            max_in_flight=3,
+        )
+    )  # fmt: skip
+    link.start(0.0)
+    link.connected(0.0)
+    link.receive(Hello("b", "l1", "/", "x", "topic", PeeringMode.PUBLISH, 5), 0.0)
+    link.receive(Interest(True, (BindingKey.of("k.#"),), (), 0, "0" * 16), 0.0)
+    registry = LinkRegistry()
+    registry.owner[link.id] = px
+    registry.conns = {link.id: "conn"}  # type: ignore[dict-item]
+    calls: list[str] = []
+    applier = ActionApplier(
+        registry,
+        _Durability(),  # type: ignore[arg-type]
+        session=lambda vhost: None,  # type: ignore[arg-type,return-value]
+        dial=lambda link, address: None,
+        pump=lambda: None,
+        turn_ended=lambda: calls.append("turn ended"),
+    )
+    return applier, PublishHook(applier, px), link, calls
+
+
+def _forwarded(applier: ActionApplier) -> list[tuple[int, MeshId]]:
+    out: list[tuple[int, MeshId]] = []
+    for message in applier._outbox.get("conn", []):  # type: ignore[call-overload]
+        run = message.forwards() if isinstance(message, Forwards) else [message]
+        out += [(f.seq, f.envelope.mesh_id) for f in run if isinstance(f, Forward)]
+    return out
+
+
+publishes = st.lists(
+    st.one_of(
+        st.tuples(
+            st.sampled_from(["k.a", "other"]),
+            st.booleans(),  # mandatory
+            st.booleans(),  # a local queue took it
+        ),
+        st.sampled_from(["read ends", "has room", "ack"]),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(publishes, st.sampled_from([OverflowPolicy.BLOCK, OverflowPolicy.DROP_OLDEST]))
+def test_a_run_of_client_publishes_goes_as_each_would(
+    steps: list[Any], overflow: OverflowPolicy
+) -> None:
+    """The dispatcher's way for a publish that is not mandatory (``published_later``:
+    offered with the rest of the read, before the next flush) against ``published``
+    for each: the same forwards in the same order, the same answers to mandatory
+    publishes and ``has_room``, the same counters and held (blocked) messages; a
+    mandatory publish or ``has_room`` in between first offers what waits."""
+
+    async def run() -> list[Any]:
+        seen = []
+        for fast in (True, False):
+            applier, hook, link, calls = _sending(overflow)
+            answers: list[Any] = []
+            for i, step in enumerate(steps):
+                if step == "read ends":
+                    applier.offer_runs()
+                    continue
+                if step == "ack":
+                    applier.offer_runs()
+                    assert link.log is not None
+                    applier.apply(link.receive(Ack(1, link.log.next_seq - 1).to_map(), 0.0))
+                    continue
+                env = hook.px.envelope("k.a" if step == "has room" else step[0], b"m" * 100)
+                if step == "has room":
+                    answers.append(hook.has_room(env))
+                    continue
+                _key, mandatory, routed = step
+                outcome = PublishOutcome.ROUTED if routed else PublishOutcome.UNROUTABLE
+                if fast and not mandatory:
+                    hook.published_later(env, outcome)
+                    assert "turn ended" in calls  # the flusher will run
+                else:
+                    taken = hook.published(env, outcome, 0.0)
+                    if mandatory:  # (only a mandatory publish's reply depends on it)
+                        answers.append((i, taken))
+            applier.offer_runs()
+            held = applier.registry.held.get(link.id)
+            seen.append(
+                (
+                    _forwarded(applier),
+                    answers,
+                    link.counters,
+                    link.skipped,
+                    [e.mesh_id for e, _ in held.envelopes] if held is not None else [],
+                )
+            )
+        return seen
+
+    fast, ref = trio.run(run)
+    assert fast == ref
+
+
+# --- a peer.batch frame of deliveries ------------------------------------------------------
+
+
+def test_a_batch_frame_is_one_journal_turn() -> None:
+    """Every delivery of a ``peer.batch`` frame is published inside the journal
+    hold that the frame's turn end (confirms, receive marks) closes: one commit
+    writes the deliveries with the marks that cover them, so a kill -9 cannot
+    keep the ones without the others (which the sender would then duplicate)."""
+    applier, _, shim, kept = _receiving(True)
+    px = PeeredExchange(node_id="b", epoch=1, exchange="x", exchange_type="topic", rand=random)
+    end, _ = px.attach(Hello("a", "l9", "/", "x", "topic", PeeringMode.PUBLISH, 4), 0.0)
+    assert end is not None and end.receives
+    applier.registry.owner[end.id] = px
+    holds: list[int] = []
+    publish = shim.publish
+
+    def watched(message: Message, *, now: float) -> PublishOutcome:
+        holds.append(kept.storage.held)
+        return publish(message, now=now)
+
+    shim.publish = watched  # type: ignore[method-assign]
+
+    def run(seq: int, n: int) -> dict[str, Any]:
+        envs = [
+            Envelope(MeshId("a", 4, seq + i), "k.a", b"w", {}, {"persistent": True}, "x", ("a",), 1)
+            for i in range(n)
+        ]
+        return Forwards(seq, envs).to_map()
+
+    frame = {"type": "peer.batch", "msgs": [run(1, 2), Heartbeat().to_map(), run(3, 2)]}
+
+    async def receive() -> None:
+        applier.receive(end, frame, 1.0)
+
+    trio.run(receive)
+    assert holds == [1, 1, 1, 1]  # each inside the frame's one hold
+    assert kept.storage.held == 0 and kept.storage.holds >= 1

@@ -13,6 +13,7 @@ import trio.testing
 import amqlite
 from amqlite.protocol import events as ev
 from amqlite.server import BrokerNode
+from amqlite.server.storage import NodeStorage
 from tests.waiting import wait_until
 
 from .rawclient import RawClient
@@ -24,6 +25,16 @@ def _first_queue(node: BrokerNode, field: str) -> int:
     return int(node.broker.status()["vhosts"][0]["queues"][0][field])
 
 
+def _fake_peer(storage: NodeStorage) -> None:
+    """Stand in for the HA sender: every record goes to the peer as its own sync
+    (``ReplicaProgress.sent``), which holds nothing until ``replica_progress``."""
+
+    def tee(position: int, frame: bytes, journal_id: int) -> None:
+        storage.replica.sent(position, journal_id)
+
+    storage.tee = tee
+
+
 async def test_a_push_waits_for_the_passive_peer(tmp_path: Path) -> None:
     async with running(tmp_path) as node:
         storage = node.storage
@@ -31,7 +42,7 @@ async def test_a_push_waits_for_the_passive_peer(tmp_path: Path) -> None:
         async with amqlite.connect(addr(node)) as pub, amqlite.connect(addr(node)) as sub:
             await pub.declare_queue("q", durable=True)
             consumer = await sub.consume("q")
-            storage.tee = lambda position, frame: None  # a peer that has not acked yet
+            _fake_peer(storage)  # a peer that has not acked yet
             storage.replica_required(True)
             await pub.publish("", "q", "transient")  # not journaled: not held
             await pub.publish("", "q", "held", persistent=True)
@@ -62,7 +73,7 @@ async def test_replication_stopping_releases_held_pushes(tmp_path: Path) -> None
         async with amqlite.connect(addr(node)) as conn:
             await conn.declare_queue("q", durable=True)
             consumer = await conn.consume("q")
-            storage.tee = lambda position, frame: None
+            _fake_peer(storage)
             storage.replica_required(True)
             await conn.publish("", "q", "m", persistent=True)
             await trio.testing.wait_all_tasks_blocked(cushion=0.05)
@@ -84,7 +95,7 @@ async def test_a_publish_sent_again_is_confirmed_after_its_first_copy_is_stored(
         await first.send(ev.Hello(first.next_id(), instance="c1"))
         assert isinstance(await first.receive(), ev.Welcome)
         await first.request(ev.QueueDeclare, queue="q", durable=True)
-        storage.tee = lambda position, frame: None  # the first copy is not replicated yet
+        _fake_peer(storage)  # the first copy is not replicated yet
         storage.replica_required(True)
         props = {"persistent": True}
         await first.send(ev.Publish(9, "", "q", b"m", props=props, confirm=True))
@@ -120,7 +131,7 @@ async def test_a_stream_reader_waits_for_the_passive_peer(tmp_path: Path) -> Non
                 first = await reader.__anext__()
             assert (first.body, first.offset) == (b"old", 0)
             await first.ack()
-            storage.tee = lambda position, frame: None  # a peer that has not acked yet
+            _fake_peer(storage)  # a peer that has not acked yet
             storage.replica_required(True)
             await pub.publish("", "s", "new")  # appended at offset 1, not replicated
             await wait_until(
@@ -142,7 +153,7 @@ async def test_a_stream_fetch_reads_only_what_the_passive_peer_holds(tmp_path: P
         async with amqlite.connect(addr(node)) as conn:
             await conn.declare_queue("s", durable=True, arguments={"x-queue-type": "stream"})
             await conn.publish("", "s", "old", confirm=True)
-            storage.tee = lambda position, frame: None  # a peer that has not acked yet
+            _fake_peer(storage)  # a peer that has not acked yet
             storage.replica_required(True)
             await conn.publish("", "s", "new")  # appended at offset 1, not replicated
             await wait_until(
@@ -165,7 +176,7 @@ async def test_a_push_goes_once_the_peer_applied_it_a_confirm_once_it_committed(
         async with amqlite.connect(addr(node)) as pub, amqlite.connect(addr(node)) as sub:
             await pub.declare_queue("q", durable=True)
             consumer = await sub.consume("q")
-            storage.tee = lambda position, frame: None
+            _fake_peer(storage)
             storage.replica_required(True)
             pending = await pub.publish_nowait("", "q", "m", persistent=True)
             # handed to the consumer's session, push held
@@ -195,7 +206,7 @@ async def test_a_groups_first_delivery_waits_until_the_passive_peer_knows_its_ow
         async with amqlite.connect(addr(node)) as pub, amqlite.connect(addr(node)) as sub:
             await pub.declare_queue("q", durable=True)
             consumer = await sub.consume("q")
-            storage.tee = lambda position, frame: None  # a peer that has not acked yet
+            _fake_peer(storage)  # a peer that has not acked yet
             storage.replica_required(True)
             await pub.publish("", "q", "plain")  # no group: not held
             await pub.publish("", "q", "first", properties={"group_id": "g"})

@@ -26,6 +26,7 @@ import trio
 
 from amqlite.broker import group_record_position
 from amqlite.errors import AmqliteError, ReplyCode
+from amqlite.ha.progress import NO_PEER
 from amqlite.protocol import events as ev
 
 from ..dispatch import RequestDispatcher
@@ -196,20 +197,24 @@ class ClientEndpoint:
         out = self.link.out
         held = self._held_pushes
         was_holding = bool(held)
+        # the passive node holds every message up to this journal id (compared here
+        # rather than through storage.replicated: asked once per delivery)
+        held_id = storage.replica.held_id
         try:
             vhost = self.vhost
             for d in session.take_deliveries():
-                frame = send_deliver(d.ctag, d.dtag, d.redelivered, d.message, d.offset)
-                journal_id, offset = d.message.journal_id, d.offset
+                message = d.message
+                frame = send_deliver(d.ctag, d.dtag, d.redelivered, message, d.offset)
+                journal_id, offset = message.journal_id, d.offset
                 if offset is not None:
                     if held or not storage.stream_replicated(vhost, d.queue, offset):
                         held.append((0, d.queue, offset, 0, frame))
                         continue
                 else:
-                    position = group_record_position(d.message)
+                    position = group_record_position(message)
                     if (
                         held
-                        or (journal_id and not storage.replicated(journal_id))
+                        or journal_id > held_id
                         or (position and not storage.position_replicated(position))
                     ):
                         held.append((journal_id, "", 0, position, frame))
@@ -232,10 +237,11 @@ class ClientEndpoint:
         held = self._held_pushes
         storage = self.node.storage
         out = self.link.out
+        held_id = storage.replica.held_id if storage is not None else NO_PEER
         while held:
             journal_id, stream, offset, position, _ = held[0]
             if storage is not None and (
-                (journal_id and not storage.replicated(journal_id))
+                journal_id > held_id
                 or (stream and not storage.stream_replicated(self.vhost, stream, offset))
                 or (position and not storage.position_replicated(position))
             ):

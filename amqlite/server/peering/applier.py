@@ -13,7 +13,7 @@ turn produced: :meth:`ActionApplier.flush`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 import trio
@@ -44,6 +44,9 @@ from .durability import PeeringDurability
 from .peering_queue import PeeringQueue, envelope_of
 from .registry import HeldEnvelopes, LinkRegistry
 from .transport import LinkConnection
+
+if TYPE_CHECKING:
+    from .hooks import PublishHook
 
 log = structlog.get_logger("amqlite.peering")
 
@@ -83,11 +86,29 @@ class ActionApplier:
         self._commits_pending: dict[str, int] = {}  # link -> deliveries awaiting the barrier
         self._outbox: dict[LinkConnection, list[PeeringMessage]] = {}
         self._publish_key = ""  # of the client publish being offered to the links
+        #: publish hooks with a run of client publishes not yet offered (offered
+        #: before the next flush: PublishHook.published_later)
+        self._runs: list[PublishHook] = []
 
     def forget(self) -> None:
         """Peering stopped: what waits for the links is dropped with them."""
         self._commits_pending.clear()
         self._confirms.clear()
+        for hook in self._runs:
+            hook.run, hook.run_routed = [], []
+        self._runs.clear()
+
+    def run_waiting(self, hook: PublishHook) -> None:
+        """``hook`` started a run of client publishes: offer it before the next
+        flush (the flusher runs once the publishing task yields)."""
+        self._runs.append(hook)
+        self._turn_ended()
+
+    def offer_runs(self) -> None:
+        """Offer every waiting run of client publishes to its links now."""
+        runs = self._runs
+        while runs:
+            runs.pop(0).offer_run()
 
     # --- turns ---------------------------------------------------------------------------
 
@@ -161,7 +182,10 @@ class ActionApplier:
     def flush(self) -> None:
         """Send what the core asked for: consecutive maps of one connection go in
         one ``peer`` frame (``peer.batch``) of at most about BATCH_BYTES, runs of
-        forwards as ``peer.forwards``, encoded by :mod:`amqlite.peering.cbor`."""
+        forwards as ``peer.forwards``, encoded by :mod:`amqlite.peering.cbor`. The
+        runs of client publishes still waiting are offered first."""
+        if self._runs:
+            self.offer_runs()
         if not self._outbox:
             return
         outbox, self._outbox = self._outbox, {}
@@ -188,13 +212,25 @@ class ActionApplier:
         if not isinstance(items, list):
             self.apply(link.receive({"type": BATCH}, now))  # malformed: the core says so
             return
-        self._depth += 1  # one turn for the whole frame
+        # one turn for the whole frame, with the journal held as _turn() holds it: the
+        # deliveries of every map in it and the receive marks that cover them (journaled
+        # when the turn ends) must reach the files in one commit, or a kill -9 between
+        # two commits leaves deliveries whose marks are lost, and the sender's resend
+        # duplicates them (tests/server/test_peering_applier.py)
+        held = self.durability.storage if not self._depth else None
+        if held is not None:
+            held.hold()
         try:
-            for item in items:
-                self.apply(link.receive(item, now))
+            self._depth += 1
+            try:
+                for item in items:
+                    self.apply(link.receive(item, now))
+            finally:
+                self._depth -= 1
+            self.apply([])
         finally:
-            self._depth -= 1
-        self.apply([])
+            if held is not None:
+                held.release()
 
     def feed(self, pq: PeeringQueue) -> None:
         """Hand a peering queue's new deliveries to its link end, in order."""

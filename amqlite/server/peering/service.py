@@ -575,6 +575,7 @@ class PeeringService:
 
     def status(self) -> list[dict[str, Any]]:
         """Every link end, for ``status`` under ``links``."""
+        self.applier.offer_runs()  # the figures count the client publishes of this turn
         now = trio.current_time()
         out: list[dict[str, Any]] = []
         for px in self.exchanges.values():
