@@ -14,6 +14,12 @@ from amqlite.errors import AmqliteError
 from .delivery import Delivery
 from .streams import OFFSET_ARGUMENT
 
+#: The iterator lets the other tasks run after handing out this share of the
+#: prefetch window from its buffer without waiting (see :class:`Consumer`).
+YIELD_SHARE = 8
+#: ... and after this many deliveries when the prefetch is unlimited (0).
+YIELD_UNLIMITED = 256
+
 
 class ConsumerHost(Protocol):
     """What a consumer needs of its connection (for ``async with``)."""
@@ -27,9 +33,18 @@ class ConsumerHost(Protocol):
 class Consumer:
     """Deliveries pushed by the broker for one subscription.
 
-    ``async for d in consumer`` returns buffered deliveries without yielding to
-    the scheduler and only waits when the buffer is empty (the buffer is bounded
-    by ``prefetch``). Iteration ends cleanly after :meth:`cancel` or when we close
+    ``async for d in consumer`` returns buffered deliveries without waiting and
+    only waits when the buffer is empty (the buffer is bounded by ``prefetch``),
+    but after an eighth of the prefetch window (``1/YIELD_SHARE``) handed out in
+    a row it lets the other tasks run once (a checkpoint): the connection's writer
+    then sends the acks marked so far (a turn or two later), and the broker
+    refills that part of the window while the application works through the
+    rest. Without it every ack of a buffer goes out after the whole buffer is
+    handled; the broker, whose consumer is out of credit when its queue holds
+    messages, refills in one write exactly what an ack freed, so the buffers grow
+    into one whole window and stay so: a stop-and-wait in which the broker waits
+    while the client works through a window and the other way round (benchmarks/
+    README.md, round 6). Iteration ends cleanly after :meth:`cancel` or when we close
     the connection; it raises ConnectionClosed when the connection is lost, and the
     broker's error (after the deliveries already received) when the broker cancels
     the consumer, e.g. because its queue was deleted.
@@ -57,7 +72,9 @@ class Consumer:
         "_cancel",
         "_end",
         "_host",
+        "_streak",
         "_waiter",
+        "_yield_after",
         "active",
         "arguments",
         "exclusive",
@@ -94,6 +111,9 @@ class Consumer:
         self._waiter: trio.Event | None = None
         self.active = True
         self._end: AmqliteError | None = None
+        #: deliveries handed out since the iterator last waited or yielded
+        self._streak = 0
+        self._yield_after = max(1, prefetch // YIELD_SHARE) if prefetch > 0 else YIELD_UNLIMITED
 
     def __repr__(self) -> str:
         return f"Consumer(queue={self.queue!r}, tag={self.tag!r}, buffered={len(self._buffer)})"
@@ -141,8 +161,15 @@ class Consumer:
 
     async def __anext__(self) -> Delivery:
         buf = self._buffer
+        streak = self._streak + 1
+        if streak > self._yield_after and buf:
+            # a share of the window in a row: let the writer send its acks (see above)
+            streak = 1
+            await trio.lowlevel.checkpoint()
         while not buf:
+            streak = 1
             if not self.active:
+                self._streak = 0
                 if self._end is not None:
                     raise self._end
                 raise StopAsyncIteration
@@ -150,6 +177,7 @@ class Consumer:
             if w is None:
                 w = self._waiter = trio.Event()
             await w.wait()
+        self._streak = streak
         d = buf.popleft()
         offset = d.offset
         if offset is not None:  # from a stream: resume after it

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
+from trio.testing import assert_checkpoints, assert_no_checkpoints
 
 import amqlite
+from amqlite.client.consumer import YIELD_SHARE, YIELD_UNLIMITED, Consumer
 from amqlite.errors import NotFound
 from amqlite.protocol import events as ev
 
@@ -218,3 +221,84 @@ async def test_many_consumers_one_connection(fake: FakeBroker, addr: str) -> Non
                 n.start_soon(drain, "a")
                 n.start_soon(drain, "b")
         assert results["a"] == results["b"] == [f"m{i}".encode() for i in range(1, 31)]
+
+
+async def test_a_full_window_sends_acks_before_the_buffer_is_empty(
+    fake: FakeBroker, addr: str
+) -> None:
+    """The iterator yields once per eighth of the prefetch window handed out in a
+    row, so the acks of the first deliveries of a full buffer reach the broker
+    while the rest is still buffered (the broker refills meanwhile): without it
+    the whole window's acks go out in one frame after the buffer is empty."""
+    async with amqlite.connect(addr) as conn:
+        await _fill(conn, "q", 16)
+        consumer = await conn.consume("q", prefetch=16)
+        await fake.wait_for(lambda: fake.unacked_count() == 16)
+        await conn.status()
+        assert consumer.buffered == 16
+        n = 0
+        with trio.fail_after(5):
+            async for d in consumer:  # nothing else here awaits: only the iterator yields
+                await d.ack()
+                n += 1
+                if n == 16:
+                    break
+        await fake.wait_for(lambda: fake.unacked_count() == 0)
+    acks = fake.frames_of(ev.Ack)
+    assert len(acks) >= 2
+    assert acks[0].multiple and acks[0].dtag < 16
+    assert acks[-1].dtag == 16
+
+
+class _Host:
+    is_open = True
+    close_timeout = 1.0
+
+
+class _Item:
+    offset = None
+
+
+async def test_iterator_checkpoints_once_per_share_of_the_window() -> None:
+    """After ``prefetch // YIELD_SHARE`` deliveries handed out in a row, the next
+    one comes after a checkpoint; a wait for an empty buffer starts a new run."""
+
+    async def cancel(c: Consumer) -> None:
+        return None
+
+    def make(prefetch: int) -> Consumer:
+        return Consumer(
+            _Host(), cancel, "q", tag="t", prefetch=prefetch, no_ack=False, exclusive=False,
+            arguments={},
+        )  # fmt: skip
+
+    share = 5
+    c = make(share * YIELD_SHARE)
+    for _ in range(2 * share + 2):
+        c.push(_Item())  # type: ignore[arg-type]
+    with assert_no_checkpoints():
+        for _ in range(share):
+            await c.__anext__()
+    with assert_checkpoints():
+        await c.__anext__()
+    with assert_no_checkpoints():
+        for _ in range(share - 1):
+            await c.__anext__()
+    with assert_checkpoints():
+        await c.__anext__()
+    with assert_no_checkpoints():
+        await c.__anext__()
+    assert c.buffered == 0
+    async with trio.open_nursery() as nursery:  # it waits: the next run starts here
+        nursery.start_soon(c.__anext__)
+        await trio.testing.wait_all_tasks_blocked()
+        c.push(_Item())  # type: ignore[arg-type]
+    for _ in range(share):
+        c.push(_Item())  # type: ignore[arg-type]
+    with assert_no_checkpoints():
+        for _ in range(share - 1):
+            await c.__anext__()
+    with assert_checkpoints():
+        await c.__anext__()
+    assert make(0)._yield_after == YIELD_UNLIMITED
+    assert make(3)._yield_after == 1
