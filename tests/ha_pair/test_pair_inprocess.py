@@ -209,11 +209,11 @@ async def test_the_passive_node_hears_of_a_delivery_before_the_consumer_is_sent_
         marked_at_push: list[set[int]] = []
         real_push = ClientEndpoint.push
 
-        def push(endpoint: ClientEndpoint) -> None:
+        def push(endpoint: ClientEndpoint) -> int:
             marked_at_push.append(
                 {i for r in streamed if isinstance(r, MessageMarks) for i in r.delivered}
             )
-            real_push(endpoint)
+            return real_push(endpoint)
 
         ClientEndpoint.push = push  # type: ignore[method-assign]
         try:

@@ -13,7 +13,7 @@ turn produced: :meth:`ActionApplier.flush`).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import structlog
 import trio
@@ -45,10 +45,16 @@ from .peering_queue import PeeringQueue, envelope_of
 from .registry import HeldEnvelopes, LinkRegistry
 from .transport import LinkConnection
 
-if TYPE_CHECKING:
-    from .hooks import PublishHook
-
 log = structlog.get_logger("amqlite.peering")
+
+
+class WaitingRun(Protocol):
+    """A publish hook's run of client publishes, as the applier sees it (the hook
+    imports the applier, not the other way round)."""
+
+    def offer_run(self) -> None: ...
+    def drop_run(self) -> None: ...
+
 
 INF = float("inf")
 _UNROUTABLE = PublishOutcome.UNROUTABLE  # an enum attribute look-up is slow: per message
@@ -88,17 +94,17 @@ class ActionApplier:
         self._publish_key = ""  # of the client publish being offered to the links
         #: publish hooks with a run of client publishes not yet offered (offered
         #: before the next flush: PublishHook.published_later)
-        self._runs: list[PublishHook] = []
+        self._runs: list[WaitingRun] = []
 
     def forget(self) -> None:
         """Peering stopped: what waits for the links is dropped with them."""
         self._commits_pending.clear()
         self._confirms.clear()
         for hook in self._runs:
-            hook.run, hook.run_routed = [], []
+            hook.drop_run()
         self._runs.clear()
 
-    def run_waiting(self, hook: PublishHook) -> None:
+    def run_waiting(self, hook: WaitingRun) -> None:
         """``hook`` started a run of client publishes: offer it before the next
         flush (the flusher runs once the publishing task yields)."""
         self._runs.append(hook)

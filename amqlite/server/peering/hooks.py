@@ -82,6 +82,10 @@ class PublishHook:
         self.run.append(envelope)
         self.run_routed.append(outcome is not _UNROUTABLE)
 
+    def drop_run(self) -> None:
+        """Peering stopped: the run waiting is dropped with the links."""
+        self.run, self.run_routed = [], []
+
     def offer_run(self) -> None:
         """Offer the run :meth:`published_later` gathered to the links, now."""
         envelopes, routed = self.run, self.run_routed
