@@ -156,15 +156,21 @@ class PageFile:
         self._flush()
         out = []
         for ref in refs:
-            seq, offset = ref >> _BITS, ref & _MASK
-            fd = self._fds[seq]
-            length, crc = _HEAD.unpack(os.pread(fd, _HEAD.size, offset))
-            payload = os.pread(fd, length, offset + _HEAD.size)
-            if len(payload) != length or zlib.crc32(payload) != crc:
-                raise PageFileError(f"{self._path(seq)}: damaged page at offset {offset}")
+            seq, payload = self._read(ref, "page")
             out.append(_decode(payload))
-            self._gone(seq, _HEAD.size + length)
+            self._gone(seq, _HEAD.size + len(payload))
         return out
+
+    def _read(self, ref: int, what: str) -> tuple[int, bytes]:
+        """The segment and the checked bytes of the entry at ``ref`` (a page or a
+        chunk: the same head, length and CRC-32); PageFileError when damaged."""
+        seq, offset = ref >> _BITS, ref & _MASK
+        fd = self._fds[seq]
+        length, crc = _HEAD.unpack(os.pread(fd, _HEAD.size, offset))
+        data = os.pread(fd, length, offset + _HEAD.size)
+        if len(data) != length or zlib.crc32(data) != crc:
+            raise PageFileError(f"{self._path(seq)}: damaged {what} at offset {offset}")
+        return seq, data
 
     # --- the ChunkStore (backlog chunks: raw bytes) ----------------------------------
 
@@ -184,13 +190,7 @@ class PageFile:
 
     def get_chunk(self, ref: int) -> bytes:
         self._flush()
-        seq, offset = ref >> _BITS, ref & _MASK
-        fd = self._fds[seq]
-        length, crc = _HEAD.unpack(os.pread(fd, _HEAD.size, offset))
-        data = os.pread(fd, length, offset + _HEAD.size)
-        if len(data) != length or zlib.crc32(data) != crc:
-            raise PageFileError(f"{self._path(seq)}: damaged chunk at offset {offset}")
-        return data
+        return self._read(ref, "chunk")[1]
 
     def drop_chunk(self, ref: int) -> None:
         self._flush()

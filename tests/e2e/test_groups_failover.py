@@ -29,6 +29,7 @@ import trio
 import amqlite
 from amqlite.client import ReconnectPolicy
 
+from ..waiting import wait_until
 from .procs import ServerProcess, start_server
 from .test_ha_pair import free_port, ha_pair
 
@@ -135,11 +136,13 @@ async def _run(servers: str, kill: Callable[[], Awaitable[None]], ledger: GroupL
 
         nursery.start_soon(publish)
         with trio.fail_after(60):
-            while ledger.received < KILL_AFTER:  # noqa: ASYNC110 (other tasks)
-                await trio.sleep(0.01)
+            await wait_until(
+                lambda: ledger.received >= KILL_AFTER, "the first deliveries", deadline=60
+            )
             ledger.slow = True
-            while len(ledger.slow_started) < CONSUMERS:  # noqa: ASYNC110
-                await trio.sleep(0.01)
+            await wait_until(
+                lambda: len(ledger.slow_started) >= CONSUMERS, "every consumer at work", deadline=60
+            )
             # the journal has the assignments on disk: a persistent publish confirmed
             # now follows a commit of every record appended before it (commits write
             # in order), the group.owner records of the deliveries above included
@@ -149,8 +152,9 @@ async def _run(servers: str, kill: Callable[[], Awaitable[None]], ledger: GroupL
             await kill()
         with trio.fail_after(90):
             await published.wait()
-            while not ledger.seen >= ledger.confirmed:  # noqa: ASYNC110
-                await trio.sleep(0.05)
+            await wait_until(
+                lambda: ledger.seen >= ledger.confirmed, "every confirmed seen", deadline=90
+            )
         nursery.cancel_scope.cancel()
     assert len(ledger.confirmed) == TOTAL
 

@@ -22,6 +22,7 @@ import amqlite
 from amqlite.errors import AmqliteError, ConnectionRefused, ReplyCode
 
 from ..tls_certs import TlsFiles
+from ..waiting import wait_until
 from .procs import ServerProcess, run_cli, start_server, start_witness
 
 pytestmark = pytest.mark.e2e
@@ -106,18 +107,20 @@ class Pair:
     async def wait_in_sync(self, side: str, deadline: float = 20) -> None:
         """Until ``side`` (active, with a witness) replicates to its peer and has told
         the witness it no longer confirms alone."""
-        with trio.fail_after(deadline):
-            while True:
-                status = await self.status(side)
-                ha = None if status is None else status["ha"]
-                if ha is not None and ha["replicating"] and not ha["witness"]["lease_alone"]:
-                    return
-                await trio.sleep(0.05)
+
+        async def in_sync() -> bool:
+            status = await self.status(side)
+            ha = None if status is None else status["ha"]
+            return ha is not None and ha["replicating"] and not ha["witness"]["lease_alone"]
+
+        await wait_until(in_sync, f"{side} in sync", deadline=deadline, every=0.05)
 
     async def wait_states(self, primary: str, backup: str, deadline: float = 20) -> None:
-        with trio.fail_after(deadline):
-            while (await self.state("primary"), await self.state("backup")) != (primary, backup):  # noqa: ASYNC110 (another process)
-                await trio.sleep(0.05)
+
+        async def reached() -> bool:
+            return (await self.state("primary"), await self.state("backup")) == (primary, backup)
+
+        await wait_until(reached, f"states {primary}/{backup}", deadline=deadline, every=0.05)
 
 
 async def serve_somewhere(servers: str, deadline: float = 20) -> str:
@@ -274,8 +277,11 @@ async def _kill_9_loses_nothing(pair: Pair) -> None:
                         confirms.start_soon(confirm, n, pending)
                         if n == kill_at:
                             await pair.kill("primary")
-                while sum(1 for n in confirmed if consumed[n]) < len(confirmed):  # noqa: ASYNC110
-                    await trio.sleep(0.05)
+                await wait_until(
+                    lambda: all(consumed[n] for n in confirmed),
+                    "every confirmed consumed",
+                    deadline=120,
+                )
                 nursery.cancel_scope.cancel()
         assert pub.reconnects >= 1 and sub.reconnects >= 1
     assert await pair.state("backup") == "active"
@@ -537,9 +543,7 @@ async def test_switchover_needs_an_administrator(tmp_path: Path) -> None:
         assert "switched over" not in app.stdout + ops.stdout
         assert (await pair.state("primary"), await pair.state("backup")) == ("active", "passive")
         log = pair.tmp / "primary.log"
-        with trio.fail_after(10):
-            while "privilege_refused" not in log.read_text():  # noqa: ASYNC110 (another process)
-                await trio.sleep(0.05)
+        await wait_until(lambda: "privilege_refused" in log.read_text(), "the refusal logged")
 
         status = await trio.to_thread.run_sync(
             lambda: run_cli(

@@ -26,6 +26,7 @@ import amqlite
 from amqlite.errors import AmqliteError
 
 from ..faultproxy import FaultProxy
+from ..waiting import wait_until
 from .procs import start_witness
 from .test_ha_pair import Pair, _drain, free_port
 
@@ -65,9 +66,11 @@ class Rig:
 
     async def wait_ha(self, side: str, predicate: Callable[[dict[str, Any]], bool]) -> None:
         """Poll ``side``'s HA status until ``predicate`` holds (bounded)."""
-        with trio.fail_after(30):
-            while not predicate(await self.ha(side)):  # noqa: ASYNC110 (another process)
-                await trio.sleep(0.05)
+
+        async def holds() -> bool:
+            return predicate(await self.ha(side))
+
+        await wait_until(holds, f"{side}'s HA status", deadline=30, every=0.05)
 
 
 def _confirms(ha: dict[str, Any] | None) -> bool:
@@ -242,20 +245,18 @@ async def _split(
 
 
 async def _wait_confirmed(r: Rig, count: int) -> None:
-    with trio.fail_after(30):
-        while len(r.confirmed) < count:  # noqa: ASYNC110 (other tasks)
-            await trio.sleep(0.02)
+    await wait_until(lambda: len(r.confirmed) >= count, f"{count} confirmed", deadline=30)
 
 
 async def _settled(r: Rig) -> None:
     """One node active and replicating to the other, passive."""
-    with trio.fail_after(30):
-        while True:
-            p, b = await r.ha("primary"), await r.ha("backup")
-            states = {p["state"], b["state"]}
-            if states == {"active", "passive"} and (p["replicating"] or b["replicating"]):
-                return
-            await trio.sleep(0.05)
+
+    async def settled() -> bool:
+        p, b = await r.ha("primary"), await r.ha("backup")
+        states = {p["state"], b["state"]}
+        return states == {"active", "passive"} and bool(p["replicating"] or b["replicating"])
+
+    await wait_until(settled, "one node active, replicating", deadline=30, every=0.05)
 
 
 async def test_with_a_witness_a_cut_peer_link_loses_nothing_and_makes_no_second_master(
@@ -270,9 +271,9 @@ async def test_with_a_witness_a_cut_peer_link_loses_nothing_and_makes_no_second_
             await r.wait_ha("primary", lambda ha: ha["confirms_alone"])
             before, refused = len(r.confirmed), r.refused_at_backup
             await _wait_confirmed(r, before + 30)  # the old master keeps confirming
-            with trio.fail_after(30):
-                while r.refused_at_backup < refused + 2:  # noqa: ASYNC110
-                    await trio.sleep(0.05)
+            await wait_until(
+                lambda: r.refused_at_backup >= refused + 2, "two refusals", deadline=30
+            )
             assert (await r.ha("backup"))["state"] == "passive"
 
         await _split(r, r.cut_peer_link, r.heal_peer_link, during)
