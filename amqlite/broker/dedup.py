@@ -14,7 +14,7 @@ first): it has to cover what is in flight when a link breaks, not history.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Iterable, Mapping
 
 from .recording import ALL_APPENDED
@@ -26,7 +26,7 @@ DEFAULT_WINDOW = 100_000
 class PublishKeys:
     """The publish keys of the last ``capacity`` routed messages of one vhost."""
 
-    __slots__ = ("_keys", "capacity", "duplicates", "known")
+    __slots__ = ("_keys", "_order", "capacity", "duplicates", "known")
 
     def __init__(self, capacity: int = DEFAULT_WINDOW) -> None:
         if capacity < 1:
@@ -34,8 +34,14 @@ class PublishKeys:
         self.capacity = capacity
         self.duplicates = 0  # publishes answered as duplicates
         #: key -> journal position of the first copy's record (0: not journaled,
-        #: ALL_APPENDED: learned from replayed records, position unknown)
-        self._keys: OrderedDict[str, int] = OrderedDict()
+        #: ALL_APPENDED: learned from replayed records, position unknown). A plain
+        #: dict and a deque of its keys, oldest first, rather than an OrderedDict:
+        #: every keyed publish adds a key and forgets the oldest, on both nodes of
+        #: an HA pair (the passive one as it follows), and this costs about half
+        #: (issue 16 item 3). ``tests/broker/test_dedup.py`` checks with hypothesis
+        #: that the window holds what an OrderedDict model holds, in its order.
+        self._keys: dict[str, int] = {}
+        self._order: deque[str] = deque()
         #: the keys (and their positions), read-only: ``key in keys.known`` is what a
         #: publish asks (a plain attribute, not ``__contains__``, which costs a Python
         #: call a keyed publish)
@@ -53,17 +59,20 @@ class PublishKeys:
 
     def add_many(self, keys: Iterable[str], position: int = ALL_APPENDED) -> None:
         """:meth:`add` of each of ``keys``, in order (a ``publish.batch``'s)."""
-        known = self._keys
+        known, order, capacity = self._keys, self._order, self.capacity
         for key in keys:
             if key not in known:
                 known[key] = position
-        for _ in range(len(known) - self.capacity):
-            known.popitem(last=False)
+                order.append(key)
+                if len(order) > capacity:
+                    del known[order.popleft()]
 
     def add(self, key: str, position: int = ALL_APPENDED) -> None:
         keys = self._keys
         if key in keys:
             return
         keys[key] = position
-        if len(keys) > self.capacity:
-            keys.popitem(last=False)
+        order = self._order
+        order.append(key)
+        if len(order) > self.capacity:
+            del keys[order.popleft()]

@@ -3,7 +3,11 @@ survives the journal (docs/protocol.md, "Publishes sent again")."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from amqlite.broker import Broker, Message, PublishOutcome, Session
 from amqlite.broker.dedup import PublishKeys
@@ -124,3 +128,45 @@ def test_a_stream_append_carries_its_key_through_the_journal() -> None:
     f = follower(records)
     assert f.publish(keyed("c1:1", routing_key="s"), now=0) is PublishOutcome.DUPLICATE
     assert f.publish(keyed("c1:2", routing_key="s"), now=0) is PublishOutcome.ROUTED
+
+
+def _model_add(model: OrderedDict[str, int], capacity: int, key: str, position: int) -> None:
+    """The window as an OrderedDict (what PublishKeys kept before): a key not held
+    goes in last; past ``capacity`` the oldest goes."""
+    if key in model:
+        return
+    model[key] = position
+    if len(model) > capacity:
+        model.popitem(last=False)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(
+    capacity=st.integers(1, 6),
+    ops=st.lists(
+        st.tuples(
+            st.booleans(),  # add_many (else add)
+            st.lists(st.sampled_from("abcdefghij"), min_size=1, max_size=5),
+            st.integers(-1, 50),
+        ),
+        max_size=30,
+    ),
+)
+def test_the_window_holds_what_an_ordered_dict_model_holds(
+    capacity: int, ops: list[tuple[bool, list[str], int]]
+) -> None:
+    keys = PublishKeys(capacity)
+    model: OrderedDict[str, int] = OrderedDict()
+    for many, batch, position in ops:
+        if many:
+            keys.add_many(batch, position)
+        else:
+            for key in batch:
+                keys.add(key, position)
+        for key in batch:  # add_many is add of each, in order
+            _model_add(model, capacity, key, position)
+        assert list(keys.known.items()) == list(model.items())
+        assert len(keys) == len(model)
+        for key in "abcdefghij":
+            assert (key in keys) == (key in model)
+            assert keys.position(key) == model.get(key, 0)
