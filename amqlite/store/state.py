@@ -710,6 +710,7 @@ class StoreState:
             # replicated ids come in order, and the search was a tenth of this fold)
             return journal_id, None
         known = self._queues
+        live_queues: tuple[str, ...]
         if len(queues) == 1:  # the usual message: no generator
             live_queues = queues if (vhost, queues[0]) in known else ()
         else:
