@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -26,7 +25,7 @@ import trio
 
 from amqlite.broker import group_record_position
 from amqlite.errors import AmqliteError, ReplyCode
-from amqlite.ha.progress import NO_PEER
+from amqlite.ha.progress import HeldPushes
 from amqlite.protocol import events as ev
 
 from ..dispatch import RequestDispatcher
@@ -90,10 +89,8 @@ class ClientEndpoint:
         self.connected_at = connected_at
         self._paused = False
         self._released = False
-        # HA: pushes waiting until the passive node holds their message, in order:
-        # (journal id, stream, offset, frame); a journal id of 0 and no stream = a
-        # frame that only keeps its place behind them
-        self._held_pushes: deque[tuple[int, str, int, int, bytes]] = deque()
+        # HA: pushes waiting until the passive node holds their message, in order
+        self._held = HeldPushes()
         dispatcher.max_reply_bytes = link.proto.max_frame_size
         dispatcher.stream_visible = self._stream_visible
 
@@ -195,7 +192,8 @@ class ClientEndpoint:
         proto = self.link.proto
         send_deliver = proto.send_deliver
         out = self.link.out
-        held = self._held_pushes
+        holder = self._held
+        held = holder.pushes  # (HeldPushes: max_id and checked kept up to date here)
         was_holding = bool(held)
         # the passive node holds every message up to this journal id (compared here
         # rather than through storage.replicated: asked once per delivery)
@@ -209,6 +207,7 @@ class ClientEndpoint:
                 if offset is not None:
                     if held or not storage.stream_replicated(vhost, d.queue, offset):
                         held.append((0, d.queue, offset, 0, frame))
+                        holder.checked += 1
                         continue
                 else:
                     position = group_record_position(message)
@@ -218,6 +217,10 @@ class ClientEndpoint:
                         or (position and not storage.position_replicated(position))
                     ):
                         held.append((journal_id, "", 0, position, frame))
+                        if journal_id > holder.max_id:
+                            holder.max_id = journal_id
+                        if position:
+                            holder.checked += 1
                         continue
                 out += frame
             for tag, code, text in session.take_cancellations():
@@ -234,20 +237,21 @@ class ClientEndpoint:
 
     def _push_replicated(self) -> None:
         """The passive node holds more: send the held pushes it now holds."""
-        held = self._held_pushes
+        holder = self._held
         storage = self.node.storage
-        out = self.link.out
-        held_id = storage.replica.held_id if storage is not None else NO_PEER
-        while held:
-            journal_id, stream, offset, position, _ = held[0]
-            if storage is not None and (
-                journal_id > held_id
-                or (stream and not storage.stream_replicated(self.vhost, stream, offset))
-                or (position and not storage.position_replicated(position))
-            ):
-                break
-            out += held.popleft()[4]
-        if not held and storage is not None:
+        if storage is None:
+            frames = [push[4] for push in holder.pushes]
+            holder.clear()
+        else:
+            frames = holder.release(
+                storage.replica.held_id,
+                functools.partial(storage.stream_replicated, self.vhost),
+                storage.position_replicated,
+            )
+        if frames:
+            out = self.link.out
+            out += b"".join(frames)
+        if not holder.pushes and storage is not None:
             storage.discard_waiter(self._push_replicated)
         self._flow()
 
@@ -271,8 +275,8 @@ class ClientEndpoint:
 
     def closed(self, now: float) -> None:
         self._released = True
-        if self._held_pushes:
-            self._held_pushes.clear()  # unacked in the session, which requeues them
+        if self._held.pushes:
+            self._held.clear()  # unacked in the session, which requeues them
             if self.node.storage is not None:
                 self.node.storage.discard_waiter(self._push_replicated)
         if self.session is not None:
