@@ -15,12 +15,13 @@ from amqlite.ha.progress import HeldPushes
 _ops = st.lists(
     st.one_of(
         st.tuples(st.just("msg"), st.integers(1, 30)),  # a journaled message
+        st.tuples(st.just("next"), st.integers(1, 3)),  # the next ones, in id order
         st.tuples(st.just("owned"), st.integers(1, 30), st.integers(1, 30)),  # + owner
         st.tuples(st.just("stream"), st.sampled_from(["s", "t"]), st.integers(0, 9)),
         st.tuples(st.just("cancel")),  # keeps its place only
         st.tuples(
-            st.just("release"),
-            st.integers(0, 35),  # held_id
+            st.sampled_from(["release", "release_near"]),  # near: held_id = last id - it
+            st.integers(0, 60),  # held_id
             st.integers(0, 35),  # positions up to here are replicated
             st.integers(0, 10),  # stream offsets below this are replicated
         ),
@@ -33,7 +34,10 @@ def _hold(held: HeldPushes, push: tuple[int, str, int, int, bytes]) -> None:
     """What ``ClientEndpoint._push_gated`` does to hold a push."""
     journal_id, stream, _, position, _ = push
     held.pushes.append(push)
-    held.max_id = max(held.max_id, journal_id)
+    if journal_id > held.max_id:
+        held.max_id = journal_id
+    else:
+        held.ordered = False
     if stream or position:
         held.checked += 1
 
@@ -42,11 +46,15 @@ def _hold(held: HeldPushes, push: tuple[int, str, int, int, bytes]) -> None:
 @given(ops=_ops)
 def test_release_takes_what_the_walk_takes(ops: list[Any]) -> None:
     fast, walking = HeldPushes(), HeldPushes()
+    last_id = 0
     for n, op in enumerate(ops):
         frame = b"%d" % n
         push: tuple[int, str, int, int, bytes] | None = None
         if op[0] == "msg":
             push = (op[1], "", 0, 0, frame)
+        elif op[0] == "next":
+            last_id += op[1]
+            push = (last_id, "", 0, 0, frame)
         elif op[0] == "owned":
             push = (op[1], "", 0, op[2], frame)
         elif op[0] == "stream":
@@ -57,7 +65,9 @@ def test_release_takes_what_the_walk_takes(ops: list[Any]) -> None:
             _hold(fast, push)
             _hold(walking, push)
             continue
-        _, held_id, positions, offsets = op
+        kind, held_id, positions, offsets = op
+        if kind == "release_near":
+            held_id = max(0, last_id - held_id % 4)
 
         def stream_ok(stream: str, offset: int, offsets: int = offsets) -> bool:
             return offset < offsets
@@ -72,6 +82,8 @@ def test_release_takes_what_the_walk_takes(ops: list[Any]) -> None:
         assert list(fast.pushes) == list(walking.pushes)
         assert fast.checked == walking.checked == sum(1 for p in fast.pushes if p[1] or p[3])
         assert all(p[0] <= fast.max_id for p in fast.pushes)
+        ids = [p[0] for p in fast.pushes]
+        assert not fast.ordered or ids == sorted(ids)
         assert len(got) + len(fast.pushes) == len(before)
 
 

@@ -193,7 +193,7 @@ class ClientEndpoint:
         send_deliver = proto.send_deliver
         out = self.link.out
         holder = self._held
-        held = holder.pushes  # (HeldPushes: max_id and checked kept up to date here)
+        held = holder.pushes  # (HeldPushes: max_id, ordered, checked kept up to date here)
         was_holding = bool(held)
         # the passive node holds every message up to this journal id (compared here
         # rather than through storage.replicated: asked once per delivery)
@@ -208,6 +208,7 @@ class ClientEndpoint:
                     if held or not storage.stream_replicated(vhost, d.queue, offset):
                         held.append((0, d.queue, offset, 0, frame))
                         holder.checked += 1
+                        holder.ordered = False
                         continue
                 else:
                     position = group_record_position(message)
@@ -219,6 +220,8 @@ class ClientEndpoint:
                         held.append((journal_id, "", 0, position, frame))
                         if journal_id > holder.max_id:
                             holder.max_id = journal_id
+                        else:
+                            holder.ordered = False
                         if position:
                             holder.checked += 1
                         continue
@@ -227,6 +230,7 @@ class ClientEndpoint:
                 frame = proto.send(ev.Cancelled(tag, code, text))
                 if held:
                     held.append((0, "", 0, 0, frame))
+                    holder.ordered = False
                 else:
                     out += frame
         except AmqliteError:
