@@ -190,21 +190,29 @@ class Broker:
         not know: :meth:`adopt_publish_keys`). A tuple is a ``message.enqueue``
         record's scanned fields (``amqlite.store.codec.EnqueueScan``)."""
         followed: list[Record] = []
+        # each vhost's keys in order, added at the end with one add_many (which is
+        # add of each: one call a sync rather than one a message)
+        keys: dict[str, list[str]] = {}
         for record in records:
             if isinstance(record, tuple):
-                _, vhost, _, _, _, key = record
-                host = self._vhosts.get(vhost) if key else None
-                if host is not None:
-                    host.publish_keys.add(key)
+                key = record[5]
+                if key:
+                    got = keys.get(record[1])
+                    if got is None:
+                        got = keys[record[1]] = []
+                    got.append(key)
                 continue
             if type(record) in PASSIVE_FOLLOWED:
                 followed.append(record)
                 continue
             if type(record) in _KEYED:
                 keyed = cast(MessageEnqueue | StreamAppend | PeeringOut, record)
-                host = self._vhosts.get(keyed.vhost) if keyed.publish_key else None
-                if host is not None:
-                    host.publish_keys.add(keyed.publish_key)
+                if keyed.publish_key:
+                    keys.setdefault(keyed.vhost, []).append(keyed.publish_key)
+        for vhost, batch in keys.items():
+            host = self._vhosts.get(vhost)
+            if host is not None:
+                host.publish_keys.add_many(batch)
         if followed:
             self.apply(followed, now)
 
