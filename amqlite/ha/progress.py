@@ -24,10 +24,8 @@ was appended and sent and what the peer acknowledged.
 
 from __future__ import annotations
 
-import bisect
 import sys
 from collections import deque
-from collections.abc import Callable
 
 #: ``ReplicaProgress.held_id`` while no passive node is replicated to: every journal
 #: id is at most this
@@ -197,93 +195,3 @@ class ReplicaProgress:
             return True
         appends = self._streams.get((vhost, queue))
         return not appends or offset < appends[0][0]
-
-
-#: A push held until the passive node holds its message: (journal id, stream, offset,
-#: group owner's position, frame); a journal id of 0 and no stream = a frame that only
-#: keeps its place behind the others
-HeldPush = tuple[int, str, int, int, bytes]
-
-
-class HeldPushes:
-    """One consumer connection's pushes held until the passive node holds their
-    messages, in order: nothing overtakes a held push (see ``ClientEndpoint``).
-
-    The shell appends to ``pushes`` itself (a deque append a delivery on its hot path)
-    and keeps ``max_id`` (the highest journal id appended since ``pushes`` was last
-    empty), ``ordered`` (False once a push came with a journal id not above
-    ``max_id``) and ``checked`` (how many held pushes wait for more than their journal
-    id: a stream offset, a group owner's record) up to date as it does.
-    :meth:`release` takes the pushes that may go now."""
-
-    __slots__ = ("checked", "max_id", "ordered", "pushes")
-
-    def __init__(self) -> None:
-        self.pushes: deque[HeldPush] = deque()
-        self.max_id = 0
-        self.ordered = True
-        self.checked = 0
-
-    def clear(self) -> None:
-        self.pushes.clear()
-        self.max_id = self.checked = 0
-        self.ordered = True
-
-    def release(
-        self,
-        held_id: int,
-        stream_replicated: Callable[[str, int], bool],
-        position_replicated: Callable[[int], bool],
-    ) -> list[bytes]:
-        """The frames of the held pushes that may go now, oldest first, taken off:
-        up to the first one whose message the passive node does not hold (journal id
-        above ``held_id``, or its stream offset or owner record not replicated).
-
-        Fast paths, when every held push waits for its journal id alone: if the
-        highest is at most ``held_id`` all of them go, without a look at each; if
-        they were held in journal id order, the ones up to ``held_id`` go, found by
-        a binary search. (An HA pair's consumer holds every persistent push until
-        the passive node's ``applied`` ack covers it, and each ack releases a run of
-        them: walking them cost a third of a microsecond a message; issue 16 item
-        3.) ``tests/ha/test_held_pushes.py`` checks with hypothesis that they take
-        what :meth:`_release_walking` takes."""
-        pushes = self.pushes
-        if not self.checked:
-            if self.max_id <= held_id:
-                frames = [push[4] for push in pushes]
-                self.clear()
-                return frames
-            if self.ordered:
-                count = bisect.bisect_right(pushes, held_id, key=_journal_id)
-                frames = [pushes.popleft()[4] for _ in range(count)]
-                return frames  # (some stay: max_id is above held_id)
-        return self._release_walking(held_id, stream_replicated, position_replicated)
-
-    def _release_walking(
-        self,
-        held_id: int,
-        stream_replicated: Callable[[str, int], bool],
-        position_replicated: Callable[[int], bool],
-    ) -> list[bytes]:
-        """:meth:`release`, looking at each held push in turn (the general path)."""
-        pushes = self.pushes
-        frames: list[bytes] = []
-        while pushes:
-            journal_id, stream, offset, position, frame = pushes[0]
-            if (
-                journal_id > held_id
-                or (stream and not stream_replicated(stream, offset))
-                or (position and not position_replicated(position))
-            ):
-                break
-            pushes.popleft()
-            frames.append(frame)
-            if stream or position:
-                self.checked -= 1
-        if not pushes:
-            self.clear()  # (else max_id stays an upper bound of what is held)
-        return frames
-
-
-def _journal_id(push: HeldPush) -> int:
-    return push[0]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -25,7 +26,7 @@ import trio
 
 from amqlite.broker import group_record_position
 from amqlite.errors import AmqliteError, ReplyCode
-from amqlite.ha.progress import HeldPushes
+from amqlite.ha.progress import NO_PEER
 from amqlite.protocol import events as ev
 
 from ..dispatch import RequestDispatcher
@@ -89,8 +90,10 @@ class ClientEndpoint:
         self.connected_at = connected_at
         self._paused = False
         self._released = False
-        # HA: pushes waiting until the passive node holds their message, in order
-        self._held = HeldPushes()
+        # HA: pushes waiting until the passive node holds their message, in order:
+        # (journal id, stream, offset, frame); a journal id of 0 and no stream = a
+        # frame that only keeps its place behind them
+        self._held_pushes: deque[tuple[int, str, int, int, bytes]] = deque()
         dispatcher.max_reply_bytes = link.proto.max_frame_size
         dispatcher.stream_visible = self._stream_visible
 
@@ -192,8 +195,7 @@ class ClientEndpoint:
         proto = self.link.proto
         send_deliver = proto.send_deliver
         out = self.link.out
-        holder = self._held
-        held = holder.pushes  # (HeldPushes: max_id, ordered, checked kept up to date here)
+        held = self._held_pushes
         was_holding = bool(held)
         # the passive node holds every message up to this journal id (compared here
         # rather than through storage.replicated: asked once per delivery)
@@ -207,8 +209,6 @@ class ClientEndpoint:
                 if offset is not None:
                     if held or not storage.stream_replicated(vhost, d.queue, offset):
                         held.append((0, d.queue, offset, 0, frame))
-                        holder.checked += 1
-                        holder.ordered = False
                         continue
                 else:
                     position = group_record_position(message)
@@ -218,19 +218,12 @@ class ClientEndpoint:
                         or (position and not storage.position_replicated(position))
                     ):
                         held.append((journal_id, "", 0, position, frame))
-                        if journal_id > holder.max_id:
-                            holder.max_id = journal_id
-                        else:
-                            holder.ordered = False
-                        if position:
-                            holder.checked += 1
                         continue
                 out += frame
             for tag, code, text in session.take_cancellations():
                 frame = proto.send(ev.Cancelled(tag, code, text))
                 if held:
                     held.append((0, "", 0, 0, frame))
-                    holder.ordered = False
                 else:
                     out += frame
         except AmqliteError:
@@ -241,21 +234,20 @@ class ClientEndpoint:
 
     def _push_replicated(self) -> None:
         """The passive node holds more: send the held pushes it now holds."""
-        holder = self._held
+        held = self._held_pushes
         storage = self.node.storage
-        if storage is None:
-            frames = [push[4] for push in holder.pushes]
-            holder.clear()
-        else:
-            frames = holder.release(
-                storage.replica.held_id,
-                functools.partial(storage.stream_replicated, self.vhost),
-                storage.position_replicated,
-            )
-        if frames:
-            out = self.link.out
-            out += b"".join(frames)
-        if not holder.pushes and storage is not None:
+        out = self.link.out
+        held_id = storage.replica.held_id if storage is not None else NO_PEER
+        while held:
+            journal_id, stream, offset, position, _ = held[0]
+            if storage is not None and (
+                journal_id > held_id
+                or (stream and not storage.stream_replicated(self.vhost, stream, offset))
+                or (position and not storage.position_replicated(position))
+            ):
+                break
+            out += held.popleft()[4]
+        if not held and storage is not None:
             storage.discard_waiter(self._push_replicated)
         self._flow()
 
@@ -279,8 +271,8 @@ class ClientEndpoint:
 
     def closed(self, now: float) -> None:
         self._released = True
-        if self._held.pushes:
-            self._held.clear()  # unacked in the session, which requeues them
+        if self._held_pushes:
+            self._held_pushes.clear()  # unacked in the session, which requeues them
             if self.node.storage is not None:
                 self.node.storage.discard_waiter(self._push_replicated)
         if self.session is not None:
