@@ -498,46 +498,10 @@ class StoreState:
         self._acked(r.id, r.queue)
 
     def _message_marks(self, r: MessageMarks) -> None:
-        """Each delivered id as ``_delivered``, then each acked one as ``_acked``.
-
-        Fast path beside those: a message still in memory and held by ``queue``
-        alone (the usual case) is flagged, or taken off, here, without the three or
-        four Python calls an id the general way makes (``_delivered`` /
-        ``_acked``, ``_Live.flag`` / ``holds`` / ``drop``, ``_leave``). Why: on an
-        HA pair every message's delivered mark is journaled before its push and
-        its ack at the next commit, so each node folds two ids a message (issue 16
-        item 3). Anything else (several queues, an indexed message, an unknown id)
-        goes the general way. ``tests/store/test_marks_fold.py`` checks with
-        hypothesis that a state fed ``message.marks`` and one fed the same marks as
-        single ``message.delivered`` / ``message.ack`` records agree."""
         queue = r.queue
-        messages = self._messages
-        get = messages.get
         for journal_id in r.delivered:
-            live = get(journal_id)
-            if live is not None and live.q == queue:  # held here alone, not flagged
-                live.q = {queue: True}  # _Live.flag
-            else:
-                self._delivered(journal_id, queue)
-        if not r.acked:
-            return
-        queue_messages = self._queue_messages
+            self._delivered(journal_id, queue)
         for journal_id in r.acked:
-            live = get(journal_id)
-            if live is not None:
-                q = live.q
-                if q == queue:  # held here alone, not flagged
-                    live.q = {}  # _Live.drop
-                elif type(q) is dict and len(q) == 1 and queue in q:  # flagged
-                    del q[queue]  # _Live.drop
-                else:
-                    self._acked(journal_id, queue)
-                    continue
-                # _acked, _leave: no queue holds it now
-                del queue_messages[(live.vhost, queue)][journal_id]
-                del messages[journal_id]
-                self.message_bytes -= live.size
-                continue
             self._acked(journal_id, queue)
 
     def _delivered(self, journal_id: int, queue: str) -> None:
