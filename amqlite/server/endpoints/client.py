@@ -104,11 +104,16 @@ class ClientEndpoint:
 
     def handle(self, event: ev.Event, now: float) -> None:
         t = type(event)
-        reply = self.dispatcher.handle(event, now)
-        if t is ev.Cancel:
-            self.push()  # the consumer's last deliveries go before its cancel-ok
-        if reply is None:
-            return
+        if t is ev.Publish:  # the per-message request: its handler directly
+            reply = self.dispatcher.publish(event, now)  # type: ignore[arg-type]
+            if reply is None:
+                return
+        else:
+            reply = self.dispatcher.handle(event, now)
+            if t is ev.Cancel:
+                self.push()  # the consumer's last deliveries go before its cancel-ok
+            if reply is None:
+                return
         rt = type(reply)
         if rt is ev.Error:
             assert isinstance(reply, ev.Error)
