@@ -501,9 +501,10 @@ class Queue:
                 # next_consumer() of one consumer, inlined: a call a message saved
                 # (about 2% of a broker's time per transient message);
                 # tests/broker/test_consume.py checks both choose alike
-                c = consumers[0]
-                if c.writable and c.inflight < c.limit:
+                one = consumers[0]
+                if one.writable and one.inflight < one.limit:
                     self._rr = 1
+                    c: Consumer | None = one
                 else:
                     c = None
             else:
