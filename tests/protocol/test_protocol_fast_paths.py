@@ -540,6 +540,46 @@ def test_a_run_of_publishes_on_one_route_reads_as_the_checked_decoder_reads_it(
                 assert type(read.body) is bytes
 
 
+@CHECKS
+@given(
+    frames=st.lists(
+        st.tuples(
+            st.sampled_from(["c", "c", "other", ""]),
+            st.one_of(UINTS, st.sampled_from([23, 24, 0xFF, 0x100, 0xFFFF, 0x10000, 2**32])),
+            st.sampled_from([("", "q"), ("", "q"), ("ex", "k"), ("", "")]),
+            st.one_of(st.binary(max_size=30), st.binary(min_size=250, max_size=300)),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    cut=st.integers(0, 60),
+    flip=st.tuples(st.integers(0, 60), st.integers(0, 255)),
+)
+def test_a_run_of_deliveries_to_one_consumer_reads_as_cbor_reads_it(
+    frames: list[tuple[str, int, tuple[str, str], bytes]], cut: int, flip: tuple[int, int]
+) -> None:
+    """A consumer's deliveries usually repeat the consumer tag and the route of the
+    frame before: those take read_plain_deliver's first branch (the whole frame in
+    one go). Each frame of a run, and each cut short, with a byte changed or with a
+    byte after it right after one on its tag and route, reads as ``cbor2.loads``
+    reads it (the same keys in the same order) or is left to the other paths."""
+    for ctag, dtag, (exchange, key), body in frames:
+        payload = codec.encode_deliver(ctag, dtag, False, FakeMessage(exchange, key, body))[4:]
+        expected = cbor2.loads(payload)
+        at, value = flip
+        changed = bytearray(payload)
+        if at < len(changed):
+            changed[at] = value
+        for variant in (payload[:cut], bytes(changed), payload + b"\x00", payload):
+            read = codec.read_plain_deliver(payload, 0, len(payload))  # the tag and route
+            assert read == expected and list(read) == list(expected)
+            got = codec.read_plain_deliver(variant, 0, len(variant))
+            if got is not None:
+                assert got == cbor2.loads(variant)
+                assert list(got) == list(cbor2.loads(variant))
+                assert type(got["body"]) is bytes
+
+
 def test_deliveries_with_more_fields_are_not_read_as_plain() -> None:
     for msg, redelivered, offset in (
         (FakeMessage("", "q", b"x", headers={"h": 1}), False, None),
