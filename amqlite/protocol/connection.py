@@ -17,7 +17,7 @@ can fail that one request and carry on.
 
 import struct
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 import cbor2
@@ -423,6 +423,14 @@ class Connection:
         if self._state is not self._server_open:
             self._check_fast(ev.Deliver)
         return codec.encode_deliver(ctag, dtag, redelivered, msg, offset)
+
+    def append_deliveries(self, out: bytearray, deliveries: Iterable[codec.WireDelivery]) -> None:
+        """:meth:`send_deliver` of each of ``deliveries``, appended to ``out``
+        (:func:`codec.append_deliveries`: the same bytes, one call a batch); checked
+        once, as send_deliver checks each."""
+        if self._state is not self._server_open:
+            self._check_fast(ev.Deliver)
+        codec.append_deliveries(out, deliveries)
 
     def send_peer(self, msg: bytes) -> bytes:
         """A ``peer`` frame whose ``msg`` map is already CBOR-encoded (peering

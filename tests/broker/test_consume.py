@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from amqlite.broker import Broker, Session
+from amqlite.broker import Broker, Message, Session
 from amqlite.errors import AccessRefused, NotAllowed, NotFound, PreconditionFailed, ResourceLocked
 
 from .support import bodies, drain, publish, queue_status
@@ -233,3 +235,36 @@ def test_settling_can_dispatch_to_another_session(s: Session, t: Session, broker
     assert broker.take_ready() == [t]
     [again] = t.take_deliveries()
     assert (again.message.body, again.redelivered) == (b"0", True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    writable=st.booleans(),
+    inflight=st.integers(0, 4),
+    limit=st.integers(1, 4),
+    rr=st.integers(0, 2),
+)
+def test_an_offer_to_one_consumer_chooses_as_next_consumer_does(
+    writable: bool, inflight: int, limit: int, rr: int
+) -> None:
+    """Queue.offer inlines next_consumer() for a queue with one consumer: it takes
+    the consumer exactly when next_consumer() would (writable, credit left) and
+    leaves the round-robin position where next_consumer() leaves it."""
+    broker = Broker()
+    s = broker.open_session("/")
+    s.declare_queue("q")
+    s.consume("q", prefetch=limit, now=0)
+    host = broker.vhost("/")
+    assert host is not None
+    q = host.queues["q"]
+    [c] = q.consumers
+    c.writable, c.inflight = writable, inflight
+    q._rr = rr
+    expected = q.next_consumer()
+    expected_rr = q._rr
+    q._rr = rr
+    assert q.offer(Message("", "q", b"m"), 0.0, None)
+    delivered = s.take_deliveries()
+    assert [d.message.body for d in delivered] == ([b"m"] if expected is c else [])
+    assert len(q.ready) == (0 if expected is c else 1)
+    assert q._rr == expected_rr

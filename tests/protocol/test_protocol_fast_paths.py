@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import cbor2
@@ -426,6 +427,157 @@ def test_a_delivery_of_shared_props_is_what_a_fresh_copy_gives(
     frame = codec.encode_deliver("c", 7, redelivered, shared)
     assert frame == codec.encode_deliver("c", 7, redelivered, fresh)
     assert cbor2.loads(frame[4:]).get("props", {}) == small
+
+
+@dataclasses.dataclass
+class FakeDelivery:
+    """What ``append_deliveries`` reads of a broker delivery (codec.WireDelivery)."""
+
+    ctag: str
+    dtag: int
+    redelivered: bool
+    message: FakeMessage
+    offset: int | None = None
+
+
+@CHECKS
+@given(
+    deliveries=st.lists(
+        st.tuples(
+            st.sampled_from(["", "c", "ctag-é", "x" * 30]),
+            st.one_of(
+                st.integers(0, 300),
+                st.integers(0, 2**64 - 1),
+                st.sampled_from([0xFF, 0x100, 0xFFFF, 0x10000, 0xFFFFFFFF, 0x100000000]),
+            ),
+            st.booleans(),
+            st.sampled_from(["", "amq.fanout"]),
+            st.sampled_from(["", "q", "k" * 40]),
+            st.binary(max_size=300),
+            st.one_of(st.just({}), st.just({"h": 1})),
+            SMALL_PROPS,
+            st.one_of(st.none(), UINTS),
+        ),
+        max_size=8,
+    ),
+    shared=st.booleans(),
+)
+def test_appended_deliveries_are_the_frames_send_deliver_writes(
+    deliveries: list[tuple[Any, ...]], shared: bool
+) -> None:
+    """``Connection.append_deliveries`` (codec.append_deliveries: one call a batch,
+    the consumer tag's encoded start remembered from the delivery before, the
+    frame's pieces appended one by one) writes exactly the frames ``send_deliver``
+    writes one by one, for first deliveries and redeliveries, stream offsets, any
+    tag width, tags and map sizes changing from one delivery to the next, and a
+    message delivered more than once (its cached encoding)."""
+    batch = []
+    one = FakeMessage("", "q", b"one")
+    for ctag, dtag, redelivered, exchange, key, body, headers, props, offset in deliveries:
+        msg = one if shared else FakeMessage(exchange, key, body, dict(headers), dict(props))
+        batch.append(FakeDelivery(ctag, dtag, redelivered, msg, offset))
+    server = server_in(ConnState.OPEN)
+    expected = b"".join(
+        server.send_deliver(d.ctag, d.dtag, d.redelivered, d.message, d.offset) for d in batch
+    )
+    for m in {id(d.message): d.message for d in batch}.values():
+        m.wire = None  # encoded again below, from nothing
+    out = bytearray(b"before")
+    server.append_deliveries(out, batch)
+    assert out == b"before" + expected
+    again = bytearray()
+    server.append_deliveries(again, batch)  # the messages' cached encodings now
+    assert again == expected
+
+
+def test_appending_deliveries_is_checked_as_send_deliver_is() -> None:
+    client = client_in(ConnState.OPEN)
+    delivery = FakeDelivery("c", 1, False, FakeMessage("", "q", b"x"))
+    out = bytearray()
+    with pytest.raises(LocalProtocolError):
+        client.append_deliveries(out, [delivery])
+    assert out == b""
+
+
+@CHECKS
+@given(
+    frames=st.lists(
+        st.tuples(
+            st.one_of(UINTS, st.sampled_from([23, 24, 0xFF, 0x100, 0xFFFF, 0x10000, 2**32])),
+            st.sampled_from([("", "q"), ("", "q"), ("ex", "k"), ("", "")]),
+            st.one_of(st.binary(max_size=30), st.binary(min_size=250, max_size=300)),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    cut=st.integers(0, 60),
+    flip=st.tuples(st.integers(0, 60), st.integers(0, 255)),
+)
+def test_a_run_of_publishes_on_one_route_reads_as_the_checked_decoder_reads_it(
+    frames: list[tuple[int, tuple[str, str], bytes]], cut: int, flip: tuple[int, int]
+) -> None:
+    """A publisher's frames usually repeat the route of the frame before: those take
+    read_plain_publish's first branch (the whole frame in one go). Each frame of a
+    run, and each cut short or with a byte changed right after one on its route,
+    reads as the checked decoder reads it or is left to the other paths."""
+    for rid, (exchange, key), body in frames:
+        payload = codec.encode_publish(rid, exchange, key, body, None, None, False, False)[4:]
+        expected = ev.Publish(rid, exchange, key, body, {}, {}, False, False)
+        assert codec.read_plain_publish(payload, 0, len(payload)) == expected
+        at, value = flip
+        changed = bytearray(payload)
+        if at < len(changed):
+            changed[at] = value
+        for variant in (payload[:cut], bytes(changed), payload + b"\x00"):
+            assert codec.read_plain_publish(payload, 0, len(payload)) == expected  # the route
+            read = codec.read_plain_publish(variant, 0, len(variant))
+            try:
+                general: ev.Event | None = _general(Role.SERVER, variant)
+            except Exception:
+                general = None
+            if read is not None:
+                assert read == general
+                assert type(read.body) is bytes
+
+
+@CHECKS
+@given(
+    frames=st.lists(
+        st.tuples(
+            st.sampled_from(["c", "c", "other", ""]),
+            st.one_of(UINTS, st.sampled_from([23, 24, 0xFF, 0x100, 0xFFFF, 0x10000, 2**32])),
+            st.sampled_from([("", "q"), ("", "q"), ("ex", "k"), ("", "")]),
+            st.one_of(st.binary(max_size=30), st.binary(min_size=250, max_size=300)),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    cut=st.integers(0, 60),
+    flip=st.tuples(st.integers(0, 60), st.integers(0, 255)),
+)
+def test_a_run_of_deliveries_to_one_consumer_reads_as_cbor_reads_it(
+    frames: list[tuple[str, int, tuple[str, str], bytes]], cut: int, flip: tuple[int, int]
+) -> None:
+    """A consumer's deliveries usually repeat the consumer tag and the route of the
+    frame before: those take read_plain_deliver's first branch (the whole frame in
+    one go). Each frame of a run, and each cut short, with a byte changed or with a
+    byte after it right after one on its tag and route, reads as ``cbor2.loads``
+    reads it (the same keys in the same order) or is left to the other paths."""
+    for ctag, dtag, (exchange, key), body in frames:
+        payload = codec.encode_deliver(ctag, dtag, False, FakeMessage(exchange, key, body))[4:]
+        expected = cbor2.loads(payload)
+        at, value = flip
+        changed = bytearray(payload)
+        if at < len(changed):
+            changed[at] = value
+        for variant in (payload[:cut], bytes(changed), payload + b"\x00", payload):
+            read = codec.read_plain_deliver(payload, 0, len(payload))  # the tag and route
+            assert read == expected and list(read) == list(expected)
+            got = codec.read_plain_deliver(variant, 0, len(variant))
+            if got is not None:
+                assert got == cbor2.loads(variant)
+                assert list(got) == list(cbor2.loads(variant))
+                assert type(got["body"]) is bytes
 
 
 def test_deliveries_with_more_fields_are_not_read_as_plain() -> None:

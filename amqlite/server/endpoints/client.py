@@ -104,11 +104,16 @@ class ClientEndpoint:
 
     def handle(self, event: ev.Event, now: float) -> None:
         t = type(event)
-        reply = self.dispatcher.handle(event, now)
-        if t is ev.Cancel:
-            self.push()  # the consumer's last deliveries go before its cancel-ok
-        if reply is None:
-            return
+        if t is ev.Publish:  # the per-message request: its handler directly
+            reply = self.dispatcher.publish(event, now)  # type: ignore[arg-type]
+            if reply is None:
+                return
+        else:
+            reply = self.dispatcher.handle(event, now)
+            if t is ev.Cancel:
+                self.push()  # the consumer's last deliveries go before its cancel-ok
+            if reply is None:
+                return
         rt = type(reply)
         if rt is ev.Error:
             assert isinstance(reply, ev.Error)
@@ -169,15 +174,15 @@ class ClientEndpoint:
             return 0
         link = self.link
         proto = link.proto
-        send_deliver = proto.send_deliver
         out = link.out
         storage = self.node.storage
         if storage is not None and storage.replica_upto is not None:
             self._push_gated(session, storage)
             return 0
         try:
-            for d in session.take_deliveries():
-                out += send_deliver(d.ctag, d.dtag, d.redelivered, d.message, d.offset)
+            deliveries = session.take_deliveries()
+            if deliveries:
+                proto.append_deliveries(out, deliveries)
             for tag, code, text in session.take_cancellations():
                 out += proto.send(ev.Cancelled(tag, code, text))
         except AmqliteError:
