@@ -203,7 +203,21 @@ class PeeredExchange:
         exchange = ctx.exchange
         if not headers and not properties:  # the usual case: its size() is known at once
             size = 64 + len(body) + len(routing_key) + len(exchange)
-            return Envelope(mesh_id, routing_key, body, {}, {}, exchange, (), 0, size)
+            # the (empty) maps given are kept, not copied: nothing changes a message's
+            # maps in place (the broker copies them to change them: dead letters), so
+            # the publish's own serve, and two fewer objects live per message while
+            # it waits in a sending log
+            return Envelope(
+                mesh_id,
+                routing_key,
+                body,
+                {} if headers is None else headers,
+                {} if properties is None else properties,
+                exchange,
+                (),
+                0,
+                size,
+            )
         return Envelope(
             mesh_id,
             routing_key,
