@@ -867,30 +867,38 @@ class PeeringLink:
         room = self.settings.max_in_flight - log.in_flight
         if room <= 0 and log.spill is None:
             return []  # the window is full (what take_unsent would say; offers hit it often)
-        entries = log.take_unsent(room)
-        if not entries:
+        first, envelopes = log.take_run(room)
+        if not envelopes:
             return []
-        highest, first, last = self._highest_sent, entries[0].seq, entries[-1].seq
-        if last > highest:  # entries are in sequence order
+        highest, last = self._highest_sent, first + len(envelopes) - 1
+        if last > highest:  # in sequence order
             fresh = last - max(highest, first - 1)
             self._highest_sent = last
             self.counters["forwarded"] += fresh
-            if len(entries) > fresh:
-                self.counters["resent"] += len(entries) - fresh
+            if len(envelopes) > fresh:
+                self.counters["resent"] += len(envelopes) - fresh
         else:
-            self.counters["resent"] += len(entries)
+            self.counters["resent"] += len(envelopes)
         link_id = self.id
-        out: list[Action] = []
-        env = entries[0].envelope
+        env = envelopes[0]
         exchange, path, hops = env.exchange, env.path, env.hops
-        run = [env]
-        start = first
-        for entry in itertools.islice(entries, 1, None):
-            env = entry.envelope
+        i, n = 1, len(envelopes)
+        while i < n:
+            env = envelopes[i]
+            if env.path != path or env.hops != hops or env.exchange != exchange:
+                break
+            i += 1
+        if i == n:  # the usual case: one run (a client's messages, published here)
+            return [Send(link_id, Forwards(first, envelopes))]
+        out: list[Action] = [Send(link_id, Forwards(first, envelopes[:i]))]
+        run, start = [env], first + i
+        exchange, path, hops = env.exchange, env.path, env.hops
+        for env in itertools.islice(envelopes, i + 1, None):
             if env.path != path or env.hops != hops or env.exchange != exchange:
                 out.append(Send(link_id, Forwards(start, run)))
+                start += len(run)
                 exchange, path, hops = env.exchange, env.path, env.hops
-                run, start = [env], entry.seq
+                run = [env]
             else:
                 run.append(env)
         out.append(Send(link_id, Forwards(start, run)))
