@@ -867,7 +867,7 @@ class PeeringLink:
         room = self.settings.max_in_flight - log.in_flight
         if room <= 0 and log.spill is None:
             return []  # the window is full (what take_unsent would say; offers hit it often)
-        first, envelopes = log.take_run(room)
+        first, envelopes = log.take_unsent_run(room)
         if not envelopes:
             return []
         highest, last = self._highest_sent, first + len(envelopes) - 1

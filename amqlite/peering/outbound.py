@@ -110,7 +110,7 @@ class OutboundLog:
     log is on the sending broker's per-message path, and a tuple per message to
     make, keep for the cyclic GC to scan and free on the ack was a few percent of
     what that broker spends per peered message. :meth:`take_unsent` and
-    :meth:`take_last` still give entries (``take_run`` is what a pump takes:
+    :meth:`take_last` still give entries (:meth:`take_unsent_run` is what a pump takes:
     ``tests/peering/test_fast_paths.py`` checks the two agree, and
     ``tests/peering/test_outbound.py`` the times against a model).
     """
@@ -298,7 +298,7 @@ class OutboundLog:
         self._sent = end
         return self._entries(start, end)
 
-    def take_run(self, limit: int) -> tuple[int, list[Envelope]]:
+    def take_unsent_run(self, limit: int) -> tuple[int, list[Envelope]]:
         """:meth:`take_unsent` as the first one's sequence number and the envelopes
         (the others' numbers follow): what a pump sends, without an entry each."""
         self._refill()
