@@ -209,7 +209,9 @@ class OutboundLog:
         """:meth:`accept` when the message fits in memory as it is (no overflow
         policy has anything to do): its sequence number; None, with nothing
         changed, otherwise (then :meth:`accept` applies the policy)."""
-        size = envelope.size()
+        size = envelope._size  # size(), without the call when known (a run's are)
+        if size < 0:
+            size = envelope.size()
         held = self._held
         if not held or (
             self._bytes + size <= self.buffer_bytes and (self.spill is None or not len(self.spill))
