@@ -82,6 +82,9 @@ class PeeredExchange:
         )
         self.spill_store = spill_store
         self.links: dict[str, PeeringLink] = {}
+        #: whether some link end takes offers (it sends, and a peering queue does not
+        #: feed it): kept up to date where ``links`` changes (:meth:`_links_changed`)
+        self.offers_taken = False
         self.taken = 0  # links that took the last published message
         self._minted = 0
 
@@ -112,7 +115,11 @@ class PeeredExchange:
             spill=self._spill_for(settings.name, settings),
         )
         self.links[link.id] = link
+        self._links_changed()
         return link
+
+    def _links_changed(self) -> None:
+        self.offers_taken = any(link.sends and not link.queue_fed for link in self.links.values())
 
     @staticmethod
     def acceptor_id(node: str, link: str) -> str:
@@ -151,6 +158,7 @@ class PeeredExchange:
             or link.state is S.CLOSED
         ):
             self.links.pop(link_id).close(now)  # the dialer was reconfigured, or we closed it
+            self._links_changed()
             link = None
         if link is None:
             settings = dataclasses.replace(
@@ -176,6 +184,7 @@ class PeeredExchange:
                     Disconnect(link_id, f"refused: {mismatch}"),
                 ]
             self.links[link_id] = link
+            self._links_changed()
         try:
             return link, link.attach(msg, now)
         except PeeringProtocolError as exc:
@@ -185,7 +194,10 @@ class PeeredExchange:
     def remove_link(self, link_id: str, now: float) -> list[Action]:
         """Close a link end and forget it (its log goes with it)."""
         link = self.links.pop(link_id, None)
-        return [] if link is None else link.close(now)
+        if link is None:
+            return []
+        self._links_changed()
+        return link.close(now)
 
     # --- messages -----------------------------------------------------------------------
 
@@ -203,7 +215,21 @@ class PeeredExchange:
         exchange = ctx.exchange
         if not headers and not properties:  # the usual case: its size() is known at once
             size = 64 + len(body) + len(routing_key) + len(exchange)
-            return Envelope(mesh_id, routing_key, body, {}, {}, exchange, (), 0, size)
+            # the (empty) maps given are kept, not copied: nothing changes a message's
+            # maps in place (the broker copies them to change them: dead letters), so
+            # the publish's own serve, and two fewer objects live per message while
+            # it waits in a sending log
+            return Envelope(
+                mesh_id,
+                routing_key,
+                body,
+                {} if headers is None else headers,
+                {} if properties is None else properties,
+                exchange,
+                (),
+                0,
+                size,
+            )
         return Envelope(
             mesh_id,
             routing_key,

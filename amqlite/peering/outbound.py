@@ -54,9 +54,6 @@ class Entry(NamedTuple):
         return cls(forward.seq, env, env.size(), float(m["accepted_at"]))
 
 
-_new_entry = tuple.__new__  # Entry(...) without the Python-level __new__
-
-
 class SpillStore(Protocol):
     """Where a ``spill`` link puts what does not fit in memory: a FIFO of entries.
 
@@ -103,12 +100,26 @@ class MemorySpill:
 
 
 class OutboundLog:
-    """Sequence numbers, cumulative acks, resend after a cut, and the byte cap."""
+    """Sequence numbers, cumulative acks, resend after a cut, and the byte cap.
+
+    The messages held in memory are kept as their envelopes alone: their sequence
+    numbers follow each other (the first is :attr:`gone_upto` + 1; a spilled one
+    comes back after all of them), each envelope knows its size, and the times
+    they were accepted are kept as stamps, one per run of messages accepted at the
+    same instant (a client read's run is one). Why not an :class:`Entry` each: the
+    log is on the sending broker's per-message path, and a tuple per message to
+    make, keep for the cyclic GC to scan and free on the ack was a few percent of
+    what that broker spends per peered message. :meth:`take_unsent` and
+    :meth:`take_last` still give entries (:meth:`take_unsent_run` is what a pump takes:
+    ``tests/peering/test_fast_paths.py`` checks the two agree, and
+    ``tests/peering/test_outbound.py`` the times against a model).
+    """
 
     __slots__ = (
         "_bytes",
         "_held",
         "_sent",
+        "_stamps",
         "blocked",
         "buffer_bytes",
         "dropped",
@@ -137,7 +148,10 @@ class OutboundLog:
         self.overflow = overflow
         self.spill = spill
         self.next_seq = next_seq
-        self._held: deque[Entry] = deque()  # in memory, oldest first; then the spill store
+        # in memory, oldest first (their seqs follow each other); then the spill store
+        self._held: deque[Envelope] = deque()
+        #: [first seq, accepted at] of each run of held messages accepted at one time
+        self._stamps: deque[tuple[int, float]] = deque()
         self._sent = 0  # how many of _held went out on the current connection
         self._bytes = 0
         self.dropped = 0  # forgotten by drop-oldest
@@ -154,6 +168,14 @@ class OutboundLog:
     def _spilling(self) -> bool:
         return self.spill is not None and len(self.spill) > 0
 
+    def _hold(self, seq: int, envelope: Envelope, size: int, now: float) -> None:
+        """Keep ``envelope`` (``seq``, the next in memory) in memory."""
+        stamps = self._stamps
+        if not stamps or stamps[-1][1] != now:
+            stamps.append((seq, now))
+        self._held.append(envelope)
+        self._bytes += size
+
     def accept(self, envelope: Envelope, now: float) -> int | None:
         """Take a message; its sequence number, or None when ``block`` refused it."""
         size = envelope.size()
@@ -163,8 +185,7 @@ class OutboundLog:
         ):  # room in memory (has_room, inlined: this runs for every message)
             seq = self.next_seq
             self.next_seq = seq + 1
-            held.append(_new_entry(Entry, (seq, envelope, size, now)))
-            self._bytes += size
+            self._hold(seq, envelope, size, now)
             return seq
         if not self.has_room(size):
             if self.overflow is OverflowPolicy.BLOCK:
@@ -174,29 +195,33 @@ class OutboundLog:
                 while self._held and self._bytes + size > self.buffer_bytes:
                     self._forget_oldest()
                     self.dropped += 1
-        entry = Entry(self.next_seq, envelope, size, now)
+        seq = self.next_seq
         self.next_seq += 1
         if self._held and not self.has_room(size):  # spill
             assert self.spill is not None
-            self.spill.append(entry)
+            self.spill.append(Entry(seq, envelope, size, now))
             self.spilled += 1
         else:
-            self._held.append(entry)
-            self._bytes += size
-        return entry.seq
+            self._hold(seq, envelope, size, now)
+        return seq
 
     def accept_if_room(self, envelope: Envelope, now: float) -> int | None:
         """:meth:`accept` when the message fits in memory as it is (no overflow
         policy has anything to do): its sequence number; None, with nothing
         changed, otherwise (then :meth:`accept` applies the policy)."""
-        size = envelope.size()
+        size = envelope._size  # size(), without the call when known (a run's are)
+        if size < 0:
+            size = envelope.size()
         held = self._held
         if not held or (
             self._bytes + size <= self.buffer_bytes and (self.spill is None or not len(self.spill))
         ):
             seq = self.next_seq
             self.next_seq = seq + 1
-            held.append(_new_entry(Entry, (seq, envelope, size, now)))
+            stamps = self._stamps  # _hold(), inlined: a run's messages all come here
+            if not stamps or stamps[-1][1] != now:
+                stamps.append((seq, now))
+            held.append(envelope)
             self._bytes += size
             return seq
         return None
@@ -204,22 +229,49 @@ class OutboundLog:
     def force(self, envelope: Envelope, now: float) -> int:
         """Take a message past the byte cap (into memory, or the spill store when
         spilling): for messages already promised, such as a restored log's."""
-        entry = Entry(self.next_seq, envelope, envelope.size(), now)
+        seq, size = self.next_seq, envelope.size()
         self.next_seq += 1
         if self._spilling:
             assert self.spill is not None
-            self.spill.append(entry)
+            self.spill.append(Entry(seq, envelope, size, now))
             self.spilled += 1
         else:
-            self._held.append(entry)
-            self._bytes += entry.size
-        return entry.seq
+            self._hold(seq, envelope, size, now)
+        return seq
 
     def _forget_oldest(self) -> None:
-        entry = self._held.popleft()
-        self._bytes -= entry.size
+        self._bytes -= self._held.popleft().size()
         if self._sent:
             self._sent -= 1
+        self._drop_stamps()
+
+    def _drop_stamps(self) -> None:
+        """Forget the stamps of messages no longer held."""
+        stamps = self._stamps
+        if not self._held:
+            stamps.clear()
+            return
+        first = self._first_held
+        while len(stamps) > 1 and stamps[1][0] <= first:
+            stamps.popleft()
+
+    @property
+    def _first_held(self) -> int:
+        """The sequence number of ``_held[0]`` (held, then spilled, follow each other)."""
+        return self.next_seq - len(self._held) - (len(self.spill) if self.spill is not None else 0)
+
+    def _entries(self, start: int, end: int) -> list[Entry]:
+        """``_held[start:end]`` as entries (numbered, sized and timed)."""
+        first = self._first_held + start
+        stamps = self._stamps
+        k = 0
+        out = []
+        for i, envelope in enumerate(itertools.islice(self._held, start, end)):
+            seq = first + i
+            while k + 1 < len(stamps) and stamps[k + 1][0] <= seq:
+                k += 1
+            out.append(Entry(seq, envelope, envelope.size(), stamps[k][1]))
+        return out
 
     # --- sending and acknowledging -------------------------------------------------
 
@@ -234,7 +286,8 @@ class OutboundLog:
         if spill is not None and len(spill):
             return None
         self._sent = sent + 1
-        return held[sent]
+        envelope = held[sent]
+        return Entry(self.next_seq - 1, envelope, envelope.size(), self._stamps[-1][1])
 
     def take_unsent(self, limit: int) -> list[Entry]:
         """Up to ``limit`` messages due on this connection, in sequence order; they
@@ -245,18 +298,34 @@ class OutboundLog:
         if end <= start:
             return []
         self._sent = end
-        return list(itertools.islice(self._held, start, end))  # one pass, not end-start
+        return self._entries(start, end)
+
+    def take_unsent_run(self, limit: int) -> tuple[int, list[Envelope]]:
+        """:meth:`take_unsent` as the first one's sequence number and the envelopes
+        (the others' numbers follow): what a pump sends, without an entry each."""
+        self._refill()
+        start = self._sent
+        end = min(len(self._held), start + max(0, limit))
+        if end <= start:
+            return 0, []
+        self._sent = end
+        # one pass, not end-start
+        return self._first_held + start, list(itertools.islice(self._held, start, end))
 
     def ack(self, seq: int) -> int:
         """Forget every message up to ``seq`` (cumulative); how many went."""
-        n = freed = 0
         held = self._held
-        while held and held[0].seq <= seq:  # _forget_oldest() each, inlined (per message)
-            freed += held.popleft().size
-            n += 1
-        if n:
+        n = min(seq - self._first_held + 1, len(held))  # held seqs follow each other
+        if n > 0:
+            freed = 0
+            popleft = held.popleft
+            for _ in range(n):  # _forget_oldest() each, inlined (per message)
+                freed += popleft()._size  # (held: its size is known)
             self._bytes -= freed
             self._sent = max(0, self._sent - n)
+            self._drop_stamps()
+        else:
+            n = 0
         self._refill()
         return n
 
@@ -273,8 +342,7 @@ class OutboundLog:
             not self._held or self._bytes + spill.peek_size() <= self.buffer_bytes
         ):
             entry = spill.pop()
-            self._held.append(entry)
-            self._bytes += entry.size
+            self._hold(entry.seq, entry.envelope, entry.size, entry.accepted_at)
 
     # --- figures ---------------------------------------------------------------------
 
@@ -302,17 +370,13 @@ class OutboundLog:
 
     @property
     def oldest_accepted_at(self) -> float | None:
-        return self._held[0].accepted_at if self._held else None
+        return self._stamps[0][1] if self._held else None
 
     @property
     def gone_upto(self) -> int:
         """Every message up to this sequence number has left the log (acknowledged,
         or dropped by ``drop-oldest``); the ones above it are still held."""
-        if self._held:
-            return self._held[0].seq - 1
-        if self.spill is not None and len(self.spill):
-            return self.next_seq - 1 - len(self.spill)
-        return self.next_seq - 1
+        return self._first_held - 1
 
     @property
     def last_seq(self) -> int:

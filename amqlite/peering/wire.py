@@ -52,6 +52,22 @@ class MeshId(NamedTuple):
     seq: int
 
 
+_ONE_NODE_PATHS: dict[str, tuple[str]] = {}
+
+
+def one_node_path(node: str) -> tuple[str]:
+    """``(node,)``, one tuple per node: the path of every message published on
+    ``node`` as it leaves, shared rather than made per message (a tuple made per
+    message lives in the sending log until acked: one more object per message for
+    the cyclic GC's young generation to count and scan)."""
+    path = _ONE_NODE_PATHS.get(node)
+    if path is None:
+        if len(_ONE_NODE_PATHS) >= 1024:  # (a broker has one node id; tests make many)
+            _ONE_NODE_PATHS.clear()
+        path = _ONE_NODE_PATHS[node] = (node,)
+    return path
+
+
 @dataclass(slots=True)  # per-message: not frozen (frozen init costs 4x); never mutate
 class Envelope:
     """A message as peering moves it: the broker message plus its mesh identity,
@@ -77,7 +93,7 @@ class Envelope:
             self.headers,
             self.properties,
             self.exchange,
-            (*path, node) if path else (node,),  # (a message published here: the usual case)
+            (*path, node) if path else one_node_path(node),  # (published here: the usual case)
             self.hops + 1,
             (size if size >= 0 else self.size()) + 16 + len(node),  # what size() would say
         )

@@ -107,14 +107,18 @@ def test_the_cap_holds_and_order_is_kept(
     accepted: list[int] = []
     acked = 0
     last_sent = 0
-    for op, n in steps:
+    at: dict[int, float] = {}  # when each was accepted (the log keeps it as stamps)
+    for i, (op, n) in enumerate(steps):
         if op == "accept":
-            seq = log.accept(env(n, size=50 + n), 0.0)
+            now = float(i // 3)  # some accepted at the same time, some not
+            seq = log.accept(env(n, size=50 + n), now)
             if seq is not None:
                 accepted.append(seq)
+                at[seq] = now
         elif op == "send":
             for e in log.take_unsent(n % 5 + 1):
                 assert e.seq > last_sent
+                assert e.accepted_at == at[e.seq] and e.size == e.envelope.size()
                 last_sent = e.seq
         elif op == "ack" and last_sent:
             acked = max(acked, min(last_sent, acked + n % 4))
@@ -123,6 +127,9 @@ def test_the_cap_holds_and_order_is_kept(
             log.rewind()
             last_sent = acked
         assert log.buffered_bytes <= 500 or log.unacked - len(log.spill or ()) == 1
+        in_memory = log.unacked - len(log.spill or ())
+        assert log.buffered_bytes == sum(e.size() for e in log._held)
+        assert log.oldest_accepted_at == (at[log.gone_upto + 1] if in_memory else None)
     log.rewind()
     rest = seqs(log.take_unsent(10**6))
     while log.unsent:

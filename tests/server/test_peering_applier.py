@@ -274,26 +274,48 @@ publishes = st.lists(
 
 
 @settings(max_examples=200, deadline=None)
-@given(publishes, st.sampled_from([OverflowPolicy.BLOCK, OverflowPolicy.DROP_OLDEST]))
+@given(
+    publishes,
+    st.sampled_from([OverflowPolicy.BLOCK, OverflowPolicy.DROP_OLDEST]),
+    st.sampled_from(
+        ["sends", "sends; one receives", "receives", "queue-fed", "queue-fed; receives"]
+    ),
+)
 def test_a_run_of_client_publishes_goes_as_each_would(
-    steps: list[Any], overflow: OverflowPolicy
+    steps: list[Any], overflow: OverflowPolicy, ends: str
 ) -> None:
     """The dispatcher's way for a publish that is not mandatory (``published_later``:
     offered with the rest of the read, before the next flush) against ``published``
     for each: the same forwards in the same order, the same answers to mandatory
     publishes and ``has_room``, the same counters and held (blocked) messages; a
-    mandatory publish or ``has_room`` in between first offers what waits."""
+    mandatory publish or ``has_room`` in between first offers what waits. With link
+    ends that take no offers (a receiving end; a subscriber's, fed by a peering
+    queue) beside the sending one or alone (then nothing joins a run:
+    ``offers_taken``, which must say whether some end sends unfed)."""
 
     async def run() -> list[Any]:
         seen = []
         for fast in (True, False):
             applier, hook, link, calls = _sending(overflow)
+            px = hook.px
+            if "receives" in ends:  # the acceptor end of c's link in mode publish
+                px.attach(Hello("c", "l2", "/", "x", "topic", PeeringMode.PUBLISH, 3), 0.0)
+            if "queue-fed" in ends:  # the acceptor end of d's link in mode subscribe
+                px.attach(Hello("d", "l3", "/", "x", "topic", PeeringMode.SUBSCRIBE, 4), 0.0)
+            if not ends.startswith("sends"):
+                px.remove_link(link.id, 0.0)
+            assert px.offers_taken is any(
+                end.sends and not end.queue_fed for end in px.links.values()
+            )
+            assert px.offers_taken is ends.startswith("sends")
             answers: list[Any] = []
             for i, step in enumerate(steps):
                 if step == "read ends":
                     applier.offer_runs()
                     continue
                 if step == "ack":
+                    if link.id not in px.links:
+                        continue
                     applier.offer_runs()
                     assert link.log is not None
                     applier.apply(link.receive(Ack(1, link.log.next_seq - 1).to_map(), 0.0))
@@ -305,8 +327,12 @@ def test_a_run_of_client_publishes_goes_as_each_would(
                 _key, mandatory, routed = step
                 outcome = PublishOutcome.ROUTED if routed else PublishOutcome.UNROUTABLE
                 if fast and not mandatory:
+                    before = len(calls)
                     hook.published_later(env, outcome)
-                    assert "turn ended" in calls  # the flusher will run
+                    if px.offers_taken:
+                        assert "turn ended" in calls  # the flusher will run
+                    else:  # nothing to offer: no run, no turn
+                        assert len(calls) == before and not hook.run
                 else:
                     taken = hook.published(env, outcome, 0.0)
                     if mandatory:  # (only a mandatory publish's reply depends on it)

@@ -367,7 +367,14 @@ class ActionApplier:
                     confirms[link_id], safe = safe, 0
                 self._deliver(action, now)
                 continue
-            message = Message(exchange, env.routing_key, env.body, {}, {})
+            headers, properties = env.headers, env.properties
+            if type(headers) is dict and type(properties) is dict:
+                # the decoded (empty) maps serve the message: nothing changes a
+                # message's maps in place, and no other holder of the envelope
+                # looks at them again; two objects fewer per received message
+                message = Message(exchange, env.routing_key, env.body, headers, properties)
+            else:
+                message = Message(exchange, env.routing_key, env.body, {}, {})
             message.mesh = env
             try:
                 publish(message, now=now)

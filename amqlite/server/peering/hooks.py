@@ -76,8 +76,17 @@ class PublishHook:
         which now go as one run (``PeeredExchange.published_run``;
         ``tests/peering/test_fast_paths.py`` checks a run against
         ``published`` for each, ``tests/server/test_peering_applier.py`` the
-        hook's ordering)."""
+        hook's ordering).
+
+        Nothing joins the run while no link end of the exchange takes offers
+        (``PeeredExchange.offers_taken``: every end receives, or a peering queue
+        feeds it, as on a subscriber's remote): its offer would be nothing, and
+        skipping it spares that publish path the run's work
+        (``tests/server/test_peering_applier.py`` checks the actions against
+        ``published`` with and without such ends)."""
         if not self.run:
+            if not self.px.offers_taken:
+                return
             self.applier.run_waiting(self)
         self.run.append(envelope)
         self.run_routed.append(outcome is not _UNROUTABLE)
