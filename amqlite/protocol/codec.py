@@ -1618,6 +1618,10 @@ def encode_publish(
 #: the length, head and a 32-bit id of a plain publish frame, in one pack
 #: (append_plain_publish)
 _PLAIN_PUBLISH_LEAD32 = struct.Struct(f">I{_PUBLISH_HEAD_LEN}sBI").pack
+#: a plain publish's route and body head (``_route_prefix`` and ``bytes_head``) by
+#: exchange, key and body size: the same for every message of one route and size
+#: (bounded like _ROUTE_CACHE)
+_PLAIN_MIDDLE_CACHE: dict[tuple[str, str, int], bytes] = {}
 
 
 def append_plain_publish(
@@ -1630,26 +1634,29 @@ def append_plain_publish(
     Why it exists: a client's plain transient publish (no headers, props, mandatory
     or confirm) is the bench's per-message send; this writes it into the link's
     buffer in three appends (an id of 32 bits, the usual one after the first
-    65,536 publishes, packed with the length and head) instead of building the
-    pieces, joining them into a frame and copying that. tests/protocol/
+    65,536 publishes, packed with the length and head; the route and body head,
+    remembered per route and body size; the body) instead of building the pieces,
+    joining them into a frame and copying that. tests/protocol/
     test_protocol_fast_paths.py checks it against ``encode_publish``."""
-    route = _ROUTE_CACHE.get((exchange, key))
-    if route is None:
-        route = _route_prefix(exchange, key)
     n = len(body)
-    body_head = bytes_head(n)
+    middle = _PLAIN_MIDDLE_CACHE.get((exchange, key, n))
+    if middle is None:
+        middle = _route_prefix(exchange, key) + bytes_head(n)
+        if len(_PLAIN_MIDDLE_CACHE) >= _ROUTE_CACHE_MAX:
+            _PLAIN_MIDDLE_CACHE.clear()
+        _PLAIN_MIDDLE_CACHE[(exchange, key, n)] = middle
     if 0x10000 <= rid < 0x100000000:
-        size = _PUBLISH_HEAD_LEN + 5 + len(route) + len(body_head) + n
+        size = _PUBLISH_HEAD_LEN + 5 + len(middle) + n
         if size > limit:
             return False
         out += _PLAIN_PUBLISH_LEAD32(size, _PUBLISH_HEAD, 0x1A, rid)
     else:
         rid_enc = uint(rid)
-        size = _PUBLISH_HEAD_LEN + len(rid_enc) + len(route) + len(body_head) + n
+        size = _PUBLISH_HEAD_LEN + len(rid_enc) + len(middle) + n
         if size > limit:
             return False
         out += _LEN.pack(size) + _PUBLISH_HEAD + rid_enc
-    out += route + body_head
+    out += middle
     out += body
     return True
 

@@ -110,7 +110,7 @@ def test_send_publish_writes_what_send_writes(
     ),
     exchange=TEXT,
     key=TEXT,
-    body=st.binary(max_size=600),
+    bodies=st.lists(st.binary(max_size=600), min_size=1, max_size=3),
     limit=st.one_of(st.none(), st.integers(0, 700)),
     remote=st.one_of(st.none(), st.integers(0, 700)),
     prefix=st.binary(max_size=8),
@@ -120,7 +120,7 @@ def test_append_plain_publish_appends_what_send_publish_returns(
     rids: list[int],
     exchange: str,
     key: str,
-    body: bytes,
+    bodies: list[bytes],
     limit: int | None,
     remote: int | None,
     prefix: bytes,
@@ -128,11 +128,14 @@ def test_append_plain_publish_appends_what_send_publish_returns(
 ) -> None:
     """The client's plain publish appended to a buffer: ``send_publish``'s frame for
     each id in turn, after what the buffer held; nothing at all (and False) when
-    ``send_publish`` would raise or change state (not OPEN, over either limit)."""
+    ``send_publish`` would raise or change state (not OPEN, over either limit).
+    Bodies of several sizes on one route: the remembered route and body head is
+    the body size's."""
     fast, general = client_in(state), client_in(state)
     fast.remote_max_frame_size = general.remote_max_frame_size = remote
     cap = 1 << 30 if limit is None else limit
-    for rid in rids:
+    for i, rid in enumerate(rids):
+        body = bodies[i % len(bodies)]
         out = bytearray(prefix)
         appended = fast.append_plain_publish(out, rid, exchange, key, body, cap)
         try:
