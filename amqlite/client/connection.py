@@ -648,12 +648,29 @@ class Connection(Declarations, StreamRequests, BulkRequests):
             await self._before_publish()
         rid = self._next_id
         self._next_id = rid + 1
-        self._queue_publish(
-            rid, exchange, routing_key, body, headers, properties, persistent, mandatory, False
-        )
+        link = self._link
+        # a plain publish (bytes, no headers, properties, persistent or mandatory)
+        # goes straight into the link's buffer: the bench's and the usual transient
+        # send, per message; anything else, or a frame append_plain_publish leaves
+        # (not OPEN, too large), takes _queue_publish, which checks and raises
+        if (
+            headers
+            or properties
+            or persistent
+            or mandatory
+            or type(body) is not bytes
+            or not self._proto.append_plain_publish(
+                link.out, rid, exchange, routing_key, body, self.max_frame
+            )
+        ):
+            self._queue_publish(
+                rid, exchange, routing_key, body, headers, properties, persistent, mandatory, False
+            )
+        elif not link.kicked:
+            link.kick()
         n = self._published = self._published + 1
-        if len(self._link.out) >= HIGH_WATER:
-            await self._link.wait_writable()
+        if len(link.out) >= HIGH_WATER:
+            await link.wait_writable()
         elif n % PUBLISH_BATCH == 0:
             await trio.lowlevel.checkpoint()
 

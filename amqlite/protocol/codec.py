@@ -1615,6 +1615,52 @@ def encode_publish(
     return b"".join((_LEN.pack(size), lead, rid_enc, route, body_head, body, tail))
 
 
+#: the length, head and a 32-bit id of a plain publish frame, in one pack
+#: (append_plain_publish)
+_PLAIN_PUBLISH_LEAD32 = struct.Struct(f">I{_PUBLISH_HEAD_LEN}sBI").pack
+#: a plain publish's route and body head (``_route_prefix`` and ``bytes_head``) by
+#: exchange, key and body size: the same for every message of one route and size
+#: (bounded like _ROUTE_CACHE)
+_PLAIN_MIDDLE_CACHE: dict[tuple[str, str, int], bytes] = {}
+
+
+def append_plain_publish(
+    out: bytearray, rid: int, exchange: str, key: str, body: bytes, limit: int
+) -> bool:
+    """Append what ``encode_publish(rid, exchange, key, body, None, None, False,
+    False)`` returns to ``out`` and return True, unless its payload is longer than
+    ``limit`` bytes: then append nothing and return False.
+
+    Why it exists: a client's plain transient publish (no headers, props, mandatory
+    or confirm) is the bench's per-message send; this writes it into the link's
+    buffer in three appends (an id of 32 bits, the usual one after the first
+    65,536 publishes, packed with the length and head; the route and body head,
+    remembered per route and body size; the body) instead of building the pieces,
+    joining them into a frame and copying that. tests/protocol/
+    test_protocol_fast_paths.py checks it against ``encode_publish``."""
+    n = len(body)
+    middle = _PLAIN_MIDDLE_CACHE.get((exchange, key, n))
+    if middle is None:
+        middle = _route_prefix(exchange, key) + bytes_head(n)
+        if len(_PLAIN_MIDDLE_CACHE) >= _ROUTE_CACHE_MAX:
+            _PLAIN_MIDDLE_CACHE.clear()
+        _PLAIN_MIDDLE_CACHE[(exchange, key, n)] = middle
+    if 0x10000 <= rid < 0x100000000:
+        size = _PUBLISH_HEAD_LEN + 5 + len(middle) + n
+        if size > limit:
+            return False
+        out += _PLAIN_PUBLISH_LEAD32(size, _PUBLISH_HEAD, 0x1A, rid)
+    else:
+        rid_enc = uint(rid)
+        size = _PUBLISH_HEAD_LEN + len(rid_enc) + len(middle) + n
+        if size > limit:
+            return False
+        out += _LEN.pack(size) + _PUBLISH_HEAD + rid_enc
+    out += middle
+    out += body
+    return True
+
+
 def encode_ack(rid: int, dtag: int, multiple: bool) -> bytes:
     """One ``ack`` frame: ``encode(Ack(rid, dtag, multiple))``, by hand."""
     if multiple:

@@ -492,6 +492,24 @@ class Connection:
             )
         return data
 
+    def append_plain_publish(
+        self, out: bytearray, rid: int, exchange: str, key: str, body: bytes, limit: int
+    ) -> bool:
+        """Append ``send_publish(rid, exchange, key, body)``'s frame (no headers,
+        props, mandatory or confirm) to ``out`` and return True; or, while not OPEN
+        or when the payload is longer than ``limit`` or the other end's maximum,
+        append nothing and return False (the caller takes ``send_publish``, which
+        raises or changes state as it should).
+
+        Why it exists: a client's transient publish is its per-message send; this
+        skips the frame's join and copy (codec.append_plain_publish)."""
+        if self._state is not self._client_open:
+            return False
+        remote = self.remote_max_frame_size
+        if remote is not None and remote < limit:
+            limit = remote
+        return codec.append_plain_publish(out, rid, exchange, key, body, limit)
+
     def send_ack(self, rid: int, dtag: int, multiple: bool = False) -> bytes:
         """An ``ack`` frame: what ``send(Ack(rid, dtag, multiple))`` gives, by hand."""
         if self._state is not self._client_open:

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 import trio
 import trio.testing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import amqlite
 from amqlite.errors import (
@@ -18,6 +23,75 @@ from amqlite.errors import (
 from amqlite.protocol import events as ev
 
 from .fakeserver import FakeBroker
+
+PUBLISH_ARGS = st.fixed_dictionaries(
+    {
+        "body": st.one_of(
+            st.binary(max_size=300),
+            st.text(max_size=20),
+            st.binary(max_size=20).map(bytearray),
+        ),
+        "headers": st.one_of(
+            st.none(), st.just({}), st.fixed_dictionaries({"h": st.integers(0, 9)})
+        ),
+        "properties": st.one_of(
+            st.none(), st.just({}), st.fixed_dictionaries({"message_id": st.text(max_size=5)})
+        ),
+        "persistent": st.booleans(),
+        "mandatory": st.booleans(),
+    }
+)
+
+
+#: half the calls plain (what the fast path takes), half anything
+CALLS = st.one_of(st.fixed_dictionaries({"body": st.binary(max_size=300)}), PUBLISH_ARGS)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(calls=st.lists(CALLS, min_size=1, max_size=12), first_id=st.sampled_from([0, 65530]))
+def test_plain_and_general_publishes_agree_in_order(
+    calls: list[dict[str, Any]], first_id: int
+) -> None:
+    """publish() sends a plain publish (bytes, nothing optional) on a fast path
+    (Connection.append_plain_publish) and everything else through _queue_publish:
+    mixed, in any order and across the 16- to 32-bit id step, the broker gets each
+    publish as asked, in order, under consecutive ids."""
+
+    async def main() -> list[ev.Publish]:
+        fake = FakeBroker()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(fake.serve)
+            async with amqlite.connect(f"127.0.0.1:{fake.port}") as conn:
+                await conn.declare_queue("q")
+                conn._next_id += first_id  # ids above 65,535 take the 32-bit lead
+                for call in calls:
+                    await conn.publish("", "q", **call)
+                await conn.status()  # a round trip: every publish came before it
+            nursery.cancel_scope.cancel()
+        return fake.frames_of(ev.Publish)
+
+    got = trio.run(main)
+    want = []
+    for call in calls:
+        call = {"headers": None, "properties": None, "persistent": False, "mandatory": False} | call
+        body = call["body"]
+        props = dict(call["properties"] or {})
+        if call["persistent"]:
+            props["persistent"] = True
+        want.append(
+            ev.Publish(
+                0,
+                "",
+                "q",
+                body.encode() if isinstance(body, str) else bytes(body),
+                call["headers"] or {},
+                props,
+                call["mandatory"],
+                False,
+            )
+        )
+    assert [p.id - got[0].id for p in got] == list(range(len(calls)))
+    assert [dataclasses.replace(p, id=0) for p in got] == want
 
 
 async def test_publish_without_confirm_arrives(fake: FakeBroker, addr: str) -> None:

@@ -3,7 +3,8 @@
 - ``send_publish`` / ``send_ack`` / ``send_ok`` write the very bytes
   ``send(Publish(...))`` / ``send(Ack(...))`` / ``send(Ok(...))`` write; the
   remembered encodings of one-entry ``headers`` and ``props`` maps are what
-  ``cbor2.dumps`` writes;
+  ``cbor2.dumps`` writes; ``append_plain_publish`` appends what ``send_publish``
+  returns, or nothing where it would raise or change state;
 - a client decodes ``deliver`` frames and bare ``ok`` frames (the latter from their
   bytes, without cbor2) to the events the checked decoder gives, and leaves every
   frame it does not recognise to it;
@@ -98,6 +99,62 @@ def test_send_publish_writes_what_send_writes(
     server = server_in(ConnState.OPEN)
     server.receive_data(data)
     assert server.events() == [event]
+
+
+@CHECKS
+@given(
+    rids=st.lists(
+        st.one_of(UINTS, st.integers(0x10000, 2**32 - 1), st.integers(2**64, 2**70)),
+        min_size=1,
+        max_size=4,
+    ),
+    exchange=TEXT,
+    key=TEXT,
+    bodies=st.lists(st.binary(max_size=600), min_size=1, max_size=3),
+    limit=st.one_of(st.none(), st.integers(0, 700)),
+    remote=st.one_of(st.none(), st.integers(0, 700)),
+    prefix=st.binary(max_size=8),
+    state=st.sampled_from(ConnState),
+)
+def test_append_plain_publish_appends_what_send_publish_returns(
+    rids: list[int],
+    exchange: str,
+    key: str,
+    bodies: list[bytes],
+    limit: int | None,
+    remote: int | None,
+    prefix: bytes,
+    state: ConnState,
+) -> None:
+    """The client's plain publish appended to a buffer: ``send_publish``'s frame for
+    each id in turn, after what the buffer held; nothing at all (and False) when
+    ``send_publish`` would raise or change state (not OPEN, over either limit).
+    Bodies of several sizes on one route: the remembered route and body head is
+    the body size's."""
+    fast, general = client_in(state), client_in(state)
+    fast.remote_max_frame_size = general.remote_max_frame_size = remote
+    cap = 1 << 30 if limit is None else limit
+    for i, rid in enumerate(rids):
+        body = bodies[i % len(bodies)]
+        out = bytearray(prefix)
+        appended = fast.append_plain_publish(out, rid, exchange, key, body, cap)
+        try:
+            data = general.send_publish(rid, exchange, key, body)
+        except LocalProtocolError:
+            data = None
+        if data is not None and state is ConnState.OPEN and len(data) - 4 <= cap:
+            assert appended
+            assert out == prefix + data
+        else:
+            assert not appended
+            assert out == prefix
+        assert fast.state is state
+        if state is ConnState.OPEN:
+            server = server_in(ConnState.OPEN)
+            server.receive_data(bytes(out[len(prefix) :]))
+            got = server.events()
+            if appended:
+                assert got == [ev.Publish(rid, exchange, key, body, {}, {}, False, False)]
 
 
 @CHECKS
