@@ -653,14 +653,21 @@ class Connection(Declarations, StreamRequests, BulkRequests):
         # goes straight into the link's buffer: the bench's and the usual transient
         # send, per message; anything else, or a frame append_plain_publish leaves
         # (not OPEN, too large), takes _queue_publish, which checks and raises
+        # a grouped publish (properties alone, one small valid entry) likewise,
+        # through append_props_publish
         if (
             headers
-            or properties
             or persistent
             or mandatory
             or type(body) is not bytes
-            or not self._proto.append_plain_publish(
-                link.out, rid, exchange, routing_key, body, self.max_frame
+            or not (
+                self._proto.append_props_publish(
+                    link.out, rid, exchange, routing_key, body, properties, self.max_frame
+                )
+                if properties
+                else self._proto.append_plain_publish(
+                    link.out, rid, exchange, routing_key, body, self.max_frame
+                )
             )
         ):
             self._queue_publish(

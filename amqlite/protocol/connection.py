@@ -510,6 +510,31 @@ class Connection:
             limit = remote
         return codec.append_plain_publish(out, rid, exchange, key, body, limit)
 
+    def append_props_publish(
+        self,
+        out: bytearray,
+        rid: int,
+        exchange: str,
+        key: str,
+        body: bytes,
+        props: dict[str, Any],
+        limit: int,
+    ) -> bool:
+        """Append ``send_publish(rid, exchange, key, body, None, props)``'s frame to
+        ``out`` and return True when ``props`` is a valid one-entry map
+        (codec.append_props_publish: a grouped message's); otherwise, or while not
+        OPEN or over ``limit`` or the other end's maximum, append nothing and return
+        False (the caller takes the general path, which checks and raises).
+
+        Why it exists: a grouped publish is the groups bench's per-message send;
+        this skips check_props, the frame's join and its copy."""
+        if self._state is not self._client_open:
+            return False
+        remote = self.remote_max_frame_size
+        if remote is not None and remote < limit:
+            limit = remote
+        return codec.append_props_publish(out, rid, exchange, key, body, props, limit)
+
     def send_ack(self, rid: int, dtag: int, multiple: bool = False) -> bytes:
         """An ``ack`` frame: what ``send(Ack(rid, dtag, multiple))`` gives, by hand."""
         if self._state is not self._client_open:

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -99,6 +100,91 @@ def test_send_publish_writes_what_send_writes(
     server = server_in(ConnState.OPEN)
     server.receive_data(data)
     assert server.events() == [event]
+
+
+PROPS_VALUES = st.one_of(
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=False),
+    st.text(max_size=70),
+)
+PROPS_MAPS = st.dictionaries(
+    st.sampled_from([*PROPERTY_TYPES, "x"]), PROPS_VALUES, min_size=0, max_size=2
+)
+
+
+@CHECKS
+@given(
+    rids=st.lists(st.one_of(UINTS, st.integers(0x10000, 2**32 - 1)), min_size=1, max_size=6),
+    exchange=TEXT,
+    key=TEXT,
+    body=st.binary(max_size=300),
+    maps=st.lists(PROPS_MAPS, min_size=1, max_size=6),
+    limit=st.one_of(st.none(), st.integers(0, 500)),
+    remote=st.one_of(st.none(), st.integers(0, 500)),
+    state=st.sampled_from(ConnState),
+)
+def test_append_props_publish_appends_what_send_publish_returns(
+    rids: list[int],
+    exchange: str,
+    key: str,
+    body: bytes,
+    maps: list[dict[str, Any]],
+    limit: int | None,
+    remote: int | None,
+    state: ConnState,
+) -> None:
+    """A grouped publish appended to a buffer: ``send_publish``'s frame with the
+    same props, after what the buffer held, whenever the map is valid (check_props);
+    nothing (and False) for an invalid map, in any state but OPEN or over either
+    limit. Maps one after another, so a remembered pair is looked up by later ones
+    (``True`` after ``1``, equal as dict keys, must not find its bytes); every
+    valid one-entry map with a short value is taken (the fast path is used)."""
+    fast, general = client_in(state), client_in(state)
+    fast.remote_max_frame_size = general.remote_max_frame_size = remote
+    cap = 1 << 30 if limit is None else limit
+    for i, rid in enumerate(rids):
+        props = maps[i % len(maps)]
+        out = bytearray(b"x")
+        appended = fast.append_props_publish(out, rid, exchange, key, body, props, cap)
+        valid = bool(props) and codec.check_props(props) is None
+        data = None
+        if valid:
+            with contextlib.suppress(LocalProtocolError):
+                data = general.send_publish(rid, exchange, key, body, None, props)
+        fits = data is not None and state is ConnState.OPEN and len(data) - 4 <= cap
+        if appended:
+            assert fits
+            assert out == b"x" + data
+            server = server_in(ConnState.OPEN)
+            server.receive_data(bytes(out[1:]))
+            assert server.events() == [
+                ev.Publish(rid, exchange, key, body, {}, props, False, False)
+            ]
+        else:
+            assert out == b"x"
+            short = all(
+                type(v) is not str or len(v) <= codec._PAIR_CACHE_TEXT for v in props.values()
+            )
+            assert not (fits and len(props) == 1 and short)
+        assert fast.state is state
+
+
+def test_append_props_publish_reads_a_changed_map_afresh() -> None:
+    """The same dict, changed between two publishes, gives each time the frame of
+    what it holds then (the remembered pairs are keyed by value, not identity)."""
+    fast = client_in(ConnState.OPEN)
+    props: dict[str, Any] = {"group_id": "a"}
+    for value in ("a", "b", "a"):
+        props["group_id"] = value
+        out = bytearray()
+        assert fast.append_props_publish(out, 1, "", "q", b"m", props, 1 << 20)
+        assert bytes(out) == codec.encode_publish(1, "", "q", b"m", None, props, False, False)
+    props["priority"] = -1  # invalid: nothing appended
+    del props["group_id"]
+    out = bytearray()
+    assert not fast.append_props_publish(out, 1, "", "q", b"m", props, 1 << 20)
+    assert out == bytearray()
 
 
 @CHECKS
