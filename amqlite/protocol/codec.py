@@ -504,12 +504,17 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
     part of the broker's time per transient message.
     tests/protocol/test_protocol_fast_paths.py checks it against the checked
     decoder, for the client's frames and for altered ones."""
-    if buf.startswith(_PUBLISH_HEAD, start):
+    grouped = False
+    if buf.startswith(_PUBLISH_HEAD, start) or (
+        grouped := buf.startswith(_PROPS_PUBLISH_HEAD, start)
+    ):
         # The usual frame, read in one go: an id of up to 32 bits, the route of the
         # frame before, a body of up to 64 KiB ending the frame. The general path
         # below reads the same frame the same way, in more steps (a call, tuples and
         # a look-up each), which cost about 0.4 us of a broker's 5.5 a message;
-        # anything else falls through to it.
+        # anything else falls through to it. Likewise a grouped message's (the
+        # props head): the body, then a props pair whose encoding was read before
+        # (_PROPS_READ), the very map the general path would return for it.
         at = start + _PUBLISH_HEAD_LEN
         if at < end:
             rid = buf[at]
@@ -538,11 +543,23 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
                     at += 3
                 else:
                     size = -1
-                if at + size == end:  # (never with size -1: at < end here)
-                    body = buf[at:end]
-                    if type(body) is not bytes:
-                        body = bytes(body)
-                    return ev.Publish(rid, names[0], names[1], body, {}, {}, False, False)
+                if not grouped:
+                    if at + size == end:  # (never with size -1: at < end here)
+                        body = buf[at:end]
+                        if type(body) is not bytes:
+                            body = bytes(body)
+                        return ev.Publish(rid, names[0], names[1], body, {}, {}, False, False)
+                elif size >= 0 and buf.startswith(_K_PROPS, at + size, end):
+                    stop = at + size + len(_K_PROPS)
+                    if end - stop <= _PROPS_MAX:
+                        props = _PROPS_READ.get(bytes(buf[stop:end]))
+                        if props is not None:
+                            body = buf[at : at + size]
+                            if type(body) is not bytes:
+                                body = bytes(body)
+                            return ev.Publish(
+                                rid, names[0], names[1], body, {}, props, False, False
+                            )
     # what follows the body: nothing; {"persistent": true} and confirm (a confirmed
     # persistent publish's tail, cut off here); or a small props map (read_props),
     # perhaps then confirm
@@ -700,7 +717,12 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
     largest part of a transient consumer's time per message. The consumer tag and
     the route are decoded once (bounded caches).
     tests/protocol/test_protocol_fast_paths.py checks it against ``cbor2.loads``."""
-    if buf.startswith(_DELIVER_HEAD, start):
+    grouped = False
+    if buf.startswith(_DELIVER_HEAD, start) or (
+        grouped := buf.startswith(_PERSISTENT_DELIVER_HEAD, start)
+    ):
+        # (and a grouped message's, with a props pair after the body whose encoding
+        # was read before: the map below, as the general path builds it)
         # The usual frame, read in one go: the consumer tag and the route of the
         # frame before, a tag of up to 32 bits, a body of up to 64 KiB ending the
         # frame (read_plain_publish's first branch, for the same reason: the
@@ -739,16 +761,32 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
                     at += 3
                 else:
                     size = -1
-                if at + size == end:  # (never with size -1: at < end here)
-                    body = buf[at:end]
-                    return {
-                        "m": "deliver",
-                        "ctag": ctag,
-                        "dtag": dtag,
-                        "exchange": names[0],
-                        "key": names[1],
-                        "body": body if type(body) is bytes else bytes(body),
-                    }
+                if not grouped:
+                    if at + size == end:  # (never with size -1: at < end here)
+                        body = buf[at:end]
+                        return {
+                            "m": "deliver",
+                            "ctag": ctag,
+                            "dtag": dtag,
+                            "exchange": names[0],
+                            "key": names[1],
+                            "body": body if type(body) is bytes else bytes(body),
+                        }
+                elif size >= 0 and buf.startswith(_K_PROPS, at + size, end):
+                    stop = at + size + len(_K_PROPS)
+                    if end - stop <= _PROPS_MAX:
+                        known = _PROPS_READ.get(bytes(buf[stop:end]))
+                        if known is not None:
+                            body = buf[at : at + size]
+                            return {
+                                "m": "deliver",
+                                "ctag": ctag,
+                                "dtag": dtag,
+                                "exchange": names[0],
+                                "key": names[1],
+                                "body": body if type(body) is bytes else bytes(body),
+                                "props": dict(known),
+                            }
     props = False  # or a small props map after the body (read_props)
     if buf.startswith(_DELIVER_HEAD, start):
         persistent = False

@@ -642,6 +642,112 @@ def test_appending_deliveries_is_checked_as_send_deliver_is() -> None:
     assert out == b""
 
 
+#: props of a run of grouped frames: the same few maps, as a groups publisher sends
+RUN_PROPS = st.sampled_from(
+    [
+        {"group_id": "g1"},
+        {"group_id": "g1"},
+        {"group_id": "g22"},
+        {"persistent": True},
+        {"priority": 3},
+        {"group_id": "g1", "priority": 300},
+        {"group_id": "x" * 23},
+    ]
+)
+
+
+@CHECKS
+@given(
+    frames=st.lists(
+        st.tuples(
+            st.one_of(UINTS, st.sampled_from([23, 24, 0xFF, 0x100, 0xFFFF, 0x10000, 2**32])),
+            st.sampled_from([("", "q"), ("", "q"), ("ex", "k"), ("", "")]),
+            st.one_of(st.binary(max_size=30), st.binary(min_size=250, max_size=300)),
+            RUN_PROPS,
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    cut=st.integers(1, 70),
+    flip=st.tuples(st.integers(-70, 60), st.integers(0, 255)),
+)
+def test_a_run_of_grouped_publishes_reads_as_the_checked_decoder_reads_it(
+    frames: list[tuple[int, tuple[str, str], bytes, dict[str, Any]]],
+    cut: int,
+    flip: tuple[int, int],
+) -> None:
+    """A groups publisher's frames (a props map alone) repeat the route and the
+    props maps of frames before: those take read_plain_publish's first branch too
+    (the props found by their encoding). Each frame of a run, and each cut short
+    (from either end) or with a byte changed, reads as the checked decoder reads it
+    or is left to the other paths."""
+    for rid, (exchange, key), body, props in frames:
+        payload = codec.encode_publish(rid, exchange, key, body, None, props, False, False)[4:]
+        expected = ev.Publish(rid, exchange, key, body, {}, props, False, False)
+        assert codec.read_plain_publish(payload, 0, len(payload)) == expected
+        at, value = flip
+        changed = bytearray(payload)
+        if -len(changed) <= at < len(changed):
+            changed[at] = value
+        for variant in (payload[:cut], payload[:-cut], bytes(changed), payload + b"\x00"):
+            assert codec.read_plain_publish(payload, 0, len(payload)) == expected  # the route
+            read = codec.read_plain_publish(variant, 0, len(variant))
+            try:
+                general: ev.Event | None = _general(Role.SERVER, variant)
+            except Exception:
+                general = None
+            if read is not None:
+                assert read == general
+                assert type(read.body) is bytes
+
+
+@CHECKS
+@given(
+    frames=st.lists(
+        st.tuples(
+            st.sampled_from(["c", "c", "other", ""]),
+            st.one_of(UINTS, st.sampled_from([23, 24, 0xFF, 0x100, 0xFFFF, 0x10000, 2**32])),
+            st.sampled_from([("", "q"), ("", "q"), ("ex", "k"), ("", "")]),
+            st.one_of(st.binary(max_size=30), st.binary(min_size=250, max_size=300)),
+            RUN_PROPS,
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    cut=st.integers(1, 70),
+    flip=st.tuples(st.integers(-70, 60), st.integers(0, 255)),
+)
+def test_a_run_of_grouped_deliveries_reads_as_cbor_reads_it(
+    frames: list[tuple[str, int, tuple[str, str], bytes, dict[str, Any]]],
+    cut: int,
+    flip: tuple[int, int],
+) -> None:
+    """A consumer's grouped deliveries (a props map last) repeat the tag, the route
+    and the props of frames before: those take read_plain_deliver's first branch
+    too. Each frame of a run, and each cut short (from either end) or with a byte
+    changed, reads as ``cbor2.loads`` reads it (the same keys in the same order, a
+    props map of the reader's own) or is left to the other paths."""
+    for ctag, dtag, (exchange, key), body, props in frames:
+        msg = FakeMessage(exchange, key, body, properties=props)
+        payload = codec.encode_deliver(ctag, dtag, False, msg)[4:]
+        expected = cbor2.loads(payload)
+        at, value = flip
+        changed = bytearray(payload)
+        if -len(changed) <= at < len(changed):
+            changed[at] = value
+        first = codec.read_plain_deliver(payload, 0, len(payload))
+        assert first == expected and list(first) == list(expected)
+        for variant in (payload[:cut], payload[:-cut], bytes(changed), payload + b"\x00"):
+            read = codec.read_plain_deliver(payload, 0, len(payload))  # the tag and route
+            assert read == expected and list(read) == list(expected)
+            assert read["props"] is not first["props"]  # each reader's map its own
+            got = codec.read_plain_deliver(variant, 0, len(variant))
+            if got is not None:
+                assert got == cbor2.loads(variant)
+                assert list(got) == list(cbor2.loads(variant))
+                assert type(got["body"]) is bytes
+
+
 @CHECKS
 @given(
     frames=st.lists(
