@@ -496,8 +496,9 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
     "key", "body"}``, in that order, an unsigned ``id``), or for a confirmed
     persistent one (the same, then ``"props": {"persistent": true}, "confirm":
     true``), or for one with a small ``props`` map alone or with ``confirm`` true
-    (:func:`read_props`: a grouped message's); None for anything else, which the
-    other paths then decode (and refuse if it is bad).
+    (:func:`read_props`: a grouped message's), or for one with a small ``headers``
+    map alone (the same reader, checked as headers: a selected message's); None for
+    anything else, which the other paths then decode (and refuse if it is bad).
 
     Why it exists: a publish is the server's per-message frame, and its CBOR
     decoding (a dict of five or seven keys, then the field checks) was the largest
@@ -560,6 +561,18 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
                             return ev.Publish(
                                 rid, names[0], names[1], body, {}, props, False, False
                             )
+                elif size >= 0 and buf.startswith(_K_HEADERS, at + size, end):
+                    # a selected message's (headers alone, read before: _HEADERS_READ)
+                    stop = at + size + len(_K_HEADERS)
+                    if end - stop <= _PROPS_MAX:
+                        headers = _HEADERS_READ.get(bytes(buf[stop:end]))
+                        if headers is not None:
+                            body = buf[at : at + size]
+                            if type(body) is not bytes:
+                                body = bytes(body)
+                            return ev.Publish(
+                                rid, names[0], names[1], body, headers, {}, False, False
+                            )
     # what follows the body: nothing; {"persistent": true} and confirm (a confirmed
     # persistent publish's tail, cut off here); or a small props map (read_props),
     # perhaps then confirm
@@ -592,6 +605,20 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
     if got is None:
         return None
     (exchange, key), body, stop = got
+    if props_after and not confirm and buf.startswith(_K_HEADERS, stop, end):
+        # a headers pair alone, last (a selected message's): as props below, the
+        # one dict kept for its encoding (_HEADERS_READ; a broker never changes a
+        # message's headers: a dead-lettered copy gets a new map)
+        at = stop + len(_K_HEADERS)
+        if end - at > _PROPS_MAX:
+            return None
+        enc = buf[at:end]
+        if type(enc) is not bytes:
+            enc = bytes(enc)
+        headers = _HEADERS_READ.get(enc) or _read_small_map(enc, True)
+        if headers is None:
+            return None
+        return ev.Publish(rid, exchange, key, body, headers, {}, False, False)
     if props_after:
         # the props pair, last: the map read_props reads, as the one dict kept for
         # its encoding (shared by every message spelled so, not copied as
@@ -647,6 +674,19 @@ def _read_props(enc: bytes) -> dict[str, Any] | None:
     """:func:`read_props` of all of ``enc`` (at most _PROPS_MAX bytes), not yet
     remembered: parsed, checked and remembered (the map itself is returned, which
     callers must not change)."""
+    return _read_small_map(enc, False)
+
+
+#: a small headers map's encoding -> the map (read_plain_publish: a selected
+#: message's ``{"k": 3}``; bounded, cleared with _PROPS_READ)
+_HEADERS_READ: dict[bytes, dict[str, Any]] = {}
+
+
+def _read_small_map(enc: bytes, headers: bool) -> dict[str, Any] | None:
+    """The map of one to four entries with short text keys and short text, unsigned
+    integer or boolean values encoded in all of ``enc``, checked as a props map
+    (``headers`` False: remembered in _PROPS_READ) or a headers map (True:
+    _HEADERS_READ); None for anything else."""
     if not enc:
         return None
     h = enc[0]
@@ -689,7 +729,16 @@ def _read_props(enc: bytes) -> dict[str, Any] | None:
             props[name] = value
     except (IndexError, UnicodeDecodeError):
         return None
-    if i != size or len(props) != count or check_props(props) is not None:
+    if i != size or len(props) != count:
+        return None
+    if headers:
+        if check_headers(props) is not None:
+            return None
+        if len(_HEADERS_READ) >= 4096:
+            _HEADERS_READ.clear()
+        _HEADERS_READ[enc] = props
+        return props
+    if check_props(props) is not None:
         return None
     if len(_PROPS_READ) >= 4096:
         _PROPS_READ.clear()

@@ -846,9 +846,72 @@ def test_deliveries_with_more_fields_are_not_read_as_plain() -> None:
         assert codec.read_plain_deliver(payload, 0, len(payload)) is None
 
 
+RUN_HEADERS = st.one_of(
+    st.sampled_from([{"k": 0}, {"k": 3}, {"k": 3}, {"k": "x"}, {"k": True}, {"a": 1, "b": "y"}]),
+    st.dictionaries(st.text(max_size=30), st.one_of(UINTS, TEXT, st.booleans()), max_size=5),
+    HEADERS,
+)
+
+
+@CHECKS
+@given(
+    frames=st.lists(
+        st.tuples(
+            st.one_of(UINTS, st.sampled_from([23, 24, 0xFF, 0x100, 0xFFFF, 0x10000, 2**32])),
+            st.sampled_from([("", "q"), ("", "q"), ("ex", "k"), ("", "")]),
+            st.one_of(st.binary(max_size=30), st.binary(min_size=250, max_size=300)),
+            RUN_HEADERS,
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    cut=st.integers(1, 70),
+    flip=st.tuples(st.integers(-70, 60), st.integers(0, 255)),
+)
+def test_a_run_of_selected_publishes_reads_as_the_checked_decoder_reads_it(
+    frames: list[tuple[int, tuple[str, str], bytes, dict[str, Any]]],
+    cut: int,
+    flip: tuple[int, int],
+) -> None:
+    """A selectors publisher's frames (a headers map alone) take read_plain_publish's
+    fast branches (the headers found by their encoding, _HEADERS_READ): each frame
+    of a run, and each cut short (from either end), with a byte changed or with a
+    byte after it, reads as the checked decoder reads it or is left to the other
+    paths; a small map of short text, unsigned or boolean values is read."""
+    for rid, (exchange, key), body, headers in frames:
+        payload = codec.encode_publish(rid, exchange, key, body, headers, None, False, False)[4:]
+        expected = ev.Publish(rid, exchange, key, body, headers, {}, False, False)
+        assert _general(Role.SERVER, payload) == expected
+        read = codec.read_plain_publish(payload, 0, len(payload))
+        assert read is None or read == expected
+        if headers in ({"k": 0}, {"k": 3}, {"k": "x"}, {"k": True}, {"a": 1, "b": "y"}):
+            assert read == expected  # the case the fast branches are for
+        if read is not None:  # (True == 1: the types too)
+            assert [type(v) for v in read.headers.values()] == [type(v) for v in headers.values()]
+        at, value = flip
+        changed = bytearray(payload)
+        if -len(changed) <= at < len(changed):
+            changed[at] = value
+        for variant in (payload[:cut], payload[:-cut], bytes(changed), payload + b"\x00"):
+            read = codec.read_plain_publish(variant, 0, len(variant))
+            try:
+                general: ev.Event | None = _general(Role.SERVER, variant)
+            except Exception:
+                general = None
+            if read is not None:
+                assert read == general
+                assert type(read.body) is bytes
+                assert type(read.headers) is dict
+                assert isinstance(general, ev.Publish)
+                assert list(map(type, read.headers.values())) == list(
+                    map(type, general.headers.values())
+                )
+
+
 def test_publishes_with_options_are_not_read_as_plain() -> None:
     for options in (
-        {"headers": {"h": 1}},
+        {"headers": {"h": -1}},
+        {"headers": {"h": 1}, "confirm": True},
         {"props": {"persistent": True}, "mandatory": True, "confirm": True},
         {"props": {"content_type": "t" * 30}},
         {"headers": {"h": 1}, "props": {"persistent": True}, "confirm": True},
