@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from amqlite.broker import Message
 from amqlite.broker.selector import SelectorError, compile_selector
-from amqlite.broker.selector.compiler import compile_condition, compile_node
+from amqlite.broker.selector.compiler import compile_condition, compile_node, header_equals_accepts
 from amqlite.broker.selector.lexer import tokenize
 from amqlite.broker.selector.syntax import (
     Between,
@@ -282,3 +282,49 @@ def test_arithmetic_agrees_with_the_reference(node: Node, headers: dict[str, Any
     parsed = _Parser(tokenize(text)).expression(0)
     message = Message("", "", b"", headers, {"priority": 3})
     assert _same(compile_node(parsed)(message), reference(node, message)), text
+
+
+equality_constants = st.one_of(
+    st.sampled_from([0, 1]),  # equal to False and True as Python values
+    st.integers(0, 20),
+    st.sampled_from([2**62, 2**63 - 1, 2**53 + 1]),
+    st.text(TEXT_ALPHABET, max_size=3),
+    st.floats(min_value=0.0, max_value=10.0),
+    st.booleans(),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.sampled_from(NAMES),
+    equality_constants,
+    st.booleans(),
+    st.lists(messages(), min_size=1, max_size=6),
+)
+def test_the_header_equality_fast_path_agrees_with_the_general_closures(
+    name: str, constant: Any, flipped: bool, sample: list[Message]
+) -> None:
+    """``header = constant`` (compiler.header_equals_accepts, taken by
+    compile_selector) accepts exactly the messages the general closures find TRUE,
+    and exactly those the reference does; other names and constants take the
+    general path."""
+    pair = (Literal(constant), Ident(name))
+    node = Binary("=", *(pair if flipped else pair[::-1]))
+    selector = compile_selector(show(node, flipped))
+    general = compile_condition(node)
+    fast = header_equals_accepts(node)
+    if name in HEADERS and type(constant) in (int, str):
+        assert fast is not None
+    else:
+        assert fast is None
+    for message in sample:
+        if type(constant) is int and name in HEADERS and message.headers.get(name) is not None:
+            # the values that must compare: an equal int, float and text, and a bool
+            for value in (constant, float(constant), str(constant), True, False):
+                message.headers[name] = value
+                expected = general(message) is True
+                assert selector.accepts(message) is expected
+                assert (reference_condition(node, message) is True) is expected
+        expected = general(message) is True
+        assert selector.accepts(message) is expected
+        assert (reference_condition(node, message) is True) is expected

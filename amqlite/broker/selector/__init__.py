@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..message import Message
-from .compiler import compile_condition
+from .compiler import compile_condition, header_equals_accepts
 from .errors import SelectorError
 from .syntax import parse
 
@@ -32,7 +32,11 @@ class Selector:
 def compile_selector(text: str) -> Selector:
     """Parse and compile ``text``; :class:`SelectorError` (406) with the position and
     reason when it is not a valid selector."""
-    fn = compile_condition(parse(text))
+    tree = parse(text)
+    fast = header_equals_accepts(tree)
+    if fast is not None:
+        return Selector(text, fast)
+    fn = compile_condition(tree)
 
     def accepts(message: Message) -> bool:
         return fn(message) is True

@@ -114,6 +114,11 @@ def getter(name: str) -> Getter:
     return read_header
 
 
+def is_header(name: str) -> bool:
+    """True when identifier ``name`` reads a header (:func:`getter`'s last case)."""
+    return name not in _FIXED and _JMS_PROPERTIES.get(name, name) not in PROPERTIES
+
+
 def value_of(message: Message, name: str) -> Any:
     """Identifier ``name``'s value in ``message`` (None: NULL)."""
     return getter(name)(message)
