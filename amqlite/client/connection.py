@@ -46,7 +46,7 @@ from .addresses import Address
 from .bulk import BulkRequests
 from .consumer import Consumer, Subscriptions
 from .declarations import Declarations
-from .delivery import Delivery, PlainDelivery
+from .delivery import Delivery
 from .dial import HELLO_ID, Dialed, Dialer
 from .link import Disconnected, LinkEvent, LinkState, Reconnected, next_state
 from .policy import ReconnectPolicy
@@ -372,7 +372,7 @@ class Connection(Declarations, StreamRequests, BulkRequests):
                 no_ack = c.no_ack
                 if not no_ack:
                     delivered(dtag)
-                c.push(PlainDelivery(settler, e, dtag, c.tag, c.queue, no_ack))
+                c.push_map(e, dtag)  # (its PlainDelivery built when handed out)
             elif t is ev.Deliver:  # one with headers, properties, an offset, ...
                 assert isinstance(e, ev.Deliver)
                 last = e.dtag
@@ -768,6 +768,7 @@ class Connection(Declarations, StreamRequests, BulkRequests):
             exclusive=exclusive,
             arguments=dict(args),  # its own: it follows a stream's deliveries
             selector=selector,
+            settler=self._settler,
         )
         req = ev.Consume(self._new_id(), queue, tag, prefetch, no_ack, exclusive, args, selector)
         pending: PendingReply | None = None

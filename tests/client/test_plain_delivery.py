@@ -9,6 +9,7 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
+from amqlite.client.consumer import Consumer, Subscriptions
 from amqlite.client.delivery import Delivery, PlainDelivery
 from amqlite.protocol import ConnState, codec
 from amqlite.protocol import events as ev
@@ -91,3 +92,66 @@ def test_a_plain_delivery_settles_as_the_checked_one(
         seen.append((recorder.calls, d.settled))
     assert seen[0] == seen[1]
     assert seen[0][1] is True and (seen[0][0] == [] if no_ack else len(seen[0][0]) == 1)
+
+
+class _Host:
+    is_open = True
+    close_timeout = 1.0
+
+
+async def _no_cancel(c: Consumer) -> None:
+    return None
+
+
+def _consumer(settler: Any, no_ack: bool) -> Consumer:
+    return Consumer(
+        _Host(), _no_cancel, "q", tag="c1", prefetch=0, no_ack=no_ack, exclusive=False,
+        arguments={}, settler=settler,
+    )  # fmt: skip
+
+
+@given(
+    maps=st.lists(MAPS, max_size=6),
+    no_ack=st.booleans(),
+    handed=st.integers(0, 6),
+    rename_at=st.integers(0, 6),
+    base=st.integers(0, 1000),
+)
+def test_a_consumer_hands_out_a_pushed_map_as_the_pushed_delivery(
+    maps: list[dict[str, Any]], no_ack: bool, handed: int, rename_at: int, base: int
+) -> None:
+    """Consumer.push_map (the reader's per-message path: the delivery built when
+    handed out) against push of the PlainDelivery built at once: the same
+    deliveries, in order, before and after a queue rename, and the same dropped
+    buffer on finish."""
+    settler = Recorder()
+    settler.tag_base = base // 2
+    lazy, eager = _consumer(settler, no_ack), _consumer(settler, no_ack)
+    subs = Subscriptions()
+    subs["c1"] = lazy
+    eager_subs = Subscriptions()
+    eager_subs["c1"] = eager
+    got: list[list[Delivery]] = [[], []]
+
+    async def main() -> None:
+        for i, m in enumerate(maps):
+            if i == rename_at:
+                subs.rename_queue("q", "q2")
+                eager_subs.rename_queue("q", "q2")
+            dtag = m["dtag"] + base
+            lazy.push_map(dict(m), dtag)
+            eager.push(PlainDelivery(settler, dict(m), dtag, eager.tag, eager.queue, no_ack))
+        for _ in range(min(handed, len(maps))):
+            got[0].append(await lazy.__anext__())
+            got[1].append(await eager.__anext__())
+
+    trio.run(main)
+    assert lazy.buffered == eager.buffered
+    got[0] += lazy.finish(None, drop_buffer=True)
+    got[1] += eager.finish(None, drop_buffer=True)
+    assert len(got[0]) == len(got[1]) == len(maps)
+    for a, b in zip(got[0], got[1], strict=True):
+        assert type(a) is type(b) is PlainDelivery
+        for name in FIELDS:
+            assert getattr(a, name) == getattr(b, name), name
+        assert repr(a) == repr(b)
