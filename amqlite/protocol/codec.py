@@ -83,12 +83,29 @@ def check_props(value: Any) -> str | None:
             if t is None:
                 return f"unknown property {k!r}"
             return f"property {k!r} must be {t.__name__}"
-        if t is int and k in _NON_NEGATIVE and cast(int, v) < 0:
-            return f"property {k!r} must not be negative"
+        if t is int and k in PROPERTY_MAX:
+            n = cast(int, v)
+            if n < 0:
+                return f"property {k!r} must not be negative"
+            if n > PROPERTY_MAX[k]:
+                return f"property {k!r} must be at most {PROPERTY_MAX[k]} ({_INT_LIMITS[k]})"
     return None
 
 
-_NON_NEGATIVE = frozenset(("expiration", "timestamp", "priority"))
+#: The integer properties' largest values: what every consumer can be handed (an
+#: AMQP consumer's priority is an octet and its timestamp a date, at most
+#: 9999-12-31; the Spark reader's columns are 64-bit signed). Anything larger is
+#: refused at the publish, not left to fail each consumer it is delivered to.
+PROPERTY_MAX = {
+    "priority": 255,
+    "timestamp": 253_402_300_799_999,
+    "expiration": 2**63 - 1,
+}
+_INT_LIMITS = {
+    "priority": "an AMQP octet",
+    "timestamp": "milliseconds since 1970: 9999-12-31T23:59:59.999Z",
+    "expiration": "milliseconds, a signed 64-bit integer",
+}
 
 
 def _is_str(v: Any) -> bool:

@@ -230,3 +230,45 @@ def test_native_publish_reaches_an_amqp_consumer(server: AmqpServer) -> None:
     assert props.delivery_mode == 2 or props.delivery_mode is None
     ch.queue_delete(q)
     connection.close()
+
+
+@pytest.mark.parametrize(
+    ("props", "mentions"),
+    [
+        ({"priority": 256}, "'priority' must be at most 255"),
+        ({"timestamp": 253_402_300_800_000}, "'timestamp' must be at most"),
+        ({"timestamp": 2**64}, "'timestamp' must be at most"),
+    ],
+    ids=["priority", "timestamp-after-9999", "timestamp-2**64"],
+)
+def test_a_property_no_amqp_consumer_could_take_is_refused_at_the_publish(
+    server: AmqpServer, props: dict[str, Any], mentions: str
+) -> None:
+    """A native publish whose integer property an AMQP delivery cannot carry (an
+    octet's priority, a timestamp after 9999) is refused with a clear error, and
+    the largest ones that fit reach a pika consumer as they were sent. (Such a
+    message used to be accepted, and then closed every AMQP connection it was
+    delivered to with 541.)"""
+    q = _name("edge-props")
+    largest = {"priority": 255, "timestamp": 253_402_300_799_999}
+
+    async def publish() -> str:
+        async with amqlite.connect(f"127.0.0.1:{server.port}") as native:
+            await native.declare_queue(q)
+            try:
+                await native.publish("", q, b"refused", properties=props, confirm=True)
+            except ValueError as exc:  # the client checks first; the broker too
+                refusal = str(exc)  # (tests/protocol/test_protocol_bad_input.py)
+            else:
+                refusal = ""
+            await native.publish("", q, b"largest", properties=largest, confirm=True)
+            return refusal
+
+    assert mentions in trio.run(publish)
+    connection = server.connect()
+    ch = connection.channel()
+    _, got, body = ch.basic_get(q, auto_ack=True)
+    assert body == b"largest"
+    assert (got.priority, got.timestamp) == (255, 253_402_300_799)
+    assert ch.basic_get(q, auto_ack=True) == (None, None, None)  # nothing else queued
+    connection.close()

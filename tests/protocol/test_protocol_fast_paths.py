@@ -48,7 +48,11 @@ HEADERS = st.dictionaries(
 PROPS = st.fixed_dictionaries(
     {},
     optional={
-        name: st.integers(0, 2**63 - 1) if t is int else st.booleans() if t is bool else TEXT
+        name: st.integers(0, codec.PROPERTY_MAX.get(name, 2**63 - 1))
+        if t is int
+        else st.booleans()
+        if t is bool
+        else TEXT
         for name, t in PROPERTY_TYPES.items()
     },
 )
@@ -375,7 +379,7 @@ def test_deliveries_decode_as_the_checked_decoder_reads_them(
 SMALL_PROPS = st.one_of(
     st.just({}),
     st.fixed_dictionaries({"group_id": st.text(max_size=5)}),  # under 24 bytes
-    st.fixed_dictionaries({"priority": st.integers(0, 2**40), "group_id": st.text(max_size=5)}),
+    st.fixed_dictionaries({"priority": st.integers(0, 255), "group_id": st.text(max_size=5)}),
 )
 
 
@@ -650,7 +654,7 @@ RUN_PROPS = st.sampled_from(
         {"group_id": "g22"},
         {"persistent": True},
         {"priority": 3},
-        {"group_id": "g1", "priority": 300},
+        {"group_id": "g1", "priority": 255},
         {"group_id": "x" * 23},
     ]
 )

@@ -139,7 +139,7 @@ _header_values = st.one_of(st.none(), st.booleans(), _ints, _finite, _text, st.b
 _headers = st.dictionaries(_text, _header_values, max_size=5)
 _prop_values = {
     name: (
-        st.integers(0, 2**63 - 1)
+        st.integers(0, codec.PROPERTY_MAX.get(name, 2**63 - 1))
         if t is int
         else st.booleans()
         if t is bool
