@@ -70,7 +70,19 @@ def check_headers(value: Any) -> str | None:
             return "keys must be text"
         if not isinstance(v, _SCALARS):
             return f"value of {k!r} must be a scalar (text, number, bool, bytes, null)"
+        if len(k) > 63 and len(k.encode()) > SHORT_TEXT_MAX:
+            return f"key {k[:40]!r}... is longer than {SHORT_TEXT_MAX} bytes ({_SHORT_WHY})"
+        if type(v) is int and not -(2**63) <= v < 2**64:
+            return f"value of {k!r} must fit in 64 bits (-2^63 to 2^64 - 1)"
     return None
+
+
+#: The longest name, routing key, header key or text property, in UTF-8 bytes: an
+#: AMQP short string's (RabbitMQ's limit too). A message or a name beyond it could
+#: not be handed to an AMQP client; it is refused where it comes in.
+SHORT_TEXT_MAX = 255
+_SHORT_WHY = "an AMQP short string"
+_SHORT_TEXT = f"text of at most {SHORT_TEXT_MAX} bytes"
 
 
 def check_props(value: Any) -> str | None:
@@ -83,7 +95,12 @@ def check_props(value: Any) -> str | None:
             if t is None:
                 return f"unknown property {k!r}"
             return f"property {k!r} must be {t.__name__}"
-        if t is int and k in PROPERTY_MAX:
+        if t is str:
+            if len(v) > 63 and k != "group_id" and len(v.encode()) > SHORT_TEXT_MAX:
+                return (
+                    f"property {k!r} is longer than {SHORT_TEXT_MAX} bytes (an AMQP short string)"
+                )
+        elif t is int and k in PROPERTY_MAX:
             n = cast(int, v)
             if n < 0:
                 return f"property {k!r} must not be negative"
@@ -110,6 +127,14 @@ _INT_LIMITS = {
 
 def _is_str(v: Any) -> bool:
     return type(v) is str
+
+
+#: fields holding a name or a routing key: AMQP short strings (SHORT_TEXT_MAX)
+_SHORT_TEXT_FIELDS = frozenset(("exchange", "key", "queue"))
+
+
+def _is_short_str(v: Any) -> bool:
+    return type(v) is str and (len(v) <= 63 or len(v.encode()) <= SHORT_TEXT_MAX)
 
 
 def _is_int(v: Any) -> bool:
@@ -260,6 +285,8 @@ def _checker_for(name: str, tp: Any) -> tuple[Checker, str]:
         bytes: (_is_bytes, "bytes"),
         float: (_is_float, "a number"),
     }
+    if tp is str and name in _SHORT_TEXT_FIELDS:
+        return _is_short_str, _SHORT_TEXT
     if tp in simple:
         return simple[tp]
     origin = get_origin(tp)
@@ -337,8 +364,14 @@ def _publish_from_map(m: dict[Any, Any]) -> ev.Publish:
         raise FieldError("publish: field 'id' must be an integer")
     if type(exchange) is not str:
         raise FieldError("publish: field 'exchange' must be text")
+    if not _is_short_str(exchange):
+        raise FieldError(
+            f"publish: field 'exchange' must be text of at most {SHORT_TEXT_MAX} bytes"
+        )
     if type(key) is not str:
         raise FieldError("publish: field 'key' must be text")
+    if not _is_short_str(key):
+        raise FieldError(f"publish: field 'key' must be {_SHORT_TEXT}")
     if type(body) is not bytes:
         raise FieldError("publish: field 'body' must be bytes")
     if n == 5:  # m, id, exchange, key, body: nothing optional to look at
@@ -1030,11 +1063,10 @@ def _read_route(buf: bytes | bytearray, at: int, end: int) -> tuple[int, tuple[s
         h = buf[at]
         if 0x60 <= h < 0x78:
             at += 1 + h - 0x60
+        elif h == 0x78 and at + 1 < end:  # (up to 255 bytes: a longer one is refused)
+            at += 2 + buf[at + 1]
         else:
-            width = _TEXT_WIDTHS.get(h)
-            if width is None:
-                return None
-            at += 1 + width + int.from_bytes(buf[at + 1 : at + 1 + width], "big")
+            return None
         if at >= end or not buf.startswith(follow, at):
             return None
         at += len(follow)
@@ -1069,9 +1101,13 @@ def batch_messages_error(msgs: Any) -> str | None:
         if n == 2:
             if type(m[0]) is not str or type(m[1]) is not bytes:
                 return f"message {i}: key must be text and body bytes"
+            if not _is_short_str(m[0]):
+                return f"message {i}: key is longer than {SHORT_TEXT_MAX} bytes"
             continue
         if n != 4 or type(m[0]) is not str or type(m[1]) is not bytes:
             return f"message {i} must be [key, body] or [key, body, headers, props]"
+        if not _is_short_str(m[0]):
+            return f"message {i}: key is longer than {SHORT_TEXT_MAX} bytes"
         h, p = m[2], m[3]
         if h is not None and (why := check_headers(h)) is not None:
             return f"message {i}: headers {why}"
@@ -1087,6 +1123,10 @@ def _publish_batch_from_map(m: dict[Any, Any]) -> ev.PublishBatch:
         raise FieldError("publish.batch: field 'id' must be an integer")
     if type(exchange) is not str:
         raise FieldError("publish.batch: field 'exchange' must be text")
+    if not _is_short_str(exchange):
+        raise FieldError(
+            f"publish.batch: field 'exchange' must be text of at most {SHORT_TEXT_MAX} bytes"
+        )
     if (why := batch_messages_error(msgs)) is not None:
         raise FieldError(f"publish.batch: field 'msgs' {why}")
     mandatory = m.get("mandatory", False)
@@ -1103,6 +1143,10 @@ def _publish_columns_from_map(m: dict[Any, Any]) -> ev.PublishColumns:
         raise FieldError("publish.columns: field 'id' must be an integer")
     if type(exchange) is not str:
         raise FieldError("publish.columns: field 'exchange' must be text")
+    if not _is_short_str(exchange):
+        raise FieldError(
+            f"publish.columns: field 'exchange' must be text of at most {SHORT_TEXT_MAX} bytes"
+        )
     if type(count) is not int or count < 1:
         raise FieldError("publish.columns: field 'count' must be an integer >= 1")
     keys, key_ends = get("keys"), get("key_ends")
@@ -1214,6 +1258,10 @@ def _ends_error(name: str, ends: Any, values: Any, count: int) -> str | None:
                     values[x:y].decode()
         except UnicodeDecodeError:
             return f"'{name}s' must be UTF-8 text, value by value"
+        if len(values) > SHORT_TEXT_MAX and any(
+            y - x > SHORT_TEXT_MAX for x, y in itertools.pairwise(a)
+        ):
+            return f"each of '{name}s' must be at most {SHORT_TEXT_MAX} bytes"
     return None
 
 

@@ -238,8 +238,9 @@ def test_native_publish_reaches_an_amqp_consumer(server: AmqpServer) -> None:
         ({"priority": 256}, "'priority' must be at most 255"),
         ({"timestamp": 253_402_300_800_000}, "'timestamp' must be at most"),
         ({"timestamp": 2**64}, "'timestamp' must be at most"),
+        ({"message_id": "m" * 256}, "'message_id' is longer than 255 bytes"),
     ],
-    ids=["priority", "timestamp-after-9999", "timestamp-2**64"],
+    ids=["priority", "timestamp-after-9999", "timestamp-2**64", "message-id"],
 )
 def test_a_property_no_amqp_consumer_could_take_is_refused_at_the_publish(
     server: AmqpServer, props: dict[str, Any], mentions: str
@@ -271,4 +272,47 @@ def test_a_property_no_amqp_consumer_could_take_is_refused_at_the_publish(
     assert body == b"largest"
     assert (got.priority, got.timestamp) == (255, 253_402_300_799)
     assert ch.basic_get(q, auto_ack=True) == (None, None, None)  # nothing else queued
+    connection.close()
+
+
+@pytest.mark.parametrize(
+    ("headers", "key", "mentions"),
+    [
+        ({"big": 2**70}, "", "value of 'big' must fit in 64 bits"),
+        ({"k" * 256: 1}, "", "is longer than 255 bytes"),
+        ({}, "r" * 256, "field 'key' must be text of at most 255 bytes"),
+    ],
+    ids=["header-int", "header-key", "routing-key"],
+)
+def test_a_message_no_amqp_consumer_could_take_is_refused_and_the_queue_keeps_serving(
+    server: AmqpServer, headers: dict[str, Any], key: str, mentions: str
+) -> None:
+    """A native publish an AMQP delivery cannot carry (a header integer beyond 64
+    bits, a header key or a routing key beyond a short string's 255 bytes) is
+    refused (by the client, which checks headers first, or by the broker with 502),
+    and a pika consumer of the queue it was meant for goes on getting the messages
+    that were taken."""
+    q = _name("edge-msgs")
+    x = _name("edge-x")
+
+    async def publish() -> str:
+        async with amqlite.connect(f"127.0.0.1:{server.port}") as native:
+            await native.declare_queue(q)
+            await native.declare_exchange(x, "topic")
+            await native.bind(q, x, "#")
+            try:
+                await native.publish(x, key or "k", b"refused", headers=headers, confirm=True)
+            except (ValueError, amqlite.AmqliteError) as exc:  # the client's check, the broker's
+                refusal = str(exc)
+            else:
+                refusal = ""
+            await native.publish(x, "r" * 255, b"taken", headers={"n": 2**63 - 1}, confirm=True)
+            return refusal
+
+    assert mentions in trio.run(publish)
+    connection = server.connect()
+    ch = connection.channel()
+    method, got, body = ch.basic_get(q, auto_ack=True)
+    assert (body, method.routing_key, got.headers) == (b"taken", "r" * 255, {"n": 2**63 - 1})
+    assert ch.basic_get(q, auto_ack=True) == (None, None, None)
     connection.close()

@@ -11,7 +11,7 @@ import cbor2
 import pytest
 
 from amqlite.errors import RemoteProtocolError, ReplyCode, is_hard
-from amqlite.protocol import Connection, ConnState, Role
+from amqlite.protocol import Connection, ConnState, Role, codec
 from amqlite.protocol import events as ev
 
 from .wire import FULL, client_in, frame, open_pair, raw_frame, server_in
@@ -287,6 +287,8 @@ def _publish(**extra: Any) -> bytes:
         ({"timestamp": 2**64}, "'timestamp' must be at most 253402300799999"),
         ({"timestamp": 253_402_300_800_000}, "'timestamp' must be at most"),
         ({"expiration": 2**63}, "'expiration' must be at most"),
+        ({"message_id": "m" * 256}, "'message_id' is longer than 255 bytes"),
+        ({"content_type": "\u00e9" * 128}, "'content_type' is longer than 255 bytes"),
         ({"expiration": "60000"}, "'expiration' must be int"),
         ({"persistent": 1}, "'persistent' must be bool"),
         ({"message_id": 12}, "'message_id' must be str"),
@@ -312,8 +314,11 @@ def test_bad_message_properties(props: Any, mentions: str) -> None:
         ({1: "x"}, "keys must be text"),
         ({b"a": "x"}, "keys must be text"),
         ("a=b", "must be a map"),
+        ({"k" * 256: 1}, "is longer than 255 bytes"),
+        ({"n": 2**64}, "value of 'n' must fit in 64 bits"),
+        ({"n": -(2**63) - 1}, "value of 'n' must fit in 64 bits"),
     ],
-    ids=["list", "map", "int-key", "bytes-key", "text"],
+    ids=["list", "map", "int-key", "bytes-key", "text", "long-key", "int-2**64", "int-below"],
 )
 def test_bad_headers(headers: Any, mentions: str) -> None:
     bad = _bad_request(_publish(headers=headers))
@@ -384,3 +389,45 @@ def test_self_referencing_arguments_are_refused() -> None:
     event = server.next_event()
     assert isinstance(event, ev.BadRequest)
     assert "arguments" in event.text
+
+
+@pytest.mark.parametrize(
+    ("fields", "mentions"),
+    [
+        ({"key": "r" * 256}, "field 'key' must be text of at most 255 bytes"),
+        ({"key": "\u00e9" * 128}, "field 'key' must be text of at most 255 bytes"),
+        ({"exchange": "x" * 256}, "field 'exchange' must be text of at most 255 bytes"),
+        ({"key": "r" * 256, "confirm": True}, "field 'key' must be text of at most 255 bytes"),
+    ],
+    ids=["key", "key-utf8", "exchange", "confirmed"],
+)
+def test_a_name_or_key_longer_than_an_amqp_short_string_is_refused(
+    fields: dict[str, Any], mentions: str
+) -> None:
+    """Routing keys and exchange names are at most 255 bytes, as in AMQP (a longer
+    one could not be delivered to an AMQP consumer); 255 itself is taken."""
+    bad = _bad_request(_publish(**fields))
+    assert (bad.id, bad.code) == (5, ReplyCode.SYNTAX_ERROR)
+    assert mentions in bad.text
+    server = server_in(ConnState.OPEN)
+    server.receive_data(_publish(key="r" * 255, exchange="x" * 255))
+    (event,) = server.events()
+    assert isinstance(event, ev.Publish)
+    assert (event.key, event.exchange) == ("r" * 255, "x" * 255)
+
+
+def test_a_batch_key_longer_than_an_amqp_short_string_is_refused() -> None:
+    rows = [["k", b"1"], ["r" * 256, b"2"]]
+    bad = _bad_request(frame({"m": "publish.batch", "id": 5, "exchange": "", "msgs": rows}))
+    assert bad.code == ReplyCode.SYNTAX_ERROR
+    assert "message 1: key is longer than 255 bytes" in bad.text
+    for longest, refused in ((255, False), (256, True)):
+        columns = codec.publish_columns(5, "", [["k", b"1"], ["r" * longest, b"2"]])
+        server = server_in(ConnState.OPEN)
+        server.receive_data(codec.encode(columns))
+        (event,) = server.events()
+        if refused:
+            assert isinstance(event, ev.BadRequest)
+            assert "each of 'keys' must be at most 255 bytes" in event.text
+        else:
+            assert isinstance(event, ev.PublishColumns)

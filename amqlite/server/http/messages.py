@@ -13,7 +13,7 @@ import base64
 import binascii
 from typing import Any
 
-from amqlite.protocol.codec import check_headers, check_props
+from amqlite.protocol.codec import SHORT_TEXT_MAX, check_headers, check_props
 
 __all__ = ["BadMessage", "message_json", "publish_fields"]
 
@@ -48,6 +48,8 @@ def publish_fields(body: Any) -> tuple[str, bytes, dict[str, Any], dict[str, Any
     encoding = body.get("payload_encoding", "string")
     if not isinstance(key, str) or not isinstance(payload, str):
         raise BadMessage("routing_key and payload must be strings")
+    if len(key.encode()) > SHORT_TEXT_MAX:
+        raise BadMessage(f"routing_key must be at most {SHORT_TEXT_MAX} bytes")
     if encoding == "string":
         data = payload.encode("utf-8")
     elif encoding == "base64":
