@@ -96,7 +96,8 @@ def check_props(value: Any) -> str | None:
                 return f"unknown property {k!r}"
             return f"property {k!r} must be {t.__name__}"
         if t is str:
-            if len(v) > 63 and k != "group_id" and len(v.encode()) > SHORT_TEXT_MAX:
+            text = cast(str, v)
+            if len(text) > 63 and k != "group_id" and len(text.encode()) > SHORT_TEXT_MAX:
                 return (
                     f"property {k!r} is longer than {SHORT_TEXT_MAX} bytes (an AMQP short string)"
                 )
