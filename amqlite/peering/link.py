@@ -26,7 +26,7 @@ import itertools
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from amqlite.protocol.heartbeat import HeartbeatClock, negotiate_heartbeat
 
@@ -78,6 +78,23 @@ _UP, _CLOSED, _SYNCING = S.UP, S.CLOSED, S.SYNCING
 _FORWARD_MODE = PeeringMode.FORWARD
 _FORWARDS = Forwards.TYPE
 _new_pending = tuple.__new__  # _Pending(...) without the Python-level __new__
+_new_mesh_id = tuple.__new__  # MeshId(...) likewise
+
+
+class PlainPublish(Protocol):
+    """What :meth:`PeeringLink.offer_plain_run` reads of a client publish (the
+    protocol's publish event has these fields; both maps empty)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def headers(self) -> Mapping[str, Any]: ...
+    @property
+    def props(self) -> Mapping[str, Any]: ...
+
+
 _CONNECTED = (S.SYNCING, S.UP)
 _MESH_ID = attrgetter("mesh_id")
 
@@ -740,6 +757,90 @@ class PeeringLink:
                     accepted = 0
                     actions += self._sent(now, self._pump())
                 actions += self.offer(envelope, routed_locally=routed_locally, now=now)
+                took = self.took
+                continue
+            accepted += 1
+            took = True
+        self.took = took
+        if accepted:
+            self.counters["accepted"] += accepted
+            actions += self._sent(now, self._pump())
+        return actions
+
+    def offer_plain_run(
+        self, first_mint: int, publishes: Sequence[PlainPublish], now: float
+    ) -> list[Action]:
+        """:meth:`offer_run` of the envelopes :meth:`PeeredExchange.envelope` would
+        mint for ``publishes`` (client publishes here with no headers, no
+        properties, that no local queue took), their mesh ids numbered from
+        ``first_mint`` on: each message's onward envelope is made at once, the
+        minted one only for a message the overflow policy has to act on.
+
+        Why this exists beside :meth:`offer_run`: on a sending site (no queue
+        bound to the exchange) the minted envelope of such a publish was made
+        only to be copied here; one envelope per message less
+        (``tests/peering/test_fast_paths.py`` checks the same actions, counters,
+        skipped and log as :meth:`offer_run` of the minted envelopes)."""
+        if self.state is _CLOSED or not self.sends or self.queue_fed:
+            self.took = False
+            return []
+        log = self.log
+        assert log is not None
+        ctx = self.ctx
+        interest, node, epoch, exchange = self.interest, ctx.node_id, ctx.epoch, ctx.exchange
+        one_path = one_node_path(node)
+        minted_size = 64 + len(exchange)  # envelope()'s size of a plain publish, but the
+        onward_size = minted_size + 16 + len(node)  # key and body; onward() adds these
+        accept = log.accept_if_room
+        actions: list[Action] = []
+        accepted = 0
+        took = False
+        by_key = interest is not None and interest.exchange_type != "headers"
+        last_key: str | None = None
+        last_match = True
+        mint = first_mint - 1
+        for p in publishes:
+            mint += 1
+            key, body = p.key, p.body
+            if interest is None:
+                match = True
+            elif by_key and key == last_key:
+                match = last_match
+            else:
+                match = interest.matches(key, p.headers)
+                last_key, last_match = key, match
+            if not match:  # (no other rule stops a plain publish here: offer_run's)
+                decision = decide(
+                    sends=True,
+                    mode=self.mode,
+                    routed_locally=False,
+                    remote_node=self.remote_node,
+                    path=(),
+                    hops=0,
+                    max_hops=ctx.max_hops,
+                    interest=interest if interest is not None else _ANY_INTEREST,
+                    routing_key=key,
+                    headers=p.headers,
+                )
+                if decision is not Decision.SEND:
+                    self.skipped[decision.value] += 1
+                    took = False
+                    continue
+            mesh_id = _new_mesh_id(MeshId, (node, epoch, mint))
+            size = len(body) + len(key)
+            out = Envelope(
+                mesh_id, key, body, p.headers, p.props, exchange, one_path, 1, onward_size + size
+            )
+            seq = accept(out, now)
+            if seq is None:  # offer()'s way for this one: the run so far goes first
+                if accepted:
+                    self.counters["accepted"] += accepted
+                    accepted = 0
+                    actions += self._sent(now, self._pump())
+                minted = Envelope(
+                    mesh_id, key, body, p.headers, p.props, exchange, (), 0, minted_size + size
+                )
+                actions += self.offer(minted, routed_locally=False, now=now)
                 took = self.took
                 continue
             accepted += 1

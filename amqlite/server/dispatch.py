@@ -168,13 +168,16 @@ class RequestDispatcher:
             # and Session.publish finding no queue were a tenth of its time per
             # peered message (tests/server/test_dispatch_publish.py checks the
             # two give the same replies, forwards and queues).
-            hook.published_later(hook.px.envelope(p.key, p.body, p.headers, p.props), _UNROUTABLE)
+            if p.headers or p.props:
+                hook.published_later(hook.mint(p.key, p.body, p.headers, p.props), _UNROUTABLE)
+            else:  # the usual case: minted as the links take it, one envelope each
+                hook.forwarded_later(p)
             return None
         message = Message(p.exchange, p.key, p.body, p.headers, p.props)
         if p.confirm and self._key_prefix:
             message.publish_key = f"{self._key_prefix}{p.id}"
         if hook is not None:
-            envelope = hook.px.envelope(p.key, p.body, p.headers, p.props)  # (its mesh id)
+            envelope = hook.mint(p.key, p.body, p.headers, p.props)  # (its mesh id)
             message.mesh = envelope  # kept if a subscriber's peering queue takes it
             if p.confirm and not hook.has_room(envelope):
                 return ev.Nacked(

@@ -593,6 +593,105 @@ def test_offering_a_run_is_offering_each(
         assert [e.size() for e in flog._held] == [e.size() for e in rlog._held]
 
 
+@settings(max_examples=examples(150), deadline=None)
+@given(
+    st.sampled_from([PeeringMode.PUBLISH, PeeringMode.FORWARD]),
+    st.sampled_from(list(OverflowPolicy)),
+    st.integers(1, 4),
+    st.booleans(),
+    st.one_of(st.none(), st.just(["a.*", "b"])),
+    st.lists(
+        st.one_of(
+            st.lists(
+                st.tuples(st.sampled_from(["a.b", "b", "c"]), st.integers(0, 300)),
+                min_size=1,
+                max_size=8,
+            ),
+            st.sampled_from(["ack", "lost", "back", "minted"]),
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+)
+def test_offering_a_plain_run_is_offering_its_minted_envelopes(
+    mode: PeeringMode,
+    overflow: OverflowPolicy,
+    max_in_flight: int,
+    durable: bool,
+    keys: list[str] | None,
+    steps: list[Any],
+) -> None:
+    """``published_plain_run`` (a sending site's plain client publishes, not minted
+    yet: one envelope each) against ``published_run`` of the envelopes
+    ``envelope`` mints for them, none routed locally: the same actions in the
+    same order (forwards with the same mesh ids, ``Blocked``, ``Acked``), the same
+    ``took`` / ``taken``, counters, skipped, log and sizes; with the window and
+    the byte cap filling (block, drop-oldest, spill), no interest or some, acks,
+    cuts, and messages minted one by one in between."""
+    ends = []
+    for _ in range(2):
+        px, link = _up_link(mode, keys)
+        link.settings = dataclasses.replace(
+            link.settings, max_in_flight=max_in_flight, buffer_bytes=900, overflow=overflow
+        )
+        link.durable_log = durable
+        assert link.log is not None
+        link.log.buffer_bytes, link.log.overflow = 900, overflow
+        if overflow is OverflowPolicy.SPILL:
+            link.log.spill = MemorySpill()
+        ends.append((px, link))
+    (fast, fast_link), (ref, ref_link) = ends
+    now = 1.0
+    for step in steps:
+        if step == "ack":
+            acks = [
+                _one_by_one(end.receive(Ack(end.log.epoch, end.log.next_seq // 2), now))
+                for end in (fast_link, ref_link)
+            ]
+            assert acks[0] == acks[1]
+        elif step == "lost":
+            assert fast_link.connection_lost(now) == ref_link.connection_lost(now)
+        elif step == "back":
+            for end in (fast_link, ref_link):
+                if end.state is LinkState.BACKOFF:
+                    end.tick(now + 60.0)
+                    end.connected(now)
+                    end.receive(Hello("B", "l", "/", "x", "topic", mode, 5), now)
+        elif step == "minted":  # one through the general path, between runs
+            got = fast.published(fast.envelope("b", b"m"), routed_locally=False, now=now)
+            want = ref.published(ref.envelope("b", b"m"), routed_locally=False, now=now)
+            assert _one_by_one(got) == _one_by_one(want)
+        else:
+            publishes = [
+                ev.Publish(i, "x", key, b"y" * n, {}, {}) for i, (key, n) in enumerate(step)
+            ]
+            got = fast.published_plain_run(publishes, now=now)
+            envs = [ref.envelope(p.key, p.body, p.headers, p.props) for p in publishes]
+            want = ref.published_run(envs, [False] * len(envs), now=now)
+            assert _one_by_one(got) == _one_by_one(want)
+            assert fast_link.took is ref_link.took and fast.taken == ref.taken
+        now += 1.0
+        assert fast_link.state is ref_link.state
+        assert fast_link.counters == ref_link.counters and fast_link.skipped == ref_link.skipped
+        flog, rlog = fast_link.log, ref_link.log
+        assert (flog.in_flight, flog.unacked, flog.dropped, flog.blocked, flog.spilled) == (
+            rlog.in_flight,
+            rlog.unacked,
+            rlog.dropped,
+            rlog.blocked,
+            rlog.spilled,
+        )
+        assert list(flog._held) == list(rlog._held)
+        assert (flog.gone_upto, flog.next_seq, flog.oldest_accepted_at) == (
+            rlog.gone_upto,
+            rlog.next_seq,
+            rlog.oldest_accepted_at,
+        )
+        assert [e.size() for e in flog._held] == [e.size() for e in rlog._held]
+        assert [e._size for e in flog._held] == [e._size for e in rlog._held]
+    assert fast._minted == ref._minted
+
+
 @given(
     st.lists(
         st.tuples(st.sampled_from([(), ("C",), ("C", "D")]), st.sampled_from(["x", "y"])),

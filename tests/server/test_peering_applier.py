@@ -34,6 +34,7 @@ from amqlite.peering import (
     PeeringMode,
     Send,
 )
+from amqlite.peering.link import PlainPublish
 from amqlite.protocol import events as ev
 from amqlite.server.dispatch import RequestDispatcher
 from amqlite.server.peering.applier import ActionApplier
@@ -491,17 +492,21 @@ class _RecordingHook(PublishHook):
 
     def __init__(self, applier: ActionApplier, px: PeeredExchange) -> None:
         super().__init__(applier, px)
-        self.calls: list[tuple[str, MeshId, PublishOutcome]] = []
+        self.calls: list[tuple[str, str, PublishOutcome]] = []
 
     def published(
         self, envelope: Envelope, outcome: PublishOutcome, now: float, publish_key: str = ""
     ) -> bool:
-        self.calls.append(("now", envelope.mesh_id, outcome))
+        self.calls.append(("now", envelope.routing_key, outcome))
         return super().published(envelope, outcome, now, publish_key)
 
     def published_later(self, envelope: Envelope, outcome: PublishOutcome) -> None:
-        self.calls.append(("later", envelope.mesh_id, outcome))
+        self.calls.append(("later", envelope.routing_key, outcome))
         super().published_later(envelope, outcome)
+
+    def forwarded_later(self, publish: PlainPublish) -> None:
+        self.calls.append(("later", publish.key, PublishOutcome.UNROUTABLE))
+        super().forwarded_later(publish)
 
 
 def _general(session: Session, exchange: str) -> bool:
