@@ -100,10 +100,22 @@ _MESH_ID = attrgetter("mesh_id")
 
 
 class _Pending(NamedTuple):
+    """Deliveries awaiting the shell's confirm: tags from ``tag`` on, one per
+    envelope, of the sender's (``epoch``) ``seqs``. One per received run (a run
+    with no copy seen before: ``seqs`` a range, ``envelopes`` the run's own list),
+    not one per message."""
+
     tag: int
     epoch: int
-    seq: int
-    mesh_id: MeshId
+    seqs: Sequence[int]
+    envelopes: Sequence[Envelope]
+
+    def items(self) -> list[tuple[int, int, int, MeshId]]:
+        """(tag, epoch, seq, mesh id) of each delivery, for tests."""
+        return [
+            (self.tag + i, self.epoch, seq, env.mesh_id)
+            for i, (seq, env) in enumerate(zip(self.seqs, self.envelopes, strict=True))
+        ]
 
 
 class PeeringLink:
@@ -506,7 +518,7 @@ class PeeringLink:
         else:
             self._tags += 1
             self._pending.append(
-                _new_pending(_Pending, (self._tags, mark.epoch, fwd.seq, env.mesh_id))
+                _new_pending(_Pending, (self._tags, mark.epoch, (fwd.seq,), (env,)))
             )
             self.counters["received"] += 1
             return [Deliver(self.id, self._tags, env), *self._settle(mark, now)]
@@ -537,36 +549,47 @@ class PeeringLink:
         if ctx.node_id in env0.path or env0.hops > ctx.max_hops:
             counters["loops_dropped"] += len(envelopes)
             return self._settle(mark, now)
-        pending_append = self._pending.append
-        epoch, link_id, tag = mark.epoch, self.id, self._tags
-        actions: list[Action] = []
-        deliver = actions.append
-        dups = 0
+        link_id, tag, n = self.id, self._tags + 1, len(envelopes)
         firsts = ctx.seen.claim_each(map(_MESH_ID, envelopes))
-        for seq, env, first_copy in zip(
-            range(first, first + len(envelopes)), envelopes, firsts, strict=True
-        ):
-            if not first_copy:
-                dups += 1  # reached us along another path
-                continue
-            tag += 1
-            pending_append(_new_pending(_Pending, (tag, epoch, seq, env.mesh_id)))
-            deliver(Deliver(link_id, tag, env))
-        self._tags = tag
-        if dups:
-            counters["duplicates_other_path"] += dups
-        counters["received"] += len(envelopes) - dups
+        if all(firsts):  # the usual case: one pending entry for the run, no copies
+            seqs: Sequence[int] = range(first, first + n)
+        else:
+            kept = [i for i, first_copy in enumerate(firsts) if first_copy]
+            counters["duplicates_other_path"] += n - len(kept)  # along another path
+            if not kept:
+                counters["received"] += 0  # (the key, as a run with some delivered)
+                return self._settle(mark, now)
+            seqs = [first + i for i in kept]
+            envelopes = [envelopes[i] for i in kept]
+            n = len(kept)
+        self._tags = tag + n - 1
+        self._pending.append(_new_pending(_Pending, (tag, mark.epoch, seqs, envelopes)))
+        counters["received"] += n
+        actions: list[Action] = [
+            Deliver(link_id, t, env) for t, env in zip(range(tag, tag + n), envelopes, strict=True)
+        ]
         return actions + self._settle(mark, now)
 
     def confirm(self, tag: int, now: float) -> list[Action]:
         """The shell has published every delivery up to ``tag`` locally and it is
         safe; they may now be acknowledged to the sender."""
         pending = self._pending
-        settled = []
-        while pending and pending[0].tag <= tag:
-            settled.append(pending.popleft().mesh_id)
-        if settled:
-            self.ctx.seen.settle_each(settled)
+        seen = self.ctx.seen
+        while pending:
+            first = pending[0]
+            n = tag - first.tag + 1
+            if n <= 0:
+                break
+            envelopes = first.envelopes
+            if n >= len(envelopes):
+                pending.popleft()
+                seen.settle_each(map(_MESH_ID, envelopes))
+                continue
+            seen.settle_each(map(_MESH_ID, envelopes[:n]))
+            pending[0] = _new_pending(
+                _Pending, (first.tag + n, first.epoch, first.seqs[n:], envelopes[n:])
+            )
+            break
         if self.remote_node is None:
             return []
         mark = self.ctx.marks.mark(self.remote_node, self.name, self.remote_epoch)
@@ -577,7 +600,7 @@ class PeeringLink:
         settled = mark.accepted
         for p in self._pending:
             if p.epoch == mark.epoch:
-                settled = p.seq - 1
+                settled = p.seqs[0] - 1
                 break
         mark.settled = max(mark.settled, settled)
         if self.state is not _UP or mark.epoch != self.remote_epoch or mark.settled <= self._acked:

@@ -326,13 +326,14 @@ def _receiving_end() -> tuple[PeeredExchange, Any]:
         ),
         max_size=6,
     ),
-    st.lists(st.booleans(), max_size=12),
+    st.lists(st.one_of(st.booleans(), st.integers(0, 20)), max_size=12),
 )
 def test_a_link_takes_a_run_as_the_single_forwards(
-    runs_: list[tuple[int, list[int], tuple[str, ...], int]], confirms: list[bool]
+    runs_: list[tuple[int, list[int], tuple[str, ...], int]], confirms: list[bool | int]
 ) -> None:
     """Same deliveries, tags, counters, marks and acks; loops, resends and copies
-    along other paths included."""
+    along other paths included; confirms of all so far or up to a tag (inside a
+    run's pending entry)."""
     (px1, singles), (px2, batched) = _receiving_end(), _receiving_end()
     seq, now = 0, 1.0
     for step, origins, path, hops in runs_:
@@ -352,13 +353,18 @@ def test_a_link_takes_a_run_as_the_single_forwards(
             a.message for a in many if isinstance(a, Send)
         ][-1:]
         seq = max(seq, first + len(envs) - 1)
-        if confirms and confirms.pop():
-            one, many = singles.confirm(singles._tags, now), batched.confirm(batched._tags, now)
+        confirm = confirms.pop() if confirms else False
+        if confirm is not False:
+            tag = singles._tags if confirm is True else min(confirm, singles._tags)
+            one, many = singles.confirm(tag, now), batched.confirm(tag, now)
             assert one == many
+            assert px1.snapshot() == px2.snapshot()
         now += 1.0
     assert singles.counters == batched.counters
     assert px1.snapshot() == px2.snapshot()
-    assert singles._pending == batched._pending
+    assert [i for p in singles._pending for i in p.items()] == [
+        i for p in batched._pending for i in p.items()
+    ]
 
 
 # --- the sender's decision -------------------------------------------------------------
