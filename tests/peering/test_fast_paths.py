@@ -146,13 +146,51 @@ def _run_of(
     )
 
 
-runs = st.builds(
-    _run_of,
-    st.integers(1, 2**65),
-    st.lists(envelopes, min_size=1, max_size=6),
-    texts,
-    st.lists(node_ids, max_size=3).map(tuple),
-    counters,
+def _plain_run_of(
+    seq: int,
+    origin: tuple[str, int, int],
+    keys: list[str],
+    bodies: list[bytes],
+    exchange: str,
+    path: tuple[str, ...],
+    hops: int,
+) -> Forwards:
+    """A run that has the compact form: one origin, origin seqs in a row, no maps
+    (one key for all, or ``keys`` drawn in turn)."""
+    node, epoch, first = origin
+    return Forwards(
+        seq,
+        [
+            Envelope(MeshId(node, epoch, first + i), keys[i % len(keys)], body, {}, {},
+                     exchange, path, hops)
+            for i, body in enumerate(bodies)
+        ],
+    )  # fmt: skip
+
+
+runs = st.one_of(
+    st.builds(
+        _run_of,
+        st.integers(1, 2**65),
+        st.lists(envelopes, min_size=1, max_size=6),
+        texts,
+        st.lists(node_ids, max_size=3).map(tuple),
+        counters,
+    ),
+    st.builds(
+        _plain_run_of,
+        st.integers(1, 2**65),
+        st.tuples(node_ids, counters, counters),
+        st.lists(texts, min_size=1, max_size=2),
+        st.lists(
+            st.one_of(st.binary(max_size=300), st.binary(min_size=65536, max_size=65536)),
+            min_size=1,
+            max_size=6,
+        ),
+        texts,
+        st.lists(node_ids, max_size=3).map(tuple),
+        counters,
+    ),
 )
 
 
@@ -265,7 +303,7 @@ ODD: list[Any] = [
     ("A",), ["A", 1, 2], ["A", -1, 2], ["", 1, 2], ["A", True, 2], ("A", 1, 2), {}, {1: 2},
     {"k": 1}, {"k": [1]},
 ]  # fmt: skip
-RUN_FIELDS = ["seq", "exchange", "path", "hops", "msgs"]
+RUN_FIELDS = ["seq", "exchange", "path", "hops", "msgs", "origin", "keys", "bodies"]
 ROW_ODD: list[Any] = [*ODD, ["A", 1, 2, "k", {}, {}, b""], ["A", 1, 2, "k", {}, {}]]
 
 
@@ -293,6 +331,14 @@ def test_the_fast_run_decoder_agrees_with_the_checked_one(
             m[name] = value
     rows = m.get("msgs")
     for index, position, value in row_changes:
+        for column in ("bodies", "keys", "origin"):  # the compact form's lists
+            items = m.get(column)
+            if (
+                isinstance(items, list)
+                and items
+                and position % 3 == ("bodies", "keys", "origin").index(column)
+            ):
+                items[index % len(items)] = value
         if isinstance(rows, list) and rows:
             row = rows[index % len(rows)]
             if isinstance(row, list) and row:
