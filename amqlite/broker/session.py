@@ -270,6 +270,22 @@ class Session:
             self._broker.tracer.published(self._vhost, message, outcome, now)
         return outcome
 
+    def routes_nowhere(self, exchange: str) -> bool:
+        """True when :meth:`publish` of a message without a ``publish_key`` and
+        not persistent to ``exchange`` (a named one) would route it nowhere and
+        change nothing here but the broker's ``now``: the session is open, the
+        exchange exists, is not internal and has no bindings, and no trace hook
+        watches publishes (it would see the publish). False says nothing.
+
+        Why it exists: a client publish on a peered exchange that only forwards
+        (a sending site with no local queues bound) needs no ``Message`` and no
+        routing; the dispatcher asks this instead
+        (``tests/server/test_dispatch_publish.py`` checks the two paths agree)."""
+        if not exchange or self._closed or self._broker.tracer is not None:
+            return False
+        target = self._vhost.exchanges.get(exchange)
+        return target is not None and not target.bindings and not target.internal
+
     def publish_batch(
         self, exchange: str, messages: list[Message], *, now: float
     ) -> list[PublishOutcome]:

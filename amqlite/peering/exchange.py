@@ -10,7 +10,7 @@ shell persists (:meth:`snapshot` / :meth:`restore`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from amqlite.errors import ReplyCode
@@ -19,7 +19,7 @@ from .actions import Action, Disconnect, Send
 from .errors import PeeringProtocolError
 from .inbound import HighWaterMarks, SeenMessages
 from .interest import EXCHANGE_TYPES, BindingKey, BindingMirror
-from .link import PeeringLink
+from .link import PeeringLink, PlainPublish
 from .mode import OverflowPolicy
 from .outbound import SpillStore
 from .settings import ExchangeContext, LinkRole, LinkSettings
@@ -275,6 +275,28 @@ class PeeredExchange:
         for envelope, routed_locally in zip(envelopes, routed, strict=True):
             actions += self.published(envelope, routed_locally=routed_locally, now=now)
         return actions
+
+    def published_plain_run(self, publishes: Sequence[PlainPublish], *, now: float) -> list[Action]:
+        """:meth:`published_run` of ``[envelope(p.key, p.body, p.headers, p.props)
+        for p in publishes]``, none routed locally, minted here and now (in order:
+        the same mesh ids); ``publishes`` have empty headers and properties. One
+        link takes them without the minted envelopes
+        (:meth:`PeeringLink.offer_plain_run`)."""
+        first = self._minted + 1
+        links = self.links
+        if len(links) == 1:
+            self._minted += len(publishes)
+            for link in links.values():
+                offered = link.offer_plain_run(first, publishes, now)
+                self.taken = 1 if link.took else 0
+                return offered
+        envelopes = [self.envelope(p.key, p.body, p.headers, p.props) for p in publishes]
+        return self.published_run(envelopes, [False] * len(envelopes), now=now)
+
+    def skip_mints(self, n: int) -> None:
+        """Use up ``n`` mesh ids unsent (as :meth:`envelope` would for messages
+        offered to no link), so the ids that follow are the same either way."""
+        self._minted += n
 
     def _offer_each(self, envelope: Envelope, *, routed_locally: bool, now: float) -> list[Action]:
         """:meth:`published`'s general rule: offer it to each link in turn."""

@@ -26,7 +26,7 @@ import itertools
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from amqlite.protocol.heartbeat import HeartbeatClock, negotiate_heartbeat
 
@@ -78,15 +78,44 @@ _UP, _CLOSED, _SYNCING = S.UP, S.CLOSED, S.SYNCING
 _FORWARD_MODE = PeeringMode.FORWARD
 _FORWARDS = Forwards.TYPE
 _new_pending = tuple.__new__  # _Pending(...) without the Python-level __new__
+_new_mesh_id = tuple.__new__  # MeshId(...) likewise
+
+
+class PlainPublish(Protocol):
+    """What :meth:`PeeringLink.offer_plain_run` reads of a client publish (the
+    protocol's publish event has these fields; both maps empty)."""
+
+    @property
+    def key(self) -> str: ...
+    @property
+    def body(self) -> bytes: ...
+    @property
+    def headers(self) -> Mapping[str, Any]: ...
+    @property
+    def props(self) -> Mapping[str, Any]: ...
+
+
 _CONNECTED = (S.SYNCING, S.UP)
 _MESH_ID = attrgetter("mesh_id")
 
 
 class _Pending(NamedTuple):
+    """Deliveries awaiting the shell's confirm: tags from ``tag`` on, one per
+    envelope, of the sender's (``epoch``) ``seqs``. One per received run (a run
+    with no copy seen before: ``seqs`` a range, ``envelopes`` the run's own list),
+    not one per message."""
+
     tag: int
     epoch: int
-    seq: int
-    mesh_id: MeshId
+    seqs: Sequence[int]
+    envelopes: Sequence[Envelope]
+
+    def items(self) -> list[tuple[int, int, int, MeshId]]:
+        """(tag, epoch, seq, mesh id) of each delivery, for tests."""
+        return [
+            (self.tag + i, self.epoch, seq, env.mesh_id)
+            for i, (seq, env) in enumerate(zip(self.seqs, self.envelopes, strict=True))
+        ]
 
 
 class PeeringLink:
@@ -489,7 +518,7 @@ class PeeringLink:
         else:
             self._tags += 1
             self._pending.append(
-                _new_pending(_Pending, (self._tags, mark.epoch, fwd.seq, env.mesh_id))
+                _new_pending(_Pending, (self._tags, mark.epoch, (fwd.seq,), (env,)))
             )
             self.counters["received"] += 1
             return [Deliver(self.id, self._tags, env), *self._settle(mark, now)]
@@ -520,36 +549,47 @@ class PeeringLink:
         if ctx.node_id in env0.path or env0.hops > ctx.max_hops:
             counters["loops_dropped"] += len(envelopes)
             return self._settle(mark, now)
-        pending_append = self._pending.append
-        epoch, link_id, tag = mark.epoch, self.id, self._tags
-        actions: list[Action] = []
-        deliver = actions.append
-        dups = 0
+        link_id, tag, n = self.id, self._tags + 1, len(envelopes)
         firsts = ctx.seen.claim_each(map(_MESH_ID, envelopes))
-        for seq, env, first_copy in zip(
-            range(first, first + len(envelopes)), envelopes, firsts, strict=True
-        ):
-            if not first_copy:
-                dups += 1  # reached us along another path
-                continue
-            tag += 1
-            pending_append(_new_pending(_Pending, (tag, epoch, seq, env.mesh_id)))
-            deliver(Deliver(link_id, tag, env))
-        self._tags = tag
-        if dups:
-            counters["duplicates_other_path"] += dups
-        counters["received"] += len(envelopes) - dups
+        if all(firsts):  # the usual case: one pending entry for the run, no copies
+            seqs: Sequence[int] = range(first, first + n)
+        else:
+            kept = [i for i, first_copy in enumerate(firsts) if first_copy]
+            counters["duplicates_other_path"] += n - len(kept)  # along another path
+            if not kept:
+                counters["received"] += 0  # (the key, as a run with some delivered)
+                return self._settle(mark, now)
+            seqs = [first + i for i in kept]
+            envelopes = [envelopes[i] for i in kept]
+            n = len(kept)
+        self._tags = tag + n - 1
+        self._pending.append(_new_pending(_Pending, (tag, mark.epoch, seqs, envelopes)))
+        counters["received"] += n
+        actions: list[Action] = [
+            Deliver(link_id, t, env) for t, env in zip(range(tag, tag + n), envelopes, strict=True)
+        ]
         return actions + self._settle(mark, now)
 
     def confirm(self, tag: int, now: float) -> list[Action]:
         """The shell has published every delivery up to ``tag`` locally and it is
         safe; they may now be acknowledged to the sender."""
         pending = self._pending
-        settled = []
-        while pending and pending[0].tag <= tag:
-            settled.append(pending.popleft().mesh_id)
-        if settled:
-            self.ctx.seen.settle_each(settled)
+        seen = self.ctx.seen
+        while pending:
+            first = pending[0]
+            n = tag - first.tag + 1
+            if n <= 0:
+                break
+            envelopes = first.envelopes
+            if n >= len(envelopes):
+                pending.popleft()
+                seen.settle_each(map(_MESH_ID, envelopes))
+                continue
+            seen.settle_each(map(_MESH_ID, envelopes[:n]))
+            pending[0] = _new_pending(
+                _Pending, (first.tag + n, first.epoch, first.seqs[n:], envelopes[n:])
+            )
+            break
         if self.remote_node is None:
             return []
         mark = self.ctx.marks.mark(self.remote_node, self.name, self.remote_epoch)
@@ -560,7 +600,7 @@ class PeeringLink:
         settled = mark.accepted
         for p in self._pending:
             if p.epoch == mark.epoch:
-                settled = p.seq - 1
+                settled = p.seqs[0] - 1
                 break
         mark.settled = max(mark.settled, settled)
         if self.state is not _UP or mark.epoch != self.remote_epoch or mark.settled <= self._acked:
@@ -740,6 +780,90 @@ class PeeringLink:
                     accepted = 0
                     actions += self._sent(now, self._pump())
                 actions += self.offer(envelope, routed_locally=routed_locally, now=now)
+                took = self.took
+                continue
+            accepted += 1
+            took = True
+        self.took = took
+        if accepted:
+            self.counters["accepted"] += accepted
+            actions += self._sent(now, self._pump())
+        return actions
+
+    def offer_plain_run(
+        self, first_mint: int, publishes: Sequence[PlainPublish], now: float
+    ) -> list[Action]:
+        """:meth:`offer_run` of the envelopes :meth:`PeeredExchange.envelope` would
+        mint for ``publishes`` (client publishes here with no headers, no
+        properties, that no local queue took), their mesh ids numbered from
+        ``first_mint`` on: each message's onward envelope is made at once, the
+        minted one only for a message the overflow policy has to act on.
+
+        Why this exists beside :meth:`offer_run`: on a sending site (no queue
+        bound to the exchange) the minted envelope of such a publish was made
+        only to be copied here; one envelope per message less
+        (``tests/peering/test_fast_paths.py`` checks the same actions, counters,
+        skipped and log as :meth:`offer_run` of the minted envelopes)."""
+        if self.state is _CLOSED or not self.sends or self.queue_fed:
+            self.took = False
+            return []
+        log = self.log
+        assert log is not None
+        ctx = self.ctx
+        interest, node, epoch, exchange = self.interest, ctx.node_id, ctx.epoch, ctx.exchange
+        one_path = one_node_path(node)
+        minted_size = 64 + len(exchange)  # envelope()'s size of a plain publish, but the
+        onward_size = minted_size + 16 + len(node)  # key and body; onward() adds these
+        accept = log.accept_if_room
+        actions: list[Action] = []
+        accepted = 0
+        took = False
+        by_key = interest is not None and interest.exchange_type != "headers"
+        last_key: str | None = None
+        last_match = True
+        mint = first_mint - 1
+        for p in publishes:
+            mint += 1
+            key, body = p.key, p.body
+            if interest is None:
+                match = True
+            elif by_key and key == last_key:
+                match = last_match
+            else:
+                match = interest.matches(key, p.headers)
+                last_key, last_match = key, match
+            if not match:  # (no other rule stops a plain publish here: offer_run's)
+                decision = decide(
+                    sends=True,
+                    mode=self.mode,
+                    routed_locally=False,
+                    remote_node=self.remote_node,
+                    path=(),
+                    hops=0,
+                    max_hops=ctx.max_hops,
+                    interest=interest if interest is not None else _ANY_INTEREST,
+                    routing_key=key,
+                    headers=p.headers,
+                )
+                if decision is not Decision.SEND:
+                    self.skipped[decision.value] += 1
+                    took = False
+                    continue
+            mesh_id = _new_mesh_id(MeshId, (node, epoch, mint))
+            size = len(body) + len(key)
+            out = Envelope(
+                mesh_id, key, body, p.headers, p.props, exchange, one_path, 1, onward_size + size
+            )
+            seq = accept(out, now)
+            if seq is None:  # offer()'s way for this one: the run so far goes first
+                if accepted:
+                    self.counters["accepted"] += accepted
+                    accepted = 0
+                    actions += self._sent(now, self._pump())
+                minted = Envelope(
+                    mesh_id, key, body, p.headers, p.props, exchange, (), 0, minted_size + size
+                )
+                actions += self.offer(minted, routed_locally=False, now=now)
                 took = self.took
                 continue
             accepted += 1

@@ -31,7 +31,7 @@ methods. Shapes (``?`` = may be null):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
@@ -39,7 +39,7 @@ from .errors import PeeringProtocolError
 from .interest import EXCHANGE_TYPES, BindingKey
 from .mode import PeeringMode
 
-VERSION = 2  # 2: peer.forwards
+VERSION = 3  # 2: peer.forwards; 3: its compact form (origin, keys, bodies)
 _EMPTY: Mapping[str, Any] = {}
 
 
@@ -284,13 +284,21 @@ class Forwards:
     envelopes: list[Envelope]
 
     def to_map(self) -> dict[str, Any]:
+        """The compact form (``origin``, ``keys``, ``bodies``) when the run has it
+        (:func:`compact_parts`), else a row (``msgs``) per message."""
         first = self.envelopes[0]
-        return {
+        m = {
             "type": self.TYPE,
             "seq": self.seq,
             "exchange": first.exchange,
             "path": list(first.path),
             "hops": first.hops,
+        }
+        compact = compact_parts(self.envelopes)
+        if compact is not None:
+            m["origin"], m["keys"], m["bodies"] = compact
+            return m
+        return m | {
             "msgs": [
                 [
                     *e.mesh_id,
@@ -306,6 +314,28 @@ class Forwards:
     def forwards(self) -> list[Forward]:
         """The run as single forwards (what it stands for)."""
         return [Forward(self.seq + i, e) for i, e in enumerate(self.envelopes)]
+
+
+def compact_parts(
+    envelopes: list[Envelope],
+) -> tuple[list[Any], str | list[str], list[bytes]] | None:
+    """A run's compact form (``peer.forwards`` without ``msgs``): ``origin``
+    ``[node, epoch, first origin seq]``, ``keys`` (the routing key of every message,
+    or a list of one each) and ``bodies``, when its messages share their origin
+    (node, epoch), follow each other's origin seqs and have no headers and no
+    properties (a site's client publishes, as its sending log holds them); None
+    otherwise."""
+    first = envelopes[0]
+    node, epoch, origin_seq = first.mesh_id
+    key = first.routing_key
+    same_key = True
+    for i, e in enumerate(envelopes):
+        if e.headers or e.properties or e.mesh_id != (node, epoch, origin_seq + i):
+            return None
+        if e.routing_key != key:
+            same_key = False
+    keys: str | list[str] = key if same_key else [e.routing_key for e in envelopes]
+    return [node, epoch, origin_seq], keys, [e.body for e in envelopes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -485,6 +515,8 @@ def _forwards(r: _Reader) -> Forwards:
         raise r.fail("path", "a list of node ids")
     hops = r.integer("hops")
     rows = r.m.get("msgs")
+    if rows is None and "bodies" in r.m:
+        return _compact_forwards(r, seq, exchange, tuple(path), hops)
     want = "a non-empty list of [node, epoch, seq, routing_key, {headers}, {properties}, body]"
     if not isinstance(rows, list | tuple) or not rows:
         raise r.fail("msgs", want)
@@ -525,6 +557,106 @@ def _forwards(r: _Reader) -> Forwards:
 _new_mesh_id = tuple.__new__  # MeshId(...) without the Python-level __new__
 
 
+def _compact_forwards(
+    r: _Reader, seq: int, exchange: str, path: tuple[str, ...], hops: int
+) -> Forwards:
+    """:func:`_forwards` of the compact form (``origin``, ``keys``, ``bodies``)."""
+    origin = r.m.get("origin")
+    if not (
+        isinstance(origin, list | tuple)
+        and len(origin) == 3
+        and isinstance(origin[0], str)
+        and origin[0]
+        and all(type(v) is int and v >= 0 for v in origin[1:])
+    ):
+        raise r.fail("origin", "[node, epoch, first origin seq]")
+    bodies = r.m.get("bodies")
+    if (
+        not isinstance(bodies, list | tuple)
+        or not bodies
+        or not all(isinstance(b, bytes) for b in bodies)
+    ):
+        raise r.fail("bodies", "a non-empty list of byte strings")
+    keys = r.m.get("keys")
+    if isinstance(keys, str):
+        keys = [keys] * len(bodies)
+    elif not (
+        isinstance(keys, list | tuple)
+        and len(keys) == len(bodies)
+        and all(isinstance(k, str) for k in keys)
+    ):
+        raise r.fail("keys", "a string, or a list of one string per body")
+    node, epoch, first = origin
+    return Forwards(
+        seq,
+        [
+            Envelope(MeshId(node, epoch, first + i), key, body, {}, {}, exchange, path, hops)
+            for i, (key, body) in enumerate(zip(keys, bodies, strict=True))
+        ],
+    )
+
+
+def _compact_fast(
+    get: Callable[[str], Any], seq: int, exchange: str, route: tuple[str, ...], hops: int
+) -> Forwards | None:
+    """:func:`forwards_fast` of the compact form: a ``MeshId`` and an
+    ``Envelope`` per body, no row to unpack and check."""
+    origin = get("origin")
+    bodies = get("bodies")
+    keys = get("keys")
+    if type(origin) is not list or len(origin) != 3 or type(bodies) is not list or not bodies:
+        return None
+    node, epoch, first = origin
+    if (
+        type(node) is not str
+        or not node
+        or type(epoch) is not int
+        or epoch < 0
+        or type(first) is not int
+        or first < 0
+    ):
+        return None
+    envelopes: list[Envelope] = []
+    append = envelopes.append
+    if type(keys) is str:
+        for body in bodies:
+            if type(body) is not bytes:
+                return None
+            append(
+                Envelope(
+                    _new_mesh_id(MeshId, (node, epoch, first)),
+                    keys,
+                    body,
+                    {},
+                    {},
+                    exchange,
+                    route,
+                    hops,
+                )
+            )
+            first += 1
+        return Forwards(seq, envelopes)
+    if type(keys) is not list or len(keys) != len(bodies):
+        return None
+    for key, body in zip(keys, bodies, strict=True):
+        if type(key) is not str or type(body) is not bytes:
+            return None
+        append(
+            Envelope(
+                _new_mesh_id(MeshId, (node, epoch, first)),
+                key,
+                body,
+                {},
+                {},
+                exchange,
+                route,
+                hops,
+            )
+        )
+        first += 1
+    return Forwards(seq, envelopes)
+
+
 def forwards_fast(m: dict[str, Any]) -> Forwards | None:
     """A well-formed ``peer.forwards`` map as it comes from the CBOR decoder (exact
     built-in types), checked in one pass; None for anything else, which
@@ -544,14 +676,16 @@ def forwards_fast(m: dict[str, Any]) -> Forwards | None:
         or type(path) is not list
         or type(hops) is not int
         or hops < 0
-        or type(rows) is not list
-        or not rows
     ):
         return None
     for p in path:
         if type(p) is not str or not p:
             return None
     route = tuple(path)
+    if type(rows) is not list or not rows:
+        if rows is None and "bodies" in m:
+            return _compact_fast(get, seq, exchange, route, hops)
+        return None
     envelopes: list[Envelope] = []
     append = envelopes.append
     for row in rows:

@@ -146,13 +146,51 @@ def _run_of(
     )
 
 
-runs = st.builds(
-    _run_of,
-    st.integers(1, 2**65),
-    st.lists(envelopes, min_size=1, max_size=6),
-    texts,
-    st.lists(node_ids, max_size=3).map(tuple),
-    counters,
+def _plain_run_of(
+    seq: int,
+    origin: tuple[str, int, int],
+    keys: list[str],
+    bodies: list[bytes],
+    exchange: str,
+    path: tuple[str, ...],
+    hops: int,
+) -> Forwards:
+    """A run that has the compact form: one origin, origin seqs in a row, no maps
+    (one key for all, or ``keys`` drawn in turn)."""
+    node, epoch, first = origin
+    return Forwards(
+        seq,
+        [
+            Envelope(MeshId(node, epoch, first + i), keys[i % len(keys)], body, {}, {},
+                     exchange, path, hops)
+            for i, body in enumerate(bodies)
+        ],
+    )  # fmt: skip
+
+
+runs = st.one_of(
+    st.builds(
+        _run_of,
+        st.integers(1, 2**65),
+        st.lists(envelopes, min_size=1, max_size=6),
+        texts,
+        st.lists(node_ids, max_size=3).map(tuple),
+        counters,
+    ),
+    st.builds(
+        _plain_run_of,
+        st.integers(1, 2**65),
+        st.tuples(node_ids, counters, counters),
+        st.lists(texts, min_size=1, max_size=2),
+        st.lists(
+            st.one_of(st.binary(max_size=300), st.binary(min_size=65536, max_size=65536)),
+            min_size=1,
+            max_size=6,
+        ),
+        texts,
+        st.lists(node_ids, max_size=3).map(tuple),
+        counters,
+    ),
 )
 
 
@@ -265,7 +303,7 @@ ODD: list[Any] = [
     ("A",), ["A", 1, 2], ["A", -1, 2], ["", 1, 2], ["A", True, 2], ("A", 1, 2), {}, {1: 2},
     {"k": 1}, {"k": [1]},
 ]  # fmt: skip
-RUN_FIELDS = ["seq", "exchange", "path", "hops", "msgs"]
+RUN_FIELDS = ["seq", "exchange", "path", "hops", "msgs", "origin", "keys", "bodies"]
 ROW_ODD: list[Any] = [*ODD, ["A", 1, 2, "k", {}, {}, b""], ["A", 1, 2, "k", {}, {}]]
 
 
@@ -293,6 +331,14 @@ def test_the_fast_run_decoder_agrees_with_the_checked_one(
             m[name] = value
     rows = m.get("msgs")
     for index, position, value in row_changes:
+        for column in ("bodies", "keys", "origin"):  # the compact form's lists
+            items = m.get(column)
+            if (
+                isinstance(items, list)
+                and items
+                and position % 3 == ("bodies", "keys", "origin").index(column)
+            ):
+                items[index % len(items)] = value
         if isinstance(rows, list) and rows:
             row = rows[index % len(rows)]
             if isinstance(row, list) and row:
@@ -326,13 +372,14 @@ def _receiving_end() -> tuple[PeeredExchange, Any]:
         ),
         max_size=6,
     ),
-    st.lists(st.booleans(), max_size=12),
+    st.lists(st.one_of(st.booleans(), st.integers(0, 20)), max_size=12),
 )
 def test_a_link_takes_a_run_as_the_single_forwards(
-    runs_: list[tuple[int, list[int], tuple[str, ...], int]], confirms: list[bool]
+    runs_: list[tuple[int, list[int], tuple[str, ...], int]], confirms: list[bool | int]
 ) -> None:
     """Same deliveries, tags, counters, marks and acks; loops, resends and copies
-    along other paths included."""
+    along other paths included; confirms of all so far or up to a tag (inside a
+    run's pending entry)."""
     (px1, singles), (px2, batched) = _receiving_end(), _receiving_end()
     seq, now = 0, 1.0
     for step, origins, path, hops in runs_:
@@ -352,13 +399,18 @@ def test_a_link_takes_a_run_as_the_single_forwards(
             a.message for a in many if isinstance(a, Send)
         ][-1:]
         seq = max(seq, first + len(envs) - 1)
-        if confirms and confirms.pop():
-            one, many = singles.confirm(singles._tags, now), batched.confirm(batched._tags, now)
+        confirm = confirms.pop() if confirms else False
+        if confirm is not False:
+            tag = singles._tags if confirm is True else min(confirm, singles._tags)
+            one, many = singles.confirm(tag, now), batched.confirm(tag, now)
             assert one == many
+            assert px1.snapshot() == px2.snapshot()
         now += 1.0
     assert singles.counters == batched.counters
     assert px1.snapshot() == px2.snapshot()
-    assert singles._pending == batched._pending
+    assert [i for p in singles._pending for i in p.items()] == [
+        i for p in batched._pending for i in p.items()
+    ]
 
 
 # --- the sender's decision -------------------------------------------------------------
@@ -591,6 +643,105 @@ def test_offering_a_run_is_offering_each(
             rlog.oldest_accepted_at,
         )
         assert [e.size() for e in flog._held] == [e.size() for e in rlog._held]
+
+
+@settings(max_examples=examples(150), deadline=None)
+@given(
+    st.sampled_from([PeeringMode.PUBLISH, PeeringMode.FORWARD]),
+    st.sampled_from(list(OverflowPolicy)),
+    st.integers(1, 4),
+    st.booleans(),
+    st.one_of(st.none(), st.just(["a.*", "b"])),
+    st.lists(
+        st.one_of(
+            st.lists(
+                st.tuples(st.sampled_from(["a.b", "b", "c"]), st.integers(0, 300)),
+                min_size=1,
+                max_size=8,
+            ),
+            st.sampled_from(["ack", "lost", "back", "minted"]),
+        ),
+        min_size=1,
+        max_size=10,
+    ),
+)
+def test_offering_a_plain_run_is_offering_its_minted_envelopes(
+    mode: PeeringMode,
+    overflow: OverflowPolicy,
+    max_in_flight: int,
+    durable: bool,
+    keys: list[str] | None,
+    steps: list[Any],
+) -> None:
+    """``published_plain_run`` (a sending site's plain client publishes, not minted
+    yet: one envelope each) against ``published_run`` of the envelopes
+    ``envelope`` mints for them, none routed locally: the same actions in the
+    same order (forwards with the same mesh ids, ``Blocked``, ``Acked``), the same
+    ``took`` / ``taken``, counters, skipped, log and sizes; with the window and
+    the byte cap filling (block, drop-oldest, spill), no interest or some, acks,
+    cuts, and messages minted one by one in between."""
+    ends = []
+    for _ in range(2):
+        px, link = _up_link(mode, keys)
+        link.settings = dataclasses.replace(
+            link.settings, max_in_flight=max_in_flight, buffer_bytes=900, overflow=overflow
+        )
+        link.durable_log = durable
+        assert link.log is not None
+        link.log.buffer_bytes, link.log.overflow = 900, overflow
+        if overflow is OverflowPolicy.SPILL:
+            link.log.spill = MemorySpill()
+        ends.append((px, link))
+    (fast, fast_link), (ref, ref_link) = ends
+    now = 1.0
+    for step in steps:
+        if step == "ack":
+            acks = [
+                _one_by_one(end.receive(Ack(end.log.epoch, end.log.next_seq // 2), now))
+                for end in (fast_link, ref_link)
+            ]
+            assert acks[0] == acks[1]
+        elif step == "lost":
+            assert fast_link.connection_lost(now) == ref_link.connection_lost(now)
+        elif step == "back":
+            for end in (fast_link, ref_link):
+                if end.state is LinkState.BACKOFF:
+                    end.tick(now + 60.0)
+                    end.connected(now)
+                    end.receive(Hello("B", "l", "/", "x", "topic", mode, 5), now)
+        elif step == "minted":  # one through the general path, between runs
+            got = fast.published(fast.envelope("b", b"m"), routed_locally=False, now=now)
+            want = ref.published(ref.envelope("b", b"m"), routed_locally=False, now=now)
+            assert _one_by_one(got) == _one_by_one(want)
+        else:
+            publishes = [
+                ev.Publish(i, "x", key, b"y" * n, {}, {}) for i, (key, n) in enumerate(step)
+            ]
+            got = fast.published_plain_run(publishes, now=now)
+            envs = [ref.envelope(p.key, p.body, p.headers, p.props) for p in publishes]
+            want = ref.published_run(envs, [False] * len(envs), now=now)
+            assert _one_by_one(got) == _one_by_one(want)
+            assert fast_link.took is ref_link.took and fast.taken == ref.taken
+        now += 1.0
+        assert fast_link.state is ref_link.state
+        assert fast_link.counters == ref_link.counters and fast_link.skipped == ref_link.skipped
+        flog, rlog = fast_link.log, ref_link.log
+        assert (flog.in_flight, flog.unacked, flog.dropped, flog.blocked, flog.spilled) == (
+            rlog.in_flight,
+            rlog.unacked,
+            rlog.dropped,
+            rlog.blocked,
+            rlog.spilled,
+        )
+        assert list(flog._held) == list(rlog._held)
+        assert (flog.gone_upto, flog.next_seq, flog.oldest_accepted_at) == (
+            rlog.gone_upto,
+            rlog.next_seq,
+            rlog.oldest_accepted_at,
+        )
+        assert [e.size() for e in flog._held] == [e.size() for e in rlog._held]
+        assert [e._size for e in flog._held] == [e._size for e in rlog._held]
+    assert fast._minted == ref._minted
 
 
 @given(

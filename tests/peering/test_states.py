@@ -216,7 +216,7 @@ def test_acceptor_refuses_what_does_not_fit() -> None:
     assert px.links == {}
 
 
-@pytest.mark.parametrize("version", [1, 3, 0])
+@pytest.mark.parametrize("version", [1, 2, 4, 0])
 def test_a_hello_of_another_version_is_refused_clearly(version: object) -> None:
     """An older amqlite (version 1: no ``peer.forwards``) gets a ``peer.refused``
     that says why, not forwards it cannot read."""
@@ -227,5 +227,5 @@ def test_a_hello_of_another_version_is_refused_clearly(version: object) -> None:
     assert link is None and px.links == {}
     send, disconnect = actions
     assert isinstance(send, Send) and isinstance(send.message, Refused)
-    assert f"unsupported version {version} (we speak 2)" in send.message.text
+    assert f"unsupported version {version} (we speak 3)" in send.message.text
     assert isinstance(disconnect, Disconnect) and send.link == disconnect.link == "A/l"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import cbor2
@@ -37,6 +38,7 @@ ENV = Envelope(
     2,
 )
 
+PLAIN = [Envelope(MeshId("A", 2, 7 + i), "k", b"m%d" % i, {}, {}, "x", ("A",), 1) for i in range(2)]
 SAMPLES: list[PeeringMessage] = [
     Hello("A", "l", "/", "x", "topic", PeeringMode.SUBSCRIBE, 5, (4, 99), heartbeat=0.5),
     Hello("A", "l", "/v", "x", "headers", PeeringMode.FORWARD, 0),
@@ -60,6 +62,9 @@ SAMPLES: list[PeeringMessage] = [
         9,
         [ENV, Envelope(MeshId("B", 0, 1), "", b"", {}, {}, "x", ("A", "B"), 2)],
     ),
+    Forwards(5, PLAIN),  # the compact form: one origin, seqs in a row, no maps
+    Forwards(5, [PLAIN[0], dataclasses.replace(PLAIN[1], routing_key="j")]),  # (keys: a list)
+    Forwards(5, [PLAIN[1], PLAIN[0]]),  # (seqs not in a row: rows)
     Ack(5, 0),
     Ack(5, 123456789),
     Heartbeat(),
@@ -98,6 +103,10 @@ def _forwards(**changes: Any) -> dict[str, Any]:
     return {**Forwards(4, [ENV]).to_map(), **changes}
 
 
+def _compact(**changes: Any) -> dict[str, Any]:
+    return {**Forwards(4, PLAIN).to_map(), **changes}
+
+
 def _without(m: dict[str, Any], key: str) -> dict[str, Any]:
     return {k: v for k, v in m.items() if k != key}
 
@@ -106,8 +115,9 @@ BAD: list[tuple[object, str]] = [
     ([], "must be a map"),
     ({}, "unknown peering message type None"),
     ({"type": "peer.nope"}, "unknown peering message type 'peer.nope'"),
-    (_hello(version=1), "unsupported version 1 (we speak 2)"),  # before peer.forwards
-    (_hello(version=3), "unsupported version 3 (we speak 2)"),
+    (_hello(version=1), "unsupported version 1 (we speak 3)"),  # before peer.forwards
+    (_hello(version=2), "unsupported version 2 (we speak 3)"),  # before its compact form
+    (_hello(version=4), "unsupported version 4 (we speak 3)"),
     (_hello(mode=4), "'mode' must be 1, 2 or 3"),
     (_hello(mode="1"), "'mode' must be 1, 2 or 3"),
     (_hello(node=""), "'node' must be a non-empty string"),
@@ -138,6 +148,14 @@ BAD: list[tuple[object, str]] = [
     (_forwards(msgs=[["A", 1, 2, "k", {1: 2}, {}, b""]]), "peer.forwards: 'msgs' must be"),
     (_forwards(msgs=[["", 1, 2, "k", {}, {}, b""]]), "peer.forwards: 'msgs' must be"),
     (_forwards(msgs=[["A", 1, 2, "k", {}, {}, "text"]]), "peer.forwards: 'msgs' must be"),
+    (_compact(origin=["A", 1]), "peer.forwards: 'origin' must be [node, epoch, first origin"),
+    (_compact(origin=["", 1, 2]), "peer.forwards: 'origin' must be"),
+    (_compact(origin=["A", -1, 2]), "peer.forwards: 'origin' must be"),
+    (_compact(bodies=[]), "peer.forwards: 'bodies' must be a non-empty list of byte strings"),
+    (_compact(bodies=[b"", "text"]), "peer.forwards: 'bodies' must be"),
+    (_compact(keys=["k"]), "peer.forwards: 'keys' must be a string, or a list of one string"),
+    (_without(_compact(), "keys"), "peer.forwards: missing 'keys'"),
+    (_without(_compact(), "bodies"), "peer.forwards: missing 'msgs'"),
     ({"type": "peer.ack", "epoch": 1}, "peer.ack: missing 'seq'"),
     ({"type": "peer.ack", "epoch": 1, "seq": 1.0}, "'seq' must be an integer"),
     (

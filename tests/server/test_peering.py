@@ -449,7 +449,7 @@ async def test_a_dialer_of_an_older_peering_version_is_refused_clearly(node: Bro
     await raw.send(ev.PeerMessage(hello))
     refused = await raw.receive()
     assert isinstance(refused, ev.PeerMessage) and refused.msg["type"] == "peer.refused"
-    assert "unsupported version 1 (we speak 2)" in refused.msg["text"]
+    assert "unsupported version 1 (we speak 3)" in refused.msg["text"]
     closed = await raw.receive()
     assert isinstance(closed, ev.Close) and "unsupported version 1" in closed.text
     await raw.aclose()

@@ -4,6 +4,7 @@ only (a client publish on a peered exchange) and a run of deliveries (a received
 
 from __future__ import annotations
 
+import contextlib
 import random
 from typing import Any
 
@@ -11,7 +12,9 @@ import trio
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from amqlite.auth import AuthenticatedUser, Permissions
 from amqlite.broker import Broker, Message, PublishOutcome, Session
+from amqlite.errors import AmqliteError
 from amqlite.peering import (
     Ack,
     Action,
@@ -31,6 +34,9 @@ from amqlite.peering import (
     PeeringMode,
     Send,
 )
+from amqlite.peering.link import PlainPublish
+from amqlite.protocol import events as ev
+from amqlite.server.dispatch import RequestDispatcher
 from amqlite.server.peering.applier import ActionApplier
 from amqlite.server.peering.hooks import PublishHook
 from amqlite.server.peering.registry import LinkRegistry
@@ -391,3 +397,125 @@ def test_a_batch_frame_is_one_journal_turn() -> None:
     trio.run(receive)
     assert holds == [1, 1, 1, 1]  # each inside the frame's one hold
     assert kept.storage.held == 0 and kept.storage.holds >= 1
+
+
+# --- the dispatcher's forward-only path ----------------------------------------------------
+
+_peered_publish = st.builds(
+    ev.Publish,
+    id=st.integers(0, 99),
+    exchange=st.sampled_from(["x", "x", "x", "y"]),
+    key=st.sampled_from(["k.a", "other"]),
+    body=st.binary(max_size=40),
+    headers=st.one_of(st.just({}), st.just({"h": 1})),
+    props=st.one_of(st.just({}), st.just({"persistent": True}), st.just({"priority": 3})),
+    mandatory=st.booleans(),
+    confirm=st.booleans(),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            _peered_publish,
+            st.sampled_from(["bind", "unbind", "read ends", "trace", "internal", "delete"]),
+        ),
+        max_size=25,
+    )
+)
+def test_a_forward_only_publish_is_what_the_general_path_does(steps: list[Any]) -> None:
+    """``RequestDispatcher._publish`` on a peered exchange with no queue bound here
+    (``Session.routes_nowhere``: no ``Message``, no routing) against the general
+    path (``routes_nowhere`` always False): the same replies, the same forwards in
+    the same order, the same messages in the local queues; with bindings made and
+    removed, the trace hook on, the exchange internal or gone in between, and
+    mandatory, confirmed, persistent publishes and ones with headers or
+    properties beside the plain ones."""
+
+    async def run() -> list[Any]:
+        seen = []
+        for _fast in (True, False):
+            applier, plain, link, _calls = _sending(OverflowPolicy.DROP_OLDEST)
+            hook = _RecordingHook(applier, plain.px)
+            broker = Broker()
+            session = broker.open_session("/")
+            session.declare_exchange("x", "topic")
+            session.declare_exchange("y", "direct")
+            session.declare_queue("q")
+            user = AuthenticatedUser("u", Permissions(".*", ".*", ".*"))
+            dispatcher = RequestDispatcher(session, user, "/", dict, "i", {"x": hook})
+            replies: list[Any] = []
+            for i, step in enumerate(steps):
+                if step in ("bind", "unbind"):
+                    with contextlib.suppress(AmqliteError):  # (gone: "delete")
+                        getattr(session, step)("q", "x", "k.#")
+                elif step == "read ends":
+                    applier.offer_runs()
+                elif step == "trace":
+                    broker.tracer = None if broker.tracer is not None else _Tracer()
+                elif step == "internal":
+                    exchange = broker.vhost("/").exchanges.get("x")  # type: ignore[union-attr]
+                    if exchange is not None:
+                        exchange.internal = not exchange.internal
+                elif step == "delete":
+                    broker.vhost("/").exchanges.pop("x", None)  # type: ignore[union-attr]
+                else:
+                    replies.append(dispatcher.publish(step, float(i)))
+            applier.offer_runs()
+            host = broker.vhost("/")
+            assert host is not None
+            queued = [
+                (m.routing_key, m.body, m.headers, m.properties)
+                for m, _, _ in host.queues["q"].ready
+            ]
+            forwarded = [
+                (e.mesh_id, e.routing_key, e.body, e.headers, e.properties)
+                for message in applier._outbox.get("conn", [])  # type: ignore[call-overload]
+                for e in (message.envelopes if isinstance(message, Forwards) else [])
+            ]
+            seen.append((replies, queued, forwarded, link.counters, link.skipped, hook.calls))
+            Session.routes_nowhere = _general  # type: ignore[method-assign]  # the second: general
+        return seen
+
+    routes_nowhere = Session.routes_nowhere
+    try:
+        fast, ref = trio.run(run)
+    finally:
+        Session.routes_nowhere = routes_nowhere  # type: ignore[method-assign]
+    assert fast == ref
+
+
+class _RecordingHook(PublishHook):
+    """Which of the hook's ways each publish took (a persistent message must take
+    ``published``, whose ``peering.out`` record a durable log needs)."""
+
+    def __init__(self, applier: ActionApplier, px: PeeredExchange) -> None:
+        super().__init__(applier, px)
+        self.calls: list[tuple[str, str, PublishOutcome]] = []
+
+    def published(
+        self, envelope: Envelope, outcome: PublishOutcome, now: float, publish_key: str = ""
+    ) -> bool:
+        self.calls.append(("now", envelope.routing_key, outcome))
+        return super().published(envelope, outcome, now, publish_key)
+
+    def published_later(self, envelope: Envelope, outcome: PublishOutcome) -> None:
+        self.calls.append(("later", envelope.routing_key, outcome))
+        super().published_later(envelope, outcome)
+
+    def forwarded_later(self, publish: PlainPublish) -> None:
+        self.calls.append(("later", publish.key, PublishOutcome.UNROUTABLE))
+        super().forwarded_later(publish)
+
+
+def _general(session: Session, exchange: str) -> bool:
+    return False
+
+
+class _Tracer:
+    def __init__(self) -> None:
+        self.seen = 0
+
+    def published(self, *args: Any) -> None:
+        self.seen += 1

@@ -11,6 +11,7 @@ import trio
 
 from amqlite.broker import PEERING_QUEUE_PREFIX, PublishOutcome
 from amqlite.peering import Envelope, OverflowPolicy, PeeredExchange
+from amqlite.peering.link import PlainPublish
 
 from .applier import ActionApplier
 
@@ -25,7 +26,7 @@ _BLOCK, _UNROUTABLE = OverflowPolicy.BLOCK, PublishOutcome.UNROUTABLE
 class PublishHook:
     """What the dispatcher calls for a publish on a peered exchange."""
 
-    __slots__ = ("applier", "px", "run", "run_routed")
+    __slots__ = ("applier", "plain", "px", "run", "run_routed")
 
     def __init__(self, applier: ActionApplier, px: PeeredExchange) -> None:
         self.applier = applier
@@ -34,11 +35,27 @@ class PublishHook:
         #: queue took each (:meth:`published_later`)
         self.run: list[Envelope] = []
         self.run_routed: list[bool] = []
+        #: or only forwarded plain client publishes, not minted yet
+        #: (:meth:`forwarded_later`); one of the two runs is empty
+        self.plain: list[PlainPublish] = []
+
+    def mint(
+        self,
+        key: str,
+        body: bytes,
+        headers: Mapping[str, Any] | None = None,
+        props: Mapping[str, Any] | None = None,
+    ) -> Envelope:
+        """``px.envelope(...)``, after the plain publishes waiting are offered (their
+        mesh ids come first, in the order they were published)."""
+        if self.plain:
+            self.offer_run()
+        return self.px.envelope(key, body, headers, props)
 
     def has_room(self, envelope: Envelope) -> bool:
         """False when a ``block`` link is too full to take it (the publisher is
         pushed back); the other policies always make room."""
-        if self.run:
+        if self.run or self.plain:
             self.offer_run()  # the log as it is once they are in it
         for link in self.px.links.values():  # a loop: a generator costs more per publish
             if link.settings.overflow is _BLOCK and not link.has_room(envelope):
@@ -52,7 +69,7 @@ class PublishHook:
         on another site). ``publish_key`` goes into the ``peering.out`` records of
         durable logs, so a publish sent again after a failover is recognised even
         when no local queue holds it."""
-        if self.run:
+        if self.run or self.plain:
             self.offer_run()  # in order: what was published before goes first
         routed = outcome is not _UNROUTABLE
         px = self.px
@@ -84,6 +101,8 @@ class PublishHook:
         skipping it spares that publish path the run's work
         (``tests/server/test_peering_applier.py`` checks the actions against
         ``published`` with and without such ends)."""
+        if self.plain:
+            self.offer_run()  # (mint() did it: never, but the order is kept)
         if not self.run:
             if not self.px.offers_taken:
                 return
@@ -91,12 +110,39 @@ class PublishHook:
         self.run.append(envelope)
         self.run_routed.append(outcome is not _UNROUTABLE)
 
+    def forwarded_later(self, publish: PlainPublish) -> None:
+        """:meth:`published_later` of ``mint(publish.key, publish.body)`` with no local
+        queue taking it, for a publish without headers or properties: it waits
+        unminted, and the links make one envelope per message instead of two
+        (``PeeredExchange.published_plain_run``).
+
+        Why this exists beside :meth:`published_later`: a sending site's client
+        publishes (no queue bound here, see ``Session.routes_nowhere``) are
+        minted only to be copied into each link's log
+        (``tests/server/test_peering_applier.py`` checks the dispatcher's
+        forwards and replies against the general path)."""
+        plain = self.plain
+        if not plain:
+            if self.run:
+                self.offer_run()  # in order: what was published before goes first
+            if not self.px.offers_taken:
+                self.px.skip_mints(1)  # (its mesh id is used up, as envelope() would)
+                return
+            self.applier.run_waiting(self)
+        plain.append(publish)
+
     def drop_run(self) -> None:
         """Peering stopped: the run waiting is dropped with the links."""
-        self.run, self.run_routed = [], []
+        self.run, self.run_routed, self.plain = [], [], []
 
     def offer_run(self) -> None:
-        """Offer the run :meth:`published_later` gathered to the links, now."""
+        """Offer the run :meth:`published_later` or :meth:`forwarded_later`
+        gathered to the links, now."""
+        plain = self.plain
+        if plain:
+            self.plain = []
+            now = trio.current_time()
+            self.applier.apply(self.px.published_plain_run(plain, now=now))
         envelopes, routed = self.run, self.run_routed
         if not envelopes:
             return
