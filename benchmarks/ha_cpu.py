@@ -3,9 +3,10 @@
     /work/main/.venv/bin/python benchmarks/ha_cpu.py --trees /work/wt/ref,/work/wt/ha-r8 \
         [--repeat 5] [--messages 400000] [--profile DIR]
 
-For each repeat and each source tree in turn (alternating, so that the machine's
-load falls on both alike) it starts, from that tree (``PYTHONPATH=TREE:TREE/benchmarks``
-for the servers and the bench client alike), an HA pair on free loopback ports
+For each repeat and each source tree in turn (alternating, first in one order
+then in the other, so that the machine's load falls on both alike) it starts,
+from that tree (``PYTHONPATH=TREE:TREE/benchmarks`` for the servers and the bench
+client alike), an HA pair on free loopback ports
 (one ``[cluster]`` file, ``heartbeat_ms = 200``, ``failover_timeout_ms = 1000``,
 ``--fsync batch`` on both nodes, each with its own data dir; it waits for the
 primary's ``ha_replication_started``) and a standalone broker (``--fsync batch``),
@@ -229,7 +230,9 @@ def main() -> None:
     print("| tree | run | UTC | " + " | ".join(c[1] for c in _COLUMNS) + " |", flush=True)
     print("|---|---:|---|" + "---:|" * len(_COLUMNS), flush=True)
     for i in range(args.repeat):
-        for tree in trees:
+        # ABBA: each tree runs first as often as last (the second run of a pair
+        # often met a busier machine than the first)
+        for tree in trees if i % 2 == 0 else trees[::-1]:
             tag = Path(tree).name
             with tempfile.TemporaryDirectory() as tmp:
                 last = profile if i == args.repeat - 1 else None
