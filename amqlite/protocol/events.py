@@ -215,6 +215,7 @@ class HaHeartbeat(Event):
     state: str
     epoch: int
     vhost: str
+    handover: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,7 +43,6 @@ from amqlite.ha import (
     CloseClients,
     Follower,
     FollowerAction,
-    HaEvent,
     HaMachine,
     HaRole,
     HaState,
@@ -323,11 +322,9 @@ class HaService:
                 # journal's state holds, as a restart would
                 self._reset_broker(keep_publish_keys=True)
             flagged = 0
-            if action.previous is HaState.PASSIVE and action.event in (
-                HaEvent.CLIENT_REQUEST,
-                HaEvent.LEASE_GRANTED,
-            ):
-                # a failover: the dead master's last deliveries may not be here
+            if action.flags_redelivered:
+                # the master's last deliveries may not be here: its marks go with its
+                # commits (all of them first when it hands over: no flags then)
                 flagged = self.node.broker.flag_redelivered()
             log.warning(
                 "ha_became_active",
@@ -406,7 +403,7 @@ class HaService:
         try:
             heartbeat = Heartbeat.from_map(
                 {"node": hb.node, "role": hb.role, "state": hb.state, "epoch": hb.epoch,
-                 "vhost": hb.vhost}
+                 "vhost": hb.vhost, "handover": hb.handover}
             )  # fmt: skip
         except HeartbeatError as exc:
             log.warning("ha_heartbeat_malformed", error=str(exc))
@@ -497,7 +494,10 @@ class HaService:
                 fail(f"the peer did not catch up (holds {self.synced_upto} of {target})")
                 return
             # Restart our side as a starting node: the peer hears PRIMARY/BACKUP from
-            # its master and takes over; we then hear it active and go passive.
+            # its master and takes over; we then hear it active and go passive. It
+            # need not flag its ready messages redelivered (``handover``) unless a
+            # delivery was marked after the flush above (a connection still closing).
+            handover = recorder is None or not recorder.deliveries_waiting
             epoch = machine.epoch
             self.machine = HaMachine(
                 self.role,
@@ -508,6 +508,7 @@ class HaService:
                 heartbeat=self.config.heartbeat_ms / 1000,
                 failover_timeout=self.config.failover_timeout_ms / 1000,
                 promise=self.promise,
+                handover=handover,
             )
             self.node.state = self.machine.state.value
             # after the swap: the old machine must not tell the witness it confirms
