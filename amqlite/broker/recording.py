@@ -116,8 +116,8 @@ class Recorder:
         ``message.marks`` per queue, and a message delivered and acked between two
         commits costs one id in a list. What is durable when is unchanged: the marks
         reach the journal before the commit that would have carried them. (An HA
-        pair's master does the same: its passive node hears of the marks with the
-        commits and, taking over, flags every ready message ``redelivered``.)"""
+        pair's shell also flushes them before it writes deliveries out: its passive
+        node must learn of a delivery before the consumer sees it.)"""
         self._marks = {}
         self._wake = wake
 
@@ -129,8 +129,9 @@ class Recorder:
     @property
     def deliveries_waiting(self) -> bool:
         """Whether gathered delivery marks (not only acks) wait for :meth:`flush_marks`:
-        an HA switchover that finds some after its own flush (a connection still
-        closing) does not say ``handover``, so that the new master flags."""
+        an HA pair's shell flushes before it writes deliveries out only then (acks
+        gathered alone vouch for nothing a consumer is about to see; they go with
+        the commit, as on a standalone node)."""
         marks = self._marks
         if not marks:
             return False

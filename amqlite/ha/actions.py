@@ -34,28 +34,11 @@ class PersistEpoch:
 
 @dataclass(frozen=True, slots=True)
 class BecameActive:
-    """This node is now master: accept clients, replicate to the peer.
-
-    ``handed_over``: the heartbeat that promoted us said the peer handed mastership
-    over (:attr:`Heartbeat.handover`, a switchover)."""
+    """This node is now master: accept clients, replicate to the peer."""
 
     previous: HaState
     event: HaEvent
     epoch: int
-    handed_over: bool = False
-
-    @property
-    def flags_redelivered(self) -> bool:
-        """Whether the shell flags every ready message ``redelivered``: on every
-        takeover from the passive state but a handover. The master journals its
-        delivery marks with its commits (as a standalone node does), so a passive
-        node may not have heard of a delivery its consumer has seen: after a
-        failover (client vote, witness lease) and after a master that crashed and
-        restarted within the failover timeout (``PEER_PRIMARY`` / ``PEER_BACKUP``)
-        alike. A switchover flushes the marks and waits until we hold them before it
-        says ``handover``. AMQP's ``redelivered`` means "may have been delivered
-        before"; RabbitMQ flags a promoted mirror's messages the same way."""
-        return self.previous is HaState.PASSIVE and not self.handed_over
 
 
 @dataclass(frozen=True, slots=True)

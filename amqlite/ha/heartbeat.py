@@ -20,20 +20,13 @@ _E = TypeVar("_E", HaRole, HaState)
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
     """One node's announcement: who it is, what it is configured as, what state it
-    is in, the epoch it holds (its term while active) and the vhost it serves.
-
-    ``handover`` (starting states only): the sender was master and restarted its
-    HA state to hand mastership to us (a switchover) after we held every record it
-    had, its delivery marks included. A passive node that takes over on hearing it
-    need not flag its ready messages ``redelivered`` (docs/ha.md); a master that
-    crashed and restarted does not say it, and the node taking over flags them."""
+    is in, the epoch it holds (its term while active) and the vhost it serves."""
 
     node_id: str
     role: HaRole
     state: HaState
     epoch: int
     vhost: str
-    handover: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.node_id, str) or not self.node_id:
@@ -48,13 +41,6 @@ class Heartbeat:
             )
         if not isinstance(self.vhost, str) or not self.vhost:
             raise HeartbeatError(f"heartbeat vhost must be non-empty text, got {self.vhost!r}")
-        if type(self.handover) is not bool:
-            raise HeartbeatError(f"heartbeat handover must be a boolean, got {self.handover!r}")
-        if self.handover and not self.state.is_starting:
-            raise HeartbeatError(
-                f"heartbeat from node {self.node_id!r} says handover in state "
-                f"{self.state.value!r}: only a starting node hands over"
-            )
         if self.state.is_starting and self.state is not self.role.starting_state:
             raise HeartbeatError(
                 f"heartbeat from node {self.node_id!r} says state {self.state.value!r} "
@@ -67,18 +53,14 @@ class Heartbeat:
         return HaEvent.for_peer(self.state)
 
     def to_map(self) -> dict[str, Any]:
-        """Plain data for the wire: text, text, text, int, text (and ``handover``,
-        a bool, only when set: an older peer ignores it)."""
-        data: dict[str, Any] = {
+        """Plain data for the wire: text, text, text, int, text."""
+        return {
             "node": self.node_id,
             "role": self.role.value,
             "state": self.state.value,
             "epoch": self.epoch,
             "vhost": self.vhost,
         }
-        if self.handover:
-            data["handover"] = True
-        return data
 
     @classmethod
     def from_map(cls, data: object) -> Heartbeat:
@@ -95,7 +77,6 @@ class Heartbeat:
             state=_enum(HaState, data, "state"),
             epoch=data["epoch"],
             vhost=_text(data, "vhost"),
-            handover=data.get("handover", False),
         )
 
 

@@ -69,10 +69,6 @@ class HaMachine:
     passive or starting node whose peer is silent asks the witness for the lease of
     a new epoch (``AskWitness``) and takes over only when it is granted
     (:meth:`on_lease`); the master renews its lease every heartbeat interval.
-
-    ``handover``: this machine replaces a master's for a switchover (its peer holds
-    everything it had); its heartbeats say so while it is starting, and the peer's
-    ``BecameActive`` carries it (:attr:`BecameActive.flags_redelivered`).
     """
 
     def __init__(
@@ -86,7 +82,6 @@ class HaMachine:
         heartbeat: float = DEFAULT_HEARTBEAT,
         failover_timeout: float = DEFAULT_FAILOVER_TIMEOUT,
         promise: Promise = Promise.SERVE,
-        handover: bool = False,
     ) -> None:
         if not isinstance(role, HaRole):
             raise HaError(f"role must be HaRole.PRIMARY or HaRole.BACKUP, got {role!r}")
@@ -119,8 +114,6 @@ class HaMachine:
         if not isinstance(promise, Promise):
             raise HaError(f"promise must be a Promise, got {promise!r}")
         self._promise = promise
-        #: a switchover's restart: our starting heartbeats say ``handover``
-        self._handover = bool(handover)
         # --- the witness (promise WITNESS only) ---
         self._witness_last_heard: float | None = None
         self._witness_silence_reported = False
@@ -240,7 +233,6 @@ class HaMachine:
             state=self._state,
             epoch=self._epoch,
             vhost=self._vhost,
-            handover=self._handover and self._state.is_starting,
         )
 
     def next_deadline(self) -> float:
@@ -527,8 +519,7 @@ class HaMachine:
             self._alone = False  # until the shell says otherwise (set_alone)
             if promote_to is None:
                 self._next_ask_at = now  # with a witness: ask for the lease at once
-            handed_over = hb is not None and hb.handover
-            actions.append(BecameActive(old, event, self._epoch, handed_over))
+            actions.append(BecameActive(old, event, self._epoch))
             return actions
         peer_id = hb.node_id if hb is not None else None
         if new is HaState.PASSIVE and old is HaState.ACTIVE:

@@ -215,7 +215,6 @@ class HaHeartbeat(Event):
     state: str
     epoch: int
     vhost: str
-    handover: bool = False
 
 
 @dataclass(frozen=True, slots=True)

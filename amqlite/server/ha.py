@@ -43,6 +43,7 @@ from amqlite.ha import (
     CloseClients,
     Follower,
     FollowerAction,
+    HaEvent,
     HaMachine,
     HaRole,
     HaState,
@@ -322,9 +323,11 @@ class HaService:
                 # journal's state holds, as a restart would
                 self._reset_broker(keep_publish_keys=True)
             flagged = 0
-            if action.flags_redelivered:
-                # the master's last deliveries may not be here: its marks go with its
-                # commits (all of them first when it hands over: no flags then)
+            if action.previous is HaState.PASSIVE and action.event in (
+                HaEvent.CLIENT_REQUEST,
+                HaEvent.LEASE_GRANTED,
+            ):
+                # a failover: the dead master's last deliveries may not be here
                 flagged = self.node.broker.flag_redelivered()
             log.warning(
                 "ha_became_active",
@@ -403,7 +406,7 @@ class HaService:
         try:
             heartbeat = Heartbeat.from_map(
                 {"node": hb.node, "role": hb.role, "state": hb.state, "epoch": hb.epoch,
-                 "vhost": hb.vhost, "handover": hb.handover}
+                 "vhost": hb.vhost}
             )  # fmt: skip
         except HeartbeatError as exc:
             log.warning("ha_heartbeat_malformed", error=str(exc))
@@ -494,10 +497,7 @@ class HaService:
                 fail(f"the peer did not catch up (holds {self.synced_upto} of {target})")
                 return
             # Restart our side as a starting node: the peer hears PRIMARY/BACKUP from
-            # its master and takes over; we then hear it active and go passive. It
-            # need not flag its ready messages redelivered (``handover``) unless a
-            # delivery was marked after the flush above (a connection still closing).
-            handover = recorder is None or not recorder.deliveries_waiting
+            # its master and takes over; we then hear it active and go passive.
             epoch = machine.epoch
             self.machine = HaMachine(
                 self.role,
@@ -508,7 +508,6 @@ class HaService:
                 heartbeat=self.config.heartbeat_ms / 1000,
                 failover_timeout=self.config.failover_timeout_ms / 1000,
                 promise=self.promise,
-                handover=handover,
             )
             self.node.state = self.machine.state.value
             # after the swap: the old machine must not tell the witness it confirms

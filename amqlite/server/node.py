@@ -129,7 +129,8 @@ class BrokerNode:
         if storage is not None and broker.recorder is not None:
             broker.recorder.source = storage.source
             # delivery marks and acks go to the journal as one record per queue and
-            # commit (docs/storage.md, "Delivery marks and acks"), on an HA pair too
+            # commit (docs/storage.md, "Delivery marks and acks"); an HA pair's also
+            # at every pump, before the deliveries go out (see pump)
             broker.recorder.gather_marks(storage.wake)
             storage.before_commit = broker.recorder.flush_marks
         if self.pages is not None:
@@ -444,11 +445,17 @@ class BrokerNode:
         most bytes a native client connection it wrote to now has waiting to be
         sent (0: it wrote to none), by which a publisher's reader sizes its turn.
 
-        Delivery marks and acks wait for the commit on an HA pair too, as on a
-        standalone node: the passive node may not have heard of the last deliveries
-        when it takes over, so it flags its ready messages ``redelivered`` unless its
-        master handed over (``BecameActive.flags_redelivered``)."""
+        On an HA pair the gathered delivery marks are journaled first, so they are
+        streamed to the passive node before the deliveries they mark are written to
+        the consumers (as each single record was): after a failover a message handed
+        out comes back flagged ``redelivered``. Acks gathered alone wait for the
+        commit, as on a standalone node (each flush is a record the passive node
+        folds too)."""
         broker = self.broker
+        if self.ha is not None:
+            recorder = broker.recorder
+            if recorder is not None and recorder.deliveries_waiting:
+                recorder.flush_marks()
         fullest = 0
         for session in broker.take_ready():
             owner = session.owner

@@ -74,16 +74,3 @@ def test_malformed_maps_are_refused_with_a_clear_error(data: object, words: str)
         Heartbeat.from_map(data)
     assert words in str(caught.value)
     assert caught.value.code == ReplyCode.SYNTAX_ERROR
-
-
-def test_a_handover_travels_only_when_set_and_only_from_a_starting_node() -> None:
-    beat = Heartbeat("p", HaRole.PRIMARY, HaState.PRIMARY, 3, "/", handover=True)
-    data = beat.to_map()
-    assert data["handover"] is True
-    assert Heartbeat.from_map(cbor2.loads(cbor2.dumps(data))) == beat
-    assert "handover" not in hb(HaRole.PRIMARY).to_map()  # an older peer sees no change
-    assert Heartbeat.from_map(GOOD).handover is False
-    with pytest.raises(HeartbeatError, match="only a starting node hands over"):
-        Heartbeat.from_map({**GOOD, "handover": True})
-    with pytest.raises(HeartbeatError, match="handover must be a boolean"):
-        Heartbeat.from_map({**GOOD, "state": "backup", "handover": 1})

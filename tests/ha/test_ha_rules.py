@@ -26,7 +26,7 @@ from amqlite.ha import (
     next_epoch,
 )
 
-from .support import INTERVAL, NODE, TIMEOUT, B, P, exchange, hb, hear, machine
+from .support import INTERVAL, TIMEOUT, B, P, exchange, hb, hear, machine
 
 S, E = HaState, HaEvent
 
@@ -488,48 +488,3 @@ def test_defaults_are_200ms_heartbeats_and_a_1s_failover_timeout() -> None:
     m = HaMachine(P, "p", "/", now=0.0)
     assert (m.heartbeat_interval, m.failover_timeout) == (0.2, 1.0)
     assert (m.role, m.node_id, m.vhost, m.state, m.epoch) == (P, "p", "/", S.PRIMARY, 0)
-
-
-@pytest.mark.parametrize("restarting", [P, B])
-@pytest.mark.parametrize("handover", [False, True])
-def test_a_takeover_flags_redelivered_unless_the_master_handed_over(
-    restarting: HaRole, handover: bool
-) -> None:
-    """The master journals its delivery marks with its commits, so a passive node
-    taking over may lack the last ones: it flags its ready messages redelivered,
-    unless the master restarted its HA state for a switchover (after the passive
-    node held everything) and its starting heartbeats say so."""
-    p, b = started_pair()
-    if restarting is B:
-        assert b.on_client_request(TIMEOUT).accepted
-        p = machine(P, now=2.0, epoch=p.epoch)
-        exchange(p, b, 2.0)
-    master, slave = (p, b) if restarting is P else (b, p)
-    restarted = HaMachine(
-        restarting, NODE[restarting], "/", now=3.0, epoch=master.epoch,
-        heartbeat=INTERVAL, failover_timeout=TIMEOUT, handover=handover,
-    )  # fmt: skip
-    assert restarted.heartbeat().handover is handover
-    actions = hear(slave, restarted, 3.0)
-    became = actions[-1]
-    assert isinstance(became, BecameActive)
-    assert became.handed_over is handover
-    assert became.flags_redelivered is not handover
-    hear(restarted, slave, 3.0)
-    assert restarted.state is S.PASSIVE
-    assert restarted.heartbeat().handover is False  # only a starting node hands over
-
-
-def test_a_failover_by_client_vote_flags_redelivered() -> None:
-    _p, b = started_pair()
-    decision = b.on_client_request(TIMEOUT)
-    became = decision.actions[-1]
-    assert isinstance(became, BecameActive) and became.flags_redelivered
-
-
-def test_a_starting_node_that_becomes_active_flags_nothing() -> None:
-    """It rebuilt its broker from its own journal (as a restart does)."""
-    p = machine(P)
-    actions = hear(p, machine(B), 0.1)
-    became = actions[-1]
-    assert isinstance(became, BecameActive) and not became.flags_redelivered

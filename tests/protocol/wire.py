@@ -234,7 +234,7 @@ FULL: dict[type[ev.Event], ev.Event] = {
     ev.OffsetQuery: ev.OffsetQuery(id=24, queue="events", name="audit"),
     ev.Trace: ev.Trace(id=25, enabled=True),
     ev.HaHeartbeat: ev.HaHeartbeat(
-        node="primary", role="primary", state="primary", epoch=3, vhost="/", handover=True
+        node="primary", role="primary", state="active", epoch=3, vhost="/"
     ),
     ev.HaSync: ev.HaSync(upto=2**33, data=b"\x00\x01framed", reset=True, epoch=3),
     ev.HaSynced: ev.HaSynced(upto=2**33, applied=True),
