@@ -1,0 +1,251 @@
+"""HA pair against a standalone broker: CPU per persistent confirmed message, per node.
+
+    /work/main/.venv/bin/python benchmarks/ha_cpu.py --trees /work/wt/ref,/work/wt/ha-r8 \
+        [--repeat 5] [--messages 400000] [--profile DIR]
+
+For each repeat and each source tree in turn (alternating, first in one order
+then in the other, so that the machine's load falls on both alike) it starts,
+from that tree (``PYTHONPATH=TREE:TREE/benchmarks`` for the servers and the bench
+client alike), an HA pair on free loopback ports
+(one ``[cluster]`` file, ``heartbeat_ms = 200``, ``failover_timeout_ms = 1000``,
+``--fsync batch`` on both nodes, each with its own data dir; it waits for the
+primary's ``ha_replication_started``) and a standalone broker (``--fsync batch``),
+and runs ``amqlite bench -s SERVERS --scenarios 1to1-persistent-confirm --systems
+amqlite --messages N`` against each (N/4 persistent messages, confirmed; with two
+addresses the client gives publish keys, as the ``failover`` scenario's does). The
+CPU time (user + system, ``/proc/PID/stat``) each broker and the bench process used
+during the run, divided by the messages, is what it prints, per run and as medians
+per tree, with the load average at the start of each run. Issue 16's ratio (pair /
+standalone msg/s on 2 cores) follows the active node's CPU per message, since each
+broker is single-threaded; msg/s is printed too but moves with the neighbours.
+
+``--profile DIR`` also runs py-spy (``PY_SPY``, default ``py-spy``; ``-r 200 -f
+raw``) on every broker during each tree's last repeat, writing
+``DIR/<tree>-<node>.txt`` for ``benchmarks/profile_summary.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+_TICK = os.sysconf("SC_CLK_TCK")
+_READY = 60.0
+
+
+def _cpu(pid: int) -> tuple[float, float]:
+    """(user + system, system) CPU seconds of ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK, int(fields[12]) / _TICK
+
+
+def _io(pid: int) -> tuple[int, int]:
+    """(read, write) system calls of ``pid`` so far (``/proc/PID/io``)."""
+    fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return int(fields["syscr"]), int(fields["syscw"])
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _env(tree: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": f"{tree}:{tree}/benchmarks"}
+
+
+class _Server:
+    def __init__(self, tree: str, log: Path, *argv: str) -> None:
+        self.log = log
+        self._file = log.open("wb")
+        cmd = [sys.executable, "-m", "amqlite", "server", "--host", "127.0.0.1"]
+        cmd += ["--log-format", "json", "--fsync", "batch", *argv]
+        self.proc = subprocess.Popen(
+            cmd, env=_env(tree), stdout=self._file, stderr=subprocess.STDOUT
+        )
+
+    def wait_for(self, event: str) -> None:
+        deadline = time.monotonic() + _READY
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.log} exited: {self.log.read_text()[-2000:]}")
+            if f'"{event}"' in self.log.read_text():
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.log}: no {event} in {_READY} s")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._file.close()
+
+
+def _bench(tree: str, servers: str, messages: int) -> tuple[float, float]:
+    """(msg/s, the bench process's CPU seconds)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cmd = [sys.executable, "-m", "amqlite", "bench", "-s", servers, "--scenarios"]
+    cmd += ["1to1-persistent-confirm", "--systems", "amqlite", "--messages", str(messages)]
+    out = subprocess.run([*cmd, "--json"], env=_env(tree), capture_output=True, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    rows = json.loads(out.stdout)["results"]
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return float(rows[0]["msgs_per_s"]), cpu
+
+
+def _spy(pids: dict[str, int], out: Path, tag: str) -> list[subprocess.Popen[bytes]]:
+    spy = os.environ.get("PY_SPY", "py-spy")
+    return [
+        subprocess.Popen(
+            [
+                spy,
+                "record",
+                "-p",
+                str(pid),
+                "-f",
+                "raw",
+                "-r",
+                "200",
+                "--nonblocking",
+                "-o",
+                str(out / f"{tag}-{node}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for node, pid in pids.items()
+    ]
+
+
+def _measure(
+    tree: str, work: Path, messages: int, profile: Path | None, tag: str
+) -> dict[str, float]:
+    persistent = messages // 4  # what 1to1-persistent-confirm publishes of --messages
+    row: dict[str, float] = {"load": os.getloadavg()[0]}
+    ports = {"primary": _free_port(), "backup": _free_port()}
+    config = work / "pair.toml"
+    config.write_text(
+        "[cluster]\n"
+        f'primary_peer = "127.0.0.1:{ports["primary"]}"\n'
+        f'backup_peer = "127.0.0.1:{ports["backup"]}"\n'
+        "heartbeat_ms = 200\nfailover_timeout_ms = 1000\n"
+    )
+    servers = [
+        _Server(tree, work / f"{side}.log", "--config", str(config), "--port", str(port),
+                "--data-dir", str(work / side), f"--is_{side}", "1")
+        for side, port in ports.items()
+    ]  # fmt: skip
+    standalone_port = _free_port()
+    alone = _Server(
+        tree, work / "standalone.log", "--port", str(standalone_port),
+        "--data-dir", str(work / "standalone"),
+    )  # fmt: skip
+    try:
+        for s in servers:
+            s.wait_for("server_listening")
+        servers[0].wait_for("ha_replication_started")
+        alone.wait_for("server_listening")
+        for name, procs, addr in (
+            ("pair", {"active": servers[0], "passive": servers[1]},
+             ",".join(f"127.0.0.1:{p}" for p in ports.values())),
+            ("standalone", {"standalone": alone}, f"127.0.0.1:{standalone_port}"),
+        ):  # fmt: skip
+            pids = {node: s.proc.pid for node, s in procs.items()}
+            spies = _spy(pids, profile, tag) if profile else []
+            if spies:
+                time.sleep(1.0)
+            before = {node: _cpu(pid) for node, pid in pids.items()}
+            io_before = {node: _io(pid) for node, pid in pids.items()}
+            rate, client = _bench(tree, addr, messages)
+            after = {node: _cpu(pid) for node, pid in pids.items()}
+            io_after = {node: _io(pid) for node, pid in pids.items()}
+            for spy in spies:
+                spy.send_signal(signal.SIGINT)
+            for spy in spies:
+                spy.wait()
+            row[f"{name}_rate"] = rate
+            row[f"{name}_client"] = 1e6 * client / persistent
+            for node in pids:
+                row[node] = 1e6 * (after[node][0] - before[node][0]) / persistent
+                row[f"{node}_sys"] = 1e6 * (after[node][1] - before[node][1]) / persistent
+                row[f"{node}_reads"] = (io_after[node][0] - io_before[node][0]) / persistent
+                row[f"{node}_writes"] = (io_after[node][1] - io_before[node][1]) / persistent
+    finally:
+        for s in [*servers, alone]:
+            s.stop()
+        for side in ("primary", "backup", "standalone"):
+            shutil.rmtree(work / side, ignore_errors=True)
+    return row
+
+
+_COLUMNS = (
+    ("load", "load", "{:.1f}"),
+    ("active", "active us", "{:.1f}"),
+    ("passive", "passive us", "{:.1f}"),
+    ("pair_client", "client us", "{:.1f}"),
+    ("pair_rate", "pair msg/s", "{:,.0f}"),
+    ("active_sys", "active sys", "{:.1f}"),
+    ("passive_sys", "passive sys", "{:.1f}"),
+    ("active_reads", "active reads", "{:.2f}"),
+    ("active_writes", "active writes", "{:.2f}"),
+    ("passive_writes", "passive writes", "{:.2f}"),
+    ("standalone", "standalone us", "{:.1f}"),
+    ("standalone_sys", "standalone sys", "{:.1f}"),
+    ("standalone_reads", "standalone reads", "{:.2f}"),
+    ("standalone_writes", "standalone writes", "{:.2f}"),
+    ("standalone_client", "client us", "{:.1f}"),
+    ("standalone_rate", "standalone msg/s", "{:,.0f}"),
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trees", default=str(Path(__file__).resolve().parent.parent))
+    parser.add_argument("--messages", type=int, default=400_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--profile", default="")
+    args = parser.parse_args()
+    trees = args.trees.split(",")
+    profile = Path(args.profile) if args.profile else None
+    if profile:
+        profile.mkdir(parents=True, exist_ok=True)
+    rows: dict[str, list[dict[str, float]]] = {t: [] for t in trees}
+    print("| tree | run | UTC | " + " | ".join(c[1] for c in _COLUMNS) + " |", flush=True)
+    print("|---|---:|---|" + "---:|" * len(_COLUMNS), flush=True)
+    for i in range(args.repeat):
+        # ABBA: each tree runs first as often as last (the second run of a pair
+        # often met a busier machine than the first)
+        for tree in trees if i % 2 == 0 else trees[::-1]:
+            tag = Path(tree).name
+            with tempfile.TemporaryDirectory() as tmp:
+                last = profile if i == args.repeat - 1 else None
+                row = _measure(tree, Path(tmp), args.messages, last, tag)
+            rows[tree].append(row)
+            cells = " | ".join(f.format(row[k]) for k, _, f in _COLUMNS)
+            print(f"| {tag} | {i + 1} | {time.strftime('%H:%M:%S', time.gmtime())} | {cells} |",
+                  flush=True)  # fmt: skip
+    for tree in trees:
+        med = {k: statistics.median(r[k] for r in rows[tree]) for k, _, _ in _COLUMNS}
+        cells = " | ".join(f.format(med[k]) for k, _, f in _COLUMNS)
+        print(f"| {Path(tree).name} | median | | {cells} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
