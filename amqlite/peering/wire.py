@@ -31,6 +31,7 @@ methods. Shapes (``?`` = may be null):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
@@ -618,25 +619,9 @@ def _compact_fast(
         return None
     envelopes: list[Envelope] = []
     append = envelopes.append
-    if type(keys) is str:
-        for body in bodies:
-            if type(body) is not bytes:
-                return None
-            append(
-                Envelope(
-                    _new_mesh_id(MeshId, (node, epoch, first)),
-                    keys,
-                    body,
-                    {},
-                    {},
-                    exchange,
-                    route,
-                    hops,
-                )
-            )
-            first += 1
-        return Forwards(seq, envelopes)
-    if type(keys) is not list or len(keys) != len(bodies):
+    if type(keys) is str:  # one key for the run
+        keys = itertools.repeat(keys, len(bodies))
+    elif type(keys) is not list or len(keys) != len(bodies):
         return None
     for key, body in zip(keys, bodies, strict=True):
         if type(key) is not str or type(body) is not bytes:
