@@ -53,7 +53,8 @@ class Deliver:
 class Blocked:
     """``block`` policy: the link's buffer is full and it did not take ``envelope``.
     Push back on the publisher; offer it again to this link after
-    :class:`BufferAvailable`."""
+    :class:`BufferAvailable`. Until then the link refuses every later message too
+    (in order behind this one: none may overtake it)."""
 
     link: str
     envelope: Envelope

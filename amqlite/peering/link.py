@@ -99,6 +99,12 @@ _CONNECTED = (S.SYNCING, S.UP)
 _MESH_ID = attrgetter("mesh_id")
 
 
+def _no_room(envelope: Envelope, now: float) -> int | None:
+    """``OutboundLog.accept_if_room`` of a link that refused a message: none of those
+    that follow it is taken before it (:meth:`PeeringLink.offer`)."""
+    return None
+
+
 class _Pending(NamedTuple):
     """Deliveries awaiting the shell's confirm: tags from ``tag`` on, one per
     envelope, of the sender's (``epoch``) ``seqs``. One per received run (a run
@@ -660,6 +666,13 @@ class PeeringLink:
         log = self.log
         assert log is not None
         self.took = True
+        if self._blocked:
+            # a refused message waits for room (the shell holds it): this one queues
+            # behind it, not past it. The remote takes a sender's messages in mesh id
+            # order within a window (SeenMessages): one overtaken by more than that
+            # would be dropped there as already seen (tests/peering/test_link.py)
+            log.blocked += 1
+            return [Blocked(self.id, envelope)]
         dropped = log.dropped
         out = envelope.onward(self.ctx.node_id)
         seq = log.accept(out, now)
@@ -713,7 +726,8 @@ class PeeringLink:
         max_hops, node = self.ctx.max_hops, self.ctx.node_id
         forward_mode, durable = self.mode is _FORWARD_MODE, self.durable_log
         one_path, grows = one_node_path(node), 16 + len(node)  # what onward(node) adds
-        accept = log.accept_if_room
+        # once a message is refused (block), every later one goes offer()'s way: Blocked
+        accept = _no_room if self._blocked else log.accept_if_room
         actions: list[Action] = []
         accepted = 0
         took = False
@@ -781,6 +795,8 @@ class PeeringLink:
                     actions += self._sent(now, self._pump())
                 actions += self.offer(envelope, routed_locally=routed_locally, now=now)
                 took = self.took
+                if self._blocked:
+                    accept = _no_room
                 continue
             accepted += 1
             took = True
@@ -814,7 +830,8 @@ class PeeringLink:
         one_path = one_node_path(node)
         minted_size = 64 + len(exchange)  # envelope()'s size of a plain publish, but the
         onward_size = minted_size + 16 + len(node)  # key and body; onward() adds these
-        accept = log.accept_if_room
+        # once a message is refused (block), every later one goes offer()'s way: Blocked
+        accept = _no_room if self._blocked else log.accept_if_room
         actions: list[Action] = []
         accepted = 0
         took = False
@@ -865,6 +882,8 @@ class PeeringLink:
                 )
                 actions += self.offer(minted, routed_locally=False, now=now)
                 took = self.took
+                if self._blocked:
+                    accept = _no_room
                 continue
             accepted += 1
             took = True
@@ -975,7 +994,7 @@ class PeeringLink:
     def has_room(self, envelope: Envelope) -> bool:
         """Would :meth:`offer` take this message without overflowing? (True for an
         end that does not send.) Lets the shell hold a publisher back up front."""
-        return self.log is None or self.log.has_room(envelope.size())
+        return self.log is None or (not self._blocked and self.log.has_room(envelope.size()))
 
     def _pump(self) -> list[Action]:
         """What falls due on this connection now (the window allowing), as one

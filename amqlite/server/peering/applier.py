@@ -58,6 +58,7 @@ class WaitingRun(Protocol):
 
 INF = float("inf")
 _UNROUTABLE = PublishOutcome.UNROUTABLE  # an enum attribute look-up is slow: per message
+_RESUME_RUN = 256  # held messages offered again at a time (ActionApplier._resume_held)
 BATCH_BYTES = 256 * 1024  # peering maps sent in one ``peer`` frame, at most about
 BATCH = "peer.batch"
 
@@ -477,12 +478,16 @@ class ActionApplier:
             return
         held.waiting = False
         now = trio.current_time()
-        while held.envelopes and not held.waiting:
-            envelope, routed = held.envelopes.popleft()
-            actions = link.offer(envelope, routed_locally=routed, now=now)
-            blocked = [a for a in actions if isinstance(a, Blocked)]
-            if blocked:
-                held.envelopes.appendleft((envelope, routed))
+        waiting = held.envelopes
+        while waiting and not held.waiting:
+            # a run at a time (one log append each, one Send per run, as a read's
+            # publishes go); what the link refuses again, it refuses from the first
+            # one on (link.offer), and it goes back first, in order
+            run = [waiting.popleft() for _ in range(min(_RESUME_RUN, len(waiting)))]
+            actions = link.offer_run([e for e, _ in run], [r for _, r in run], now)
+            refused = {id(a.envelope) for a in actions if isinstance(a, Blocked)}
+            if refused:
+                waiting.extendleft(reversed([x for x in run if id(x[0]) in refused]))
                 held.waiting = True
                 actions = [a for a in actions if not isinstance(a, Blocked)]
             self.apply(actions)
