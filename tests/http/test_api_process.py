@@ -355,6 +355,11 @@ BAD_REQUESTS: list[tuple[str, str, bytes]] = [
         "/api/exchanges/%2F/amq.default/publish",
         b'{"properties": {"headers": {"a": [1]}}}',
     ),
+    # names and keys longer than an AMQP short string (255 bytes), as natively
+    ("PUT", "/api/queues/%2F/" + "q" * 256, b"{}"),
+    ("PUT", "/api/queues/%2F/" + "\u00e9" * 128, b"{}"),  # 128 characters, 256 bytes
+    ("PUT", "/api/exchanges/%2F/" + "x" * 256, b'{"type": "direct"}'),
+    ("POST", "/api/bindings/%2F/e/amq.direct/q/q", b'{"routing_key": "' + b"k" * 256 + b'"}'),
 ]
 
 
@@ -371,6 +376,12 @@ async def test_bad_requests_are_400(web: Web) -> None:
                 and reply.json()["reason"]
             ):
                 wrong.append((method, path, body, reply.status_code, reply.text))
+        # the longest names still go (255 bytes), and nothing above was declared
+        assert (await http.put("/api/queues/%2F/" + "q" * 255, json={})).status_code == 201
+        names = [q["name"] for q in (await http.get("/api/queues/%2F")).json()]
+        assert names == ["q" * 255]
+        exchanges = [x["name"] for x in (await http.get("/api/exchanges/%2F")).json()]
+        assert "x" * 256 not in exchanges
     assert not wrong, wrong
 
 

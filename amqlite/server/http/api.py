@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from amqlite.auth import AuthenticatedUser, AuthRefused, require_tag
 from amqlite.errors import AccessRefused, ReplyCode
 from amqlite.protocol import events as ev
+from amqlite.protocol.codec import SHORT_TEXT_MAX
 
 from ..status_view import visible_status
 from . import views
@@ -125,6 +126,15 @@ def _param(request: Request, name: str) -> str:
 def _exchange_name(request: Request) -> str:
     name = _param(request, "name")
     return "" if name == views.DEFAULT_EXCHANGE else name
+
+
+def _short(what: str, text: str) -> str:
+    """A name or binding key to declare: at most SHORT_TEXT_MAX bytes (an AMQP short
+    string, as the native protocol checks), or 400. A longer one would make a queue
+    or exchange no AMQP client can name."""
+    if len(text) > 63 and len(text.encode()) > SHORT_TEXT_MAX:
+        raise ApiError(400, "bad_request", f"{what} must be at most {SHORT_TEXT_MAX} bytes")
+    return text
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -476,7 +486,7 @@ class ManagementApi:
         return reply
 
     async def put_exchange(self, request: Request) -> Response:
-        vhost, name = _param(request, "vhost"), _exchange_name(request)
+        vhost, name = _param(request, "vhost"), _short("an exchange name", _exchange_name(request))
         user = self._actor(request, vhost)
         body = await _json_body(request)
         kind = _field(body, "type", str, "")
@@ -512,7 +522,7 @@ class ManagementApi:
         return Response(status_code=204)
 
     async def put_queue(self, request: Request) -> Response:
-        vhost, name = _param(request, "vhost"), _param(request, "name")
+        vhost, name = _param(request, "vhost"), _short("a queue name", _param(request, "name"))
         user = self._actor(request, vhost)
         body = await _json_body(request)
         async with open_action_session(self.node, user, vhost) as session:
@@ -559,7 +569,7 @@ class ManagementApi:
         destination = _param(request, "destination")
         user = self._actor(request, vhost)
         body = await _json_body(request)
-        key = _field(body, "routing_key", str, "")
+        key = _short("routing_key", _field(body, "routing_key", str, ""))
         arguments = _field(body, "arguments", dict, {})
         if not source:
             raise ApiError(403, "access_refused", "the default exchange cannot be bound to")
