@@ -991,6 +991,12 @@ class PeeringLink:
             return seqs, []
         return seqs, self._sent(now, self._pump())
 
+    @property
+    def refusing(self) -> bool:
+        """``block``: this end refused a message and takes none until it has room
+        again (:class:`BufferAvailable`); the shell holds its publishers back."""
+        return self._blocked
+
     def has_room(self, envelope: Envelope) -> bool:
         """Would :meth:`offer` take this message without overflowing? (True for an
         end that does not send.) Lets the shell hold a publisher back up front."""

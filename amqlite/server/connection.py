@@ -106,6 +106,7 @@ class NativeConnection:
         self.user = ""
         self.endpoint: Endpoint | None = None
         self._closing = False  # we said close: no more requests are run
+        self._flow = False  # held back by a full peering link (PeeringView.hold_back)
         self._released = False
 
     @property
@@ -158,6 +159,15 @@ class NativeConnection:
     async def _read(self) -> None:
         link, gate, node = self.link, self.gate, self.node
         while True:
+            endpoint = self.endpoint
+            if (
+                node.peering is not None
+                and isinstance(endpoint, ClientEndpoint)
+                and endpoint.dispatcher.peered_sent
+            ):  # it published to a peered exchange: a full block link holds it back
+                await node.peering.hold_back(
+                    endpoint.dispatcher.held_back, link.clock, lambda: self._closing, self._held
+                )
             more = await link.receive()
             node.client_read(link.last_read)
             if link.dead:  # the stream broke
@@ -410,16 +420,23 @@ class NativeConnection:
             return
         self._closing = True
         self.gate.release()  # read on, up to the close-ok
+        if self.node.peering is not None:
+            self.node.peering.room_changed()  # (a reader held back reads on)
         try:
             self.link.send(ev.Close(code, text))
         except AmqliteError:
             self.link.close()
+
+    def _held(self, held: bool) -> None:
+        self._flow = held
 
     def info(self) -> dict[str, Any] | None:
         """The connection's line in ``status`` (client sessions only)."""
         info = self.endpoint.info() if self.endpoint is not None else None
         if info is not None and self.gate.blocked_by is not None:
             info["blocked"] = self.gate.blocked_by.reason
+        if info is not None and self._flow:
+            info["flow"] = True
         return info
 
 

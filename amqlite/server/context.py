@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from amqlite.broker.limits import LimitReached
     from amqlite.config import ClusterConfig, Config
     from amqlite.protocol import events as ev
+    from amqlite.protocol.heartbeat import HeartbeatClock
 
     from .peering import PeeringService, PublishHook
     from .peering.transport import AcceptedConnection
@@ -54,6 +55,14 @@ class PeeringView(Protocol):
     def hook_for(self, vhost: str) -> Mapping[str, PublishHook]: ...
     def on_frame(self, conn: AcceptedConnection, msg: dict[str, Any]) -> None: ...
     def on_closed(self, conn: AcceptedConnection) -> None: ...
+    def room_changed(self) -> None: ...
+    async def hold_back(
+        self,
+        held_back: Callable[[], bool],
+        clock: HeartbeatClock,
+        closing: Callable[[], bool],
+        flow: Callable[[bool], None],
+    ) -> None: ...
 
 
 class NodeView(Protocol):

@@ -59,6 +59,8 @@ class RequestDispatcher:
         self._login = user
         self._status = status
         self._peered: Mapping[str, PublishHook] = peered if peered is not None else {}
+        #: peered exchanges published to since :meth:`held_back` last found none full
+        self.peered_sent: set[str] = set()
         self._write_ok: dict[str, bool] = {}  # publish permission, per exchange
         # a queue's send constraint applies to publishes through the default exchange
         self._queues_send = user.constraints.queues_send
@@ -139,6 +141,22 @@ class RequestDispatcher:
             )
             raise AccessRefused(refusal)
 
+    def held_back(self) -> bool:
+        """Whether a ``block`` link of a peered exchange this session published to is
+        full (it refuses messages until it has room again): the connection reads
+        nothing more meanwhile, so TCP pushes back on the publisher instead of the
+        broker holding what it sends in memory (RabbitMQ's flow control)."""
+        sent = self.peered_sent
+        if not sent:
+            return False
+        peered = self._peered
+        for name in sent:
+            hook = peered.get(name)
+            if hook is not None and hook.refusing():
+                return True
+        sent.clear()
+        return False
+
     # --- the hot path ------------------------------------------------------------------
 
     def _publish(self, p: ev.Publish, now: float, span: bool = True) -> Reply:
@@ -156,6 +174,8 @@ class RequestDispatcher:
         if self._max_message_size and len(p.body) > self._max_message_size:
             check_message_size(len(p.body), self._max_message_size)
         hook = self._peered.get(p.exchange) if self._peered else None
+        if hook is not None:
+            self.peered_sent.add(p.exchange)
         if (
             hook is not None
             and not (p.mandatory or p.confirm)

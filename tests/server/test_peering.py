@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pika
 import pytest
 import trio
 import trio.testing
@@ -298,11 +299,27 @@ async def test_status_lists_links(pair: Any) -> None:
     assert (item["exchange"], item["mode"]) == ("x", "subscribe")
 
 
-async def _start_persistent(nursery: trio.Nursery, port: int = 0, *links: PeeringConfig) -> Any:
-    config = load_config(overrides={"server.host": "127.0.0.1", "server.port": port})
+async def _start_persistent(
+    nursery: trio.Nursery, port: int = 0, *links: PeeringConfig, amqp: bool = False
+) -> Any:
+    overrides: dict[str, Any] = {"server.host": "127.0.0.1", "server.port": port}
+    if amqp:
+        overrides["amqp.port"] = 0
+    config = load_config(overrides=overrides)
     node = BrokerNode(dataclasses.replace(config, cluster_mta=links))
     await nursery.start(node.run)
     return node
+
+
+async def _remote_with_queue(nursery: trio.Nursery) -> Any:
+    """A persistent remote with exchange ``x`` and the durable queue ``q`` bound
+    with ``k``."""
+    b = await _start_persistent(nursery)
+    async with amqlite.connect(_addr(b)) as cb:
+        await cb.declare_exchange("x", "topic", durable=True)
+        await cb.declare_queue("q", durable=True)
+        await cb.bind("q", "x", "k")
+    return b
 
 
 @pytest.mark.parametrize("policy", ["drop-oldest", "spill", "block"])
@@ -312,12 +329,8 @@ async def test_overflow_policies_while_the_remote_is_away(
     """With b down, a's link holds at most ``buffer_bytes``; when b returns (a new
     process on the same port and data dir), spill and block deliver everything in
     order, drop-oldest the newest messages in order."""
-    b = await _start_persistent(nursery)
+    b = await _remote_with_queue(nursery)
     port = b.port
-    async with amqlite.connect(_addr(b)) as cb:
-        await cb.declare_exchange("x", "topic", durable=True)
-        await cb.declare_queue("q", durable=True)
-        await cb.bind("q", "x", "k")
     cap = 8192
     overflow = OverflowPolicy(policy)
     a = await _start_persistent(
@@ -360,6 +373,78 @@ async def test_overflow_policies_while_the_remote_is_away(
         assert got == expected[dropped:]
     else:
         assert got == expected
+
+
+@pytest.mark.parametrize("protocol", ["native", "amqp"])
+async def test_a_full_block_link_holds_its_unconfirmed_publisher_back(
+    nursery: trio.Nursery, protocol: str
+) -> None:
+    """With the remote away, a ``block`` link's buffer fills; the connection that
+    publishes to it (native, or pika over AMQP 0-9-1) is then not read (``flow`` in
+    its status line): TCP pushes back on the publisher, and the broker holds at most
+    one read of its messages for the link, not all of them. Once the remote is
+    back, every message arrives once, in order, and the publisher is read again (a
+    confirmed publish once they arrived goes through; one while the link is full
+    would be nacked, 506)."""
+    b = await _remote_with_queue(nursery)
+    port = b.port
+    link = _link(port, "publish", buffer_bytes=128 * 1024, overflow=OverflowPolicy.BLOCK)
+    a = await _start_persistent(nursery, 0, link, amqp=True)
+    await wait_for(_remote_interest(a, 1), "a knows what b wants")
+    b.stop()
+    await b.stopped.wait()
+    await wait_for(lambda: _links(a)[0]["state"] != "up", "the link is down")
+
+    def flowing() -> list[bool]:
+        return [bool(c.get("flow")) for c in a.status()["connections"]]
+
+    n, pad = 4000, b"." * 500
+    bodies = [b"%05d" % i + pad for i in range(n)]
+    arrived, published = trio.Event(), trio.Event()
+
+    async def native() -> None:
+        async with amqlite.connect(_addr(a)) as ca:
+            for body in bodies:
+                await ca.publish("x", "k", body)
+            await arrived.wait()
+            await ca.publish("x", "k", b"end", confirm=True)  # read again
+        published.set()
+
+    def with_pika() -> None:
+        conn = pika.BlockingConnection(
+            pika.ConnectionParameters(host="127.0.0.1", port=a.amqp_port, socket_timeout=10)
+        )
+        try:
+            ch = conn.channel()
+            for body in bodies:
+                ch.basic_publish("x", "k", body)
+            trio.from_thread.run(arrived.wait)
+            ch.confirm_delivery()
+            ch.basic_publish("x", "k", b"end")  # read again (confirmed)
+        finally:
+            conn.close()
+
+    async def amqp() -> None:
+        await trio.to_thread.run_sync(with_pika)
+        published.set()
+
+    nursery.start_soon(native if protocol == "native" else amqp)
+    await wait_for(lambda: any(flowing()), "the publisher is held back")
+    status = _links(a)[0]
+    assert status["accepted"] + status["held"] < n / 2, status  # the rest waits unread
+    b2 = await _start_persistent(nursery, port)
+    got: list[bytes] = []
+    async with amqlite.connect(_addr(b2)) as cb:
+        consumer = await cb.consume("q", no_ack=True)
+        with trio.fail_after(DEADLINE):
+            async for d in consumer:
+                got.append(d.body)
+                if len(got) == n:
+                    arrived.set()
+                if len(got) == n + 1:
+                    break
+            await published.wait()
+    assert got == [*bodies, b"end"]
 
 
 @pytest.fixture

@@ -126,6 +126,7 @@ class AmqpServerConnection:
         self._client_properties: FieldTable = {}
         self._user: AuthenticatedUser | None = None
         self._closing = False  # we sent connection.close: wait for close-ok
+        self._flow = False  # held back by a full peering link (PeeringView.hold_back)
         self._paused = False
         self._released = False
 
@@ -162,6 +163,12 @@ class AmqpServerConnection:
     async def _read(self) -> None:
         link, gate, node = self.link, self.gate, self.node
         while True:
+            if node.peering is not None and any(
+                ch.dispatcher.peered_sent for ch in self.channels.values()
+            ):  # it published to a peered exchange: a full block link holds it back
+                await node.peering.hold_back(
+                    self._held_back, link.clock, lambda: self._closing, self._held
+                )
             more = await link.receive()
             node.client_read(link.last_read)
             if link.dead:
@@ -186,6 +193,12 @@ class AmqpServerConnection:
             if self._closing:
                 await self._await_close_ok()
                 return
+
+    def _held(self, held: bool) -> None:
+        self._flow = held
+
+    def _held_back(self) -> bool:
+        return any(ch.dispatcher.held_back() for ch in list(self.channels.values()))
 
     async def _await_close_ok(self) -> None:
         """After our connection.close: read (and drop) until close-ok, bounded."""
@@ -559,6 +572,8 @@ class AmqpServerConnection:
             return
         self._closing = True
         self.gate.release()  # read on, up to the close-ok
+        if self.node.peering is not None:
+            self.node.peering.room_changed()  # (a reader held back reads on)
         try:
             self.send_method(0, m.ConnectionClose(code, f"{reply_name(code)} - {text}", 0, 0))
         except AmqliteError:
@@ -578,6 +593,7 @@ class AmqpServerConnection:
             "channels": len(self.channels),
             "since_s": round(trio.current_time() - self.connected_at, 3),
             **({"blocked": self.gate.blocked_by.reason} if self.gate.blocked_by else {}),
+            **({"flow": True} if self._flow else {}),
         }
 
 

@@ -491,6 +491,7 @@ class ActionApplier:
                 held.waiting = True
                 actions = [a for a in actions if not isinstance(a, Blocked)]
             self.apply(actions)
+        self.registry.room_changed()
 
     def _acked(self, action: Acked) -> None:
         """Settle what a durable log or a peering queue kept, up to ``action.seq``."""

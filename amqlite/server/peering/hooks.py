@@ -52,6 +52,11 @@ class PublishHook:
             self.offer_run()
         return self.px.envelope(key, body, headers, props)
 
+    def refusing(self) -> bool:
+        """Whether a ``block`` link of the exchange refuses messages now (its buffer
+        filled): the connections that published here wait before they read more."""
+        return any(link.refusing for link in self.px.links.values())
+
     def has_room(self, envelope: Envelope) -> bool:
         """False when a ``block`` link is too full to take it (the publisher is
         pushed back); the other policies always make room."""

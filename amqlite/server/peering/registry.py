@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+import trio
+
 from amqlite.peering import Envelope, PeeredExchange, PeeringLink
 
 from .peering_queue import PeeringQueue
@@ -33,6 +35,14 @@ class LinkRegistry:
         self.queues: dict[str, PeeringQueue] = {}  # subscribe acceptor end -> its queue
         self.held: dict[str, HeldEnvelopes] = {}
         self.waiting_since: dict[str, float] = {}  # acceptor ends whose dialer is away
+        #: set (and replaced) whenever a ``block`` link may have room again: the
+        #: publishers it held back look again (:meth:`room_changed`)
+        self.room = trio.Event()
+
+    def room_changed(self) -> None:
+        """Wake every publisher held back by a full link: it checks again."""
+        room, self.room = self.room, trio.Event()
+        room.set()
 
     def link(self, link_id: str) -> PeeringLink | None:
         px = self.owner.get(link_id)
@@ -43,6 +53,7 @@ class LinkRegistry:
         self.owner.pop(link_id, None)
         self.held.pop(link_id, None)
         self.waiting_since.pop(link_id, None)
+        self.room_changed()
 
     def held_count(self, link_id: str) -> int:
         held = self.held.get(link_id)

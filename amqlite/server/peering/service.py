@@ -15,6 +15,7 @@ the subscribe side's peering queues are :mod:`.peering_queue`'s. docs/peering.md
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
@@ -46,6 +47,7 @@ from .transport import AcceptedConnection, DialedLink
 
 if TYPE_CHECKING:
     from amqlite.ha import HaMachine
+    from amqlite.protocol.heartbeat import HeartbeatClock
     from amqlite.server.storage import NodeStorage
 
 log = structlog.get_logger("amqlite.peering")
@@ -274,6 +276,7 @@ class PeeringService:
         registry.owner.clear()
         registry.held.clear()
         registry.waiting_since.clear()
+        registry.room_changed()  # no link holds a publisher back now
         self.applier.forget()
         self.durability.forget()
         self._sessions.clear()
@@ -292,6 +295,43 @@ class PeeringService:
     def hook_for(self, vhost: str) -> dict[str, PublishHook]:
         """The dispatcher's view: exchange name -> hook, for one vhost (a live dict)."""
         return self.hooks.setdefault(vhost, {})
+
+    def room_changed(self) -> None:
+        """Wake the readers :meth:`hold_back` holds: each checks again."""
+        self.registry.room_changed()
+
+    async def hold_back(
+        self,
+        held_back: Callable[[], bool],
+        clock: HeartbeatClock,
+        closing: Callable[[], bool],
+        flow: Callable[[bool], None],
+    ) -> None:
+        """A connection's reader, before it reads more, when it published to a peered
+        exchange: once what it published went to the links (the flusher runs first),
+        wait while ``held_back()`` (a ``block`` link it published to is full) and
+        the connection is not ``closing()``. Its heartbeats are not expected
+        meanwhile (``clock`` paused, as for an alarm), and ``flow(True)`` /
+        ``flow(False)`` say when the wait starts and ends. TCP then pushes back on the
+        publisher, and the broker holds at most one read of it for the link
+        (docs/peering.md, "Overflow")."""
+        await trio.lowlevel.checkpoint()  # the read's run is offered to the links
+        if not held_back():
+            return
+        paused = not clock.paused
+        if paused:
+            clock.pause()
+        flow(True)
+        try:
+            while not closing():
+                room = self.registry.room
+                if not held_back():
+                    break
+                await room.wait()
+        finally:
+            flow(False)
+            if paused:
+                clock.resume(trio.current_time())
 
     def _consumers_changed(self, queue: Queue) -> None:
         """A queue gained or lost a consumer: the filters of the peered exchanges it
