@@ -134,7 +134,9 @@ def _is_str(v: Any) -> bool:
 _SHORT_TEXT_FIELDS = frozenset(("exchange", "key", "queue"))
 
 
-def _is_short_str(v: Any) -> bool:
+def is_short_text(v: Any) -> bool:
+    """Text of at most SHORT_TEXT_MAX bytes (an AMQP short string: a name, a routing
+    key); the UTF-8 length is worked out only for text long enough to need it."""
     return type(v) is str and (len(v) <= 63 or len(v.encode()) <= SHORT_TEXT_MAX)
 
 
@@ -287,7 +289,7 @@ def _checker_for(name: str, tp: Any) -> tuple[Checker, str]:
         float: (_is_float, "a number"),
     }
     if tp is str and name in _SHORT_TEXT_FIELDS:
-        return _is_short_str, _SHORT_TEXT
+        return is_short_text, _SHORT_TEXT
     if tp in simple:
         return simple[tp]
     origin = get_origin(tp)
@@ -365,13 +367,13 @@ def _publish_from_map(m: dict[Any, Any]) -> ev.Publish:
         raise FieldError("publish: field 'id' must be an integer")
     if type(exchange) is not str:
         raise FieldError("publish: field 'exchange' must be text")
-    if not _is_short_str(exchange):
+    if not is_short_text(exchange):
         raise FieldError(
             f"publish: field 'exchange' must be text of at most {SHORT_TEXT_MAX} bytes"
         )
     if type(key) is not str:
         raise FieldError("publish: field 'key' must be text")
-    if not _is_short_str(key):
+    if not is_short_text(key):
         raise FieldError(f"publish: field 'key' must be {_SHORT_TEXT}")
     if type(body) is not bytes:
         raise FieldError("publish: field 'body' must be bytes")
@@ -1102,12 +1104,12 @@ def batch_messages_error(msgs: Any) -> str | None:
         if n == 2:
             if type(m[0]) is not str or type(m[1]) is not bytes:
                 return f"message {i}: key must be text and body bytes"
-            if not _is_short_str(m[0]):
+            if not is_short_text(m[0]):
                 return f"message {i}: key is longer than {SHORT_TEXT_MAX} bytes"
             continue
         if n != 4 or type(m[0]) is not str or type(m[1]) is not bytes:
             return f"message {i} must be [key, body] or [key, body, headers, props]"
-        if not _is_short_str(m[0]):
+        if not is_short_text(m[0]):
             return f"message {i}: key is longer than {SHORT_TEXT_MAX} bytes"
         h, p = m[2], m[3]
         if h is not None and (why := check_headers(h)) is not None:
@@ -1124,7 +1126,7 @@ def _publish_batch_from_map(m: dict[Any, Any]) -> ev.PublishBatch:
         raise FieldError("publish.batch: field 'id' must be an integer")
     if type(exchange) is not str:
         raise FieldError("publish.batch: field 'exchange' must be text")
-    if not _is_short_str(exchange):
+    if not is_short_text(exchange):
         raise FieldError(
             f"publish.batch: field 'exchange' must be text of at most {SHORT_TEXT_MAX} bytes"
         )
@@ -1144,7 +1146,7 @@ def _publish_columns_from_map(m: dict[Any, Any]) -> ev.PublishColumns:
         raise FieldError("publish.columns: field 'id' must be an integer")
     if type(exchange) is not str:
         raise FieldError("publish.columns: field 'exchange' must be text")
-    if not _is_short_str(exchange):
+    if not is_short_text(exchange):
         raise FieldError(
             f"publish.columns: field 'exchange' must be text of at most {SHORT_TEXT_MAX} bytes"
         )

@@ -23,9 +23,10 @@ class HeartbeatClock:
     misses: int = 3
     last_received: float = field(default=0.0)
     last_sent: float = field(default=0.0)
-    #: True while we deliberately do not read the other end (a connection blocked
-    #: by an alarm): its silence then proves nothing, so it is not held against it.
-    paused: bool = field(default=False)
+    #: how many reasons we have not to read the other end now (an alarm blocking
+    #: the connection, a full peering link holding its publisher back): its silence
+    #: then proves nothing, so it is not held against it. Pauses nest.
+    pauses: int = field(default=0)
 
     def start(self, now: float) -> None:
         self.last_received = now
@@ -37,14 +38,22 @@ class HeartbeatClock:
     def sent(self, now: float) -> None:
         self.last_sent = now
 
+    @property
+    def paused(self) -> bool:
+        return self.pauses > 0
+
     def pause(self) -> None:
-        """Stop watching the other end's silence (we stopped reading it)."""
-        self.paused = True
+        """Stop watching the other end's silence (we stopped reading it), until the
+        matching :meth:`resume`."""
+        self.pauses += 1
 
     def resume(self, now: float) -> None:
-        """Watch again, counting the silence from ``now``."""
-        self.paused = False
-        self.last_received = now
+        """End one :meth:`pause`; once none is left, watch again, counting the
+        silence from ``now``."""
+        if self.pauses > 0:
+            self.pauses -= 1
+        if not self.pauses:
+            self.last_received = now
 
     @property
     def enabled(self) -> bool:

@@ -138,3 +138,21 @@ def test_a_paused_clock_holds_no_silence_against_the_other_end() -> None:
     clock.resume(1_000.0)  # silence counts from the resume
     assert not clock.remote_silent(1_029.9)
     assert clock.remote_silent(1_030.0)
+
+
+def test_pauses_nest_and_the_silence_counts_from_the_last_resume() -> None:
+    """An alarm and a full peering link may each stop a connection's reads: its
+    silence is not held against it until both let go, and then counts from then."""
+    clock = HeartbeatClock(interval=10.0)
+    clock.start(100.0)
+    clock.pause()  # an alarm
+    clock.pause()  # a full peering link
+    assert not clock.remote_silent(1000.0)
+    clock.resume(1000.0)  # the alarm cleared: still not read
+    assert clock.paused and not clock.remote_silent(5000.0)
+    clock.resume(5000.0)
+    assert not clock.paused
+    assert not clock.remote_silent(5029.9)
+    assert clock.remote_silent(5030.0)
+    clock.resume(6000.0)  # an unmatched resume changes nothing but the start
+    assert not clock.paused and clock.pauses == 0

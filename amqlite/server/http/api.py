@@ -32,7 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from amqlite.auth import AuthenticatedUser, AuthRefused, require_tag
 from amqlite.errors import AccessRefused, ReplyCode
 from amqlite.protocol import events as ev
-from amqlite.protocol.codec import SHORT_TEXT_MAX
+from amqlite.protocol.codec import SHORT_TEXT_MAX, is_short_text
 
 from ..status_view import visible_status
 from . import views
@@ -132,7 +132,7 @@ def _short(what: str, text: str) -> str:
     """A name or binding key to declare: at most SHORT_TEXT_MAX bytes (an AMQP short
     string, as the native protocol checks), or 400. A longer one would make a queue
     or exchange no AMQP client can name."""
-    if len(text) > 63 and len(text.encode()) > SHORT_TEXT_MAX:
+    if not is_short_text(text):
         raise ApiError(400, "bad_request", f"{what} must be at most {SHORT_TEXT_MAX} bytes")
     return text
 

@@ -316,6 +316,7 @@ class ActionApplier:
                 held.waiting = True
             elif isinstance(action, BufferAvailable):
                 self._resume_held(action.link)
+                self.registry.room_changed()  # the publishers it held back look again
             elif isinstance(action, Acked):
                 self._acked(action)
             elif isinstance(action, Persist):
@@ -491,7 +492,6 @@ class ActionApplier:
                 held.waiting = True
                 actions = [a for a in actions if not isinstance(a, Blocked)]
             self.apply(actions)
-        self.registry.room_changed()
 
     def _acked(self, action: Acked) -> None:
         """Settle what a durable log or a peering queue kept, up to ``action.seq``."""

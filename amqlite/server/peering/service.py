@@ -314,13 +314,11 @@ class PeeringService:
         meanwhile (``clock`` paused, as for an alarm), and ``flow(True)`` /
         ``flow(False)`` say when the wait starts and ends. TCP then pushes back on the
         publisher, and the broker holds at most one read of it for the link
-        (docs/peering.md, "Overflow")."""
+        (docs/peering.md, "Overflow policies")."""
         await trio.lowlevel.checkpoint()  # the read's run is offered to the links
         if not held_back():
             return
-        paused = not clock.paused
-        if paused:
-            clock.pause()
+        clock.pause()  # (nests with an alarm's)
         flow(True)
         try:
             while not closing():
@@ -330,8 +328,7 @@ class PeeringService:
                 await room.wait()
         finally:
             flow(False)
-            if paused:
-                clock.resume(trio.current_time())
+            clock.resume(trio.current_time())
 
     def _consumers_changed(self, queue: Queue) -> None:
         """A queue gained or lost a consumer: the filters of the peered exchanges it
