@@ -26,6 +26,7 @@ import amqlite
 from tests.faultproxy import FaultProxy
 
 from ..tls_certs import TlsFiles
+from ..waiting import wait_until
 from .procs import ServerProcess, run_cli, start_server
 from .test_ha_pair import _drain, free_port, ha_pair, serve_somewhere
 
@@ -110,13 +111,16 @@ class Sites:
     async def wait(
         self, name: str, predicate: Callable[[list[dict[str, Any]]], bool], deadline: float = 20
     ) -> list[dict[str, Any]]:
-        """Poll ``name``'s links (another process) until ``predicate`` holds."""
-        with trio.fail_after(deadline):
-            while True:
-                links = await self.links(name)
-                if predicate(links):
-                    return links
-                await trio.sleep(0.05)
+        """Poll ``name``'s links (another process) until ``predicate`` holds; return them."""
+        links: list[dict[str, Any]] = []
+
+        async def holds() -> bool:
+            nonlocal links
+            links = await self.links(name)
+            return predicate(links)
+
+        await wait_until(holds, f"site {name}'s links", deadline=deadline, every=0.05)
+        return links
 
     async def wait_up(self, *names: str, deadline: float = 20) -> None:
         for name in names:
@@ -822,10 +826,15 @@ async def test_a_dialing_ha_pair_peers_from_its_active_node_only(tmp_path: Path)
             return found
 
         async def wait_links(side: str, predicate: Callable[[Any], bool]) -> list[Any]:
-            with trio.fail_after(30):
-                while not predicate(found := await links(side)):  # noqa: ASYNC110 (another process)
-                    await trio.sleep(0.05)
-                return found
+            found: list[dict[str, Any]] = []
+
+            async def holds() -> bool:
+                nonlocal found
+                found = await links(side)
+                return bool(predicate(found))
+
+            await wait_until(holds, f"the {side}'s links", deadline=30, every=0.05)
+            return found
 
         await wait_links("primary", lambda ls: ls and _dialer(ls)["interest_size"] == 1)
         assert await links("backup") == []  # a passive node does not peer
