@@ -509,6 +509,23 @@ def encode_bare_ok(re: int) -> bytes:
     return _LEN.pack(len(_BARE_OK) + len(enc)) + _BARE_OK + enc
 
 
+_BARE_OK_HEADS = {
+    n: struct.pack(">I", len(_BARE_OK) + n) + _BARE_OK for n in (1, 2, 3, 5, 9)
+}  # by the id's length
+
+
+def encode_bare_oks(res: list[int]) -> bytes:
+    """``encode_bare_ok`` of each of ``res`` (each ``0 <= re < 2**64``), joined: the
+    confirms one commit releases for one connection."""
+    heads = _BARE_OK_HEADS
+    parts = []
+    for re in res:
+        enc = uint(re)
+        parts.append(heads[len(enc)])
+        parts.append(enc)
+    return b"".join(parts)
+
+
 def read_bare_ok(buf: bytes | bytearray, start: int, end: int) -> ev.Ok | None:
     """The bare ``ok`` in ``buf[start:end]``, read without a CBOR decoder, when it
     is the map the server writes (``{"m": "ok", "re": id}``, in that order, with an
