@@ -187,6 +187,9 @@ class NodeStorage:
         self._file_layer = file_layer
         self._waiting: deque[_Waiter | _ConfirmRun] = deque()
         self._dirty = trio.Event()
+        #: whether ``record`` has set ``_dirty`` since the committer last replaced it
+        #: (so the next record need not: one call a message)
+        self._woken = False
         self._closed = False
         self.write_errors = 0
         self.last_error: str | None = None
@@ -316,7 +319,9 @@ class NodeStorage:
                     self.replica.offset_appended(
                         record.vhost, record.queue, record.offset, position
                     )
-        self._dirty.set()
+        if not self._woken:
+            self._woken = True
+            self._dirty.set()
         return position
 
     def wake(self) -> None:
@@ -493,6 +498,7 @@ class NodeStorage:
             if interval:
                 await trio.sleep(interval)
             self._dirty = trio.Event()
+            self._woken = False
             if self.before_commit is not None:
                 self.before_commit()
             if not await self._commit(journal):
