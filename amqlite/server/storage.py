@@ -462,11 +462,18 @@ class NodeStorage:
         held = self._waiting
         if held and last != ALL_APPENDED:
             tail = held[-1]
-            if type(tail) is _ConfirmRun and tail.sink is sink and tail.since == now:
+            if (
+                type(tail) is _ConfirmRun
+                and tail.sink is sink
+                and tail.since == now
+                and (last >= held[0].last or self.replica.releasable(self._committed) < last)
+            ):
                 # One turn of the same connection's reads (``now`` is the turn's, so
-                # fail_held sees each member's wait as its own waiter's). Not
-                # releasable: the tail waits, and positions only grow (a publish
-                # sent again may name an older one: it then waits for the tail's).
+                # fail_held sees each member's wait as its own waiter's), and not
+                # releasable now: the head of the queue never is (``_release`` stops
+                # at it), so neither is a position at or above it (a new record's
+                # always is); an older one (a publish sent again) is asked, and one
+                # already durable is confirmed at once below, as when_durable would.
                 tail.ids.append(rid)
                 tail.firsts.append(first)
                 tail.lasts.append(last)
