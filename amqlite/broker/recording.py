@@ -231,7 +231,10 @@ class Recorder:
         """Record a persistent message routed to ``queues`` (the classic ones recorded)
         and give it an id; does nothing when none of them is recorded. (Streams
         record what they take themselves.)"""
-        names = tuple(q.name for q in queues if q.recorder is not None)
+        if type(queues) is tuple and len(queues) == 1:  # the default exchange's one queue
+            names: tuple[str, ...] = (queues[0].name,) if queues[0].recorder is not None else ()
+        else:
+            names = tuple(q.name for q in queues if q.recorder is not None)
         if not names or self.paused:
             return
         self.last_journal_id = journal_id = self.last_journal_id + 1

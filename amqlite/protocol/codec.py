@@ -509,6 +509,23 @@ def encode_bare_ok(re: int) -> bytes:
     return _LEN.pack(len(_BARE_OK) + len(enc)) + _BARE_OK + enc
 
 
+_BARE_OK_HEADS = {
+    n: struct.pack(">I", len(_BARE_OK) + n) + _BARE_OK for n in (1, 2, 3, 5, 9)
+}  # by the id's length
+
+
+def encode_bare_oks(res: list[int]) -> bytes:
+    """``encode_bare_ok`` of each of ``res`` (each ``0 <= re < 2**64``), joined: the
+    confirms one commit releases for one connection."""
+    heads = _BARE_OK_HEADS
+    parts = []
+    for re in res:
+        enc = uint(re)
+        parts.append(heads[len(enc)])
+        parts.append(enc)
+    return b"".join(parts)
+
+
 def read_bare_ok(buf: bytes | bytearray, start: int, end: int) -> ev.Ok | None:
     """The bare ``ok`` in ``buf[start:end]``, read without a CBOR decoder, when it
     is the map the server writes (``{"m": "ok", "re": id}``, in that order, with an
@@ -558,9 +575,15 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
     part of the broker's time per transient message.
     tests/protocol/test_protocol_fast_paths.py checks it against the checked
     decoder, for the client's frames and for altered ones."""
-    grouped = False
-    if buf.startswith(_PUBLISH_HEAD, start) or (
-        grouped := buf.startswith(_PROPS_PUBLISH_HEAD, start)
+    grouped = persistent = False
+    body_end = end
+    if (
+        buf.startswith(_PUBLISH_HEAD, start)
+        or (grouped := buf.startswith(_PROPS_PUBLISH_HEAD, start))
+        or (
+            persistent := buf.startswith(_PERSISTENT_HEAD, start)
+            and buf.endswith(_PERSISTENT_TAIL, start, end)
+        )
     ):
         # The usual frame, read in one go: an id of up to 32 bits, the route of the
         # frame before, a body of up to 64 KiB ending the frame. The general path
@@ -568,7 +591,11 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
         # a look-up each), which cost about 0.4 us of a broker's 5.5 a message;
         # anything else falls through to it. Likewise a grouped message's (the
         # props head): the body, then a props pair whose encoding was read before
-        # (_PROPS_READ), the very map the general path would return for it.
+        # (_PROPS_READ), the very map the general path would return for it. And a
+        # confirmed persistent one's (the persistent head, the tail cut off: the
+        # body ends where the tail starts), every persistent message's frame.
+        if persistent:
+            body_end = end - len(_PERSISTENT_TAIL)
         at = start + _PUBLISH_HEAD_LEN
         if at < end:
             rid = buf[at]
@@ -597,7 +624,15 @@ def read_plain_publish(buf: bytes | bytearray, start: int, end: int) -> ev.Publi
                     at += 3
                 else:
                     size = -1
-                if not grouped:
+                if persistent:
+                    if at + size == body_end and size >= 0:
+                        body = buf[at:body_end]
+                        if type(body) is not bytes:
+                            body = bytes(body)
+                        return ev.Publish(
+                            rid, names[0], names[1], body, {}, {"persistent": True}, False, True
+                        )
+                elif not grouped:
                     if at + size == end:  # (never with size -1: at < end here)
                         body = buf[at:end]
                         if type(body) is not bytes:

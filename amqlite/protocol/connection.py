@@ -458,6 +458,15 @@ class Connection:
             return self.send(ev.Ok(re, {}))
         return codec.encode_bare_ok(re)
 
+    def send_oks(self, res: list[int]) -> bytes:
+        """``send_ok`` of each of ``res``, joined (the confirms one commit releases
+        for this connection): the state is checked once."""
+        if self._state is not self._server_open or not all(
+            type(re) is int and 0 <= re < 1 << 64 for re in res
+        ):
+            return b"".join([self.send(ev.Ok(re, {})) for re in res])
+        return codec.encode_bare_oks(res)
+
     def send_get_ok(
         self, re: int, dtag: int, redelivered: bool, remaining: int, queue: str,
         msg: codec.WireMessage,

@@ -22,6 +22,7 @@ import cbor2
 from amqlite.protocol.cbor import MAP_HEADS as _MAP_HEADS
 from amqlite.protocol.cbor import head as _head
 from amqlite.protocol.cbor import text as _text
+from amqlite.protocol.cbor import uint as _uint
 from amqlite.protocol.codec import check_headers, check_props
 
 from .errors import RecordError
@@ -204,6 +205,92 @@ def _encode_enqueue(r: MessageEnqueue) -> bytes | None:
     return b"".join(parts)
 
 
+_PLAIN_HEADS: dict[tuple[Any, ...], tuple[bytes, bytes, bytes]] = {}
+#: what follows the body in a plain enqueue: its props ({"persistent": true}) and
+#: the head of its ``at`` (a float64)
+_PLAIN_TAIL = _K_PROPS + _head(0xA0, 1) + _text("persistent") + b"\xf5" + _K_AT + b"\xfb"
+_PACK_AT = _FLOAT.pack
+_BODY_HEADS = tuple(_head(0x40, n) for n in range(0x100))
+
+
+def encode_plain_enqueue(r: MessageEnqueue) -> bytes | None:
+    """:func:`_encode_enqueue`'s bytes for the usual persistent message (no headers,
+    props exactly ``{"persistent": True}``, no deaths, no mesh, a float ``at`` other
+    than 0), else None.
+
+    Why it exists beside ``_encode_enqueue``: every persistent message a client
+    publishes is one of these, and everything but its id, body, time and publish
+    key is the same for every message on its route, so it is joined from a
+    template cached per route (the map's head, and what lies between the id and
+    the body) instead of being checked and assembled field by field.
+    ``tests/store/test_records.py::test_the_plain_enqueue_encoder_gives_the_general_bytes``
+    checks with hypothesis that the two give the same bytes."""
+    headers, props, journal_id, body, at, pk = (
+        r.headers, r.props, r.id, r.body, r.enqueued_at, r.publish_key
+    )  # fmt: skip
+    if (
+        headers
+        or type(headers) is not dict
+        or type(props) is not dict
+        or len(props) != 1
+        or props.get("persistent") is not True
+        or type(journal_id) is not int
+        or not 0 <= journal_id <= MAX_JOURNAL_ID
+        or type(body) is not bytes
+        or type(at) is not float
+        or at == 0.0
+        or type(pk) is not str
+        or r.deaths
+        or r.mesh
+    ):
+        return None
+    route = (r.vhost, r.queues, r.exchange, r.routing_key)
+    try:
+        template = _PLAIN_HEADS.get(route)
+    except TypeError:  # something unhashable: not a valid record
+        return None
+    if template is None:
+        encoded = _route(*route)
+        if encoded is None:
+            return None
+        prefix, pairs = encoded
+        pairs += 5  # t, id, body, props, at
+        template = (
+            _MAP_HEADS[pairs] + _ENQUEUE + _K_ID,
+            _MAP_HEADS[pairs + 1] + _ENQUEUE + _K_ID,  # with a publish key
+            prefix + _K_BODY,
+        )
+        if len(_PLAIN_HEADS) >= _CACHE_MAX:
+            _PLAIN_HEADS.clear()
+        _PLAIN_HEADS[route] = template
+    n = len(body)
+    if pk:
+        return b"".join(
+            (
+                template[1],
+                _uint(journal_id),
+                template[2],
+                _BODY_HEADS[n] if n < 0x100 else _head(0x40, n),
+                body,
+                _PLAIN_TAIL,
+                _PACK_AT(at),
+                _K_PK,
+                _text(pk),
+            )
+        )
+    return b"".join(
+        (
+            template[0],
+            _uint(journal_id),
+            template[2],
+            _BODY_HEADS[n] if n < 0x100 else _head(0x40, n),
+            body,
+            _PLAIN_TAIL,
+            _PACK_AT(at),
+        )
+    )
+
+
 def _encode_settle(prefix: bytes, journal_id: Any, queue: Any) -> bytes | None:
     if (
         type(journal_id) is not int
@@ -220,7 +307,9 @@ def encode_record(record: Record) -> bytes:
     t = type(record)
     fast: bytes | None = None
     if t is MessageEnqueue:
-        fast = _encode_enqueue(record)  # type: ignore[arg-type]
+        fast = encode_plain_enqueue(record)  # type: ignore[arg-type]
+        if fast is None:
+            fast = _encode_enqueue(record)  # type: ignore[arg-type]
     elif t is MessageAck or t is MessageDelivered:
         prefix = _ACK if t is MessageAck else _DELIVERED
         fast = _encode_settle(prefix, record.id, record.queue)  # type: ignore[union-attr]

@@ -169,6 +169,11 @@ class _Pending(NamedTuple):
     scanned: Unwritten | None = None  # a scanned enqueue: its id and entry
 
 
+#: ``_Pending(...)`` without the named tuple's ``__new__`` (a Python function): one
+#: per record appended
+_new_pending = tuple.__new__
+
+
 class _Segment:
     """The segment being appended to. ``size`` is what is kept (the file may be longer
     after a failed write until ``repair`` is False again); ``synced`` is what an
@@ -511,11 +516,11 @@ class Journal:
         if framed is None:
             framed = frame_record(record)
         with self._mutex:
-            self._check_open()
-            self._appended += 1
-            position = self._appended
+            if self._closed or not self._recovered:
+                self._check_open()
+            self._appended = position = self._appended + 1
             self._state.apply(record)
-            self._pending.append(_Pending(position, record, framed))
+            self._pending.append(_new_pending(_Pending, (position, record, framed, None)))
         return position, framed
 
     def append_scanned(self, fields: ScannedEnqueue, framed: bytes) -> int:

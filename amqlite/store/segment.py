@@ -24,9 +24,9 @@ import struct
 import zlib
 from collections.abc import Callable, Iterator
 
-from .codec import decode_record, encode_record
+from .codec import decode_record, encode_plain_enqueue, encode_record
 from .errors import JournalCorrupt, RecordError
-from .records import Record
+from .records import MessageEnqueue, Record
 from .state import ScannedEnqueue
 
 MAGIC = b"AMQLJNL"
@@ -59,8 +59,18 @@ def frame(payload: bytes) -> bytes:
     return FRAME_HEAD.pack(len(payload), zlib.crc32(payload)) + payload
 
 
+_PACK_HEAD = FRAME_HEAD.pack
+_CRC32 = zlib.crc32
+
+
 def frame_record(record: Record) -> bytes:
-    """The frame for ``record`` (validated; raises RecordError)."""
+    """The frame for ``record`` (validated; raises RecordError). The usual persistent
+    message's goes straight to its encoder (:func:`encode_plain_enqueue`, which
+    :func:`encode_record` would call first too): one per message."""
+    if type(record) is MessageEnqueue:
+        payload = encode_plain_enqueue(record)
+        if payload is not None:
+            return _PACK_HEAD(len(payload), _CRC32(payload)) + payload
     return frame(encode_record(record))
 
 

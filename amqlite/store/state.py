@@ -172,7 +172,9 @@ class _Live:
 
     __slots__ = ("at", "frame", "loc", "pk", "q", "record", "seq", "size", "vhost")
 
-    def __init__(self, record: MessageEnqueue, queues: list[str], seq: int = 0) -> None:
+    def __init__(
+        self, record: MessageEnqueue, queues: list[str] | tuple[str, ...], seq: int = 0
+    ) -> None:
         self.seq = seq  # enqueue order
         self.record: MessageEnqueue | None = record
         # the queues holding it and their delivered flags: the name alone for the
@@ -480,8 +482,18 @@ class StoreState:
             ids and journal_id <= ids[-1] and self._index.find(journal_id) >= 0
         ):  # the index is sorted: a new id above its last is not in it (no search)
             return
-        vhost, known = r.vhost, self._queues
-        queues = [q for q in r.queues if (vhost, q) in known]
+        vhost, names = r.vhost, r.queues
+        if len(names) == 1:  # the usual message: no list, no loop
+            ids_of = self._queue_messages.get((vhost, names[0]))
+            if ids_of is None:  # not a known queue (each known one has its dict)
+                return
+            self._seq = seq = self._seq + 1
+            self._messages[journal_id] = _Live(r, names, seq)
+            ids_of[journal_id] = None
+            self.message_bytes += len(r.body)
+            return
+        known = self._queues
+        queues = [q for q in names if (vhost, q) in known]
         if not queues:
             return
         self._seq += 1

@@ -1,7 +1,8 @@
 """Every per-message fast path of :class:`Connection` agrees with its general path.
 
 - ``send_publish`` / ``send_ack`` / ``send_ok`` write the very bytes
-  ``send(Publish(...))`` / ``send(Ack(...))`` / ``send(Ok(...))`` write; the
+  ``send(Publish(...))`` / ``send(Ack(...))`` / ``send(Ok(...))`` write (and
+  ``send_oks`` what ``send(Ok(...))`` writes for each id, joined); the
   remembered encodings of one-entry ``headers`` and ``props`` maps are what
   ``cbor2.dumps`` writes; ``append_plain_publish`` appends what ``send_publish``
   returns, or nothing where it would raise or change state;
@@ -325,6 +326,25 @@ def test_send_ok_writes_what_send_writes(re: int) -> None:
     if 0 <= re < 2**64:
         assert data == codec.encode_bare_ok(re)
         assert codec.read_bare_ok(data, 4, len(data)) == ev.Ok(re)
+
+
+@CHECKS
+@given(res=st.lists(st.one_of(UINTS, st.integers(-(2**64), -1), st.integers(2**64, 2**70))))
+def test_send_oks_writes_what_send_writes_for_each(res: list[int]) -> None:
+    # the confirms one commit releases for a connection, joined
+    fast, general = server_in(ConnState.OPEN), server_in(ConnState.OPEN)
+    assert fast.send_oks(res) == b"".join(general.send(ev.Ok(re)) for re in res)
+    assert fast.state is general.state is ConnState.OPEN
+
+
+@pytest.mark.parametrize("state", [ConnState.AUTHENTICATING, ConnState.CLOSED])
+def test_send_oks_checks_the_state_as_send_does(state: ConnState) -> None:
+    fast, general = server_in(state), server_in(state)
+    with pytest.raises(LocalProtocolError) as general_error:
+        general.send(ev.Ok(1))
+    with pytest.raises(LocalProtocolError) as fast_error:
+        fast.send_oks([1, 2])
+    assert str(fast_error.value) == str(general_error.value)
 
 
 @pytest.mark.parametrize("state", [ConnState.AUTHENTICATING, ConnState.CLOSED])

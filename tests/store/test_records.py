@@ -36,12 +36,14 @@ from amqlite.store import (
     decode_record,
     encode_record,
 )
+from amqlite.store.codec import _encode_enqueue, encode_plain_enqueue
 from amqlite.store.records import (
     RECORD_TYPES,
     new_message_enqueue,
     record_from_map,
     record_to_map,
 )
+from amqlite.store.segment import frame, frame_record
 
 FULL: list[Record] = [
     ExchangeDeclare(
@@ -348,3 +350,98 @@ def test_the_fast_enqueue_constructor_makes_the_record_init_makes(values: Any) -
     assert all(getattr(fast, n) is v for n, v in zip(names, values, strict=True))
     with pytest.raises(dataclasses.FrozenInstanceError):
         fast.id = 3  # type: ignore[misc]
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(
+    journal_id=st.integers(0, 2**63 - 1) | st.sampled_from([-1, 2**63, True]),
+    vhost=st.sampled_from(["/", "v"]) | _TEXT,
+    queues=st.lists(_TEXT, min_size=1, max_size=3).map(tuple)
+    | st.sampled_from([(), ("a", "a"), ["q"], ("q", 1)]),
+    exchange=st.sampled_from(["", "amq.direct"]) | _TEXT,
+    key=st.sampled_from(["", "q"]) | _TEXT,
+    body=st.binary(max_size=300) | st.sampled_from(["text", bytearray(b"x")]),
+    headers=st.sampled_from([{}, {"h": 1}, None]),
+    props=st.sampled_from(
+        [{"persistent": True}, {"persistent": 1}, {"persistent": True, "priority": 3}, {}, None]
+    ),
+    at=st.floats(allow_nan=False) | st.sampled_from([0.0, -0.0, 12, 0]),
+    pk=st.sampled_from(["", "k-1"]) | _TEXT | st.just(7),
+    deaths=st.sampled_from([(), (("q", "expired"),)]),
+    mesh=st.sampled_from([{}, {"id": ["b", 1, 7], "path": [], "hops": 0}]),
+)
+def test_the_plain_enqueue_encoder_gives_the_general_bytes(
+    journal_id: Any,
+    vhost: Any,
+    queues: Any,
+    exchange: Any,
+    key: Any,
+    body: Any,
+    headers: Any,
+    props: Any,
+    at: Any,
+    pk: Any,
+    deaths: Any,
+    mesh: Any,
+) -> None:
+    """``encode_plain_enqueue`` (the usual persistent message, from a template per
+    route) gives ``_encode_enqueue``'s bytes whenever it gives any, and gives them
+    for every plain record; the journal's frame is the same either way."""
+    record = new_message_enqueue(
+        journal_id, vhost, queues, exchange, key, body, headers, props, at, deaths, pk, mesh
+    )
+    plain = encode_plain_enqueue(record)
+    general = _encode_enqueue(record)
+    if plain is not None:
+        assert plain == general
+        assert decode_record(plain) == record
+    usual = (
+        headers == {}
+        and props == {"persistent": True}
+        and type(props["persistent"]) is bool
+        and type(at) is float
+        and at != 0.0
+        and type(pk) is str
+        and not deaths
+        and not mesh
+    )
+    if usual and general is not None:
+        assert plain is not None
+    try:
+        expected = frame(encode_record(record))
+    except RecordError:
+        with pytest.raises(RecordError):
+            frame_record(record)
+    else:
+        assert frame_record(record) == expected
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(
+    journal_id=st.integers(0, 2**63 - 1),
+    vhost=st.sampled_from(["/", "v"]) | _TEXT,
+    queues=st.lists(_TEXT, min_size=1, max_size=3, unique=True).map(tuple),
+    exchange=st.sampled_from(["", "amq.direct"]) | _TEXT,
+    key=st.sampled_from(["", "q"]) | _TEXT,
+    body=st.binary(max_size=300),
+    at=st.floats(1.0, 4e9) | st.floats(allow_nan=False).filter(bool),
+    pk=st.sampled_from(["", "k-1"]) | _TEXT,
+)
+def test_the_plain_enqueue_encoder_takes_every_usual_message(
+    journal_id: int,
+    vhost: str,
+    queues: tuple[str, ...],
+    exchange: str,
+    key: str,
+    body: bytes,
+    at: float,
+    pk: str,
+) -> None:
+    record = new_message_enqueue(
+        journal_id, vhost, queues, exchange, key, body, {}, {"persistent": True}, at, (), pk, {}
+    )
+    plain = encode_plain_enqueue(record)
+    assert plain is not None
+    assert plain == _encode_enqueue(record)
+    assert decode_record(plain) == record
+    assert frame_record(record) == frame(plain)

@@ -108,6 +108,16 @@ class ClientEndpoint:
             reply = self.dispatcher.publish(event, now)  # type: ignore[arg-type]
             if reply is None:
                 return
+            if type(reply) is ev.Ok and not reply.info:  # a confirm
+                storage = self.node.storage
+                session = self.session
+                if storage is not None and session is not None:
+                    first, last = session.journal_span
+                    if last:  # gathered with this connection's other confirms
+                        storage.confirm_when_durable(first, last, self, reply.re, now)
+                        return
+                self.link.send(reply)
+                return
         else:
             reply = self.dispatcher.handle(event, now)
             if t is ev.Cancel:
@@ -162,6 +172,27 @@ class ClientEndpoint:
             reply = _refusal(request, lost)
         with contextlib.suppress(AmqliteError):
             self.link.send(reply)
+
+    def confirmed(self, ids: list[int]) -> None:
+        """The barrier released the confirms of publishes ``ids``
+        (:meth:`NodeStorage.confirm_when_durable`): their ``ok`` frames, one write."""
+        if self._released:
+            return  # gone: its requests' fate is what the client could not observe
+        link = self.link
+        try:
+            frames = link.proto.send_oks(ids)
+        except AmqliteError:
+            return  # our protocol side is closing: as link.send would
+        out = link.out
+        out += frames
+        link.kick()
+
+    def refused(self, rid: int, text: str) -> None:
+        """The disk dropped publish ``rid``'s message: it is nacked."""
+        if self._released:
+            return
+        with contextlib.suppress(AmqliteError):
+            self.link.send(ev.Nacked(rid, ReplyCode.RESOURCE_ERROR, text))
 
     # --- pushes ------------------------------------------------------------------------
 
