@@ -41,6 +41,10 @@ import time
 from pathlib import Path
 
 _TICK = os.sysconf("SC_CLK_TCK")
+#: the servers' and the bench's working directory: ``python -m`` puts the working
+#: directory first on sys.path, so run from inside a source tree every "tree" would
+#: import that tree's amqlite, whatever PYTHONPATH says
+_NEUTRAL = tempfile.gettempdir()
 _READY = 60.0
 
 
@@ -74,7 +78,7 @@ class _Server:
         cmd = [sys.executable, "-m", "amqlite", "server", "--host", "127.0.0.1"]
         cmd += ["--log-format", "json", "--fsync", "batch", *argv]
         self.proc = subprocess.Popen(
-            cmd, env=_env(tree), stdout=self._file, stderr=subprocess.STDOUT
+            cmd, env=_env(tree), stdout=self._file, stderr=subprocess.STDOUT, cwd=_NEUTRAL
         )
 
     def wait_for(self, event: str) -> None:
@@ -103,7 +107,9 @@ def _bench(tree: str, servers: str, messages: int) -> tuple[float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     cmd = [sys.executable, "-m", "amqlite", "bench", "-s", servers, "--scenarios"]
     cmd += ["1to1-persistent-confirm", "--systems", "amqlite", "--messages", str(messages)]
-    out = subprocess.run([*cmd, "--json"], env=_env(tree), capture_output=True, check=True)
+    out = subprocess.run(
+        [*cmd, "--json"], env=_env(tree), capture_output=True, check=True, cwd=_NEUTRAL
+    )
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     rows = json.loads(out.stdout)["results"]
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime

@@ -131,7 +131,8 @@ class HaService:
         # a state not yet left with an epoch not yet stored (a demoted master read as
         # "active" in the new master's epoch while its fence is being written)
         self._shown_epoch = 0
-        self.replicator = Replicator()  # this node active: to the passive peer
+        # this node active: to the passive peer (coalescing: see Replicator)
+        self.replicator = Replicator(coalesce=True)
         self._sender_wake = trio.Event()
         self.follower = Follower()  # this node passive: from the active peer
         # the follower's actions not applied yet: those after a snapshot being applied
@@ -840,9 +841,9 @@ class HaService:
         replicator = self.replicator
         if synced:
             self._apply_replication(replicator.synced(synced))
-            self._sender_wake.set()  # the window may have room again
         if applied > synced:
             self._apply_replication(replicator.applied(applied))
+        self._sender_wake.set()  # the window may have room again, the tail may go
 
     # --- replication: the passive side ---------------------------------------------------
 

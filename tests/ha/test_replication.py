@@ -148,6 +148,55 @@ def test_the_window_stops_the_tail_and_an_ack_resumes_it() -> None:
     assert r.in_flight == 5 * 512 * KB  # sent after the ack that covered them: still counted
 
 
+def test_coalescing_the_tail_waits_while_a_sync_is_not_applied() -> None:
+    """What is appended while the last sync sent is on its way goes, all of it, when
+    the passive node has applied that sync (or committed it)."""
+    r = Replicator(coalesce=True)
+    r.start(EPOCH, frames(1, 10), 5)  # the snapshot, upto 5, is on its way
+    r.appended(6, b"a")
+    assert r.take() == []
+    assert r.applied(5) == [ReplicaApplied(5)]
+    assert r.take() == [SendSync(6, b"a", False, EPOCH)]
+    r.appended(7, b"b")
+    r.appended(8, b"c")
+    assert r.take() == []  # 6 is not applied yet
+    r.synced(6)  # a commit ack covers it as well
+    assert r.take() == [SendSync(8, b"bc", False, EPOCH)]
+    r.appended(9, b"d")
+    r.applied(7)  # not far enough
+    assert r.take() == []
+    r.applied(8)
+    assert r.take() == [SendSync(9, b"d", False, EPOCH)]
+
+
+def test_coalescing_does_not_wait_for_an_empty_snapshot_nor_an_old_replication() -> None:
+    """An empty journal's snapshot (upto 0) is not acknowledged until later: the tail
+    goes at once; and a restart forgets what the last replication had sent."""
+    r = Replicator(coalesce=True)
+    r.start(EPOCH, [], 0)
+    r.appended(1, b"a")
+    assert r.take() == [SendSync(1, b"a", False, EPOCH)]
+    r.stop()
+    r.start(EPOCH, [], 0)  # (positions as a test may give them: not from one journal)
+    r.appended(1, b"b")
+    assert r.take() == [SendSync(1, b"b", False, EPOCH)]
+
+
+def test_coalescing_sends_a_gathered_tail_in_chunks_within_the_window() -> None:
+    r = Replicator(chunk=10, window=25, coalesce=True)
+    r.start(EPOCH, [], 0)
+    r.appended(1, b"12345")
+    assert [s.upto for s in r.take()] == [1]
+    for position in range(2, 12):
+        r.appended(position, b"12345")
+    assert r.take() == []
+    r.applied(1)  # applied, not committed: in the window still
+    assert [s.upto for s in r.take()] == [3, 5]  # chunks of two records, up to the window
+    assert r.take() == []
+    r.synced(5)
+    assert [s.upto for s in r.take()] == [7, 9, 11]
+
+
 def test_a_small_window_and_chunk_can_be_chosen() -> None:
     r = Replicator(chunk=10, window=25)
     r.start(EPOCH, [], 0)

@@ -105,12 +105,12 @@ class Link:
 class ReplicatingPair:
     """The two nodes and the link; each public method is one step of the world."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, coalesce: bool = True) -> None:
         # the active node
         self.log: list[Record] = []  # position = index + 1
         self.committed = 0
         self.held: list[tuple[int, int]] = []  # (position, journal id) confirms waiting
-        self.replicator = Replicator(chunk=CHUNK, window=WINDOW)
+        self.replicator = Replicator(chunk=CHUNK, window=WINDOW, coalesce=coalesce)
         self.progress = ReplicaProgress()
         self.tracked: set[int] = set()  # messages appended during this replication
         self.tracked_offsets: set[int] = set()
@@ -379,7 +379,10 @@ STEP = st.sampled_from([name for name, weight in STEPS.items() for _ in range(we
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(script=st.lists(st.tuples(STEP, st.integers(1, 4)), min_size=20, max_size=120))
+@given(
+    script=st.lists(st.tuples(STEP, st.integers(1, 4)), min_size=20, max_size=120),
+    coalesce=st.booleans(),
+)
 @example(  # an old link's snapshot, read late, must not clear what the new link brought
     script=[
         ("publish", 1),
@@ -392,7 +395,8 @@ STEP = st.sampled_from([name for name, weight in STEPS.items() for _ in range(we
         ("round_trip", 1),
         ("passive_reads_old_link", 4),
         ("passive_commit", 1),
-    ]
+    ],
+    coalesce=True,
 )
 @example(  # nor break into the new link's snapshot while it is being staged
     script=[
@@ -407,12 +411,15 @@ STEP = st.sampled_from([name for name, weight in STEPS.items() for _ in range(we
         ("passive_commit", 1),
         ("active_reads", 4),
         ("active_commit", 1),
-    ]
+    ],
+    coalesce=True,
 )
 def test_a_replicating_pair_confirms_only_what_the_passive_node_holds(
-    script: list[tuple[str, int]],
+    script: list[tuple[str, int]], coalesce: bool
 ) -> None:
-    pair = ReplicatingPair()
+    """Both with the shell's coalescing replicator (the tail waits while a sync is
+    not applied) and without it."""
+    pair = ReplicatingPair(coalesce=coalesce)
     for step, count in script:
         getattr(pair, step)(count)
         pair.check()
