@@ -109,12 +109,15 @@ class _Pending(NamedTuple):
     """Deliveries awaiting the shell's confirm: tags from ``tag`` on, one per
     envelope, of the sender's (``epoch``) ``seqs``. One per received run (a run
     with no copy seen before: ``seqs`` a range, ``envelopes`` the run's own list),
-    not one per message."""
+    not one per message. ``origin``: (node, epoch, first origin seq) when the
+    envelopes' mesh ids are ``MeshId(node, epoch, first + i)`` (a compact run
+    claimed as one range: settled as one), else None."""
 
     tag: int
     epoch: int
     seqs: Sequence[int]
     envelopes: Sequence[Envelope]
+    origin: tuple[str, int, int] | None
 
     def items(self) -> list[tuple[int, int, int, MeshId]]:
         """(tag, epoch, seq, mesh id) of each delivery, for tests."""
@@ -524,7 +527,7 @@ class PeeringLink:
         else:
             self._tags += 1
             self._pending.append(
-                _new_pending(_Pending, (self._tags, mark.epoch, (fwd.seq,), (env,)))
+                _new_pending(_Pending, (self._tags, mark.epoch, (fwd.seq,), (env,), None))
             )
             self.counters["received"] += 1
             return [Deliver(self.id, self._tags, env), *self._settle(mark, now)]
@@ -556,9 +559,17 @@ class PeeringLink:
             counters["loops_dropped"] += len(envelopes)
             return self._settle(mark, now)
         link_id, tag, n = self.id, self._tags + 1, len(envelopes)
-        firsts = ctx.seen.claim_each(map(_MESH_ID, envelopes))
-        if all(firsts):  # the usual case: one pending entry for the run, no copies
+        origin = run.origin  # the compact form's: the ids are a range (claimed as one)
+        if origin is not None:
+            node, epoch, origin_seq = origin
+            origin = (node, epoch, origin_seq + first - run.seq)  # past the resent ones
+            if not ctx.seen.claim_run(*origin, n):
+                origin = None  # some seen before: claim_each says which
+        if origin is not None:
             seqs: Sequence[int] = range(first, first + n)
+        elif all(firsts := ctx.seen.claim_each(map(_MESH_ID, envelopes))):
+            # the usual case: one pending entry for the run, no copies
+            seqs = range(first, first + n)
         else:
             kept = [i for i, first_copy in enumerate(firsts) if first_copy]
             counters["duplicates_other_path"] += n - len(kept)  # along another path
@@ -569,7 +580,7 @@ class PeeringLink:
             envelopes = [envelopes[i] for i in kept]
             n = len(kept)
         self._tags = tag + n - 1
-        self._pending.append(_new_pending(_Pending, (tag, mark.epoch, seqs, envelopes)))
+        self._pending.append(_new_pending(_Pending, (tag, mark.epoch, seqs, envelopes, origin)))
         counters["received"] += n
         actions: list[Action] = [
             Deliver(link_id, t, env) for t, env in zip(range(tag, tag + n), envelopes, strict=True)
@@ -586,14 +597,22 @@ class PeeringLink:
             n = tag - first.tag + 1
             if n <= 0:
                 break
-            envelopes = first.envelopes
+            envelopes, origin = first.envelopes, first.origin
             if n >= len(envelopes):
                 pending.popleft()
-                seen.settle_each(map(_MESH_ID, envelopes))
+                if origin is not None:
+                    seen.settle_run(*origin, len(envelopes))
+                else:
+                    seen.settle_each(map(_MESH_ID, envelopes))
                 continue
-            seen.settle_each(map(_MESH_ID, envelopes[:n]))
+            if origin is not None:
+                node, epoch, origin_seq = origin
+                seen.settle_run(node, epoch, origin_seq, n)
+                origin = (node, epoch, origin_seq + n)
+            else:
+                seen.settle_each(map(_MESH_ID, envelopes[:n]))
             pending[0] = _new_pending(
-                _Pending, (first.tag + n, first.epoch, first.seqs[n:], envelopes[n:])
+                _Pending, (first.tag + n, first.epoch, first.seqs[n:], envelopes[n:], origin)
             )
             break
         if self.remote_node is None:

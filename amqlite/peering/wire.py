@@ -283,6 +283,12 @@ class Forwards:
     TYPE: ClassVar[str] = "peer.forwards"
     seq: int
     envelopes: list[Envelope]
+    #: (node, epoch, first origin seq) when the decoder of the compact form made the
+    #: envelopes' mesh ids from it (``MeshId(node, epoch, first + i)`` for the i-th):
+    #: the receiving link then claims and settles them as one range
+    #: (:meth:`~amqlite.peering.inbound.SeenMessages.claim_run`); None says nothing.
+    #: Not on the wire (``to_map`` finds the compact form itself) and not compared.
+    origin: tuple[str, int, int] | None = field(default=None, compare=False, repr=False)
 
     def to_map(self) -> dict[str, Any]:
         """The compact form (``origin``, ``keys``, ``bodies``) when the run has it
@@ -594,6 +600,7 @@ def _compact_forwards(
             Envelope(MeshId(node, epoch, first + i), key, body, {}, {}, exchange, path, hops)
             for i, (key, body) in enumerate(zip(keys, bodies, strict=True))
         ],
+        (node, epoch, first),
     )
 
 
@@ -608,6 +615,7 @@ def _compact_fast(
     if type(origin) is not list or len(origin) != 3 or type(bodies) is not list or not bodies:
         return None
     node, epoch, first = origin
+    start = first
     if (
         type(node) is not str
         or not node
@@ -639,7 +647,7 @@ def _compact_fast(
             )
         )
         first += 1
-    return Forwards(seq, envelopes)
+    return Forwards(seq, envelopes, (node, epoch, start))
 
 
 def forwards_fast(m: dict[str, Any]) -> Forwards | None:
