@@ -608,14 +608,16 @@ def _compact_fast(
     get: Callable[[str], Any], seq: int, exchange: str, route: tuple[str, ...], hops: int
 ) -> Forwards | None:
     """:func:`forwards_fast` of the compact form: a ``MeshId`` and an
-    ``Envelope`` per body, no row to unpack and check."""
+    ``Envelope`` per body, no row to unpack and check. The checks and the
+    construction run in C (``set(map(type, ...))``, ``map``; ``iter(dict, None)``
+    gives a new empty map each time): the per-message loop in Python was a tenth
+    of what the receiving broker spent on a run."""
     origin = get("origin")
     bodies = get("bodies")
     keys = get("keys")
     if type(origin) is not list or len(origin) != 3 or type(bodies) is not list or not bodies:
         return None
     node, epoch, first = origin
-    start = first
     if (
         type(node) is not str
         or not node
@@ -625,29 +627,37 @@ def _compact_fast(
         or first < 0
     ):
         return None
-    envelopes: list[Envelope] = []
-    append = envelopes.append
+    n = len(bodies)
     if type(keys) is str:  # one key for the run
-        keys = itertools.repeat(keys, len(bodies))
-    elif type(keys) is not list or len(keys) != len(bodies):
+        keys = itertools.repeat(keys, n)
+    elif type(keys) is not list or len(keys) != n or set(map(type, keys)) != _STR:
         return None
-    for key, body in zip(keys, bodies, strict=True):
-        if type(key) is not str or type(body) is not bytes:
-            return None
-        append(
-            Envelope(
-                _new_mesh_id(MeshId, (node, epoch, first)),
-                key,
-                body,
-                {},
-                {},
-                exchange,
-                route,
-                hops,
-            )
+    if set(map(type, bodies)) != _BYTES:
+        return None
+    repeat = itertools.repeat
+    mesh_ids = map(
+        _new_mesh_id,
+        repeat(MeshId),
+        zip(repeat(node), repeat(epoch), range(first, first + n), strict=False),
+    )
+    envelopes = list(
+        map(
+            Envelope,
+            mesh_ids,
+            keys,
+            bodies,
+            iter(dict, None),  # (headers: a new empty map each)
+            iter(dict, None),  # (properties)
+            repeat(exchange),
+            repeat(route),
+            repeat(hops),
         )
-        first += 1
-    return Forwards(seq, envelopes, (node, epoch, start))
+    )
+    return Forwards(seq, envelopes, (node, epoch, first))
+
+
+_STR = {str}
+_BYTES = {bytes}
 
 
 def forwards_fast(m: dict[str, Any]) -> Forwards | None:
