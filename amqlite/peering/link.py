@@ -587,9 +587,7 @@ class PeeringLink:
         self._tags = tag + n - 1
         self._pending.append(_new_pending(_Pending, (tag, mark.epoch, seqs, envelopes, origin)))
         counters["received"] += n
-        actions: list[Action] = [
-            Deliver(link_id, t, env) for t, env in zip(range(tag, tag + n), envelopes, strict=True)
-        ]
+        actions: list[Action] = list(map(Deliver, repeat(link_id), range(tag, tag + n), envelopes))
         return actions + self._settle(mark, now)
 
     def confirm(self, tag: int, now: float) -> list[Action]:
