@@ -111,6 +111,27 @@ class _Origin:
             self.floor = heapq.heappop(self.heap)
             self.above.discard(self.floor)
 
+    def claim_range(self, first: int, n: int) -> bool:
+        """Hold ``first .. first + n - 1`` as pending when none of them was seen
+        (True); change nothing otherwise (False)."""
+        if first <= self.floor:
+            return False
+        seqs = range(first, first + n)
+        above, pending = self.above, self.pending
+        if (above and not above.isdisjoint(seqs)) or (pending and not pending.isdisjoint(seqs)):
+            return False
+        pending.update(seqs)
+        return True
+
+    def settle_range(self, first: int, n: int, window: int) -> None:
+        """:meth:`settle` of ``first .. first + n - 1``, in order."""
+        if first == self.floor + 1 and not self.heap:  # each one the in-order shortcut
+            self.pending.difference_update(range(first, first + n))
+            self.floor = first + n - 1
+            return
+        for seq in range(first, first + n):
+            self.settle(seq, window)
+
 
 class SeenMessages:
     """Mesh identities already delivered, per origin (node, epoch).
@@ -195,6 +216,26 @@ class SeenMessages:
                 origin = self._origins.get(node, {}).get(epoch)
             if origin is not None:
                 origin.settle(seq, window)
+
+    # Why the two below exist beside claim_each and settle_each: a run of forwards
+    # in the compact form (a site's own client publishes) names one origin and
+    # origin seqs in a row, so its ids can be claimed and settled as one range,
+    # by set operations on the range, instead of one id at a time: a tenth of
+    # what the receiving broker spent per peered message.
+    # tests/peering/test_fast_paths.py checks they agree with claim and settle.
+
+    def claim_run(self, node: str, epoch: int, first: int, n: int) -> bool:
+        """:meth:`claim` of ``MeshId(node, epoch, first + i)`` for i in range(n) when
+        every one is a first copy (True: all now pending); when any is not, nothing
+        changes and it is False (then :meth:`claim_each` says which)."""
+        origin = self._origin(node, epoch)
+        return origin is not None and origin.claim_range(first, n)
+
+    def settle_run(self, node: str, epoch: int, first: int, n: int) -> None:
+        """:meth:`settle` of ``MeshId(node, epoch, first + i)`` for i in range(n), in order."""
+        origin = self._origins.get(node, {}).get(epoch)
+        if origin is not None:
+            origin.settle_range(first, n, self.window)
 
     def snapshot(self) -> list[list[Any]]:
         """``[[node, epoch, floor, [seq above the floor...]], ...]`` (settled only)."""

@@ -226,6 +226,25 @@ class OutboundLog:
             return seq
         return None
 
+    def accept_run_if_room(self, envelopes: list[Envelope], size: int, now: float) -> int | None:
+        """:meth:`accept_if_room` of each of ``envelopes`` (``size``: their sizes'
+        sum, each one known) when all of them fit in memory as they are: the first
+        one's sequence number; None, with nothing changed, otherwise (then each
+        goes its own way). Why it exists: a client read's run of plain publishes,
+        built at once (:meth:`PeeringLink.offer_plain_run`), goes into the log at
+        once (``tests/peering/test_fast_paths.py`` checks the run offer against
+        one offer each)."""
+        if self._bytes + size > self.buffer_bytes or (self.spill is not None and len(self.spill)):
+            return None
+        seq = self.next_seq
+        self.next_seq = seq + len(envelopes)
+        stamps = self._stamps  # _hold() of each: one stamp for the run at most
+        if not stamps or stamps[-1][1] != now:
+            stamps.append((seq, now))
+        self._held.extend(envelopes)
+        self._bytes += size
+        return seq
+
     def force(self, envelope: Envelope, now: float) -> int:
         """Take a message past the byte cap (into memory, or the spill store when
         spilling): for messages already promised, such as a restored log's."""

@@ -366,7 +366,12 @@ def _receiving_end() -> tuple[PeeredExchange, Any]:
     st.lists(
         st.tuples(
             st.integers(-2, 3),  # seq step from the last run's end (<= 0: resent)
-            st.lists(st.integers(1, 12), min_size=1, max_size=5),  # origin seqs
+            st.one_of(  # origin seqs: any, or in a row (the compact form: one range)
+                st.lists(st.integers(1, 12), min_size=1, max_size=5),
+                st.builds(
+                    lambda o, n: list(range(o, o + n)), st.integers(1, 12), st.integers(1, 5)
+                ),
+            ),
             st.lists(st.sampled_from(["A", "B", "C"]), max_size=2).map(tuple),
             st.integers(0, 4),
         ),
@@ -405,6 +410,7 @@ def test_a_link_takes_a_run_as_the_single_forwards(
             one, many = singles.confirm(tag, now), batched.confirm(tag, now)
             assert one == many
             assert px1.snapshot() == px2.snapshot()
+        assert _pendings(px1.ctx.seen) == _pendings(px2.ctx.seen)
         now += 1.0
     assert singles.counters == batched.counters
     assert px1.snapshot() == px2.snapshot()
@@ -950,6 +956,67 @@ def test_claiming_and_settling_a_run_is_doing_each(
         assert {
             (n, e): sorted(o.pending) for n, es in fast._origins.items() for e, o in es.items()
         } == {(n, e): sorted(o.pending) for n, es in ref._origins.items() for e, o in es.items()}
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["claim", "settle", "claim_each", "settle_each"]),
+            st.sampled_from(["A", "B"]),
+            st.integers(1, 4),
+            st.integers(1, 14),
+            st.integers(1, 6),
+        ),
+        max_size=14,
+    ),
+    st.integers(1, 4),
+    st.integers(1, 3),
+)
+def test_claiming_and_settling_a_range_is_doing_each(
+    steps: list[tuple[str, str, int, int, int]], window: int, epochs_kept: int
+) -> None:
+    """``claim_run`` / ``settle_run`` (a compact run's ids, a range) against
+    ``claim`` / ``settle`` for each id of the range: ``claim_run`` is True only
+    when every one is a first copy, and then the state is the same; when it is
+    False nothing changed (``claim_each`` then says which). Ranges that overlap
+    pending, settled and out-of-order ones, and older epochs, included."""
+    fast, ref = SeenMessages(window, epochs_kept), SeenMessages(window, epochs_kept)
+    for what, node, epoch, first, n in steps:
+        ids = [MeshId(node, epoch, first + i) for i in range(n)]
+        if what == "claim":
+            before = fast.snapshot(), _pendings(fast)
+            verdicts = [ref.claim(m) for m in ids]
+            if fast.claim_run(node, epoch, first, n):
+                assert all(verdicts)
+            else:
+                assert not all(verdicts)
+                assert (fast.snapshot(), _pendings(fast)) == before
+                assert fast.claim_each(ids) == verdicts
+        elif what == "settle":
+            fast.settle_run(node, epoch, first, n)
+            for m in ids:
+                ref.settle(m)
+        elif what == "claim_each":  # ids claimed one by one, out of a range's way
+            assert fast.claim_each(ids[::-1]) == [ref.claim(m) for m in ids[::-1]]
+        else:
+            fast.settle_each(ids[::-1])
+            for m in ids[::-1]:
+                ref.settle(m)
+        assert fast.snapshot() == ref.snapshot()
+        assert _pendings(fast) == _pendings(ref)
+        assert {
+            (n, e): (o.floor, sorted(o.above), sorted(o.heap))
+            for n, es in fast._origins.items()
+            for e, o in es.items()
+        } == {
+            (n, e): (o.floor, sorted(o.above), sorted(o.heap))
+            for n, es in ref._origins.items()
+            for e, o in es.items()
+        }
+
+
+def _pendings(seen: SeenMessages) -> dict[tuple[str, int], list[int]]:
+    return {(n, e): sorted(o.pending) for n, es in seen._origins.items() for e, o in es.items()}
 
 
 # --- remembered verdicts -----------------------------------------------------------------

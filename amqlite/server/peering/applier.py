@@ -362,12 +362,18 @@ class ActionApplier:
         session = self._session(px.ctx.vhost)
         publish, exchange = session.publish, px.ctx.exchange
         confirms, safe = self._confirms, 0  # the last tag safe at once, not yet in confirms
+        # whether a delivery of this run waits for the journal (_commits_pending has
+        # the link): none did when the run began (above), and only _deliver and
+        # _delivered_tail start such a wait; so the map is read only after them
+        waited = False
+        self._delivered = True
         for action in run:
             env = action.envelope
             if env.headers or env.properties:
                 if safe:
                     confirms[link_id], safe = safe, 0
                 self._deliver(action, now)
+                waited = True
                 continue
             headers, properties = env.headers, env.properties
             if type(headers) is dict and type(properties) is dict:
@@ -382,11 +388,11 @@ class ActionApplier:
                 publish(message, now=now)
             except AmqliteError as exc:  # the exchange went away: nothing routes it
                 log.warning("peering_deliver_failed", link=link_id, error=exc.text)
-            self._delivered = True
-            if session.journal_span[1] != 0 or self._commits_pending.get(link_id):
+            if session.journal_span[1] != 0 or (waited and self._commits_pending.get(link_id)):
                 if safe:
                     confirms[link_id], safe = safe, 0
                 self._delivered_tail(px, link, action, session, True)
+                waited = True
             else:
                 safe = action.tag
         if safe:
