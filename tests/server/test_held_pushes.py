@@ -147,6 +147,21 @@ DELIVERY = st.tuples(
     st.sampled_from(["c1", "c2"]),
     st.binary(max_size=20),
 )
+
+
+def _endpoint(storage: _Storage, link: _Link, session: _Session) -> ClientEndpoint:
+    return ClientEndpoint(
+        _Node(storage),  # type: ignore[arg-type]
+        link,  # type: ignore[arg-type]
+        session,  # type: ignore[arg-type]
+        _Dispatcher(),  # type: ignore[arg-type]
+        user="u",
+        vhost="/",
+        client="t",
+        connected_at=0.0,
+    )
+
+
 STEP = st.one_of(
     st.tuples(st.just("push"), st.lists(DELIVERY, max_size=6), st.booleans()),
     st.tuples(st.just("held_id"), st.integers(0, 8)),  # ids past the last handed out
@@ -161,16 +176,7 @@ def test_held_pushes_go_as_encoding_each_at_once_would_send_them(steps: list[Any
     storage = _Storage()
     link = _Link()
     session = _Session()
-    endpoint = ClientEndpoint(
-        _Node(storage),  # type: ignore[arg-type]
-        link,  # type: ignore[arg-type]
-        session,  # type: ignore[arg-type]
-        _Dispatcher(),  # type: ignore[arg-type]
-        user="u",
-        vhost="/",
-        client="t",
-        connected_at=0.0,
-    )
+    endpoint = _endpoint(storage, link, session)
     model = _Model(storage)
     journal_id = offset = position = dtag = 0
     for step in steps:
@@ -216,16 +222,7 @@ def test_held_deliveries_are_dropped_once_the_connection_closes() -> None:
     storage = _Storage()
     link = _Link()
     session = _Session()
-    endpoint = ClientEndpoint(
-        _Node(storage),  # type: ignore[arg-type]
-        link,  # type: ignore[arg-type]
-        session,  # type: ignore[arg-type]
-        _Dispatcher(),  # type: ignore[arg-type]
-        user="u",
-        vhost="/",
-        client="t",
-        connected_at=0.0,
-    )
+    endpoint = _endpoint(storage, link, session)
     message = Message("", "q", b"m", {}, {"persistent": True})
     message.journal_id = 1
     session.deliveries = [Delivery("c", 1, False, message, "q")]
