@@ -264,31 +264,18 @@ def encode_plain_enqueue(r: MessageEnqueue) -> bytes | None:
             _PLAIN_HEADS.clear()
         _PLAIN_HEADS[route] = template
     n = len(body)
-    if pk:
-        return b"".join(
-            (
-                template[1],
-                _uint(journal_id),
-                template[2],
-                _BODY_HEADS[n] if n < 0x100 else _head(0x40, n),
-                body,
-                _PLAIN_TAIL,
-                _PACK_AT(at),
-                _K_PK,
-                _text(pk),
-            )
-        )
-    return b"".join(
-        (
-            template[0],
-            _uint(journal_id),
-            template[2],
-            _BODY_HEADS[n] if n < 0x100 else _head(0x40, n),
-            body,
-            _PLAIN_TAIL,
-            _PACK_AT(at),
-        )
-    )
+    parts = [
+        template[1] if pk else template[0],
+        _uint(journal_id),
+        template[2],
+        _BODY_HEADS[n] if n < 0x100 else _head(0x40, n),
+        body,
+        _PLAIN_TAIL,
+        _PACK_AT(at),
+    ]
+    if pk:  # the publish key, the map's last pair
+        parts += (_K_PK, _text(pk))
+    return b"".join(parts)
 
 
 def _encode_settle(prefix: bytes, journal_id: Any, queue: Any) -> bytes | None:
