@@ -13,7 +13,9 @@ pika clients RabbitMQ's runs use (N/4 persistent messages, confirmed, at most 1,
 outstanding). It prints the bench's figures per row: the broker's CPU
 microseconds per message (from ``/proc/PID/stat`` over the run), the clients',
 msg/s, and the 1-minute load average at the start; then medians per tree and
-policy. Run it from a directory outside both trees (``python -m`` puts the cwd
+policy (with ``--vs rabbitmq``, RabbitMQ's rows too, driven by the same pika
+clients in the same invocation: its ratio is each tree's msg/s over it). Run it
+from a directory outside both trees (``python -m`` puts the cwd
 first on the path).
 """
 
@@ -28,11 +30,13 @@ import sys
 import time
 
 
-def _bench(tree: str, messages: int) -> list[dict[str, float | str]]:
+def _bench(tree: str, messages: int, vs: str) -> list[dict[str, float | str]]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": f"{tree}:{tree}/benchmarks"}
     cmd = [sys.executable, "-m", "amqlite", "bench", "--systems", "amqlite-amqp"]
     cmd += ["--scenarios", "1to1-persistent-confirm", "--repeat", "1"]
     cmd += ["--messages", str(messages), "--json"]
+    if vs:
+        cmd += ["--vs", vs]
     out = subprocess.run(cmd, env=env, capture_output=True, check=True)
     rows: list[dict[str, float | str]] = json.loads(out.stdout)["results"]
     return rows
@@ -52,6 +56,7 @@ def main() -> None:
     parser.add_argument("--trees", required=True)
     parser.add_argument("--messages", type=int, default=400_000)
     parser.add_argument("--repeat", type=int, default=4)
+    parser.add_argument("--vs", default="", help="also run this peer (rabbitmq) each time")
     args = parser.parse_args()
     trees = args.trees.split(",")
     rows: dict[tuple[str, str], list[dict[str, float]]] = {}
@@ -61,8 +66,9 @@ def main() -> None:
         for tree in trees if i % 2 == 0 else trees[::-1]:
             load = os.getloadavg()[0]
             utc = time.strftime("%H:%M:%S", time.gmtime())
-            for r in _bench(tree, args.messages):
-                policy = str(r["system"]).rsplit("-", 1)[1]
+            for r in _bench(tree, args.messages, args.vs):
+                system = str(r["system"])
+                policy = system.rsplit("-", 1)[1] if "fsync" in system else system
                 row = {k: float(r[k]) for k, _, _ in _COLUMNS if k != "load"}
                 row["load"] = load
                 rows.setdefault((tree, policy), []).append(row)

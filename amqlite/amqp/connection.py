@@ -98,6 +98,14 @@ assert _publish_keeps_the_channel_open()
 
 T, CT, C = ConnTrigger, ChannelTrigger, ChannelState
 
+# The states the per-message paths compare with, as module constants: on Python 3.11
+# an enum member looked up on its class (``ConnState.OPEN``) costs as much as a
+# short function call, and next_event, _fast_publish and send_deliver made six a
+# message.
+_CONN_OPEN = ConnState.OPEN
+_CHANNEL_OPEN = ChannelState.OPEN
+_SERVER = Sender.SERVER
+
 _HANDSHAKE: dict[type[Method], ConnTrigger] = {
     m.ConnectionStart: T.START,
     m.ConnectionStartOk: T.START_OK,
@@ -236,7 +244,7 @@ class AmqpConnection:
 
     def next_event(self) -> Event | _NeedData:
         """The next event, or :data:`NEED_DATA`; raises :class:`AmqpError`."""
-        if self.state is ConnState.OPEN:
+        if self.state is _CONN_OPEN:
             fast = self._fast_publish()
             if fast is not None:
                 return fast
@@ -265,11 +273,11 @@ class AmqpConnection:
         one step (:meth:`FrameReader.peek_publish` says why); None: go the general
         way, which takes the same bytes to the same event, or raises."""
         peek = self._reader.peek_publish()
-        if peek is None or self._own_sender is not Sender.SERVER:
+        if peek is None or self._own_sender is not _SERVER:
             return None
         channel, method_payload, header_payload, body, end = peek
         if (
-            self._channels.get(channel) is not C.OPEN
+            self._channels.get(channel) is not _CHANNEL_OPEN
             or channel > (self.channel_max or _MAX_CHANNEL)
             or (self.max_body_size and len(body) > self.max_body_size)
         ):
@@ -516,9 +524,9 @@ class AmqpConnection:
         through :meth:`send_content`. tests/amqp/test_fast_content.py checks both
         give the same bytes or the same error."""
         if (
-            self.state is ConnState.OPEN
-            and self._own_sender is Sender.SERVER
-            and self._channels.get(channel) is C.OPEN
+            self.state is _CONN_OPEN
+            and self._own_sender is _SERVER
+            and self._channels.get(channel) is _CHANNEL_OPEN
             and (not self.frame_max or len(body) + FRAME_OVERHEAD <= self.frame_max)
         ):
             args = encode_deliver_args(

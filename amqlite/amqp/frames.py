@@ -258,39 +258,49 @@ class FrameReader:
         buf = self._buffer
         offset = self._offset
         end = len(buf)
-        limit = self.max_frame_size
-        if end - offset < 11 or buf[offset] != 1 or buf[offset + 7 : offset + 11] != _PUBLISH_IDS:
+        if end - offset < 11:
             return None
-        _, channel, size = _FRAME_HEAD.unpack_from(buf, offset)
+        # (each frame's head read in one unpack: most of this path's time was in the
+        # slices and look-ups of reading it field by field)
+        frame_type, channel, size, ids = _PUBLISH_HEAD.unpack_from(buf, offset)
+        if frame_type != 1 or ids != _PUBLISH_IDS:
+            return None
+        limit = self.max_frame_size
         if limit and size + FRAME_OVERHEAD > limit:
             return None
         method_end = offset + 7 + size
-        if method_end + 8 > end or buf[method_end] != FRAME_END:
+        # the method's end octet, the header frame's head, class, weight, body size
+        # (a header frame shorter than that is refused below anyway)
+        if method_end + 20 > end:
             return None
-        header_type, header_channel, header_size = _FRAME_HEAD.unpack_from(buf, method_end + 1)
+        method_close, header_type, header_channel, header_size, _, _, body_size = (
+            _HEADER_HEAD.unpack_from(buf, method_end)
+        )
         header_start = method_end + 8
         header_end = header_start + header_size
         if (
-            header_type != FrameType.HEADER
+            method_close != FRAME_END
+            or header_type != _HEADER_FRAME
             or header_channel != channel
             or header_size < 14
             or (limit and header_size + FRAME_OVERHEAD > limit)
             or header_end >= end
-            or buf[header_end] != FRAME_END
         ):
             return None
-        body_size = int.from_bytes(buf[header_start + 4 : header_start + 12], "big")
         if body_size == 0:
+            if buf[header_end] != FRAME_END:
+                return None
             body = b""
             done = header_end + 1
         else:
             if header_end + 8 > end:
                 return None
-            body_type, body_channel, size = _FRAME_HEAD.unpack_from(buf, header_end + 1)
+            header_close, body_type, body_channel, size = _BODY_HEAD.unpack_from(buf, header_end)
             body_start = header_end + 8
             done = body_start + size + 1
             if (
-                body_type != FrameType.BODY
+                header_close != FRAME_END
+                or body_type != _BODY_FRAME
                 or body_channel != channel
                 or size != body_size
                 or (limit and size + FRAME_OVERHEAD > limit)
@@ -320,7 +330,17 @@ class FrameReader:
 
 
 _FRAME_TYPES = frozenset(int(t) for t in FrameType)
-_PUBLISH_IDS = b"\x00\x3c\x00\x28"  # basic.publish: class 60, method 40
+_PUBLISH_IDS = 60 << 16 | 40  # basic.publish: class 60, method 40
+# (ints, not FrameType members: on Python 3.11 a member's look-up on its class
+# costs as much as a short function call)
+_HEADER_FRAME = int(FrameType.HEADER)
+_BODY_FRAME = int(FrameType.BODY)
+#: a method frame's head and its class and method ids
+_PUBLISH_HEAD = struct.Struct(">BHII")
+#: the end octet of the frame before, a header frame's head, class, weight, body size
+_HEADER_HEAD = struct.Struct(">BBHIHHQ")
+#: the end octet of the frame before and a frame's head
+_BODY_HEAD = struct.Struct(">BBHI")
 
 
 __all__ = [

@@ -35,6 +35,7 @@ Reply = ev.Event | None
 log = structlog.get_logger("amqlite.server")
 
 _UNROUTABLE = PublishOutcome.UNROUTABLE  # (an enum attribute look-up per publish is slow)
+_ROUTED = PublishOutcome.ROUTED
 
 
 class RequestDispatcher:
@@ -217,7 +218,7 @@ class RequestDispatcher:
                 and outcome is PublishOutcome.UNROUTABLE
             ):
                 outcome = PublishOutcome.ROUTED  # no queue here, but a link took it
-        if outcome is PublishOutcome.ROUTED or outcome is PublishOutcome.DUPLICATE:
+        if outcome is _ROUTED or outcome is PublishOutcome.DUPLICATE:
             # a publish sent again: its ok vouches for the first copy, whose journal
             # position the session's span names
             return ev.Ok(p.id) if p.confirm else None

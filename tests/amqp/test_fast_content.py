@@ -128,6 +128,22 @@ def test_the_fast_path_gives_what_the_general_path_gives(
     assert fast == general
 
 
+def test_a_header_of_another_channel_after_a_publish_is_not_taken_as_its_own() -> None:
+    # m2, m1, h2 (no body), h1, b1: the frames after m1 open with channel 2's header,
+    # which the fast path must not take as m1's (the general path gives m2's message)
+    client, server = handshake()
+    for channel in (1, 2):
+        open_channel(client, server, channel)
+    a = _frames(client.send_content(1, m.BasicPublish(0, "", "q"), BasicProperties(), b"a"))
+    b = _frames(client.send_content(2, m.BasicPublish(0, "", "q"), BasicProperties(), b""))
+    data = b"".join([b[0], a[0], b[1], a[1], a[2]])
+    stream = (131072, 0, data, [len(b[0])])  # (m2 read alone: m1 starts a read)
+    fast = _run(*stream)
+    with mock.patch.object(AmqpConnection, "_fast_publish", lambda self: None):
+        general = _run(*stream)
+    assert fast == general
+
+
 def test_the_fast_path_is_taken_for_a_usual_publish() -> None:
     client, server = handshake()
     open_channel(client, server)
