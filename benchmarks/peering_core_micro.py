@@ -1,12 +1,18 @@
 """Exchange peering: the core's own work per peered message on each end, in process.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/peering_core_micro.py receive|send RUNS [setup]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/peering_core_micro.py receive|deliver|send N [setup]
 
-No sockets and no broker, runs of 250 plain 100-byte messages:
+No sockets (and but for ``deliver`` no broker), runs of 250 plain 100-byte messages:
 
 - ``receive``: a receiving end takes RUNS compact ``peer.forwards`` frames
   (``cbor2.loads`` of each, ``link.receive``) and confirms each run
   (``link.confirm`` of its last tag);
+- ``deliver``: ``receive`` through the receiving broker's shell: each frame
+  goes to ``ActionApplier.receive`` (the link end, then its actions: the run's
+  messages published into the exchange ``x`` of a broker session, a queue ``q``
+  bound to it with the key, a consumer without acks on it, the confirms at the
+  turn's end), the session's deliveries taken after each run (as the node's
+  pump does); a trio run around it for the applier's clock;
 - ``send``: a sending end with an interest in the key offers RUNS runs of
   plain client ``Publish`` events (``PeeredExchange.published_plain_run``),
   encodes the sends (``encode_frames``) and takes the remote's ack.
@@ -24,6 +30,7 @@ import gc
 import random
 import sys
 import time
+from typing import Any
 
 import cbor2
 
@@ -71,6 +78,69 @@ def receive(runs: int, setup_only: bool) -> float:
     return (time.perf_counter() - started) / (runs * RUN)
 
 
+class _Durability:
+    """What the applier asks of the journal, for transient messages: nothing."""
+
+    def __init__(self) -> None:
+        self.marks_pending: dict[Any, Any] = {}
+        self.storage = self
+
+    def hold(self) -> None: ...
+    def release(self) -> None: ...
+    def marks_due(self, px: Any) -> None: ...
+
+
+def deliver(runs: int, setup_only: bool) -> float:
+    import trio
+
+    from amqlite.broker import Broker
+    from amqlite.server.peering.applier import ActionApplier
+    from amqlite.server.peering.registry import LinkRegistry
+
+    broker = Broker(node_id="B")
+    session = broker.open_session("/")
+    session.declare_exchange("x", "topic")
+    session.declare_queue("q")
+    session.bind("q", "x", "k")
+    session.consume("q", no_ack=True, now=0.0)  # (the benchmark's consumer on B)
+    px = PeeredExchange(
+        node_id="B", epoch=1, exchange="x", exchange_type="topic", rand=random.Random(0).random,
+        max_hops=3,
+    )  # fmt: skip
+    link, _ = px.attach(Hello("A", "l", "/", "x", "topic", PeeringMode.PUBLISH, 5), 0.0)
+    assert link is not None
+    registry = LinkRegistry()
+    registry.owner[link.id] = px
+    applier = ActionApplier(
+        registry,
+        _Durability(),  # type: ignore[arg-type]
+        session=lambda vhost: session,
+        dial=lambda link, address: None,
+        pump=lambda: None,
+        turn_ended=lambda: None,
+    )
+    frames, seq = [], 1
+    for _ in range(runs):
+        envs = [
+            Envelope(MeshId("A", 5, seq + i), "k", BODY, {}, {}, "x", ("A",), 1) for i in range(RUN)
+        ]
+        frames.append(peering_cbor.encode(Forwards(seq, envs)))
+        seq += RUN
+    if setup_only:
+        return 0.0
+
+    async def run() -> float:
+        started = time.perf_counter()
+        for frame in frames:
+            applier.receive(link, cbor2.loads(frame), 1.0)
+            session.take_deliveries()  # (what the node's pump takes for the connection)
+        return (time.perf_counter() - started) / (runs * RUN)
+
+    took: float = trio.run(run)
+    assert link._pending == type(link._pending)(), "every delivery confirmed"
+    return took
+
+
 def send(runs: int, setup_only: bool) -> float:
     px = PeeredExchange(
         node_id="A", epoch=2, exchange="x", exchange_type="topic", rand=random.Random(0).random
@@ -98,7 +168,7 @@ def main() -> None:
     gc.set_threshold(20_000, 10, 10)  # the server's (amqlite/server/main.py)
     which, runs = sys.argv[1], int(sys.argv[2])
     setup_only = len(sys.argv) > 3 and sys.argv[3] == "setup"
-    took = (receive if which == "receive" else send)(runs, setup_only)
+    took = {"receive": receive, "deliver": deliver, "send": send}[which](runs, setup_only)
     if not setup_only:
         print(f"{which}: {took * 1e6:.3f} us per message")
 

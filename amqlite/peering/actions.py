@@ -5,10 +5,11 @@ in the order the shell must apply them; ``link`` names the link end (its
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import count, repeat
 
 from .addresses import Address
 from .states import LinkState
-from .wire import Envelope, PeeringMessage
+from .wire import Envelope, PeeringMessage, PlainRun
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,22 @@ class Deliver:
     link: str
     tag: int
     envelope: Envelope
+
+
+@dataclass(slots=True)  # per-run: not frozen; never mutate
+class DeliverRun:
+    """:class:`Deliver` of each of ``run``'s envelopes, tags from ``tag`` on (what
+    ``PeeringLink.receive(..., deliver_runs=True)`` gives for a compact run instead
+    of one ``Deliver`` each: the shell may publish its keys and bodies without an
+    envelope each, see :class:`~amqlite.peering.wire.PlainRun`)."""
+
+    link: str
+    tag: int
+    run: PlainRun
+
+    def delivers(self) -> list[Deliver]:
+        """The single deliveries it stands for."""
+        return list(map(Deliver, repeat(self.link), count(self.tag), self.run))
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +122,7 @@ Action = (
     | Disconnect
     | Send
     | Deliver
+    | DeliverRun
     | Blocked
     | BufferAvailable
     | Acked

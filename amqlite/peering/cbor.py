@@ -203,7 +203,7 @@ def _gathered(messages: Sequence[PeeringMessage]) -> list[PeeringMessage]:
         t = type(msg)
         if t is Forward:
             first = msg.envelope  # type: ignore[union-attr]
-            more: list[Envelope] | None = None
+            more: Sequence[Envelope] | None = None
         elif t is Forwards:
             more = msg.envelopes  # type: ignore[union-attr]
             first = more[0]

@@ -39,6 +39,7 @@ from .actions import (
     BufferAvailable,
     Connect,
     Deliver,
+    DeliverRun,
     Disconnect,
     Persist,
     Send,
@@ -65,6 +66,7 @@ from .wire import (
     Interest,
     MeshId,
     PeeringMessage,
+    PlainRun,
     Refused,
     ResyncRequest,
     forwards_fast,
@@ -423,11 +425,19 @@ class PeeringLink:
 
     # --- receiving --------------------------------------------------------------------
 
-    def receive(self, message: Mapping[str, Any] | PeeringMessage, now: float) -> list[Action]:
+    def receive(
+        self,
+        message: Mapping[str, Any] | PeeringMessage,
+        now: float,
+        *,
+        deliver_runs: bool = False,
+    ) -> list[Action]:
         """A message (a decoded map, or an already parsed message) arrived on the
         link's connection. A malformed or out-of-place message ends the connection
         (a ``Disconnect`` action); messages arriving when the link has no
-        connection any more are ignored."""
+        connection any more are ignored. ``deliver_runs``: the caller takes a
+        :class:`DeliverRun` for a compact run's deliveries (one action, no
+        envelope each) where it would get a ``Deliver`` each otherwise."""
         state = self.state
         if state not in _CONNECTED:
             return []
@@ -437,7 +447,7 @@ class PeeringLink:
             if kind == _FORWARDS:  # the per-message path (what _dispatch would do)
                 run = forwards_fast(message)
                 if run is not None:
-                    return self._sent(now, self._on_forwards(run, now))
+                    return self._sent(now, self._on_forwards(run, now, deliver_runs))
         try:
             msg = from_map(message) if isinstance(message, Mapping) else message
             return self._sent(now, self._dispatch(msg, now))
@@ -538,7 +548,7 @@ class PeeringLink:
             return [Deliver(self.id, self._tags, env), *self._settle(mark, now)]
         return self._settle(mark, now)
 
-    def _on_forwards(self, run: Forwards, now: float) -> list[Action]:
+    def _on_forwards(self, run: Forwards, now: float, deliver_runs: bool = False) -> list[Action]:
         """A run of forwards: what :meth:`_on_forward` does for each, in order, with
         the mark, the loop check (path and hops are the run's) and the settling
         done once."""
@@ -572,6 +582,16 @@ class PeeringLink:
                 origin = None  # some seen before: claim_each says which
         if origin is not None:
             seqs: Sequence[int] = range(first, first + n)
+            if deliver_runs and type(envelopes) is PlainRun:
+                # Why this exists beside the Delivers below: see PlainRun (one action
+                # for the run, no envelope made per message);
+                # tests/peering/test_fast_paths.py checks it against them
+                self._tags = tag + n - 1
+                self._pending.append(
+                    _new_pending(_Pending, (tag, mark.epoch, seqs, envelopes, origin))
+                )
+                counters["received"] += n
+                return [DeliverRun(link_id, tag, envelopes), *self._settle(mark, now)]
         elif all(firsts := ctx.seen.claim_each(map(_MESH_ID, envelopes))):
             # the usual case: one pending entry for the run, no copies
             seqs = range(first, first + n)

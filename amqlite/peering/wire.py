@@ -32,9 +32,9 @@ methods. Shapes (``?`` = may be null):
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, overload
 
 from .errors import PeeringProtocolError
 from .interest import EXCHANGE_TYPES, BindingKey
@@ -164,6 +164,174 @@ class Envelope:
         return n
 
 
+class MeshStamp(NamedTuple):
+    """A received plain message's peering identity, path and hops (and the
+    exchange it came on) as ``Message.mesh`` holds it for a message of a
+    :class:`PlainRun` published straight into the local exchange: what its
+    :class:`Envelope` would say, without the envelope (and its mesh id and two
+    empty maps). :meth:`envelope` gives that envelope when one is needed (a
+    subscriber's peering queue sends the message on)."""
+
+    node: str
+    epoch: int
+    seq: int
+    exchange: str
+    path: tuple[str, ...]
+    hops: int
+
+    def mesh_map(self) -> dict[str, Any]:
+        """:meth:`Envelope.mesh_map` of the envelope it stands for."""
+        return {"id": [self.node, self.epoch, self.seq], "path": list(self.path), "hops": self.hops}
+
+    def envelope(
+        self,
+        routing_key: str,
+        body: bytes,
+        headers: Mapping[str, Any],
+        properties: Mapping[str, Any],
+    ) -> Envelope:
+        return Envelope(
+            MeshId(self.node, self.epoch, self.seq),
+            routing_key,
+            body,
+            headers,
+            properties,
+            self.exchange,
+            self.path,
+            self.hops,
+        )
+
+
+_new_tuple = tuple.__new__  # a named tuple without its Python-level __new__
+_repeat = itertools.repeat
+
+
+class PlainRun(Sequence[Envelope]):
+    """The envelopes of a received compact ``peer.forwards`` run, kept as the run's
+    parts (origin, keys, bodies, exchange, path, hops): the i-th is
+    ``Envelope(MeshId(node, epoch, first + i), keys[i], bodies[i], {}, {},
+    exchange, path, hops)``, made when asked for (indexing, iterating: a new
+    object each time; a slice is a PlainRun again). Equal to any sequence of the
+    same envelopes.
+
+    Why it exists: the receiving broker publishes such a run's messages straight
+    into its exchange (``Deliver`` of each, or one :class:`~amqlite.peering.actions.DeliverRun`),
+    where each message needs its key, its body and a :class:`MeshStamp` only; an
+    envelope, a mesh id and a ``Deliver`` per message were about a tenth of that
+    broker's time per peered message, and three more objects for the cyclic
+    GC to count. ``tests/peering/test_fast_paths.py`` checks a run against the
+    list the checked decoder gives."""
+
+    __slots__ = ("bodies", "epoch", "exchange", "first", "hops", "keys", "node", "path")
+
+    def __init__(
+        self,
+        node: str,
+        epoch: int,
+        first: int,
+        keys: str | list[str],
+        bodies: list[bytes],
+        exchange: str,
+        path: tuple[str, ...],
+        hops: int,
+    ) -> None:
+        self.node, self.epoch, self.first = node, epoch, first
+        self.keys = keys  # one key for the run, or one each
+        self.bodies = bodies
+        self.exchange, self.path, self.hops = exchange, path, hops
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    def key_list(self) -> Sequence[str]:
+        keys = self.keys
+        return [keys] * len(self.bodies) if type(keys) is str else keys
+
+    def stamps(self) -> list[MeshStamp]:
+        """The :class:`MeshStamp` of each message, in order (built in C)."""
+        n, first, node, epoch = len(self.bodies), self.first, self.node, self.epoch
+        return list(
+            map(
+                _new_tuple,
+                _repeat(MeshStamp),
+                zip(
+                    _repeat(node),
+                    _repeat(epoch),
+                    range(first, first + n),
+                    _repeat(self.exchange),
+                    _repeat(self.path),
+                    _repeat(self.hops),
+                    strict=False,
+                ),
+            )
+        )
+
+    def __iter__(self) -> Iterator[Envelope]:
+        n, first, node, epoch, keys = len(self.bodies), self.first, self.node, self.epoch, self.keys
+        return map(
+            Envelope,
+            map(
+                _new_tuple,
+                _repeat(MeshId),
+                zip(_repeat(node), _repeat(epoch), range(first, first + n), strict=False),
+            ),
+            _repeat(keys, n) if type(keys) is str else keys,
+            self.bodies,
+            iter(dict, None),  # (headers: a new empty map each)
+            iter(dict, None),  # (properties)
+            _repeat(self.exchange),
+            _repeat(self.path),
+            _repeat(self.hops),
+        )
+
+    @overload
+    def __getitem__(self, i: int) -> Envelope: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Envelope]: ...
+    def __getitem__(self, i: int | slice) -> Envelope | Sequence[Envelope]:
+        bodies, keys = self.bodies, self.keys
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(bodies))
+            if step != 1:
+                return list(self)[i]
+            stop = max(start, stop)
+            return PlainRun(
+                self.node,
+                self.epoch,
+                self.first + start,
+                keys if type(keys) is str else keys[start:stop],
+                bodies[start:stop],
+                self.exchange,
+                self.path,
+                self.hops,
+            )
+        n = len(bodies)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("PlainRun index out of range")
+        return Envelope(
+            MeshId(self.node, self.epoch, self.first + i),
+            keys if type(keys) is str else keys[i],
+            bodies[i],
+            {},
+            {},
+            self.exchange,
+            self.path,
+            self.hops,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, PlainRun | list | tuple):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # (as a list's)
+
+    def __repr__(self) -> str:
+        return f"PlainRun({list(self)!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class Hello:
     TYPE: ClassVar[str] = "peer.hello"
@@ -282,7 +450,8 @@ class Forwards:
 
     TYPE: ClassVar[str] = "peer.forwards"
     seq: int
-    envelopes: list[Envelope]
+    #: a list, or a :class:`PlainRun` (the compact form's fast decoder)
+    envelopes: Sequence[Envelope]
     #: (node, epoch, first origin seq) when the decoder of the compact form made the
     #: envelopes' mesh ids from it (``MeshId(node, epoch, first + i)`` for the i-th):
     #: the receiving link then claims and settles them as one range
@@ -324,7 +493,7 @@ class Forwards:
 
 
 def compact_parts(
-    envelopes: list[Envelope],
+    envelopes: Sequence[Envelope],
 ) -> tuple[list[Any], str | list[str], list[bytes]] | None:
     """A run's compact form (``peer.forwards`` without ``msgs``): ``origin``
     ``[node, epoch, first origin seq]``, ``keys`` (the routing key of every message,
@@ -607,11 +776,10 @@ def _compact_forwards(
 def _compact_fast(
     get: Callable[[str], Any], seq: int, exchange: str, route: tuple[str, ...], hops: int
 ) -> Forwards | None:
-    """:func:`forwards_fast` of the compact form: a ``MeshId`` and an
-    ``Envelope`` per body, no row to unpack and check. The checks and the
-    construction run in C (``set(map(type, ...))``, ``map``; ``iter(dict, None)``
-    gives a new empty map each time): the per-message loop in Python was a tenth
-    of what the receiving broker spent on a run."""
+    """:func:`forwards_fast` of the compact form: a :class:`PlainRun` (the
+    envelopes made only when asked for), no row to unpack and check. The checks
+    run in C (``set(map(type, ...))``): the per-message loop in Python was a
+    tenth of what the receiving broker spent on a run."""
     origin = get("origin")
     bodies = get("bodies")
     keys = get("keys")
@@ -628,32 +796,15 @@ def _compact_fast(
     ):
         return None
     n = len(bodies)
-    if type(keys) is str:  # one key for the run
-        keys = itertools.repeat(keys, n)
-    elif type(keys) is not list or len(keys) != n or set(map(type, keys)) != _STR:
+    if type(keys) is not str and (  # (a str: one key for the run)
+        type(keys) is not list or len(keys) != n or set(map(type, keys)) != _STR
+    ):
         return None
     if set(map(type, bodies)) != _BYTES:
         return None
-    repeat = itertools.repeat
-    mesh_ids = map(
-        _new_mesh_id,
-        repeat(MeshId),
-        zip(repeat(node), repeat(epoch), range(first, first + n), strict=False),
+    return Forwards(
+        seq, PlainRun(node, epoch, first, keys, bodies, exchange, route, hops), (node, epoch, first)
     )
-    envelopes = list(
-        map(
-            Envelope,
-            mesh_ids,
-            keys,
-            bodies,
-            iter(dict, None),  # (headers: a new empty map each)
-            iter(dict, None),  # (properties)
-            repeat(exchange),
-            repeat(route),
-            repeat(hops),
-        )
-    )
-    return Forwards(seq, envelopes, (node, epoch, first))
 
 
 _STR = {str}

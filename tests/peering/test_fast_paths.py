@@ -29,6 +29,7 @@ from amqlite.peering import (
     BindingKey,
     Decision,
     Deliver,
+    DeliverRun,
     Envelope,
     Forward,
     Forwards,
@@ -43,6 +44,7 @@ from amqlite.peering import (
     PeeredExchange,
     PeeringMode,
     PeeringProtocolError,
+    PlainRun,
     RemoteInterest,
     SeenMessages,
     Send,
@@ -386,20 +388,24 @@ def test_a_link_takes_a_run_as_the_single_forwards(
     along other paths included; confirms of all so far or up to a tag (inside a
     run's pending entry)."""
     (px1, singles), (px2, batched) = _receiving_end(), _receiving_end()
+    px3, as_runs = _receiving_end()  # receive(..., deliver_runs=True): a DeliverRun each
     seq, now = 0, 1.0
     for step, origins, path, hops in runs_:
         first = max(1, seq + step)
         envs = [
-            Envelope(MeshId("Z", 1, o), "k", b"%d" % o, {}, {}, "x", path, hops) for o in origins
+            Envelope(MeshId("Z", 1, o), "k" if o % 3 else "k.x", b"%d" % o, {}, {}, "x", path, hops)
+            for o in origins
         ]
         run = Forwards(first, envs)
         one: list[Any] = []
         for fwd in run.forwards():
             one += singles.receive(cbor2.loads(peering_cbor.encode(fwd)), now)
         many = batched.receive(cbor2.loads(peering_cbor.encode(run)), now)
+        ran = as_runs.receive(cbor2.loads(peering_cbor.encode(run)), now, deliver_runs=True)
         assert [a for a in one if isinstance(a, Deliver)] == [
             a for a in many if isinstance(a, Deliver)
         ]
+        assert _each_delivered(ran) == many
         assert [a.message for a in one if isinstance(a, Send)][-1:] == [
             a.message for a in many if isinstance(a, Send)
         ][-1:]
@@ -408,15 +414,81 @@ def test_a_link_takes_a_run_as_the_single_forwards(
         if confirm is not False:
             tag = singles._tags if confirm is True else min(confirm, singles._tags)
             one, many = singles.confirm(tag, now), batched.confirm(tag, now)
-            assert one == many
-            assert px1.snapshot() == px2.snapshot()
-        assert _pendings(px1.ctx.seen) == _pendings(px2.ctx.seen)
+            assert one == many == as_runs.confirm(tag, now)
+            assert px1.snapshot() == px2.snapshot() == px3.snapshot()
+        assert _pendings(px1.ctx.seen) == _pendings(px2.ctx.seen) == _pendings(px3.ctx.seen)
         now += 1.0
-    assert singles.counters == batched.counters
-    assert px1.snapshot() == px2.snapshot()
-    assert [i for p in singles._pending for i in p.items()] == [
-        i for p in batched._pending for i in p.items()
-    ]
+    assert singles.counters == batched.counters == as_runs.counters
+    assert px1.snapshot() == px2.snapshot() == px3.snapshot()
+    assert (
+        [i for p in singles._pending for i in p.items()]
+        == [i for p in batched._pending for i in p.items()]
+        == [i for p in as_runs._pending for i in p.items()]
+    )
+
+
+def _each_delivered(actions: list[Any]) -> list[Any]:
+    """``actions`` with each ``DeliverRun`` as the ``Deliver`` of each of its messages."""
+    out: list[Any] = []
+    for a in actions:
+        out += a.delivers() if isinstance(a, DeliverRun) else [a]
+    return out
+
+
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=SLOW_INPUTS)
+@given(
+    node_ids,
+    st.integers(0, 2**40),
+    st.integers(0, 2**40),
+    st.one_of(texts, st.lists(texts, min_size=1, max_size=6)),
+    st.lists(st.binary(max_size=6), min_size=1, max_size=6),
+    texts,
+    st.lists(node_ids, max_size=3).map(tuple),
+    st.integers(0, 5),
+    st.integers(-8, 8),
+    st.integers(-8, 8),
+)
+def test_a_plain_run_is_the_list_of_its_envelopes(
+    node: str,
+    epoch: int,
+    first: int,
+    keys: str | list[str],
+    bodies: list[bytes],
+    exchange: str,
+    path: tuple[str, ...],
+    hops: int,
+    start: int,
+    stop: int,
+) -> None:
+    """A :class:`PlainRun` (the compact form's fast decoder) against the list the
+    checked decoder makes of the same map: equal, the same length, items
+    (negative indices too) and slices; each message's :class:`MeshStamp` says
+    what its envelope says (``mesh_map``, and the envelope it gives back)."""
+    if isinstance(keys, list):
+        keys = (keys * len(bodies))[: len(bodies)]
+    m = {
+        "type": "peer.forwards", "seq": 1, "exchange": exchange, "path": list(path),
+        "hops": hops, "origin": [node, epoch, first], "keys": keys, "bodies": bodies,
+    }  # fmt: skip
+    fast = forwards_fast(m)
+    checked = _checked_run(m)
+    assert fast is not None and isinstance(checked, Forwards)
+    run, envs = fast.envelopes, checked.envelopes
+    assert isinstance(run, PlainRun) and type(envs) is list
+    assert run == envs and envs == run and list(run) == envs and len(run) == len(envs)
+    for i in range(-len(envs), len(envs)):
+        assert run[i] == envs[i]
+    with pytest.raises(IndexError):
+        run[len(envs)]
+    assert run[start:stop] == envs[start:stop] and list(run[start:stop]) == envs[start:stop]
+    assert isinstance(run[start:stop], PlainRun)
+    assert run[::2] == envs[::2]
+    assert list(run.key_list()) == [e.routing_key for e in envs]
+    stamps = run.stamps()
+    assert [s.mesh_map() for s in stamps] == [e.mesh_map() for e in envs]
+    assert [
+        s.envelope(e.routing_key, e.body, {}, {}) for s, e in zip(stamps, envs, strict=True)
+    ] == envs
 
 
 # --- the sender's decision -------------------------------------------------------------

@@ -21,6 +21,7 @@ from amqlite.peering import (
     Address,
     BindingKey,
     Deliver,
+    DeliverRun,
     Envelope,
     Forward,
     Forwards,
@@ -32,6 +33,7 @@ from amqlite.peering import (
     OverflowPolicy,
     PeeredExchange,
     PeeringMode,
+    PlainRun,
     Send,
 )
 from amqlite.peering.link import PlainPublish
@@ -222,6 +224,65 @@ def test_a_run_of_deliveries_is_each_delivered(
             while (got := session.get("q", no_ack=True, now=0.0)) is not None:
                 m = got[0].message
                 held.append((m.routing_key, m.body, m.headers, m.properties, m.mesh))
+        results.append(
+            (held, applier._confirms, applier._commits_pending, kept.calls, applier._delivered)
+        )
+    assert results[0] == results[1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["k", "k.a", "other"]), st.sampled_from([b"", b"t", b"w"])),
+        min_size=1,
+        max_size=12,
+    ),
+    st.booleans(),
+    st.sampled_from([0, 0, 2]),
+    st.sampled_from([None, 3]),
+    st.booleans(),
+)
+@example([("k", b"t"), ("k", b"w"), ("k", b"t")], True, 0, None, False)
+def test_a_plain_run_is_delivered_as_its_single_deliveries(
+    items: list[tuple[str, bytes]],
+    exchange_present: bool,
+    pending: int,
+    confirmed: int | None,
+    one_key: bool,
+) -> None:
+    """``_deliver_plain_run`` of a ``DeliverRun`` (a compact run received with
+    ``deliver_runs``) leaves what ``_deliver_run`` of its single deliveries
+    leaves: the queue's messages (key, body, headers, properties, and the same
+    peering identity: ``mesh_map``, and the envelope a peering queue would send),
+    the confirms, the deliveries waiting for the journal, the durability calls."""
+    keys: str | list[str] = "k" if one_key else [k for k, _ in items]
+    run = PlainRun("a", 1, 5, keys, [b for _, b in items], "x", ("a",), 1)
+    action = DeliverRun("l1", 10, run)
+    results = []
+
+    async def deliver(applier: ActionApplier, fast: bool) -> None:
+        if fast:
+            applier._deliver_plain_run(action, 0.0)
+        else:
+            applier._deliver_run(action.delivers(), 0.0)
+
+    for fast in (True, False):
+        applier, broker, _, kept = _receiving(exchange_present)
+        if pending:
+            applier._commits_pending["l1"] = pending
+        if confirmed is not None:
+            applier._confirms["l1"] = confirmed
+        trio.run(deliver, applier, fast)
+        held = []
+        if exchange_present:
+            session = broker.open_session("/")
+            while (got := session.get("q", no_ack=True, now=0.0)) is not None:
+                m = got[0].message
+                mesh = m.mesh
+                env = mesh if isinstance(mesh, Envelope) else mesh.envelope(
+                    m.routing_key, m.body, m.headers, m.properties
+                )  # fmt: skip
+                held.append((m.routing_key, m.body, m.headers, m.properties, mesh.mesh_map(), env))
         results.append(
             (held, applier._confirms, applier._commits_pending, kept.calls, applier._delivered)
         )

@@ -28,6 +28,7 @@ from amqlite.peering import (
     BufferAvailable,
     Connect,
     Deliver,
+    DeliverRun,
     Disconnect,
     LinkState,
     PeeredExchange,
@@ -213,7 +214,7 @@ class ActionApplier:
 
     def _receive_frame(self, link: PeeringLink, msg: dict[str, Any], now: float) -> None:
         if msg.get("type") != BATCH:
-            self.apply(link.receive(msg, now))
+            self.apply(link.receive(msg, now, deliver_runs=True))
             return
         items = msg.get("msgs")
         if not isinstance(items, list):
@@ -231,7 +232,7 @@ class ActionApplier:
             self._depth += 1
             try:
                 for item in items:
-                    self.apply(link.receive(item, now))
+                    self.apply(link.receive(item, now, deliver_runs=True))
             finally:
                 self._depth -= 1
             self.apply([])
@@ -299,6 +300,10 @@ class ActionApplier:
                     i = j
                 else:
                     deliver(action, now)  # type: ignore[arg-type]
+            elif t is DeliverRun:
+                if now == -INF:
+                    now = trio.current_time()
+                self._deliver_plain_run(action, now)  # type: ignore[arg-type]
             elif t is Send:
                 conn = registry.conns.get(action.link)
                 if conn is not None:
@@ -395,6 +400,50 @@ class ActionApplier:
                 waited = True
             else:
                 safe = action.tag
+        if safe:
+            confirms[link_id] = safe
+
+    def _deliver_plain_run(self, action: DeliverRun, now: float) -> None:
+        """:meth:`_deliver_run` of ``action.delivers()``.
+
+        Why this exists next to :meth:`_deliver_run`: a compact run's messages
+        have no headers and no properties, so each is published from its key and
+        body with a :class:`~amqlite.peering.MeshStamp` as its identity, without
+        the envelope, mesh id and ``Deliver`` each that the run's single
+        deliveries need (:class:`~amqlite.peering.PlainRun`). An exchange with
+        more links (a message travels on) and a link with commits pending take
+        :meth:`_deliver_run`'s way. ``tests/server/test_peering_applier.py``
+        checks the broker's queues, the confirms and the journal waits agree."""
+        link_id = action.link
+        px = self.registry.owner.get(link_id)
+        link = px.links.get(link_id) if px is not None else None
+        if px is None or link is None:
+            return
+        if len(px.links) > 1 or self._commits_pending.get(link_id):
+            self._deliver_run(action.delivers(), now)
+            return
+        session = self._session(px.ctx.vhost)
+        publish, exchange, run = session.publish, px.ctx.exchange, action.run
+        confirms, safe = self._confirms, 0  # the last tag safe at once, not yet in confirms
+        waited = False  # (as in _deliver_run)
+        self._delivered = True
+        tag = action.tag
+        for key, body, stamp in zip(run.key_list(), run.bodies, run.stamps(), strict=True):
+            message = Message(exchange, key, body, {}, {})
+            message.mesh = stamp
+            try:
+                publish(message, now=now)
+            except AmqliteError as exc:  # the exchange went away: nothing routes it
+                log.warning("peering_deliver_failed", link=link_id, error=exc.text)
+            if session.journal_span[1] != 0 or (waited and self._commits_pending.get(link_id)):
+                if safe:
+                    confirms[link_id], safe = safe, 0
+                deliver = Deliver(link_id, tag, run[tag - action.tag])
+                self._delivered_tail(px, link, deliver, session, True)
+                waited = True
+            else:
+                safe = tag
+            tag += 1
         if safe:
             confirms[link_id] = safe
 

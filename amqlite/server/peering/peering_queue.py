@@ -36,7 +36,14 @@ import structlog
 from amqlite.broker import PEERING_QUEUE_PREFIX, Broker, Delivery, Message, Session
 from amqlite.broker.selector import SelectorError, compile_selector
 from amqlite.errors import AmqliteError
-from amqlite.peering import BindingKey, Envelope, PeeredExchange, PeeringLink, PeeringProtocolError
+from amqlite.peering import (
+    BindingKey,
+    Envelope,
+    MeshStamp,
+    PeeredExchange,
+    PeeringLink,
+    PeeringProtocolError,
+)
 
 ARG_EXCHANGE = "x-peering-exchange"
 ARG_LINK = "x-peering-link"
@@ -67,6 +74,10 @@ def envelope_of(px: PeeredExchange, message: Message) -> Envelope:
     mesh = message.mesh
     if isinstance(mesh, Envelope):
         return mesh
+    if isinstance(mesh, MeshStamp):  # (received in a compact run: applier._deliver_plain_run)
+        env = mesh.envelope(message.routing_key, message.body, message.headers, message.properties)
+        message.mesh = env
+        return env
     if isinstance(mesh, dict):
         try:
             return Envelope.from_mesh_map(
