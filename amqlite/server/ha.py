@@ -76,7 +76,7 @@ from amqlite.link import DialFailed, FramedLink, dial
 from amqlite.protocol import events as ev
 from amqlite.store.codec import EnqueueScan
 from amqlite.store.durable_file import read_if_present, write_durably
-from amqlite.store.segment import frame_record, parse_scanned
+from amqlite.store.segment import check_frames, frame_record, parse_scanned
 from amqlite.tls import describe_tls_error, node_client_context
 
 if TYPE_CHECKING:
@@ -86,6 +86,12 @@ log = structlog.get_logger("amqlite.ha")
 
 EPOCH_FILE = "HA_EPOCH"
 LINK_BACKOFF = (0.05, 1.0)
+#: a passive node folds the syncs it journaled once they reach this many bytes (and
+#: before it takes over): the bound on the fold a takeover waits for (docs/ha.md)
+FOLD_AFTER_BYTES = 1 << 19
+#: ... and once no sync has come for this long (s): how long an idle passive node's
+#: state and broker may lag what it journaled
+FOLD_IDLE = 0.05
 #: The least time a dial of the peer link may take (else the failover timeout).
 LINK_DIAL_TIMEOUT = 1.0
 
@@ -139,6 +145,9 @@ class HaService:
         self._follow_queue: deque[tuple[FollowerAction, HaPeerEnd]] = deque()
         self._applying = False  # a snapshot is being applied a chunk at a time
         self._scan = EnqueueScan()  # reads replicated enqueues without decoding them
+        # syncs journaled unfolded (_apply_chunk): how many, and the idle fold's wake-up
+        self._chunks_unfolded = 0
+        self._unfolded_wake = trio.Event()
         self.inbound_links = 0  # ha-peer connections the peer opened to us
         self.handing_over = False
         # the witness (docs/ha.md, "The witness"): its link, and the promise in force
@@ -222,6 +231,7 @@ class HaService:
                 nursery.start_soon(self._hold_watch)
             nursery.start_soon(self._link_loop)
             nursery.start_soon(self._sender)
+            nursery.start_soon(self._fold_when_idle)
             task_status.started()
 
     # --- the machine ---------------------------------------------------------------------
@@ -317,6 +327,8 @@ class HaService:
         if isinstance(action, SendHeartbeat):
             self._send_link(ev.HaHeartbeat(**action.heartbeat.to_map()))
         elif isinstance(action, BecameActive):
+            if action.previous is HaState.PASSIVE:
+                self.fold_replica()  # the syncs journaled unfolded, before anything reads
             self.node.state = HaState.ACTIVE.value
             self.follower.stop(action.epoch)
             if action.previous is HaState.PASSIVE:
@@ -886,29 +898,56 @@ class HaService:
         self._drain()
 
     def _apply_chunk(self, chunk: bytes) -> None:
-        """Apply the framed records in ``chunk`` to the broker, then journal each frame
-        as it came (not encoded again)."""
+        """Journal the framed records in ``chunk`` as they came (checked, not encoded
+        again), in one entry (one sync is one or more whole turns of the master's
+        journal: a commit never writes half of it). Their fold into the journal's
+        state and the broker waits (:meth:`fold_replica`), for at most
+        ``FOLD_AFTER_BYTES`` of them, or ``FOLD_IDLE`` once syncs stop. A node
+        without a journal folds at once."""
         node = self.node
-        # most frames are enqueues: scanned, not decoded (StoreState.enqueue_scanned)
-        framed = parse_scanned(chunk, self._scan.scan)
-        # the broker follows the topology only; the messages wait in the journal's
-        # state until this node takes over (Broker.follow)
-        node.broker.follow([record for record, _ in framed], trio.current_time())
         storage = node.storage
-        if storage is not None and storage.journal is not None:
-            journal = storage.journal
-            # one sync is one or more whole turns of the master's journal (the
-            # replicator never splits one): a commit running meanwhile in the
-            # committer's thread must not write half of it
-            journal.hold()
-            try:
-                for record, frame in framed:
-                    if isinstance(record, tuple):
-                        journal.append_scanned(record, frame)
-                    else:
-                        journal.append_framed(record, frame)
-            finally:
-                journal.release()
+        journal = storage.journal if storage is not None else None
+        if journal is None:
+            # the broker follows the topology only (Broker.follow)
+            framed = parse_scanned(chunk, self._scan.scan)
+            node.broker.follow([record for record, _ in framed], trio.current_time())
+            return
+        check_frames(chunk)
+        journal.append_unfolded(chunk)
+        self._chunks_unfolded += 1
+        if journal.unfolded_bytes >= FOLD_AFTER_BYTES or journal.followed_waiting:
+            self.fold_replica()
+        elif not self._unfolded_wake.is_set():
+            self._unfolded_wake.set()
+
+    async def _fold_when_idle(self) -> None:
+        """Fold what :meth:`_apply_chunk` left once no sync has come for ``FOLD_IDLE``."""
+        while True:
+            await self._unfolded_wake.wait()
+            self._unfolded_wake = trio.Event()
+            seen = -1
+            while seen != self._chunks_unfolded:
+                seen = self._chunks_unfolded
+                await trio.sleep(FOLD_IDLE)
+            self.fold_replica()
+
+    def fold_replica(self) -> None:
+        """Fold what this node journaled unfolded (a passive node's syncs,
+        :meth:`_apply_chunk`) into the journal's state and the broker (the topology and
+        the publish keys it follows). Done when the unfolded tail reaches
+        ``FOLD_AFTER_BYTES``, when no sync has come for ``FOLD_IDLE``, before this
+        node takes over, and before its status is read; the journal folds by itself
+        for anything that reads its state."""
+        storage = self.node.storage
+        journal = storage.journal if storage is not None else None
+        if journal is None:
+            return
+        journal.fold()
+        followed = journal.take_followed()
+        if followed:
+            broker, now = self.node.broker, trio.current_time()
+            for records in followed:
+                broker.follow(records, now)
 
     def _apply_follower(self, actions: Sequence[FollowerAction], conn: HaPeerEnd) -> None:
         storage = self.node.storage

@@ -468,6 +468,8 @@ class BrokerNode:
         return fullest
 
     def status(self) -> dict[str, Any]:
+        if self.ha is not None:
+            self.ha.fold_replica()  # a passive node's broker, up to its last sync
         status = self.broker.status()
         status.update(
             {

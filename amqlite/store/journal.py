@@ -84,6 +84,7 @@ from .segment import (
     HEADER,
     SegmentReader,
     frame_record,
+    parse_scanned,
     segment_name,
     segment_seq,
 )
@@ -164,9 +165,23 @@ class JournalStats:
 
 class _Pending(NamedTuple):
     position: int
-    record: Record | None  # None: a scanned enqueue (``scanned``)
+    record: Record | None  # None: a scanned enqueue (``scanned``) or a tail (``tail``)
     frame: bytes
     scanned: Unwritten | None = None  # a scanned enqueue: its id and entry
+    tail: _Unfolded | None = None  # frames appended unfolded (``append_unfolded``)
+
+
+class _Unfolded:
+    """Frames a passive HA node journaled as they came (:meth:`Journal.append_unfolded`)
+    and where they went: ``at``, the location of the first once written (-1 before);
+    ``placing``, what a fold before that write left to place (offsets in ``data``)."""
+
+    __slots__ = ("at", "data", "placing")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.at = -1
+        self.placing: list[tuple[int, Unwritten | MessageEnqueue]] | None = None
 
 
 #: ``_Pending(...)`` without the named tuple's ``__new__`` (a Python function): one
@@ -234,6 +249,12 @@ class Journal:
         self._turn_over = threading.Condition(self._mutex)  # notified when holds reach 0
         self._unsynced: list[_Pending] = []  # written, not yet covered by an fsync
         self._state = self._new_state()
+        # a passive HA node's frames journaled, not folded yet (append_unfolded), their
+        # bytes, and what their fold gave the broker to follow (take_followed)
+        self._unfolded: list[_Unfolded] = []
+        self.unfolded_bytes = 0
+        self._followed: list[list[Record | ScannedEnqueue]] = []
+        self._scan = EnqueueScan().scan
         # reading placed messages back: the handles open for it, and the lock that keeps
         # compaction from moving or deleting segments under a read
         self._readers: dict[int, ReadHandle] = {}
@@ -295,7 +316,10 @@ class Journal:
 
     @property
     def state(self) -> StoreState:
-        """The durable state as of the last append (see the module docstring)."""
+        """The durable state as of the last append (see the module docstring); what
+        :meth:`append_unfolded` left is folded first."""
+        if self._unfolded:
+            self.fold()
         return self._state
 
     def _path(self, name: str) -> str:
@@ -337,6 +361,7 @@ class Journal:
         compaction; call it from the event loop (a read is a few page-cache preads)."""
         with self._read_lock:
             with self._mutex:
+                self._fold_locked()
                 where = [self._state.located(i) for i in journal_ids]
             return [w if type(w) is not int else self._read_at(w) for w in where]  # type: ignore[misc]
 
@@ -344,6 +369,7 @@ class Journal:
         """:meth:`StoreState.snapshot` of :attr:`state`, its placed messages read back
         (safe against a commit or compaction running meanwhile)."""
         with self._read_lock, self._mutex:
+            self._fold_locked()
             return self._state.snapshot()
 
     def with_refs(self, consume: Callable[[Iterator[Record | MessageRef | MessageRun]], T]) -> T:
@@ -351,6 +377,7 @@ class Journal:
         running meanwhile moves written messages into the state's index): rebuilding
         a broker from the journal. ``consume`` must not append."""
         with self._mutex:
+            self._fold_locked()
             return consume(self._state.iter_refs(runs=True))
 
     def _close_readers(self, below: int | None = None) -> None:
@@ -520,7 +547,7 @@ class Journal:
                 self._check_open()
             self._appended = position = self._appended + 1
             self._state.apply(record)
-            self._pending.append(_new_pending(_Pending, (position, record, framed, None)))
+            self._pending.append(_new_pending(_Pending, (position, record, framed, None, None)))
         return position, framed
 
     def append_scanned(self, fields: ScannedEnqueue, framed: bytes) -> int:
@@ -535,6 +562,85 @@ class Journal:
             scanned = self._state.enqueue_scanned(fields, framed)
             self._pending.append(_Pending(position, None, framed, scanned))
         return position
+
+    def append_unfolded(self, data: bytes) -> int:
+        """Buffer ``data``, whole frames (a passive HA node's sync, checked: see
+        :func:`~amqlite.store.segment.check_frames`), as one entry, without folding
+        them into :attr:`state` yet; returns its position (one for all of them).
+
+        Why it exists: folding each replicated record as it comes was most of a passive
+        node's CPU, and most of it went to messages acked a few syncs later. The
+        frames are written and committed as any record (a commit never splits them);
+        their fold waits until :meth:`fold`, or anything that reads the state
+        (:attr:`state`, :meth:`snapshot`, :meth:`with_refs`, :meth:`read_messages`,
+        :meth:`stats`, compaction), folds them first, in bulk
+        (:meth:`StoreState.fold_replicated`). The caller bounds the unfolded tail
+        (:attr:`unfolded_bytes`)."""
+        tail = _Unfolded(data)
+        with self._mutex:
+            self._check_open()
+            self._appended = position = self._appended + 1
+            self._pending.append(_new_pending(_Pending, (position, None, data, None, tail)))
+            self._unfolded.append(tail)
+            self.unfolded_bytes += len(data)
+        return position
+
+    def fold(self) -> int:
+        """Fold what :meth:`append_unfolded` left into :attr:`state`; returns how many
+        records that was."""
+        with self._mutex:
+            return self._fold_locked()
+
+    def take_followed(self) -> list[list[Record | ScannedEnqueue]]:
+        """The records folded since the last call, one list an appended entry, in order
+        (a tuple is a scanned enqueue's fields): what the passive node's broker
+        follows (``Broker.follow``). A fold may run on the committer's thread, so the
+        broker takes them from here, on its own."""
+        with self._mutex:
+            followed, self._followed = self._followed, []
+        return followed
+
+    @property
+    def followed_waiting(self) -> bool:
+        """A fold left records for :meth:`take_followed`."""
+        return bool(self._followed)
+
+    def _fold_locked(self) -> int:
+        tails = self._unfolded
+        if not tails:
+            return 0
+        self._unfolded = []
+        self.unfolded_bytes = 0
+        scan = self._scan
+        # the tails folded as one run of records, so that an enqueue in one and its ack
+        # in a later one cancel out; then what to place goes back to its tail
+        items: list[tuple[Record | ScannedEnqueue, bytes]] = []
+        starts: list[int] = []
+        for tail in tails:
+            starts.append(len(items))
+            parsed = parse_scanned(tail.data, scan, checked=True)
+            self._followed.append([record for record, _ in parsed])
+            items += parsed
+        placing = self._state.fold_replicated(items)
+        place, place_scanned = self._state.place, self._state.place_scanned
+        k, n = -1, len(tails)
+        tail, offset, at_item = tails[0], 0, 0  # where ``at_item`` begins in its tail
+        for i, what in placing:
+            while k + 1 < n and starts[k + 1] <= i:
+                k += 1
+                tail, offset, at_item = tails[k], 0, starts[k]
+            for item in items[at_item:i]:
+                offset += len(item[1])
+            at_item = i
+            if tail.at < 0:
+                if tail.placing is None:
+                    tail.placing = []
+                tail.placing.append((offset, what))
+            elif type(what) is tuple:
+                place_scanned(what, tail.at + offset)
+            else:
+                place(what, tail.at + offset)  # type: ignore[arg-type]
+        return len(items)
 
     def hold(self) -> None:
         """Open a turn: the records appended from now until the matching
@@ -615,6 +721,16 @@ class Journal:
                     place(p.record, at)
                 elif p.scanned is not None:
                     place_scanned(p.scanned, at)
+                elif p.tail is not None:
+                    tail = p.tail
+                    tail.at = at
+                    if tail.placing is not None:  # folded before this write
+                        for offset, what in tail.placing:
+                            if type(what) is tuple:
+                                place_scanned(what, at + offset)
+                            else:
+                                place(what, at + offset)  # type: ignore[arg-type]
+                        tail.placing = None
                 at += len(p.frame)
         segment.size += len(data)
         self._written = batch[-1].position
@@ -683,6 +799,9 @@ class Journal:
                 segment.repair = True  # retried before the next write
         if self._sync:
             self._written = self._synced  # what was written since the fsync is gone
+        with self._mutex:
+            if any(p.tail is not None for p in failed):
+                failed = self._split_tails(failed)
         dropped = [p for p in failed if type(p.record) is MessageEnqueue or p.record is None]
         retry = [p for p in failed if type(p.record) is not MessageEnqueue and p.record is not None]
         with self._mutex:
@@ -701,6 +820,24 @@ class Journal:
             errno=exc.errno,
         ) from exc
 
+    def _split_tails(self, failed: list[_Pending]) -> list[_Pending]:
+        """``failed`` with each unfolded entry folded and split into its records (same
+        position), so that a failed write drops and keeps them as it would have had
+        they been appended one by one."""
+        self._fold_locked()
+        out: list[_Pending] = []
+        scan = self._scan
+        for p in failed:
+            if p.tail is None:
+                out.append(p)
+                continue
+            for record, frame in parse_scanned(p.tail.data, scan, checked=True):
+                if type(record) is tuple:
+                    out.append(_Pending(p.position, None, frame, (record[0], None)))
+                else:
+                    out.append(_Pending(p.position, record, frame))  # type: ignore[arg-type]
+        return out
+
     # --- compaction --------------------------------------------------------------------
 
     def compaction_due(self) -> bool:
@@ -709,6 +846,8 @@ class Journal:
         a snapshot of the live state would take. (Restart time is proportional to the
         journal, so history must not wait for a whole 64 MiB segment.)"""
         total = self._total_bytes()
+        # not folded first: an unfolded tail (append_unfolded) is bounded, and
+        # folding it here, after every commit, would fold it a commit at a time
         state = self._state
         estimate = (
             state.message_bytes
@@ -741,6 +880,7 @@ class Journal:
                 # turn is short and runs on another thread (compaction runs in a worker)
                 while self._holds:
                     self._turn_over.wait()
+                self._fold_locked()
                 if live_journal_ids is not None:
                     keep = set(live_journal_ids)
                     for journal_id in self._state.live_journal_ids():
@@ -914,6 +1054,7 @@ class Journal:
     def stats(self) -> JournalStats:
         """Sizes and counts for ``amqlite status``."""
         with self._mutex:
+            self._fold_locked()
             segments = len(self._sealed) + (1 if self._active is not None else 0)
             return JournalStats(
                 directory=self.directory,

@@ -99,13 +99,33 @@ def parse_framed(data: bytes) -> list[tuple[Record, bytes]]:
     return out
 
 
+def check_frames(data: bytes) -> None:
+    """Raise RecordError unless ``data`` is whole frames, each with the right checksum
+    (what :func:`parse_scanned` checks, without reading the records)."""
+    view = memoryview(data)
+    i, end = 0, len(data)
+    crc32, head = zlib.crc32, FRAME_HEAD.unpack_from
+    while i < end:
+        if end - i < 8:
+            raise RecordError("replication data ends inside a frame header")
+        length, crc = head(data, i)
+        start = i + 8
+        i = start + length
+        if i > end or crc32(view[start:i]) != crc:
+            raise RecordError("replication frame cut short or checksum mismatch")
+
+
 def parse_scanned(
-    data: bytes, scan: Callable[[bytes, int, int], ScannedEnqueue | None]
+    data: bytes,
+    scan: Callable[[bytes, int, int], ScannedEnqueue | None],
+    *,
+    checked: bool = False,
 ) -> list[tuple[Record | ScannedEnqueue, bytes]]:
     """:func:`parse_framed`, except that a ``message.enqueue`` frame that ``scan``
     (``EnqueueScan.scan``) reads comes as its fields, not decoded (a passive HA
     node folds it from those: ``StoreState.enqueue_scanned`` says why); a tuple is
-    fields, anything else a record."""
+    fields, anything else a record. ``checked``: :func:`check_frames` passed on
+    ``data`` already (the checksums are not computed again)."""
     out: list[tuple[Record | ScannedEnqueue, bytes]] = []
     view = memoryview(data)
     i, end = 0, len(data)
@@ -115,7 +135,7 @@ def parse_scanned(
             raise RecordError("replication data ends inside a frame header")
         length, crc = FRAME_HEAD.unpack_from(data, i)
         start, stop = i + 8, i + 8 + length
-        if stop > end or crc32(view[start:stop]) != crc:
+        if stop > end or (not checked and crc32(view[start:stop]) != crc):
             raise RecordError("replication frame cut short or checksum mismatch")
         fields = scan(data, start, stop) if length else None
         out.append(

@@ -7,9 +7,11 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 import trio
 
 import amqlite
+import amqlite.server.ha as ha_service
 from amqlite.config import load_config
 from amqlite.ha import SendHeartbeat
 from amqlite.server import BrokerNode
@@ -86,7 +88,9 @@ async def test_pair_elects_replicates_and_fails_over(tmp_path: Path) -> None:
             # broker follows the topology; the messages are queued at takeover)
             held = backup_messages(backup, "jobs")
             await wait_for(lambda: len(held()) == 19)
-            assert "jobs" in backup.broker.vhost("/").queues  # type: ignore[union-attr]
+            # its broker follows the syncs folded, at the latest FOLD_IDLE after the last
+            # one (docs/ha.md, "The lazy fold"); its status is read folded
+            await wait_for(lambda: "jobs" in backup.broker.vhost("/").queues)  # type: ignore[union-attr]
             primary_scope.cancel()  # the master dies
         # a client asking the backup makes it take over once the primary is silent
         async with amqlite.connect(f"127.0.0.1:{backup.port}", connect_timeout=5) as conn:
@@ -236,4 +240,55 @@ async def test_the_passive_node_hears_of_a_delivery_before_the_consumer_is_sent_
         held = backup_messages(backup, "marked")
         await wait_for(lambda: len(held()) == 5 and all(m.redelivered for m in held()))
         primary.stop()
+        backup.stop()
+
+
+async def test_a_takeover_folds_the_syncs_journaled_unfolded_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The passive node journals syncs unfolded (docs/ha.md, "The lazy fold"); the
+    node that takes over folds them before it serves: the messages, the queue and the
+    publish keys of syncs never folded are there."""
+    monkeypatch.setattr(ha_service, "FOLD_IDLE", 3600.0)  # only the takeover folds
+    async with trio.open_nursery() as nursery:
+        primary = BrokerNode(pair_config(tmp_path, "primary"))  # type: ignore[arg-type]
+        backup = BrokerNode(pair_config(tmp_path, "backup"))  # type: ignore[arg-type]
+        primary_scope = trio.CancelScope()
+
+        async def run_primary() -> None:
+            with primary_scope:
+                await primary.run()
+
+        await nursery.start(backup.run)
+        async with trio.open_nursery() as inner:
+            inner.start_soon(run_primary)
+            await wait_for(lambda: primary.port != 0)
+            point_at_each_other(primary, backup)
+            await wait_for(lambda: primary.state == "active" and backup.state == "passive")
+            await wait_for(lambda: primary.ha is not None and primary.ha.replicating)
+            servers = f"127.0.0.1:{primary.port},127.0.0.1:{backup.port}"
+            async with amqlite.connect(servers) as conn:  # reconnecting: publish keys
+                await conn.declare_queue("jobs", durable=True)
+                for i in range(20):  # each confirm follows the passive node's commit
+                    await conn.publish("", "jobs", f"m{i}", persistent=True, confirm=True)
+                for _ in range(10):  # these keys are in no message the journal holds
+                    got = await conn.get("jobs")
+                    assert got is not None
+                    await got.ack()
+            assert primary.storage is not None and backup.ha is not None
+            await wait_for(lambda: len(backup_messages(primary, "jobs")()) == 10)
+            follower = backup.ha.follower
+            await wait_for(lambda: follower.holds_upto >= primary.storage.appended)  # type: ignore[union-attr]
+            assert backup.storage is not None and backup.storage.journal is not None
+            assert backup.storage.journal.unfolded_bytes > 0  # journaled, not folded
+            assert "jobs" not in backup.broker.vhost("/").queues  # type: ignore[union-attr]
+            primary_scope.cancel()  # the master dies
+        async with amqlite.connect(f"127.0.0.1:{backup.port}", connect_timeout=5) as conn:
+            assert backup.state == "active"
+            bodies = []
+            while (d := await conn.get("jobs", no_ack=True)) is not None:
+                bodies.append(d.body)
+            assert bodies == [f"m{i}".encode() for i in range(10, 20)]
+            keys = backup.broker.vhost("/").publish_keys  # type: ignore[union-attr]
+            assert len(keys) == 20  # a publish sent again is recognised, acked or not
         backup.stop()
