@@ -19,6 +19,15 @@ from .tls_certs import TlsFiles, make_tls_files
 settings.register_profile("soak", max_examples=1000)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (scripts/test: ``-n auto --dist loadgroup``) every test
+    marked ``spark`` goes to one worker, so a run starts one SparkSession (JVM), as
+    tests/spark/conftest.py promises, not one per worker."""
+    for item in items:
+        if item.get_closest_marker("spark") is not None:
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 @pytest.fixture(autouse=True)
 def _run_in_a_tmp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test runs in its own empty working directory, so brokers' default data
