@@ -22,10 +22,13 @@ settings.register_profile("soak", max_examples=1000)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (scripts/test: ``-n auto --dist loadgroup``) every test
     marked ``spark`` goes to one worker, so a run starts one SparkSession (JVM), as
-    tests/spark/conftest.py promises, not one per worker."""
+    tests/spark/conftest.py promises, not one per worker. They are collected first, so
+    that worker starts on them while the others share the rest, instead of the group
+    (a fifth of the suite's time) running alone at the end."""
     for item in items:
         if item.get_closest_marker("spark") is not None:
             item.add_marker(pytest.mark.xdist_group("spark"))
+    items.sort(key=lambda item: item.get_closest_marker("spark") is None)  # stable
 
 
 @pytest.fixture(autouse=True)
