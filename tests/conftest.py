@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
@@ -17,6 +18,26 @@ from .tls_certs import TlsFiles, make_tls_files
 # ``pytest --hypothesis-profile=soak``: every hypothesis test runs ten times as many
 # examples (tests/examples.py scales the tests that name their own count).
 settings.register_profile("soak", max_examples=1000)
+
+SPARK_TESTS = "tests/spark/"
+SPARK_GROUP = "spark"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under pytest-xdist (scripts/test runs ``-n auto``) the tests spread one by one
+    over the workers, except those under tests/spark (marked ``spark``): they all go
+    to one worker, so a run starts one SparkSession (JVM), as tests/spark/conftest.py
+    promises, not one per worker. That group, the largest unit, is handed out first.
+    (xdist's own ``--dist loadgroup`` does not group under pytest 9.2: it renames
+    ``item._nodeid``, which pytest no longer reads.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SparkOnOneWorker(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return SPARK_GROUP if nodeid.startswith(SPARK_TESTS) else nodeid
+
+    return SparkOnOneWorker(config, log)
 
 
 @pytest.fixture(autouse=True)

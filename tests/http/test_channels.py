@@ -312,6 +312,9 @@ async def test_poll_huge_body_is_413(node: Node) -> None:
         frame = {"m": "publish", "id": 1, "exchange": "", "key": "k", "body": "x" * 200_000}
         huge = await http.post("/poll/send", json=frame, headers={"x-amqlite-session": token})
         assert huge.status_code == 413
+        # the unread rest of the body ends that connection, and the reply says so (else
+        # the client's next request may go into the close: "Server disconnected")
+        assert huge.headers["connection"] == "close"
         assert (await _recv(http, token, 0, wait=0))["frames"] == []  # the session lives
 
 

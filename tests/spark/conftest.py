@@ -33,6 +33,18 @@ def _spark_or_skip() -> None:
         )
 
 
+#: pytest-timeout's limit for a Spark test (pyproject's default is 120 s): whichever
+#: test runs first also starts the session's JVM, which takes 50-100 s on a loaded
+#: 2-core machine, and the audit test's own work takes a minute more there
+SPARK_TIMEOUT = 300
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("spark") and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(SPARK_TIMEOUT))
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     _spark_or_skip()

@@ -94,6 +94,7 @@ def test_audit_command_line_reports_a_clear_error_for_unreachable_servers() -> N
 SPARK_NOISE = ("Using incubator modules", "NativeCodeLoader", "log4j", "WARN ", "setLogLevel")
 
 
+@pytest.mark.timeout(300)  # the subprocess's own limit: it starts a JVM of its own
 def test_audit_command_line_prints_progress_and_the_report_and_logs_spark_to_a_file(
     broker: ThreadedBroker, name: str, tmp_path: Path
 ) -> None:

@@ -477,7 +477,12 @@ class BrowserChannels:
 
     def _too_large(self, cors: dict[str, str]) -> Response:
         reason = f"the body is larger than {self.max_frame} bytes"
-        return JSONResponse({"error": "too_large", "reason": reason}, status_code=413, headers=cors)
+        # the rest of the body is left unread, so this connection cannot carry another
+        # request: say so, or a keep-alive client sends its next one into the close
+        headers = {**cors, "connection": "close"}
+        return JSONResponse(
+            {"error": "too_large", "reason": reason}, status_code=413, headers=headers
+        )
 
     async def poll_open(self, request: Request) -> Response:
         early = self._preflight(request)
