@@ -9,6 +9,7 @@ listeners.
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import ssl
@@ -268,6 +269,56 @@ async def test_a_publish_over_http_reaches_a_native_consumer(web: Web) -> None:
         assert connection["protocol"] == "amqlite" and connection["state"] == "running"
     finally:
         await client.aclose()
+
+
+async def _read_response(stream: trio.SocketStream, buffer: bytearray) -> tuple[int, bytes]:
+    """One HTTP/1.1 response with a Content-Length from ``stream``: (status, body);
+    what follows it stays in ``buffer``."""
+    with trio.fail_after(10):
+        while b"\r\n\r\n" not in buffer:
+            chunk = await stream.receive_some()
+            assert chunk, "the server closed the connection before answering"
+            buffer += chunk
+        head, _, _ = bytes(buffer).partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        fields = dict(line.lower().split(": ", 1) for line in lines[1:])
+        length = int(fields["content-length"])
+        start = len(head) + 4
+        while len(buffer) < start + length:
+            chunk = await stream.receive_some()
+            assert chunk, "the server closed the connection inside a response"
+            buffer += chunk
+        body = bytes(buffer[start : start + length])
+        del buffer[: start + length]
+        return int(lines[0].split()[1]), body
+
+
+async def test_a_refused_change_keeps_the_connection_for_the_next_request(web: Web) -> None:
+    """A change refused before its body came (403 for a read-only user) leaves the
+    connection usable once the body has come: the next request on it is answered.
+    (hypercorn closed such a connection without saying so, and the client's next
+    request met "server disconnected": tests/http, under load.)"""
+    host, port = web.url.removeprefix("http://").rsplit(":", 1)
+    token = base64.b64encode(f"mon:{PASSWORD}".encode()).decode()
+    body = b'{"durable": true}'
+    head = (
+        f"PUT /api/queues/%2F/app.new HTTP/1.1\r\nHost: {host}\r\n"
+        f"Authorization: Basic {token}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    stream = await trio.open_tcp_stream(host, int(port))
+    async with stream:
+        buffer = bytearray()
+        await stream.send_all(head)  # the body is not sent yet: refused before it came
+        status, reply = await _read_response(stream, buffer)
+        assert status == 403 and b"administrator" in reply
+        await stream.send_all(body)
+        await stream.send_all(
+            f"GET /api/overview HTTP/1.1\r\nHost: {host}\r\n"
+            f"Authorization: Basic {token}\r\n\r\n".encode()
+        )
+        status, reply = await _read_response(stream, buffer)
+        assert status == 200 and "node" in json.loads(reply)
 
 
 async def test_read_only_users_cannot_change_anything(web: Web) -> None:

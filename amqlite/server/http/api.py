@@ -119,6 +119,70 @@ class RawPath:
         await self.app(scope, receive, send)
 
 
+#: what :class:`ReadTheBody` reads of a body the app left unread (a refused request's),
+#: and for how long: past either, the connection closes as it would have anyway
+UNREAD_BODY_MAX = 1 << 20
+UNREAD_BODY_SECONDS = 5.0
+
+
+class ReadTheBody:
+    """Read the rest of a request's body the app answered without reading (a 401, a
+    403, a 404 refused before the body came), so that the connection can carry the
+    client's next request.
+
+    Why: hypercorn starts the next request on a keep-alive connection only once it
+    has the whole of the last one; else it closes the connection, without a
+    ``Connection: close`` on the response (the response went out first). A client
+    that sent its next request meanwhile (httpx, a browser) saw "server
+    disconnected" instead of its answer: a refused change whose body came a moment
+    after its headers lost the change that followed it. A body past
+    ``UNREAD_BODY_MAX`` or ``UNREAD_BODY_SECONDS`` still closes the connection."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not _has_body(scope):
+            await self.app(scope, receive, send)
+            return
+        done = False
+
+        async def watched() -> Any:
+            nonlocal done
+            message = await receive()
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                done = True
+            return message
+
+        closing = False
+
+        async def sending(message: Any) -> None:
+            nonlocal closing
+            if message["type"] == "http.response.start":
+                closing = (b"connection", b"close") in [
+                    (name.lower(), value.lower()) for name, value in message.get("headers", ())
+                ]
+            await send(message)
+
+        await self.app(scope, watched, sending)
+        if closing:  # the response says the connection ends: nothing to keep it for
+            return
+        read = 0
+        with trio.move_on_after(UNREAD_BODY_SECONDS):
+            while not done and read <= UNREAD_BODY_MAX:
+                message = await watched()
+                read += len(message.get("body", b""))
+
+
+def _has_body(scope: Scope) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            return value.strip() not in (b"", b"0")
+        if name == b"transfer-encoding":
+            return True
+    return False
+
+
 def _param(request: Request, name: str) -> str:
     return unquote(request.path_params[name], errors="strict")
 

@@ -35,7 +35,7 @@ from starlette.routing import Route
 from amqlite.web import STATIC_DIR
 
 from .actions import SERVING_STATES
-from .api import ManagementApi, RawPath
+from .api import ManagementApi, RawPath, ReadTheBody
 from .channels import BrowserChannels
 from .login import ApiAuth
 from .metrics import CONTENT_TYPE, NodeMetrics
@@ -87,7 +87,7 @@ def build_app(
     app = Starlette(
         routes=routes, exception_handlers={404: _json_http_error, 405: _json_http_error}
     )
-    return RawPath(ApiAuth(app, node.authenticator))
+    return ReadTheBody(RawPath(ApiAuth(app, node.authenticator)))
 
 
 #: the page's files: name -> media type (nothing else in the package is served)
