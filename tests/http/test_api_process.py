@@ -294,10 +294,12 @@ async def _read_response(stream: trio.SocketStream, buffer: bytearray) -> tuple[
 
 
 async def test_a_refused_change_keeps_the_connection_for_the_next_request(web: Web) -> None:
-    """A change refused before its body came (403 for a read-only user) leaves the
-    connection usable once the body has come: the next request on it is answered.
-    (hypercorn closed such a connection without saying so, and the client's next
-    request met "server disconnected": tests/http, under load.)"""
+    """A change refused for a read-only user, whose body comes a moment after its
+    headers, is answered, and the next request on the same connection is answered
+    too (api.ReadTheBody). Two fresh-clone CI runs under xdist each had one refused
+    request with a body (403 / 404) end in "server disconnected"; this checks the
+    behaviour the fix promises, but did not reproduce that failure on the code
+    before it (timing)."""
     host, port = web.url.removeprefix("http://").rsplit(":", 1)
     token = base64.b64encode(f"mon:{PASSWORD}".encode()).decode()
     body = b'{"durable": true}'
@@ -306,17 +308,23 @@ async def test_a_refused_change_keeps_the_connection_for_the_next_request(web: W
         f"Authorization: Basic {token}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode()
+    following = (
+        f"GET /api/overview HTTP/1.1\r\nHost: {host}\r\nAuthorization: Basic {token}\r\n\r\n"
+    ).encode()
     stream = await trio.open_tcp_stream(host, int(port))
     async with stream:
         buffer = bytearray()
-        await stream.send_all(head)  # the body is not sent yet: refused before it came
+        await stream.send_all(head)
+        # an answer may come before the body (the code before ReadTheBody gave one);
+        # either way the connection must carry the body and the next request
+        with trio.move_on_after(0.5):
+            chunk = await stream.receive_some()
+            assert chunk, "the server closed the connection before the body came"
+            buffer += chunk
+        await stream.send_all(body)
+        await stream.send_all(following)
         status, reply = await _read_response(stream, buffer)
         assert status == 403 and b"administrator" in reply
-        await stream.send_all(body)
-        await stream.send_all(
-            f"GET /api/overview HTTP/1.1\r\nHost: {host}\r\n"
-            f"Authorization: Basic {token}\r\n\r\n".encode()
-        )
         status, reply = await _read_response(stream, buffer)
         assert status == 200 and "node" in json.loads(reply)
 

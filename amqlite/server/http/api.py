@@ -119,68 +119,59 @@ class RawPath:
         await self.app(scope, receive, send)
 
 
-#: what :class:`ReadTheBody` reads of a body the app left unread (a refused request's),
-#: and for how long: past either, the connection closes as it would have anyway
-UNREAD_BODY_MAX = 1 << 20
-UNREAD_BODY_SECONDS = 5.0
+#: the largest body :class:`ReadTheBody` reads before the app answers; a larger one
+#: (or one sent chunked) goes to the app as it comes
+BODY_FIRST_MAX = 1 << 20
 
 
 class ReadTheBody:
-    """Read the rest of a request's body the app answered without reading (a 401, a
-    403, a 404 refused before the body came), so that the connection can carry the
-    client's next request.
+    """Read a request's whole body (up to ``BODY_FIRST_MAX``) before the app sees
+    the request, so that no answer goes out before the body is in: the connection
+    can then carry the client's next request, whatever the answer.
 
     Why: hypercorn starts the next request on a keep-alive connection only once it
-    has the whole of the last one; else it closes the connection, without a
-    ``Connection: close`` on the response (the response went out first). A client
-    that sent its next request meanwhile (httpx, a browser) saw "server
-    disconnected" instead of its answer: a refused change whose body came a moment
-    after its headers lost the change that followed it. A body past
-    ``UNREAD_BODY_MAX`` or ``UNREAD_BODY_SECONDS`` still closes the connection."""
+    has the whole of the last one; else it closes the connection when the response
+    ends, without a ``Connection: close`` on it. An answer given before the body came
+    (a 401, a 403 or a 404 refused before the handler reads the body) so closed
+    the connection under a client that had sent its next request meanwhile (httpx,
+    a browser): "server disconnected", and that request lost. Handlers read the body
+    as before (``request.body()``), from what was read here."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not _has_body(scope):
+        length = _content_length(scope) if scope["type"] == "http" else None
+        if length is None or length == 0 or length > BODY_FIRST_MAX:
             await self.app(scope, receive, send)
             return
-        done = False
-
-        async def watched() -> Any:
-            nonlocal done
+        parts: list[bytes] = []
+        while True:
             message = await receive()
-            if message["type"] != "http.request" or not message.get("more_body", False):
-                done = True
-            return message
+            if message["type"] != "http.request":  # the client went away
+                break
+            parts.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        whole: list[Any] = [{"type": "http.request", "body": b"".join(parts), "more_body": False}]
+        if message["type"] != "http.request":
+            whole = [message]
 
-        closing = False
+        async def replay() -> Any:
+            return whole.pop() if whole else await receive()
 
-        async def sending(message: Any) -> None:
-            nonlocal closing
-            if message["type"] == "http.response.start":
-                closing = (b"connection", b"close") in [
-                    (name.lower(), value.lower()) for name, value in message.get("headers", ())
-                ]
-            await send(message)
-
-        await self.app(scope, watched, sending)
-        if closing:  # the response says the connection ends: nothing to keep it for
-            return
-        read = 0
-        with trio.move_on_after(UNREAD_BODY_SECONDS):
-            while not done and read <= UNREAD_BODY_MAX:
-                message = await watched()
-                read += len(message.get("body", b""))
+        await self.app(scope, replay, send)
 
 
-def _has_body(scope: Scope) -> bool:
+def _content_length(scope: Scope) -> int | None:
+    """The request's Content-Length, or None (none, chunked, or not a number)."""
     for name, value in scope["headers"]:
         if name == b"content-length":
-            return value.strip() not in (b"", b"0")
-        if name == b"transfer-encoding":
-            return True
-    return False
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
 
 
 def _param(request: Request, name: str) -> str:
