@@ -9,6 +9,7 @@ process dying).
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 from collections import Counter
@@ -192,6 +193,20 @@ def enq(
         props={"persistent": True},
         enqueued_at=1_700_000_000.0 + journal_id,
     )
+
+
+def enq_of_kind(journal_id: int, queues: tuple[str, ...], kind: str) -> MessageEnqueue:
+    """:func:`enq` of one of the kinds the scanned-enqueue tests draw: ``plain``, ``pk``
+    (a publish key), ``expiring`` (a kept property: the scan leaves it to the
+    decoder) or ``headers``."""
+    record = enq(journal_id, *queues)
+    if kind == "pk":
+        record = dataclasses.replace(record, publish_key=f"i:{journal_id}")
+    elif kind == "expiring":
+        record = dataclasses.replace(record, props={"persistent": True, "expiration": 5000})
+    elif kind == "headers":
+        record = dataclasses.replace(record, headers={"h": journal_id % 3})
+    return record
 
 
 def ack(journal_id: int, queue: str = "q") -> MessageAck:

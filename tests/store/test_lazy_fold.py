@@ -8,7 +8,6 @@ state after a failed write and after a restart."""
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from amqlite.store.journal import Journal
 from amqlite.store.segment import check_frames, frame_record, parse_scanned
 from amqlite.store.state import StoreState
 
-from .support import TestLayer, ack, delivered, eio, enq, fail_on, queue
+from .support import TestLayer, ack, delivered, eio, enq, enq_of_kind, fail_on, queue
 
 _ops = st.lists(
     st.one_of(
@@ -49,17 +48,6 @@ _ops = st.lists(
     ),
     max_size=60,
 )  # fmt: skip
-
-
-def _message(journal_id: int, queues: tuple[str, ...], kind: str) -> Any:
-    record = enq(journal_id, *queues)
-    if kind == "pk":
-        record = dataclasses.replace(record, publish_key=f"i:{journal_id}")
-    elif kind == "expiring":  # a kept property: the scan leaves it to the decoder
-        record = dataclasses.replace(record, props={"persistent": True, "expiration": 5000})
-    elif kind == "headers":
-        record = dataclasses.replace(record, headers={"h": journal_id % 3})
-    return record
 
 
 def _pick(ids: list[int], n: int) -> int:
@@ -145,7 +133,7 @@ def test_a_journal_folding_syncs_lazily_agrees_with_one_folding_each_record(
             kind = op[0]
             if kind == "enq":
                 journal_id = len(ids) + 1
-                pair.append(_message(journal_id, op[1], op[2]))
+                pair.append(enq_of_kind(journal_id, op[1], op[2]))
                 ids.append(journal_id)
             elif kind == "reenq" and ids:  # an id again (as a snapshot resends it)
                 pair.append(enq(_pick(ids, op[1]), *op[2]))

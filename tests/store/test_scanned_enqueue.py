@@ -6,7 +6,6 @@ restart, and the same when a write fails."""
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from amqlite.store.errors import StoreWriteError
 from amqlite.store.journal import Journal
 from amqlite.store.segment import frame_record
 
-from .support import TestLayer, ack, delivered, eio, enq, fail_on, queue
+from .support import TestLayer, ack, delivered, eio, enq, enq_of_kind, fail_on, queue
 
 _ops = st.lists(
     st.one_of(
@@ -41,17 +40,6 @@ _ops = st.lists(
     ),
     max_size=40,
 )  # fmt: skip
-
-
-def _message(journal_id: int, queues: tuple[str, ...], kind: str) -> Any:
-    record = enq(journal_id, *queues)
-    if kind == "pk":
-        record = dataclasses.replace(record, publish_key=f"i:{journal_id}")
-    elif kind == "expiring":  # a kept property: the scan leaves it to the decoder
-        record = dataclasses.replace(record, props={"persistent": True, "expiration": 5000})
-    elif kind == "headers":
-        record = dataclasses.replace(record, headers={"h": journal_id % 3})
-    return record
 
 
 class _Pair:
@@ -115,7 +103,7 @@ def test_a_journal_fed_scanned_enqueues_agrees_with_one_fed_records(ops: list[An
             kind = op[0]
             if kind == "enq":
                 journal_id = len(ids) + 1
-                pair.append(_message(journal_id, op[1], op[2]))
+                pair.append(enq_of_kind(journal_id, op[1], op[2]))
                 ids.append(journal_id)
             elif kind in ("ack", "dlv") and ids:
                 journal_id = ids[op[1] % len(ids)]
