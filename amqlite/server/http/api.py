@@ -120,8 +120,10 @@ class RawPath:
 
 
 #: the largest body :class:`ReadTheBody` reads before the app answers; a larger one
-#: (or one sent chunked) goes to the app as it comes
-BODY_FIRST_MAX = 1 << 20
+#: (or one sent chunked) goes to the app as it comes. It is read before the
+#: credentials are checked, so it bounds what a client without them can make the
+#: broker hold per connection: API bodies are far smaller
+BODY_FIRST_MAX = 64 * 1024
 
 
 class ReadTheBody:
