@@ -184,6 +184,20 @@ class _Unfolded:
         self.placing: list[tuple[int, Unwritten | MessageEnqueue]] | None = None
 
 
+def _place_folded(
+    place: Callable[[MessageEnqueue, int], Any],
+    place_scanned: Callable[[Unwritten, int], Any],
+    what: Unwritten | MessageEnqueue,
+    at: int,
+) -> None:
+    """Place what a fold of unfolded frames left to place (``StoreState.fold_replicated``:
+    a scanned enqueue's :data:`Unwritten`, a tuple, or a decoded enqueue) at ``at``."""
+    if type(what) is tuple:
+        place_scanned(what, at)
+    else:
+        place(what, at)  # type: ignore[arg-type]
+
+
 #: ``_Pending(...)`` without the named tuple's ``__new__`` (a Python function): one
 #: per record appended
 _new_pending = tuple.__new__
@@ -636,10 +650,8 @@ class Journal:
                 if tail.placing is None:
                     tail.placing = []
                 tail.placing.append((offset, what))
-            elif type(what) is tuple:
-                place_scanned(what, tail.at + offset)
             else:
-                place(what, tail.at + offset)  # type: ignore[arg-type]
+                _place_folded(place, place_scanned, what, tail.at + offset)
         return len(items)
 
     def hold(self) -> None:
@@ -726,10 +738,7 @@ class Journal:
                     tail.at = at
                     if tail.placing is not None:  # folded before this write
                         for offset, what in tail.placing:
-                            if type(what) is tuple:
-                                place_scanned(what, at + offset)
-                            else:
-                                place(what, at + offset)  # type: ignore[arg-type]
+                            _place_folded(place, place_scanned, what, at + offset)
                         tail.placing = None
                 at += len(p.frame)
         segment.size += len(data)
