@@ -31,7 +31,7 @@ assert {"protocol", "broker"} <= set(SANS_IO)
 #: amqlite/store's pure modules (``__init__`` is the package) and its I/O ones; every
 #: module there is one or the other (``durable_file``: the store's durable
 #: small-file write, issue 13).
-STORE_PURE = ("__init__", "codec", "errors", "records", "segment", "state")
+STORE_PURE = ("__init__", "codec", "errors", "records", "recover", "segment", "state")
 STORE_IO = ("durable_file", "files", "journal")
 #: What the checks cover: the core packages whole, and the pure part of the store.
 CHECKED = (*SANS_IO, "store")

@@ -79,6 +79,7 @@ from .codec import EnqueueScan, decode_record
 from .errors import JournalCorrupt, StoreError, StoreLocked, StoreWriteError
 from .files import FileHandle, FileLayer, OsFileLayer, ReadHandle
 from .records import MessageDelivered, MessageEnqueue, Record, SnapshotBegin
+from .recover import fold_segment
 from .segment import (
     FRAME_HEAD,
     HEADER,
@@ -100,7 +101,6 @@ DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 DEFAULT_COMPACT_AFTER_BYTES = 8 * 1024 * 1024
 _HEAD_PROBE = 4096  # bytes read to see whether a segment starts with a snapshot
 _WRITE_CHUNK = 1 << 20  # compaction writes its snapshot this much at a time
-_SCAN_BATCH = 4096  # recovery folds scanned enqueues this many at a time
 #: A message's location in the journal: ``seq << LOCATION_BITS | offset`` of its frame.
 LOCATION_BITS = 36
 _OFFSET_MASK = (1 << LOCATION_BITS) - 1
@@ -454,8 +454,7 @@ class Journal:
                     "HA peer"
                 )
         state = self._new_state()
-        scan = EnqueueScan().scan
-        enqueue_placed_many = state.enqueue_placed_many
+        scan = EnqueueScan()
         records = dropped = 0
         truncated = reason = None
         sizes: dict[int, int] = {}
@@ -464,27 +463,19 @@ class Journal:
             data = files.read(self._path(name))
             reader = SegmentReader(data, name=f"{self.directory}/{name}")
             base = seq << LOCATION_BITS
-            batch: list[tuple[ScannedEnqueue, int]] = []
-            add = batch.append
-            for offset, start, end in reader.frames():
-                # most records of a backlog are enqueues the scan reads without
-                # decoding them whole, folded a batch at a time (docs/storage.md,
-                # "Backlogs on disk"); the batch is folded before any other record
-                fields = scan(data, start, end)
-                if fields is not None:
-                    add((fields, base | offset))
-                    if len(batch) >= _SCAN_BATCH:
-                        enqueue_placed_many(batch)
-                        batch.clear()
-                    continue
-                if batch:
-                    enqueue_placed_many(batch)
-                    batch.clear()
-                record = reader.decode(offset, start, end)
+
+            def decoded(offset: int, start: int, end: int) -> None:
+                record = reader.decode(offset, start, end)  # noqa: B023 (called at once)
                 state.apply(record)
                 if type(record) is MessageEnqueue:
-                    state.place(record, base | offset)
-            enqueue_placed_many(batch)
+                    state.place(record, base | offset)  # noqa: B023
+
+            # most records of a backlog are enqueues the scan reads without decoding
+            # them whole, folded a batch at a time (docs/storage.md, "Backlogs on
+            # disk"); the batch is folded before any other record
+            fold_segment(
+                reader, base, scan, state.enqueue_placed_many, decoded, state.enqueue_placed_run
+            )
             records += reader.records
             sizes[seq] = reader.end
             if reader.defect is None:

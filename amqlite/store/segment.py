@@ -182,18 +182,17 @@ class SegmentReader:
                 f"be read ({exc.text}); it was written by another program or version"
             ) from None
 
-    def frames(self) -> Iterator[tuple[int, int, int]]:
-        """``(offset, payload start, payload end)`` of each whole frame whose checksum
-        matches, without decoding it (recovery scans most payloads instead:
-        ``amqlite.store.codec.EnqueueScan``); :attr:`end`, :attr:`defect` and
-        :attr:`records` as for iterating (a frame counts once the caller asks for
-        the next)."""
+    def start(self) -> int:
+        """Check the segment's header: the offset of its first frame, or -1 when
+        there is none to read (empty, or :attr:`defect` says why); raises
+        JournalCorrupt for a file that is not a segment this version reads. Resets
+        :attr:`end`, :attr:`defect` and :attr:`records`."""
         data = self.data
         size = len(data)
         self.end, self.defect, self.records = 0, None, 0
         header = data[:HEADER_SIZE]
         if size == 0:  # created, nothing written yet
-            return
+            return -1
         if header != HEADER:
             if size < HEADER_SIZE and HEADER.startswith(header):
                 self.defect = Defect(0, f"torn header ({size} of {HEADER_SIZE} bytes)")
@@ -209,9 +208,20 @@ class SegmentReader:
                     f"{self.name}: not an amqlite journal segment (bad header {header!r}); "
                     "move it out of the data dir"
                 )
+            return -1
+        self.end = HEADER_SIZE
+        return HEADER_SIZE
+
+    def frames(self) -> Iterator[tuple[int, int, int]]:
+        """``(offset, payload start, payload end)`` of each whole frame whose checksum
+        matches, without decoding it (recovery scans most payloads instead:
+        ``amqlite.store.recover``); :attr:`end`, :attr:`defect` and :attr:`records`
+        as for iterating (a frame counts once the caller asks for the next)."""
+        pos = self.start()
+        if pos < 0:
             return
-        pos = HEADER_SIZE
-        self.end = pos
+        data = self.data
+        size = len(data)
         view = memoryview(data)
         unpack = FRAME_HEAD.unpack_from
         crc32 = zlib.crc32

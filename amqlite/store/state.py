@@ -32,6 +32,7 @@ import bisect
 import dataclasses
 import heapq
 import itertools
+import operator
 from array import array
 from collections import deque
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -904,6 +905,58 @@ class StoreState:
         self._seq = seq
         self.last_journal_id = last
         self.message_bytes += added
+
+    def enqueue_placed_run(
+        self,
+        ids: array[int],
+        ats: array[float],
+        locations: array[int],
+        vhost: str,
+        queues: tuple[str, ...],
+        size: int,
+    ) -> None:
+        """:meth:`enqueue_placed_many` of a run of enqueues that differ only in their
+        ids, times and locations (no publish key), given as columns.
+
+        Why it exists: recovery reads a backlog's records a run at a time
+        (``amqlite.store.recover``); the usual run (one known queue, ids above any
+        seen) extends the index's columns in C, about 30 times cheaper than a tuple
+        a message. Anything else goes through :meth:`enqueue_placed_many`.
+        ``tests/store/test_recover_pass.py`` checks that they agree."""
+        n = len(ids)
+        if not n:
+            return
+        known = self._queues
+        live_queues = tuple(q for q in queues if (vhost, q) in known)
+        if (
+            len(live_queues) != 1
+            or ids[0] <= self.last_journal_id
+            or not all(map(operator.lt, ids, itertools.islice(ids, 1, None)))
+        ):
+            self.enqueue_placed_many(
+                ((i, vhost, queues, size, at, ""), loc)
+                for i, at, loc in zip(ids, ats, locations, strict=True)
+            )
+            return
+        index = self._index
+        key = (vhost, live_queues[0])
+        qi = self._qindex.get(key, -1)
+        if qi < 0:
+            qi = self._qindex[key] = len(self._qkeys)
+            self._qkeys.append(key)
+        seq = self._seq
+        index.widen(seq + n, qi)
+        index.ids.extend(ids if ids.typecode == "q" else array("q", ids))
+        index.seqs.extend(range(seq + 1, seq + n + 1))
+        index.locs.extend(locations)
+        index.sizes.extend(array("I", (size,)) * n)
+        index.ats.extend(ats)
+        index.qs.extend(array(index.qs.typecode, (qi,)) * n)
+        index.flags.extend(bytes(n))
+        self._indexed[key] = self._indexed.get(key, 0) + n
+        self._seq = seq + n
+        self.last_journal_id = ids[-1]
+        self.message_bytes += size * n
 
     def _to_index(self, journal_id: int, live: _Live, queue: str) -> None:
         key = (live.vhost, queue)
