@@ -21,6 +21,7 @@ after space returns succeeds.
 from __future__ import annotations
 
 import bisect
+import ctypes
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -177,6 +178,21 @@ class JournalSource:
         ]
 
 
+def _give_back_freed_memory() -> None:
+    """Return the C heap's free pages to the system after a recovery (glibc only).
+
+    Why: a restart reads the journal a segment at a time and builds the index's
+    columns as it goes; the temporaries freed between them leave holes in the heap
+    that glibc keeps (15 MiB of RSS for a million waiting messages, measured), and
+    RSS per waiting message is what issue 16 item 4 bounds. ``malloc_trim`` hands
+    them back; elsewhere (or without it) this does nothing."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
+
+
 class NodeStorage:
     """One node's journal and the replies waiting on it."""
 
@@ -261,6 +277,7 @@ class NodeStorage:
         # lazily: each live message is queued by journal id, its body left in the journal
         now = trio.current_time()
         journal.with_refs(lambda refs: broker.apply(refs, now))
+        _give_back_freed_memory()
         elapsed = time.monotonic() - started
         self.recovery = {
             "records": report.records,
