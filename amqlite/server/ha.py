@@ -94,7 +94,7 @@ FOLD_AFTER_BYTES = 1 << 19
 #: a busy pair on a loaded machine (~70 ms apart on the 2-core VM): at 50 ms it
 #: folded between most syncs, so an enqueue and its ack a sync later rarely met in
 #: one fold and cancelled (37-51 % of messages instead of ~75 %), and each fold
-#: cost a timer wake-up (benchmarks/README.md, "HA failover, round 12")
+#: cost a timer wake-up (ROUND12_HA_PASSIVE.md)
 FOLD_IDLE = 1.0
 #: The least time a dial of the peer link may take (else the failover timeout).
 LINK_DIAL_TIMEOUT = 1.0
