@@ -90,8 +90,12 @@ LINK_BACKOFF = (0.05, 1.0)
 #: before it takes over): the bound on the fold a takeover waits for (docs/ha.md)
 FOLD_AFTER_BYTES = 1 << 19
 #: ... and once no sync has come for this long (s): how long an idle passive node's
-#: state and broker may lag what it journaled
-FOLD_IDLE = 0.05
+#: state and broker may lag what it journaled. Well above the time between syncs of
+#: a busy pair on a loaded machine (~70 ms apart on the 2-core VM): at 50 ms it
+#: folded between most syncs, so an enqueue and its ack a sync later rarely met in
+#: one fold and cancelled (37-51 % of messages instead of ~75 %), and each fold
+#: cost a timer wake-up (ROUND12_HA_PASSIVE.md)
+FOLD_IDLE = 1.0
 #: The least time a dial of the peer link may take (else the failover timeout).
 LINK_DIAL_TIMEOUT = 1.0
 

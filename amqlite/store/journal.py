@@ -64,6 +64,7 @@ Compaction protocol
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import errno as errno_
@@ -86,6 +87,7 @@ from .segment import (
     SegmentReader,
     frame_record,
     parse_scanned,
+    scan_frames,
     segment_name,
     segment_seq,
 )
@@ -618,32 +620,41 @@ class Journal:
         self.unfolded_bytes = 0
         scan = self._scan
         # the tails folded as one run of records, so that an enqueue in one and its ack
-        # in a later one cancel out; then what to place goes back to its tail
-        items: list[tuple[Record | ScannedEnqueue, bytes]] = []
-        starts: list[int] = []
+        # in a later one cancel out; then what to place goes back to its tail. Frames
+        # are not sliced (scan_frames): each record's is found from where its tail's
+        # records begin (``firsts``) and its tail's frame offsets (``at``)
+        records: list[Record | ScannedEnqueue] = []
+        firsts: list[int] = []
+        at: list[list[int]] = []
         for tail in tails:
-            starts.append(len(items))
-            parsed = parse_scanned(tail.data, scan, checked=True)
-            self._followed.append([record for record, _ in parsed])
-            items += parsed
-        placing = self._state.fold_replicated(items)
+            firsts.append(len(records))
+            got, starts = scan_frames(tail.data, scan)
+            self._followed.append(got)
+            records += got
+            at.append(starts)
+        find = bisect.bisect_right
+
+        def frame_of(i: int) -> bytes:
+            k = find(firsts, i) - 1
+            j = i - firsts[k]
+            return tails[k].data[at[k][j] : at[k][j + 1]]
+
+        placing = self._state.fold_records(records, frame_of)
         place, place_scanned = self._state.place, self._state.place_scanned
         k, n = -1, len(tails)
-        tail, offset, at_item = tails[0], 0, 0  # where ``at_item`` begins in its tail
+        tail, starts = tails[0], at[0]
         for i, what in placing:
-            while k + 1 < n and starts[k + 1] <= i:
+            while k + 1 < n and firsts[k + 1] <= i:
                 k += 1
-                tail, offset, at_item = tails[k], 0, starts[k]
-            for item in items[at_item:i]:
-                offset += len(item[1])
-            at_item = i
+                tail, starts = tails[k], at[k]
+            offset = starts[i - firsts[k]]
             if tail.at < 0:
                 if tail.placing is None:
                     tail.placing = []
                 tail.placing.append((offset, what))
             else:
                 _place_folded(place, place_scanned, what, tail.at + offset)
-        return len(items)
+        return len(records)
 
     def hold(self) -> None:
         """Open a turn: the records appended from now until the matching

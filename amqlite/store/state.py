@@ -737,34 +737,46 @@ class StoreState:
         it; its marks and acks from that queue in the run are then no-ops or undone.
         ``tests/store/test_lazy_fold.py`` checks with hypothesis that a journal folded
         this way agrees with one folding each record as it comes."""
+        return self.fold_records([record for record, _ in items], lambda i: items[i][1])
+
+    def fold_records(
+        self,
+        records: Sequence[Record | ScannedEnqueue],
+        frame_of: Callable[[int], bytes],
+    ) -> list[tuple[int, Unwritten | MessageEnqueue]]:
+        """:meth:`fold_replicated` of ``records`` (as
+        :func:`~amqlite.store.segment.scan_frames` gives them), asking ``frame_of(i)``
+        for the frame of ``records[i]`` only when it is kept (an enqueue that does not
+        cancel out): the journal's bulk fold, which then slices few frames."""
         out: list[tuple[int, Unwritten | MessageEnqueue]] = []
-        start, n = 0, len(items)
+        start, n = 0, len(records)
         while start < n:
             stop = start
-            while stop < n and type(items[stop][0]) in _RUN_TYPES:
+            while stop < n and type(records[stop]) in _RUN_TYPES:
                 stop += 1
             if stop > start:
-                self._fold_run(items, start, stop, out)
+                self._fold_run(records, frame_of, start, stop, out)
             if stop < n:
-                self.apply(items[stop][0])  # type: ignore[arg-type]  # not a tuple: a record
+                self.apply(records[stop])  # type: ignore[arg-type]  # not a tuple: a record
                 stop += 1
             start = stop
         return out
 
     def _fold_run(
         self,
-        items: Sequence[tuple[Record | ScannedEnqueue, bytes]],
+        records: Sequence[Record | ScannedEnqueue],
+        frame_of: Callable[[int], bytes],
         start: int,
         stop: int,
         out: list[tuple[int, Unwritten | MessageEnqueue]],
     ) -> None:
-        """:meth:`fold_replicated` of ``items[start:stop]``, message records only."""
+        """:meth:`fold_records` of ``records[start:stop]``, message records only."""
         # id -> its queue while its only enqueue in the run is a scanned one on one
         # queue, None once it is not; the ids acked from that queue after it
         only: dict[int, str | None] = {}
         acked: list[int] = []
         for i in range(start, stop):
-            r: Any = items[i][0]
+            r: Any = records[i]
             t = type(r)
             if t is tuple:
                 journal_id, queues = r[0], r[2]
@@ -795,7 +807,7 @@ class StoreState:
                 cancel[journal_id] = queue
         enqueue_scanned = self.enqueue_scanned
         for i in range(start, stop):
-            r, frame = items[i]
+            r = records[i]
             t = type(r)
             if t is tuple:
                 journal_id = r[0]
@@ -803,7 +815,7 @@ class StoreState:
                     if journal_id > self.last_journal_id:
                         self.last_journal_id = journal_id
                     continue
-                out.append((i, enqueue_scanned(r, frame)))
+                out.append((i, enqueue_scanned(r, frame_of(i))))
             elif t is MessageMarks:
                 if not cancel:
                     self._message_marks(r)
