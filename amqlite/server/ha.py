@@ -832,8 +832,10 @@ class HaService:
                 self._signal_progress()
 
     def _tee(self, position: int, frame: bytes, journal_id: int) -> None:
-        self.replicator.appended(position, frame, journal_id)
-        self._sender_wake.set()
+        replicator = self.replicator
+        replicator.appended(position, frame, journal_id)
+        if replicator.sendable:  # (else the ack that lets it go wakes the sender)
+            self._sender_wake.set()
 
     def _tee_turn(self, opened: bool) -> None:
         if opened:
@@ -846,10 +848,10 @@ class HaService:
         """Send what the replicator has for the peer. Woken by appends and acks; what
         accumulates until it runs goes in one chunk."""
         while True:
+            # (wait() yields even when the event is set already: no checkpoint after)
             await self._sender_wake.wait()
             self._sender_wake = trio.Event()
             self._apply_replication(self.replicator.take())
-            await trio.lowlevel.checkpoint()
 
     def _on_synced(self, applied: int, synced: int) -> None:
         """``ha.synced``: the passive node committed up to ``synced`` and applied up to
@@ -859,7 +861,8 @@ class HaService:
             self._apply_replication(replicator.synced(synced))
         if applied > synced:
             self._apply_replication(replicator.applied(applied))
-        self._sender_wake.set()  # the window may have room again, the tail may go
+        if replicator.sendable:  # the window may have room again, the tail may go
+            self._sender_wake.set()
 
     # --- replication: the passive side ---------------------------------------------------
 

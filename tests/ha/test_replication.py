@@ -674,3 +674,86 @@ def test_take_sends_what_walking_the_records_sends(
             assert fast.synced(fast.sent_upto) == walking.synced(walking.sent_upto)
     assert fast.take() == walking._take_walking()
     assert (fast.sent_upto, fast.in_flight) == (walking.sent_upto, walking.in_flight)
+
+
+# --- sendable: when the shell wakes its sender ------------------------------------------------
+
+
+def _replicator_state(r: Replicator) -> tuple[Any, ...]:
+    return (
+        list(r._pending),
+        list(r._unacked),
+        r.in_flight,
+        r.sent_upto,
+        r.synced_upto,
+        r.applied_upto,
+        r._last_id,
+        r.replicating,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=st.lists(_STEP | st.tuples(st.just("applied"), st.just(0), st.just(False)), max_size=60),
+    chunk=st.integers(1, 1200),
+    window=st.integers(1, 3000),
+    coalesce=st.booleans(),
+    stop_at=st.integers(0, 80),
+    snapshot=st.booleans(),
+)
+def test_take_sends_nothing_and_changes_nothing_when_not_sendable(
+    steps: list[tuple[str, int, bool]],
+    chunk: int,
+    window: int,
+    coalesce: bool,
+    stop_at: int,
+    snapshot: bool,
+) -> None:
+    """``Replicator.sendable`` False (the shell then does not wake its sender) means
+    ``take`` would send nothing and leave the replicator as it was, whatever the
+    appends, turns, window, acknowledgements (applied or committed), coalescing, a
+    stop and a restart; and one whose sender takes only when it is True sends the
+    same syncs as one that takes after every step."""
+    every = Replicator(chunk=chunk, window=window, coalesce=coalesce)
+    lazy = Replicator(chunk=chunk, window=window, coalesce=coalesce)
+    start = ([b"snapshot"], 1) if snapshot else ([], 0)
+    for r in (every, lazy):
+        r.start(EPOCH, *start)
+    sent: list[SendSync] = []
+    lazy_sent: list[SendSync] = []
+    position = start[1]
+    journal_id = 0
+    for i, (kind, size, enqueue) in enumerate(steps):
+        if i == stop_at:  # the link drops; the next step starts again
+            for r in (every, lazy):
+                r.stop()
+        elif i == stop_at + 1:
+            for r in (every, lazy):
+                r.start(EPOCH, [], position)
+        if kind == "append":
+            position += 1
+            if enqueue:
+                journal_id += 1
+            for r in (every, lazy):
+                r.appended(position, bytes([position % 256]) * size, journal_id if enqueue else 0)
+        elif kind == "hold":
+            every.hold()
+            lazy.hold()
+        elif kind == "release":
+            every.release()
+            lazy.release()
+        elif kind == "ack":
+            every.synced(every.sent_upto)
+            lazy.synced(lazy.sent_upto)
+        elif kind == "applied":
+            every.applied(every.sent_upto)
+            lazy.applied(lazy.sent_upto)
+        if every.sendable:
+            sent += every.take()
+        else:
+            before = _replicator_state(every)
+            assert every.take() == []
+            assert _replicator_state(every) == before
+        if lazy.sendable:
+            lazy_sent += lazy.take()
+        assert lazy_sent == sent
