@@ -1626,6 +1626,11 @@ def _map_pair(key: bytes, m: dict[str, Any]) -> bytes:
     return key + cbor2.dumps(m)
 
 
+#: the route and body size of the last message _message_pairs encoded, and the start
+#: of its pairs for them (the route's, then the body's head)
+_LAST_PAIRS_START: list[tuple[str, str, int, bytes]] = [("", "", -1, b"")]
+
+
 def _message_pairs(msg: WireMessage) -> bytes:
     """The encoded (key, value) pairs of a message's fields, cached on the message
     (``msg.wire``): computed once per message however many consumers get it.
@@ -1636,7 +1641,17 @@ def _message_pairs(msg: WireMessage) -> bytes:
     wire = msg.wire
     if wire is None:
         body = msg.body
-        wire = _route_prefix(msg.exchange, msg.routing_key) + bytes_head(len(body)) + body
+        exchange, key, size = msg.exchange, msg.routing_key, len(body)
+        last = _LAST_PAIRS_START[0]
+        if last[2] == size and last[1] == key and last[0] == exchange:
+            # the route and body size of the message before (a run's messages):
+            # their encoded start, one concatenation; tests/protocol/
+            # test_protocol_fast_paths.py checks it against the pieces
+            wire = last[3] + body
+        else:
+            start = _route_prefix(exchange, key) + bytes_head(size)
+            _LAST_PAIRS_START[0] = (exchange, key, size, start)
+            wire = start + body
         if msg.headers:
             wire += _map_pair(_K_HEADERS, msg.headers)
         props = msg.properties

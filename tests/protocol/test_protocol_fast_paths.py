@@ -1420,3 +1420,33 @@ def test_publish_runs_expand_to_the_events(
                 assert frames == len(expanded)
                 got += expanded
     assert got == expected
+
+
+@CHECKS
+@given(
+    messages=st.lists(
+        st.tuples(
+            st.sampled_from([("", "q"), ("", "q"), ("ex", "k"), ("", ""), ("ex", "q")]),
+            st.sampled_from([0, 1, 23, 24, 100, 100, 255, 256, 70_000]),
+            st.one_of(st.just({}), HEADERS),
+            st.one_of(st.just({}), PROPS),
+        ),
+        max_size=12,
+    )
+)
+def test_message_pairs_are_their_pieces_whatever_came_before(
+    messages: list[tuple[tuple[str, str], int, dict[str, Any], dict[str, Any]]],
+) -> None:
+    """_message_pairs reuses the start of the message before's pairs when the route
+    and body size are the same: the pairs are still the route's prefix, the body's
+    head and the body, then the headers and props pairs, for any sequence."""
+    for (exchange, key), size, headers, props in messages:
+        body = bytes([size % 251]) * size
+        msg = FakeMessage(exchange, key, body, headers, props)
+        expected = codec._route_prefix(exchange, key) + codec.bytes_head(size) + body
+        if headers:
+            expected += codec._map_pair(codec._K_HEADERS, headers)
+        if props:
+            expected += codec._map_pair(codec._K_PROPS, props)
+        assert codec._message_pairs(msg) == expected
+        assert msg.wire == expected
