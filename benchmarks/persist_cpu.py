@@ -1,7 +1,8 @@
 """A standalone broker's CPU per persistent confirmed message, source trees A/B.
 
     /work/main/.venv/bin/python benchmarks/persist_cpu.py --trees /tmp/base,/work/wt/mine \
-        [--repeat 4] [--messages 400000] [--fsync batch,always]
+        [--repeat 4] [--messages 400000] [--fsync batch,always] \
+        [--scenario 1to1-persistent-confirm|1to1-transient|fanout-1to10] [--client-tree T]
 
 For each repeat, each fsync policy and each tree in turn (ABBA: first in one order,
 then in the other, so that the machine's load falls on both alike) it starts a
@@ -14,6 +15,13 @@ confirmed). It prints the broker's CPU time (user + system, from
 average at the start of each run, then medians per tree and policy. The broker is
 one Python process near a full core in this scenario, so its CPU per message is
 what sets the ratio to RabbitMQ; msg/s moves with whatever else runs.
+
+``--scenario 1to1-transient`` or ``fanout-1to10`` measures the same for that
+scenario (the fsync policy then hardly matters: give one, ``--fsync batch``).
+The divisor is the messages each scenario moves: N/4 for the persistent one, N
+for 1to1-transient, N deliveries (N/10 publishes to ten consumers) for
+fanout-1to10. ``--client-tree T`` runs the bench client from tree T for every
+tree (the broker still from each tree), so that two brokers see the same client.
 """
 
 from __future__ import annotations
@@ -29,24 +37,29 @@ import tempfile
 import time
 from pathlib import Path
 
-from ha_cpu import _cpu, _env, _free_port, _Server
+from ha_cpu import _NEUTRAL, _cpu, _env, _free_port, _Server
+
+#: the messages a scenario moves (what the broker's CPU is divided by), as a share of N
+_SHARE = {"1to1-persistent-confirm": 4, "1to1-transient": 1, "fanout-1to10": 1}
 
 
-def _bench(tree: str, addr: str, messages: int) -> tuple[float, float]:
+def _bench(tree: str, addr: str, messages: int, scenario: str) -> tuple[float, float]:
     """(msg/s, the bench processes' CPU seconds)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     cmd = [sys.executable, "-m", "amqlite", "bench", "-s", addr, "--scenarios"]
-    cmd += ["1to1-persistent-confirm", "--systems", "amqlite", "--messages", str(messages)]
+    cmd += [scenario, "--systems", "amqlite", "--messages", str(messages)]
     cmd += ["--clients", "process", "--json"]
-    out = subprocess.run(cmd, env=_env(tree), capture_output=True, check=True)
+    out = subprocess.run(cmd, env=_env(tree), capture_output=True, check=True, cwd=_NEUTRAL)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     rows = json.loads(out.stdout)["results"]
     cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     return float(rows[0]["msgs_per_s"]), cpu
 
 
-def _measure(tree: str, work: Path, messages: int, fsync: str) -> dict[str, float]:
-    persistent = messages // 4
+def _measure(
+    tree: str, client_tree: str, work: Path, messages: int, fsync: str, scenario: str
+) -> dict[str, float]:
+    moved = messages // _SHARE[scenario]
     row: dict[str, float] = {"load": os.getloadavg()[0]}
     port = _free_port()
     # _Server passes --fsync batch first; the later --fsync wins
@@ -58,11 +71,11 @@ def _measure(tree: str, work: Path, messages: int, fsync: str) -> dict[str, floa
         server.wait_for("server_listening")
         pid = server.proc.pid
         before = _cpu(pid)
-        rate, client = _bench(tree, f"127.0.0.1:{port}", messages)
+        rate, client = _bench(client_tree, f"127.0.0.1:{port}", messages, scenario)
         after = _cpu(pid)
-        row["broker"] = 1e6 * (after[0] - before[0]) / persistent
-        row["broker_sys"] = 1e6 * (after[1] - before[1]) / persistent
-        row["client"] = 1e6 * client / persistent
+        row["broker"] = 1e6 * (after[0] - before[0]) / moved
+        row["broker_sys"] = 1e6 * (after[1] - before[1]) / moved
+        row["client"] = 1e6 * client / moved
         row["rate"] = rate
     finally:
         server.stop()
@@ -84,6 +97,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=400_000)
     parser.add_argument("--repeat", type=int, default=4)
     parser.add_argument("--fsync", default="batch,always")
+    parser.add_argument("--scenario", default="1to1-persistent-confirm", choices=sorted(_SHARE))
+    parser.add_argument("--client-tree", default=None)
     args = parser.parse_args()
     trees = args.trees.split(",")
     policies = args.fsync.split(",")
@@ -96,7 +111,10 @@ def main() -> None:
         for policy in policies:
             for tree in trees if i % 2 == 0 else trees[::-1]:
                 with tempfile.TemporaryDirectory() as tmp:
-                    row = _measure(tree, Path(tmp), args.messages, policy)
+                    client_tree = args.client_tree or tree
+                    row = _measure(
+                        tree, client_tree, Path(tmp), args.messages, policy, args.scenario
+                    )
                 rows[(tree, policy)].append(row)
                 cells = " | ".join(f.format(row[k]) for k, _, f in _COLUMNS)
                 utc = time.strftime("%H:%M:%S", time.gmtime())

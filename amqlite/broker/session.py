@@ -270,6 +270,27 @@ class Session:
             self._broker.tracer.published(self._vhost, message, outcome, now)
         return outcome
 
+    def publish_run(self, exchange: str, key: str, bodies: list[bytes], *, now: float) -> bool:
+        """:meth:`publish` of ``Message(exchange, key, body)`` for each of ``bodies``,
+        none mandatory: their outcomes are not returned. False when it did nothing
+        (the session is closed, a trace hook watches publishes, or
+        :meth:`~amqlite.broker.vhost.VirtualHost.publish_run` declined): the caller
+        then publishes each through :meth:`publish`. The run is one journal span
+        (each message's own record, if any, is the span's; a plain transient
+        message records nothing of its own).
+
+        Why it exists: see ``VirtualHost.publish_run``."""
+        if self._closed:
+            return False
+        broker = self._broker
+        if broker.tracer is not None:
+            return False
+        broker.now = now
+        recorder = broker.recorder
+        if recorder is not None:
+            recorder.start_span()
+        return self._vhost.publish_run(exchange, key, bodies, now)
+
     def routes_nowhere(self, exchange: str) -> bool:
         """True when :meth:`publish` of a message without a ``publish_key`` and
         not persistent to ``exchange`` (a named one) would route it nowhere and

@@ -539,6 +539,42 @@ class VirtualHost:
         flush()
         return outcomes
 
+    def publish_run(self, exchange_name: str, key: str, bodies: list[bytes], now: float) -> bool:
+        """:meth:`publish` of ``Message(exchange_name, key, body)`` for each of
+        ``bodies`` in order, when none is mandatory or confirmed (their outcomes
+        are not needed): False when it did nothing because the exchange is missing,
+        internal or a headers one (the caller then takes each through
+        :meth:`publish`, which refuses or routes it).
+
+        Why it exists beside :meth:`publish`: a publisher's plain messages arrive
+        in runs on one route (``protocol.PublishRun``); the route is looked up
+        once a run here, each message then offered to its queues as :meth:`route`
+        offers it (no expiration, not persistent: nothing for the recorder).
+        tests/server/test_dispatch_publish.py checks the queues, deliveries and
+        replies agree with :meth:`publish` one by one."""
+        if not exchange_name:
+            target = self.queues.get(key)
+            if target is None:
+                return True  # unroutable, and none is mandatory
+            offer = target.offer
+            for body in bodies:
+                offer(Message("", key, body), now, None)
+            return True
+        exchange = self.exchanges.get(exchange_name)
+        if exchange is None or exchange.internal or exchange.kind == "headers":
+            return False
+        queues = tuple(exchange.route(Message(exchange_name, key, b"")))  # by the key alone
+        if len(queues) == 1:
+            offer = queues[0].offer
+            for body in bodies:
+                offer(Message(exchange_name, key, body), now, None)
+        elif queues:
+            for body in bodies:
+                message = Message(exchange_name, key, body)
+                for queue in queues:
+                    queue.offer(message, now, None)
+        return True
+
     def route(self, message: Message, now: float) -> PublishOutcome:
         properties = message.properties
         expiration = properties.get("expiration") if properties else None

@@ -1083,6 +1083,66 @@ def _route_body(
     return names, body if type(body) is bytes else bytes(body), stop
 
 
+def read_run_publish(
+    buf: bytes | bytearray, start: int, end: int, rid: int, route: bytes
+) -> bytes | None:
+    """The body of the publish in ``buf[start:end]`` when it is a plain one (no
+    headers, properties, ``mandatory`` or ``confirm``) with id ``rid`` and the
+    encoded route ``route`` (what :data:`_LAST_ROUTE` holds: the ``exchange``,
+    ``key`` and ``body`` keys and the names between them), its body under 64 KiB;
+    else None. Then :func:`read_plain_publish` of the same bytes gives ``Publish(rid,
+    exchange, key, body)`` for the route's names.
+
+    Why it exists: a publisher sends its messages as a run of such frames, ids one
+    after the other on one route; :meth:`Connection.events_with_publish_runs`
+    reads the rest of a run with this, one ``bytes`` a message instead of a
+    ``Publish`` event (whose construction was a twentieth of a broker's time per
+    transient message). tests/protocol/test_protocol_fast_paths.py checks it
+    against read_plain_publish."""
+    if not buf.startswith(_PUBLISH_HEAD, start):
+        return None
+    at = start + _PUBLISH_HEAD_LEN
+    if at >= end:
+        return None
+    got = buf[at]
+    if got < 24:
+        at += 1
+    elif got == 0x1A and at + 5 <= end:
+        (got,) = _UNPACK32(buf, at + 1)
+        at += 5
+    elif got == 0x19 and at + 3 <= end:
+        (got,) = _UNPACK16(buf, at + 1)
+        at += 3
+    else:
+        return None
+    if got != rid or not buf.startswith(route, at, end):
+        return None
+    at += len(route)
+    if at >= end:
+        return None
+    size = buf[at]
+    if size == 0x58 and at + 2 <= end:
+        size = buf[at + 1]
+        at += 2
+    elif 0x40 <= size < 0x58:
+        size -= 0x40
+        at += 1
+    elif size == 0x59 and at + 3 <= end:
+        (size,) = _UNPACK16(buf, at + 1)
+        at += 3
+    else:
+        return None
+    if at + size != end:
+        return None
+    body = buf[at:end]
+    return body if type(body) is bytes else bytes(body)
+
+
+def last_route() -> tuple[bytes, tuple[str, str]]:
+    """The encoded route the publish reader read last, and its exchange and key."""
+    return _LAST_ROUTE[0]
+
+
 #: the last route :func:`_read_route` read, and its names (set below, at first the
 #: empty exchange and key)
 _LAST_ROUTE: list[tuple[bytes, tuple[str, str]]] = []
@@ -1566,6 +1626,11 @@ def _map_pair(key: bytes, m: dict[str, Any]) -> bytes:
     return key + cbor2.dumps(m)
 
 
+#: the route and body size of the last message _message_pairs encoded, and the start
+#: of its pairs for them (the route's, then the body's head)
+_LAST_PAIRS_START: list[tuple[str, str, int, bytes]] = [("", "", -1, b"")]
+
+
 def _message_pairs(msg: WireMessage) -> bytes:
     """The encoded (key, value) pairs of a message's fields, cached on the message
     (``msg.wire``): computed once per message however many consumers get it.
@@ -1576,7 +1641,17 @@ def _message_pairs(msg: WireMessage) -> bytes:
     wire = msg.wire
     if wire is None:
         body = msg.body
-        wire = _route_prefix(msg.exchange, msg.routing_key) + bytes_head(len(body)) + body
+        exchange, key, size = msg.exchange, msg.routing_key, len(body)
+        last = _LAST_PAIRS_START[0]
+        if last[2] == size and last[1] == key and last[0] == exchange:
+            # the route and body size of the message before (a run's messages):
+            # their encoded start, one concatenation; tests/protocol/
+            # test_protocol_fast_paths.py checks it against the pieces
+            wire = last[3] + body
+        else:
+            start = _route_prefix(exchange, key) + bytes_head(size)
+            _LAST_PAIRS_START[0] = (exchange, key, size, start)
+            wire = start + body
         if msg.headers:
             wire += _map_pair(_K_HEADERS, msg.headers)
         props = msg.properties

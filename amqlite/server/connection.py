@@ -18,7 +18,8 @@ means. The endpoint sees the connection as its :class:`~.endpoints.Link`.
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 import trio
@@ -26,7 +27,7 @@ import trio
 from amqlite.auth import AuthenticatedUser, AuthRefused, Tag, require_tag
 from amqlite.errors import AccessRefused, AmqliteError, RemoteProtocolError, ReplyCode
 from amqlite.link import FramedLink
-from amqlite.protocol import PROTOCOL_VERSION, Connection, Role
+from amqlite.protocol import PROTOCOL_VERSION, Connection, PublishRun, Role
 from amqlite.protocol import events as ev
 from amqlite.protocol.heartbeat import negotiate_heartbeat
 
@@ -67,6 +68,7 @@ log = structlog.get_logger("amqlite.server")
 
 _REQUESTS = frozenset(ev.REQUESTS) - {ev.Hello}
 _Publish = ev.Publish
+_PublishRun = PublishRun
 
 
 class NativeConnection:
@@ -200,14 +202,31 @@ class NativeConnection:
         """Run every complete request buffered now; False when the connection ends.
         A batch ends at a state change, so a ``hello`` is the last of its batch and
         nothing behind it is decoded before it is answered."""
-        events = self.proto.events
+        proto = self.proto
         gate = self.gate
         now = trio.current_time()
         turn = 0  # frames handled since this reader last gave the others a turn
-        while batch := events(FRAMES_PER_TURN):
+        batch: Sequence[ev.Event | PublishRun]
+        while True:
             endpoint = self.endpoint  # set at a hello only, which ends its batch
+            client = endpoint if type(endpoint) is ClientEndpoint else None
+            if client is not None:
+                # a client's plain publishes in a row come as one PublishRun
+                # (Connection.events_with_publish_runs), handled in one go
+                batch, frames = proto.events_with_publish_runs(FRAMES_PER_TURN)
+            else:
+                batch = proto.events(FRAMES_PER_TURN)
+                frames = len(batch)
+            if not batch:
+                break
             for event in batch:
                 t = type(event)
+                if t is _PublishRun:
+                    if client is not None and not self._closing:
+                        gate.published = True
+                        client.handle_run(cast(PublishRun, event), now)
+                    continue
+                event = cast(ev.Event, event)
                 if endpoint is not None and not self._closing and t in _REQUESTS:
                     if t is _Publish:
                         gate.published = True
@@ -229,7 +248,7 @@ class NativeConnection:
                         "bad_request", remote=self.remote_address, code=event.code, text=event.text
                     )
                     self.send(ev.Error(event.id, event.code, event.text))
-            if len(batch) == FRAMES_PER_TURN:
+            if frames == FRAMES_PER_TURN:
                 # Let other connections run (a consumer's acks free credit) instead
                 # of working through a whole 256 KiB read first; but while what this
                 # turn pushed is spread thin over many consumer connections, go on

@@ -25,7 +25,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from amqlite.errors import LocalProtocolError, RemoteProtocolError
-from amqlite.protocol import NEED_DATA, PROPERTY_TYPES, Connection, ConnState, Role, codec
+from amqlite.protocol import (
+    NEED_DATA,
+    PROPERTY_TYPES,
+    Connection,
+    ConnState,
+    PublishRun,
+    Role,
+    codec,
+)
 from amqlite.protocol import events as ev
 
 from .wire import FakeMessage, client_in, frame, open_pair, raw_frame, server_in
@@ -1280,3 +1288,165 @@ def test_a_server_never_gets_deliver_maps() -> None:
     server = server_in(ConnState.OPEN)
     server.receive_data(frame({"m": "ack", "id": 1, "dtag": 3}))
     assert server.events_with_deliver_maps() == [ev.Ack(1, 3, False)]
+
+
+# --- a publisher's runs (Connection.events_with_publish_runs) -------------------------
+
+_RUN_ROUTES = [("", "q"), ("", "q"), ("ex", "k"), ("", "")]
+_RUN_IDS = st.one_of(
+    st.integers(0, 30), st.sampled_from([23, 24, 0xFF, 0xFFFF, 0x10000, 2**32 - 1, 2**32])
+)
+
+
+@CHECKS
+@given(
+    rid=_RUN_IDS,
+    route=st.sampled_from(_RUN_ROUTES),
+    body=st.one_of(st.binary(max_size=30), st.binary(min_size=250, max_size=300)),
+    asked=st.tuples(st.sampled_from([0, 0, 1, -1]), st.sampled_from(_RUN_ROUTES)),
+    cut=st.integers(0, 60),
+    flip=st.tuples(st.integers(0, 60), st.integers(0, 255)),
+)
+def test_the_run_reader_reads_a_plain_publish_as_the_publish_reader_or_declines(
+    rid: int,
+    route: tuple[str, str],
+    body: bytes,
+    asked: tuple[int, tuple[str, str]],
+    cut: int,
+    flip: tuple[int, int],
+) -> None:
+    """read_run_publish gives a frame's body only when read_plain_publish reads it as
+    the plain publish with the asked id on the asked route; and it does take the
+    client's frame of that publish (ids of 8, 16 or 32 bits, bodies under 64 KiB)."""
+    (exchange, key), (shift, asked_route) = route, asked
+    payload = codec.encode_publish(rid, exchange, key, body, None, None, False, False)[4:]
+    # the encoded route of the asked names, as the publish reader remembers it
+    probe = codec.encode_publish(0, *asked_route, b"", None, None, False, False)[4:]
+    assert codec.read_plain_publish(probe, 0, len(probe)) is not None
+    encoded, names = codec.last_route()
+    assert names == asked_route
+    want = rid + shift
+    changed = bytearray(payload)
+    if flip[0] < len(changed):
+        changed[flip[0]] = flip[1]
+    for variant in (payload, payload[:cut], bytes(changed), payload + b"\x00"):
+        got = codec.read_run_publish(variant, 0, len(variant), want, encoded)
+        plain = codec.read_plain_publish(variant, 0, len(variant))
+        if got is not None:
+            assert type(got) is bytes
+            assert plain == ev.Publish(want, *asked_route, got, {}, {}, False, False)
+        if (
+            variant is payload
+            and shift == 0
+            and asked_route == route
+            and (rid < 24 or 256 <= rid < 2**32)
+        ):
+            assert got == body  # the usual frame is taken
+        codec.read_plain_publish(probe, 0, len(probe))  # the asked route again
+
+
+def _publisher_stream(draws: list[tuple[int, int, bool]]) -> bytes:
+    """Frames a client could send a broker: plain publishes (ids mostly one after the
+    other, two routes), publishes with options, acks, a heartbeat, a bad frame."""
+    client = client_in(ConnState.OPEN)
+    out = []
+    rid = 70_000
+    for kind, step, other_route in draws:
+        rid += step
+        exchange, key = ("ex", "k") if other_route else ("", "q")
+        if kind <= 5:
+            out.append(
+                codec.encode_publish(rid, exchange, key, b"m%d" % rid, None, None, False, False)
+            )
+        elif kind == 6:
+            out.append(client.send(ev.Publish(rid, exchange, key, b"c", confirm=True)))
+        elif kind == 7:
+            out.append(client.send(ev.Publish(rid, exchange, key, b"p", props={"priority": 2})))
+        elif kind == 8:
+            out.append(client.send(ev.Publish(rid, exchange, key, b"h", mandatory=True)))
+        elif kind == 9:
+            out.append(client.send(ev.Ack(rid, 3, True)))
+        elif kind == 10:
+            out.append(client.send(ev.Heartbeat()))
+        else:
+            out.append(raw_frame(cbor2.dumps({"m": "publish", "id": rid, "exchange": 1})))
+    return b"".join(out)
+
+
+@CHECKS
+@given(
+    draws=st.lists(
+        st.tuples(st.integers(0, 11), st.sampled_from([1, 1, 1, 0, 2]), st.booleans()),
+        max_size=30,
+    ),
+    cuts=st.lists(st.integers(min_value=1, max_value=400), max_size=12),
+    limit=st.integers(1, 9),
+)
+def test_publish_runs_expand_to_the_events(
+    draws: list[tuple[int, int, bool]], cuts: list[int], limit: int
+) -> None:
+    """events_with_publish_runs, its runs expanded, gives what events() gives for the
+    same bytes however they arrive and whatever the limit; each batch reads at most
+    ``limit`` frames and says how many; an error comes after the events before it,
+    as from events()."""
+    data = _publisher_stream(draws)
+    whole = server_in(ConnState.OPEN)
+    if data:  # (b"" would mean the end of the stream)
+        whole.receive_data(data)
+    expected: list[Any] = []
+    with contextlib.suppress(RemoteProtocolError):
+        while batch := whole.events():
+            expected += batch
+    runs = server_in(ConnState.OPEN)
+    got: list[Any] = []
+    pos = 0
+    with contextlib.suppress(RemoteProtocolError):
+        for c in [*cuts, len(data)]:
+            if data[pos : pos + c]:
+                runs.receive_data(data[pos : pos + c])
+            pos += c
+            while True:
+                batch, frames = runs.events_with_publish_runs(limit)
+                if not batch:
+                    break
+                assert frames <= limit
+                expanded: list[Any] = []
+                for e in batch:
+                    if type(e) is PublishRun:
+                        assert e.bodies
+                        expanded += e.publishes()
+                    else:
+                        expanded.append(e)
+                assert frames == len(expanded)
+                got += expanded
+    assert got == expected
+
+
+@CHECKS
+@given(
+    messages=st.lists(
+        st.tuples(
+            st.sampled_from([("", "q"), ("", "q"), ("ex", "k"), ("", ""), ("ex", "q")]),
+            st.sampled_from([0, 1, 23, 24, 100, 100, 255, 256, 70_000]),
+            st.one_of(st.just({}), HEADERS),
+            st.one_of(st.just({}), PROPS),
+        ),
+        max_size=12,
+    )
+)
+def test_message_pairs_are_their_pieces_whatever_came_before(
+    messages: list[tuple[tuple[str, str], int, dict[str, Any], dict[str, Any]]],
+) -> None:
+    """_message_pairs reuses the start of the message before's pairs when the route
+    and body size are the same: the pairs are still the route's prefix, the body's
+    head and the body, then the headers and props pairs, for any sequence."""
+    for (exchange, key), size, headers, props in messages:
+        body = bytes([size % 251]) * size
+        msg = FakeMessage(exchange, key, body, headers, props)
+        expected = codec._route_prefix(exchange, key) + codec.bytes_head(size) + body
+        if headers:
+            expected += codec._map_pair(codec._K_HEADERS, headers)
+        if props:
+            expected += codec._map_pair(codec._K_PROPS, props)
+        assert codec._message_pairs(msg) == expected
+        assert msg.wire == expected

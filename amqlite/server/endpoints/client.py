@@ -27,6 +27,7 @@ import trio
 from amqlite.broker import Message, group_record_position
 from amqlite.errors import AmqliteError, ReplyCode
 from amqlite.ha.progress import NO_PEER
+from amqlite.protocol import PublishRun
 from amqlite.protocol import events as ev
 
 from ..dispatch import RequestDispatcher
@@ -147,6 +148,14 @@ class ClientEndpoint:
                     storage.when_durable(first, last, callback)
                     return
         self.link.send(reply)
+
+    def handle_run(self, run: PublishRun, now: float) -> None:
+        """:meth:`handle` of each of ``run``'s publishes, in order: in one go
+        (``RequestDispatcher.publish_run``) when it can, else one by one."""
+        if not self.dispatcher.publish_run(run, now):
+            handle = self.handle
+            for p in run.publishes():
+                handle(p, now)
 
     def _stream_visible(self, vhost: str, queue: str) -> int | None:
         """HA: a ``stream.fetch`` reads only what the passive node holds."""
