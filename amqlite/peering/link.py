@@ -22,6 +22,7 @@ change only through :data:`amqlite.peering.states.TRANSITIONS`.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
 from itertools import repeat
@@ -1092,6 +1093,47 @@ class PeeringLink:
         first, items = log.take_unsent_run(room)
         if not items:
             return []
+        if log.holds_runs:
+            return self._pump_runs(first, items)
+        envelopes: list[Envelope] = items  # type: ignore[assignment]  # (no run held)
+        highest, last = self._highest_sent, first + len(envelopes) - 1
+        if last > highest:  # in sequence order
+            fresh = last - max(highest, first - 1)
+            self._highest_sent = last
+            self.counters["forwarded"] += fresh
+            if len(envelopes) > fresh:
+                self.counters["resent"] += len(envelopes) - fresh
+        else:
+            self.counters["resent"] += len(envelopes)
+        link_id = self.id
+        env = envelopes[0]
+        exchange, path, hops = env.exchange, env.path, env.hops
+        i, n = 1, len(envelopes)
+        while i < n:
+            env = envelopes[i]
+            if env.path != path or env.hops != hops or env.exchange != exchange:
+                break
+            i += 1
+        if i == n:  # the usual case: one run (a client's messages, published here)
+            return [Send(link_id, Forwards(first, envelopes))]
+        out: list[Action] = [Send(link_id, Forwards(first, envelopes[:i]))]
+        run, start = [env], first + i
+        exchange, path, hops = env.exchange, env.path, env.hops
+        for env in itertools.islice(envelopes, i + 1, None):
+            if env.path != path or env.hops != hops or env.exchange != exchange:
+                out.append(Send(link_id, Forwards(start, run)))
+                start += len(run)
+                exchange, path, hops = env.exchange, env.path, env.hops
+                run = [env]
+            else:
+                run.append(env)
+        out.append(Send(link_id, Forwards(start, run)))
+        return out
+
+    def _pump_runs(self, first: int, items: list[Envelope | PlainRun]) -> list[Action]:
+        """:meth:`_pump`'s sends when the log holds runs of plain publishes
+        (:class:`PlainRun`): a ``Forwards`` of each run (runs that chain were joined
+        by the log), the envelopes between them grouped as :meth:`_pump` does."""
         n = 0
         for item in items:
             n += len(item) if isinstance(item, PlainRun) else 1

@@ -129,6 +129,7 @@ class OutboundLog:
         "_bytes",
         "_count",
         "_held",
+        "_runs",
         "_sent",
         "_stamps",
         "blocked",
@@ -162,6 +163,7 @@ class OutboundLog:
         # in memory, oldest first (their seqs follow each other); then the spill store
         self._held: deque[Envelope | PlainRun] = deque()
         self._count = 0  # messages in _held (a run holds several)
+        self._runs = 0  # runs in _held (none: the envelope-only paths as before runs)
         #: [first seq, accepted at] of each run of held messages accepted at one time
         self._stamps: deque[tuple[int, float]] = deque()
         self._sent = 0  # how many of _held went out on the current connection
@@ -263,6 +265,7 @@ class OutboundLog:
             stamps.append((seq, now))
         if type(envelopes) is PlainRun:
             self._held.append(envelopes)
+            self._runs += 1
         else:
             self._held.extend(envelopes)
         self._count += n
@@ -288,6 +291,7 @@ class OutboundLog:
         if isinstance(head, PlainRun):
             if len(head) == 1:
                 held.popleft()
+                self._runs -= 1
             else:
                 held[0] = head.part(1, len(head))
             self._bytes -= head[0].size()
@@ -374,6 +378,8 @@ class OutboundLog:
         if end <= start:
             return 0, []
         self._sent = end
+        if not self._runs:  # (envelopes alone: one pass in C, as before runs)
+            return self._first_held + start, list(itertools.islice(self._held, start, end))
         out: list[Envelope | PlainRun] = []
         at = 0  # the message index of item's first
         for item in self._held:
@@ -411,8 +417,11 @@ class OutboundLog:
         if n > 0:
             freed = 0
             popleft = held.popleft
-            left = n
-            while left:  # _forget_oldest() each, inlined (per message or run)
+            left = 0 if self._runs else n
+            for _ in range(left):  # envelopes alone: _forget_oldest() each, inlined
+                freed += popleft()._size  # type: ignore[union-attr]  # (held: size known)
+            left = n - left
+            while left:  # with runs held: per message or run
                 item = popleft()
                 if type(item) is Envelope:
                     freed += item._size  # (held: its size is known)
@@ -426,6 +435,7 @@ class OutboundLog:
                     freed += item.size() - rest.size()
                     break
                 freed += item.size()
+                self._runs -= 1
                 left -= k
             self._count -= n
             self._bytes -= freed
@@ -484,6 +494,11 @@ class OutboundLog:
         """Every message up to this sequence number has left the log (acknowledged,
         or dropped by ``drop-oldest``); the ones above it are still held."""
         return self._first_held - 1
+
+    @property
+    def holds_runs(self) -> bool:
+        """Does the log hold a :class:`PlainRun` (:meth:`take_unsent_run` may give runs)?"""
+        return self._runs > 0
 
     @property
     def last_seq(self) -> int:
