@@ -613,7 +613,8 @@ def _check_held(log: OutboundLog) -> None:
     items = list(log._held)
     assert all(len(i) > 0 for i in items if isinstance(i, PlainRun))
     assert log._count == sum(len(i) if isinstance(i, PlainRun) else 1 for i in items)
-    assert log._runs == sum(isinstance(i, PlainRun) for i in items) and log.holds_runs == (log._runs > 0)
+    assert log._runs == sum(isinstance(i, PlainRun) for i in items)
+    assert log.holds_runs == (log._runs > 0)
     assert all(i._size == i.size() for i in items if isinstance(i, Envelope))
     assert log.buffered_bytes == sum(e.size() for e in log._envelopes())
 
