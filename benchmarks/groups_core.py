@@ -25,7 +25,7 @@ import cbor2
 from amqlite.broker import Broker, Message
 from amqlite.protocol import codec
 
-GC_THRESHOLDS = (20_000, 10, 10)  # as amqlite.server.main sets them
+GC_THRESHOLDS = (100_000, 10, 10)  # as amqlite.server.main sets them
 
 
 def run_once(frames: list[bytes], consumers: int, turn: int, selecting: bool = False) -> float:

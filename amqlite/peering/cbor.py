@@ -11,6 +11,7 @@ maps, in ``peer.batch`` frames. Pure functions, no I/O.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,7 +20,7 @@ import cbor2
 
 from amqlite.protocol.cbor import ARRAY, bytes_head, cached_text, head, text, uint
 
-from .wire import Envelope, Forward, Forwards, PeeringMessage
+from .wire import Envelope, Forward, Forwards, PeeringMessage, PlainRun
 
 BATCH = "peer.batch"
 
@@ -130,6 +131,8 @@ def _compact(seq: int, envelopes: Sequence[Envelope]) -> bytes | None:
     ``bodies``); None when it has no such form. Why the form exists: a row per
     message (seven fields, two empty maps) was what the sending broker spent most
     on encoding a run and the receiving one on decoding and checking it."""
+    if type(envelopes) is PlainRun:
+        return _compact_plain(seq, envelopes)
     first = envelopes[0]
     node, epoch, origin_seq = first.mesh_id
     key = first.routing_key
@@ -182,6 +185,47 @@ def _compact(seq: int, envelopes: Sequence[Envelope]) -> bytes | None:
     )
 
 
+def _compact_plain(seq: int, run: PlainRun) -> bytes:
+    """:func:`_compact` of a :class:`PlainRun` (a sending log's run of plain
+    publishes): it has the compact form by construction (one origin, consecutive
+    origin seqs, no headers, no properties), so nothing is checked per message
+    and no envelope is made. Why it exists beside :func:`_compact`: what the
+    sending broker spent encoding a run was mostly that check and the envelopes'
+    attribute look-ups (``tests/peering/test_fast_paths.py`` checks the bytes
+    against the run's envelopes encoded)."""
+    bodies, keys = run.bodies, run.keys
+    if type(keys) is str:
+        key_bytes = cached_text(keys)
+    else:
+        key = keys[0]
+        if all(k == key for k in keys):  # (as _compact: one key when all are the same)
+            key_bytes = cached_text(key)
+        else:
+            key_bytes = head(ARRAY, len(keys)) + b"".join(map(cached_text, keys))
+    heads = [_BYTES8[n] if n < 0x100 else bytes_head(n) for n in map(len, bodies)]
+    return b"".join(
+        (
+            _COMPACT_HEAD,
+            uint(seq),
+            _K_EXCHANGE,
+            cached_text(run.exchange),
+            _K_PATH,
+            _path(run.path),
+            _K_HOPS,
+            uint(run.hops),
+            _K_ORIGIN,
+            cached_text(run.node),
+            uint(run.epoch),
+            uint(run.first),
+            _K_KEYS,
+            key_bytes,
+            _K_BODIES,
+            head(ARRAY, len(bodies)),
+            *itertools.chain.from_iterable(zip(heads, bodies, strict=True)),
+        )
+    )
+
+
 def encode(msg: PeeringMessage) -> bytes:
     """One peering message's map, CBOR-encoded."""
     if type(msg) is Forwards:
@@ -195,7 +239,7 @@ def _gathered(messages: Sequence[PeeringMessage]) -> list[PeeringMessage]:
     into one ``Forwards`` each (a run's envelopes share them: its first stands for
     all)."""
     out: list[PeeringMessage] = []
-    envs: list[Envelope] = []  # the run being gathered (a list of our own)
+    envs: list[Envelope] | PlainRun = []  # the run being gathered (a list of our own)
     following = -1  # the seq that would continue it
     path: tuple[str, ...] = ()
     exchange, hops = "", -1
@@ -206,18 +250,29 @@ def _gathered(messages: Sequence[PeeringMessage]) -> list[PeeringMessage]:
             more: Sequence[Envelope] | None = None
         elif t is Forwards:
             more = msg.envelopes  # type: ignore[union-attr]
-            first = more[0]
+            if type(more) is PlainRun:  # (its parts, not an envelope made to look)
+                exchange_, path_, hops_ = more.exchange, more.path, more.hops
+            else:
+                first = more[0]
+                exchange_, path_, hops_ = first.exchange, first.path, first.hops
         else:
             following = -1
             out.append(msg)
             continue
+        if more is None:
+            exchange_, path_, hops_ = first.exchange, first.path, first.hops
         seq = msg.seq  # type: ignore[union-attr]
-        if (
-            seq == following
-            and first.hops == hops
-            and first.path == path
-            and first.exchange == exchange
-        ):
+        if seq == following and hops_ == hops and path_ == path and exchange_ == exchange:
+            if type(envs) is PlainRun:  # a sending log's runs: joined while they chain
+                joined = envs.chained(more) if type(more) is PlainRun else None
+                if joined is not None:
+                    envs = joined
+                    out[-1] = Forwards(out[-1].seq, envs)  # type: ignore[union-attr]
+                    following += len(more)  # type: ignore[arg-type]
+                    continue
+                envs = list(envs)  # (else a list of their envelopes, as any other)
+                out[-1] = Forwards(out[-1].seq, envs)  # type: ignore[union-attr]
+            assert type(envs) is list
             if more is None:
                 envs.append(first)
                 following += 1
@@ -225,9 +280,14 @@ def _gathered(messages: Sequence[PeeringMessage]) -> list[PeeringMessage]:
                 envs += more
                 following += len(more)
             continue
-        envs = [first] if more is None else list(more)
+        if more is None:
+            envs = [first]
+        elif type(more) is PlainRun:
+            envs = more
+        else:
+            envs = list(more)
         following = seq + len(envs)
-        exchange, path, hops = first.exchange, first.path, first.hops
+        exchange, path, hops = exchange_, path_, hops_
         out.append(Forwards(seq, envs))
     return out
 
@@ -252,11 +312,15 @@ def encode_frames(messages: Sequence[PeeringMessage], limit: int) -> list[bytes]
             continue
         envelopes = msg.envelopes
         seq, j, m = msg.seq, 0, len(envelopes)
+        if type(envelopes) is PlainRun:  # (its bodies' lengths, not envelopes made)
+            lengths = list(map(len, envelopes.bodies))
+        else:
+            lengths = [len(e.body) for e in envelopes]
         while j < m:
             k = j + 1
-            room = limit - size - len(envelopes[j].body) - 64
+            room = limit - size - lengths[j] - 64
             while k < m and room > 0:
-                room -= len(envelopes[k].body) + 64
+                room -= lengths[k] + 64
                 k += 1
             item = encode_forwards(seq + j, envelopes if k - j == m else envelopes[j:k])
             j = k

@@ -243,6 +243,61 @@ class PlainRun(Sequence[Envelope]):
     def __len__(self) -> int:
         return len(self.bodies)
 
+    def size(self) -> int:
+        """The sum of its envelopes' :meth:`Envelope.size` (no headers, no
+        properties: the fixed part once per message, the keys and bodies summed in C)."""
+        keys, bodies, path = self.keys, self.bodies, self.path
+        n = len(bodies)
+        fixed = 64 + len(self.exchange) + 16 * len(path) + sum(map(len, path))
+        keyed = len(keys) * n if type(keys) is str else sum(map(len, keys))
+        return fixed * n + keyed + sum(map(len, bodies))
+
+    def part(self, start: int, stop: int) -> PlainRun:
+        """``self[start:stop]`` (0 <= start, stop <= len): the messages from
+        ``start`` up to ``stop``, as a run."""
+        keys = self.keys
+        stop = max(start, stop)
+        return PlainRun(
+            self.node,
+            self.epoch,
+            self.first + start,
+            keys if type(keys) is str else keys[start:stop],
+            self.bodies[start:stop],
+            self.exchange,
+            self.path,
+            self.hops,
+        )
+
+    def chained(self, other: PlainRun) -> PlainRun | None:
+        """This run and ``other`` as one run, when ``other`` continues it (same
+        origin, the next origin seqs, same exchange, path and hops); None otherwise.
+        A sending log's runs (:class:`~amqlite.peering.outbound.OutboundLog`) of
+        one exchange's mints follow each other so: one ``peer.forwards`` for them."""
+        if (
+            other.first != self.first + len(self.bodies)
+            or other.epoch != self.epoch
+            or other.node != self.node
+            or other.hops != self.hops
+            or other.path != self.path
+            or other.exchange != self.exchange
+        ):
+            return None
+        keys, more = self.keys, other.keys
+        if type(keys) is str and keys == more:
+            joined: str | list[str] = keys
+        else:
+            joined = [*self.key_list(), *other.key_list()]
+        return PlainRun(
+            self.node,
+            self.epoch,
+            self.first,
+            joined,
+            self.bodies + other.bodies,
+            self.exchange,
+            self.path,
+            self.hops,
+        )
+
     def key_list(self) -> Sequence[str]:
         keys = self.keys
         return [keys] * len(self.bodies) if type(keys) is str else keys
@@ -294,17 +349,7 @@ class PlainRun(Sequence[Envelope]):
             start, stop, step = i.indices(len(bodies))
             if step != 1:
                 return list(self)[i]
-            stop = max(start, stop)
-            return PlainRun(
-                self.node,
-                self.epoch,
-                self.first + start,
-                keys if type(keys) is str else keys[start:stop],
-                bodies[start:stop],
-                self.exchange,
-                self.path,
-                self.hops,
-            )
+            return self.part(start, stop)
         n = len(bodies)
         if i < 0:
             i += n

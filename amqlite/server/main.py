@@ -21,12 +21,18 @@ from .node import BrokerNode, CannotListen
 
 log = structlog.get_logger("amqlite.server")
 
-# The cyclic GC's thresholds (CPython's default is 700, 10, 10). A broker keeps
-# many young objects alive for a while (a peering link holds up to a thousand
-# messages in flight, each an envelope, a log entry and a forward), so with the
-# default the young generations are scanned every few hundred messages and
-# promote those objects to the old one: about a tenth of a peering broker's CPU.
-GC_THRESHOLDS = (20_000, 10, 10)
+# The cyclic GC's thresholds (CPython's default is 700, 10, 10). The young
+# generation is collected when the container objects made exceed those freed by
+# that many (CPython 3.11 counts the difference, not the allocations): little
+# of a broker's per-message work is cyclic garbage, so what sets off a young
+# collection is a swing in what it holds alive, such as a peering link's log
+# filling to its window or byte cap and a queue's backlog; each collection then
+# scans and promotes all of it. At 20,000 a sending peering broker still
+# collected every 15-60k peered messages (0.4 us of its ~11 us per message;
+# round 12, benchmarks/README.md); at 100,000 its swings stay below the
+# threshold. The cost is memory: cyclic garbage (rare here) waits for up to
+# 100,000 more objects, a few MB (docs/protocol.md, "Limits").
+GC_THRESHOLDS = (100_000, 10, 10)
 #: File descriptors kept for what is not a connection (listeners, journal segments,
 #: the HA and peering links, logs).
 FILES_RESERVED = 64

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 from typing import Any
 
@@ -606,6 +607,18 @@ def test_offering_to_the_one_link_is_offering_to_each(
         )
 
 
+def _check_held(log: OutboundLog) -> None:
+    """The held items' invariants: no empty run, the count of their messages,
+    each envelope's size known (what ``ack`` reads), the bytes their sizes' sum."""
+    items = list(log._held)
+    assert all(len(i) > 0 for i in items if isinstance(i, PlainRun))
+    assert log._count == sum(len(i) if isinstance(i, PlainRun) else 1 for i in items)
+    assert log._runs == sum(isinstance(i, PlainRun) for i in items)
+    assert log.holds_runs == (log._runs > 0)
+    assert all(i._size == i.size() for i in items if isinstance(i, Envelope))
+    assert log.buffered_bytes == sum(e.size() for e in log._envelopes())
+
+
 def _one_by_one(actions: list[Any]) -> list[Any]:
     """``actions`` with each ``Send`` of a run (``Forwards``) as the ``Send`` of
     each of its forwards."""
@@ -714,13 +727,16 @@ def test_offering_a_run_is_offering_each(
             rlog.blocked,
             rlog.spilled,
         )
-        assert list(flog._held) == list(rlog._held)
+        assert list(flog._envelopes()) == list(rlog._envelopes())
+        _check_held(flog)
+        _check_held(rlog)
         assert (flog.gone_upto, flog.next_seq, flog.oldest_accepted_at) == (
             rlog.gone_upto,
             rlog.next_seq,
             rlog.oldest_accepted_at,
         )
-        assert [e.size() for e in flog._held] == [e.size() for e in rlog._held]
+        assert [e.size() for e in flog._envelopes()] == [e.size() for e in rlog._envelopes()]
+        assert flog.buffered_bytes == rlog.buffered_bytes
 
 
 @settings(max_examples=examples(150), deadline=None)
@@ -811,14 +827,16 @@ def test_offering_a_plain_run_is_offering_its_minted_envelopes(
             rlog.blocked,
             rlog.spilled,
         )
-        assert list(flog._held) == list(rlog._held)
+        assert list(flog._envelopes()) == list(rlog._envelopes())
+        _check_held(flog)
+        _check_held(rlog)
         assert (flog.gone_upto, flog.next_seq, flog.oldest_accepted_at) == (
             rlog.gone_upto,
             rlog.next_seq,
             rlog.oldest_accepted_at,
         )
-        assert [e.size() for e in flog._held] == [e.size() for e in rlog._held]
-        assert [e._size for e in flog._held] == [e._size for e in rlog._held]
+        assert [e.size() for e in flog._envelopes()] == [e.size() for e in rlog._envelopes()]
+        assert flog.buffered_bytes == rlog.buffered_bytes
     assert fast._minted == ref._minted
 
 
@@ -1169,3 +1187,142 @@ def test_the_peer_frame_check_counts_nesting_like_the_general_one() -> None:
             {"msgs": [{"msgs": [["A", {}, deep]]}]},
         ):
             assert codec._is_plain_peer_map(shape) is codec._is_str_map(shape), (depth, shape)
+
+
+def _held_run(mint: int, keys: list[str], bodies: list[bytes]) -> PlainRun:
+    """A sending log's run: A's plain publishes minted from ``mint`` on."""
+    return PlainRun("A", 2, mint, keys[0] if len(set(keys)) == 1 else keys, bodies, "x", ("A",), 1)
+
+
+_LOG_OPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("run"),
+            st.lists(
+                st.tuples(st.sampled_from(["k", "j"]), st.integers(0, 120)), min_size=1, max_size=8
+            ),
+            st.booleans(),  # a gap in the mints before it (a minted message sent nowhere)
+        ),
+        st.tuples(st.just("one"), st.integers(0, 120), st.booleans()),
+        st.tuples(st.sampled_from(["ack", "take", "entries", "last"]), st.integers(0, 9)),
+        st.tuples(st.just("rewind")),
+        st.tuples(st.just("same_time")),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(st.sampled_from(list(OverflowPolicy)), st.sampled_from([300, 1000, 5000]), _LOG_OPS)
+def test_a_log_holding_runs_is_the_log_of_their_envelopes(
+    overflow: OverflowPolicy, buffer_bytes: int, ops: list[Any]
+) -> None:
+    """An ``OutboundLog`` given each plain run as one ``PlainRun`` (what
+    ``offer_plain_run`` does) against one given the run's envelopes: after every
+    accept (a run, or one message; block, drop-oldest and spill at the byte cap),
+    ack (cumulative, up to inside a run), take (``take_unsent_run``, ``take_unsent``,
+    ``take_last``, ending inside a run) and rewind, the same answers, the same
+    messages held in the same order, the same figures, sizes and times."""
+    logs = []
+    for _ in range(2):
+        spill = MemorySpill() if overflow is OverflowPolicy.SPILL else None
+        logs.append(OutboundLog(epoch=2, buffer_bytes=buffer_bytes, overflow=overflow, spill=spill))
+    fast, ref = logs
+    now, mint = 1.0, 0
+    for op in ops:
+        kind = op[0]
+        if kind == "run":
+            mint += 1 + op[2]
+            run = _held_run(mint, [k for k, _ in op[1]], [b"b" * n for _, n in op[1]])
+            mint += len(run) - 1
+            envs = list(run)
+            assert [e.size() for e in envs] == [e.size() for e in run]  # (and known now)
+            size = run.size()
+            assert size == sum(e.size() for e in envs)
+            got = fast.accept_run_if_room(run, size, now)
+            want = ref.accept_run_if_room(envs, size, now)
+            assert got == want
+            if got is None:  # each its own way (offer_plain_run's loop)
+                for env in run:
+                    env.size()
+                    assert fast.accept(env, now) == ref.accept(dataclasses.replace(env), now)
+        elif kind == "one":
+            mint += 1 + op[2]
+            env = Envelope(MeshId("A", 2, mint), "k", b"b" * op[1], {}, {}, "x", ("A",), 1)
+            assert fast.accept(env, now) == ref.accept(dataclasses.replace(env), now)
+        elif kind == "ack":
+            seq = fast.gone_upto + op[1]
+            assert fast.ack(seq) == ref.ack(seq)
+        elif kind == "take":
+            first, items = fast.take_unsent_run(op[1])
+            rfirst, renvs = ref.take_unsent_run(op[1])
+            flat = [e for i in items for e in (i if isinstance(i, PlainRun) else (i,))]
+            assert (first, flat) == (rfirst, renvs)
+            assert all(len(i) for i in items if isinstance(i, PlainRun))
+            for a, b in itertools.pairwise(items):  # runs that chain are joined
+                assert not (isinstance(a, PlainRun) and isinstance(b, PlainRun) and a.chained(b))
+        elif kind == "entries":
+            assert fast.take_unsent(op[1]) == ref.take_unsent(op[1])
+        elif kind == "last":
+            assert fast.take_last(op[1] + 1) == ref.take_last(op[1] + 1)
+        elif kind == "rewind":
+            assert fast.rewind() == ref.rewind()
+        if kind != "same_time":
+            now += 1.0
+        assert list(fast._envelopes()) == list(ref._envelopes())
+        _check_held(fast)
+        _check_held(ref)
+        figures = [
+            (lg.in_flight, lg.unsent, lg.unacked, lg.buffered_bytes, lg.spilled_bytes,
+             lg.oldest_accepted_at, lg.gone_upto, lg.last_seq, lg.dropped, lg.blocked,
+             lg.spilled)
+            for lg in (fast, ref)
+        ]  # fmt: skip
+        assert figures[0] == figures[1]
+    fast.rewind()
+    ref.rewind()
+    assert fast.take_unsent(10**6) == ref.take_unsent(10**6)
+
+
+@settings(max_examples=examples(300), deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(["k", "j", "é"]), min_size=1, max_size=3),
+            st.lists(st.integers(0, 300), min_size=1, max_size=6),
+            st.integers(0, 2),  # mints skipped before it
+            st.booleans(),  # the next log seq (False: a gap, another Send)
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.integers(64, 2000),
+)
+def test_a_plain_run_is_encoded_as_its_envelopes(runs: list[Any], limit: int) -> None:
+    """The frames of ``Forwards`` of ``PlainRun`` s (a sending log's runs; joined
+    by ``encode_frames`` where they chain) are byte for byte those of the same
+    ``Forwards`` holding the runs' envelopes; ``encode`` of one alike; and a run's
+    ``chained``, ``part`` and ``size`` are those of its envelopes' lists."""
+    mint, seq = 0, 1
+    fast, ref = [], []
+    for keys, lengths, skip, follows in runs:
+        mint += 1 + skip
+        bodies = [bytes([65 + i % 26]) * n for i, n in enumerate(lengths)]
+        run = _held_run(mint, [keys[i % len(keys)] for i in range(len(bodies))], bodies)
+        mint += len(run) - 1
+        seq += 0 if follows else 3
+        fast.append(Send("l", Forwards(seq, run)))
+        ref.append(Send("l", Forwards(seq, list(run))))
+        assert peering_cbor.encode(fast[-1].message) == peering_cbor.encode(ref[-1].message)
+        assert run.size() == sum(e.size() for e in run)
+        assert list(run.part(1, len(run))) == list(run)[1:]
+        seq += len(run)
+    got = peering_cbor.encode_frames([s.message for s in fast], limit)
+    want = peering_cbor.encode_frames([s.message for s in ref], limit)
+    assert got == want
+    for a, b in itertools.pairwise(fast):
+        ra, rb = a.message.envelopes, b.message.envelopes
+        joined = ra.chained(rb)
+        if joined is not None:
+            assert list(joined) == list(ra) + list(rb)

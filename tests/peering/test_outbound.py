@@ -128,7 +128,7 @@ def test_the_cap_holds_and_order_is_kept(
             last_sent = acked
         assert log.buffered_bytes <= 500 or log.unacked - len(log.spill or ()) == 1
         in_memory = log.unacked - len(log.spill or ())
-        assert log.buffered_bytes == sum(e.size() for e in log._held)
+        assert log.buffered_bytes == sum(e.size() for e in log._envelopes())
         assert log.oldest_accepted_at == (at[log.gone_upto + 1] if in_memory else None)
     log.rewind()
     rest = seqs(log.take_unsent(10**6))
