@@ -46,6 +46,12 @@ RUN_AFTER = 8
 RUN_MAX = 8192
 
 
+def _pair_end(data: bytes, pos: int, end: int) -> int:
+    """Where the map's key and value at ``pos`` end, or -1."""
+    pos = _item_end(data, pos, end)
+    return _item_end(data, pos, end) if pos >= 0 else -1
+
+
 class _Shape:
     """Where an enqueue's id, body and time sit, as learned from one the scan read.
 
@@ -80,10 +86,7 @@ class _Shape:
         # the body: walk the map's pairs after the id up to its key
         pos = id_end
         while not data.startswith(_K_BODY, pos):
-            pos = _item_end(data, pos, end)
-            if pos < 0:
-                return
-            pos = _item_end(data, pos, end)
+            pos = _pair_end(data, pos, end)
             if pos < 0:
                 return
         body_end = _item_end(data, pos + len(_K_BODY), end)
@@ -94,10 +97,7 @@ class _Shape:
         at = end - 8
         pos = body_end
         while pos < at - len(_AT_TAIL):
-            pos = _item_end(data, pos, end)
-            if pos < 0:
-                return
-            pos = _item_end(data, pos, end)
+            pos = _pair_end(data, pos, end)
             if pos < 0:
                 return
         if pos != at - len(_AT_TAIL) or not data.startswith(_AT_TAIL, pos):
