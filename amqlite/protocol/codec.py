@@ -854,53 +854,72 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
     largest part of a transient consumer's time per message. The consumer tag and
     the route are decoded once (bounded caches).
     tests/protocol/test_protocol_fast_paths.py checks it against ``cbor2.loads``."""
+    # The usual frame, read in one go: the consumer tag and the route of the
+    # frame before, a tag of up to 32 bits, a body of up to 64 KiB ending the
+    # frame (read_plain_publish's first branch, for the same reason: the
+    # general path below, a call and tuples more, cost a consumer about 0.3 us
+    # a message); anything else falls through to it. Its head and the consumer
+    # tag of the frame before are one compare (_LAST_DELIVER_HEAD: a compare
+    # fewer a message than the head, then the tag).
     grouped = False
-    if buf.startswith(_DELIVER_HEAD, start) or (
-        grouped := buf.startswith(_PERSISTENT_DELIVER_HEAD, start)
-    ):
+    head, ctag = _LAST_DELIVER_HEAD[0]
+    at = -1
+    if buf.startswith(head, start, end):
+        at = start + len(head)
+    elif buf.startswith(_PERSISTENT_DELIVER_HEAD, start):
         # (and a grouped message's, with a props pair after the body whose encoding
         # was read before: the map below, as the general path builds it)
-        # The usual frame, read in one go: the consumer tag and the route of the
-        # frame before, a tag of up to 32 bits, a body of up to 64 KiB ending the
-        # frame (read_plain_publish's first branch, for the same reason: the
-        # general path below, a call and tuples more, cost a consumer about 0.3 us
-        # a message); anything else falls through to it.
         last_tag, ctag = _LAST_CTAG[0]
-        at = start + _DELIVER_HEAD_LEN
-        if buf.startswith(last_tag, at, end):
-            at += len(last_tag)
-            dtag = buf[at] if at < end else -1
-            if dtag < 24:
-                at += 1
-            elif dtag == 0x1A and at + 5 <= end:
-                (dtag,) = _UNPACK32(buf, at + 1)
-                at += 5
-            elif dtag == 0x19 and at + 3 <= end:
-                (dtag,) = _UNPACK16(buf, at + 1)
-                at += 3
-            elif dtag == 0x18 and at + 2 <= end:
-                dtag = buf[at + 1]
+        if buf.startswith(last_tag, start + _DELIVER_HEAD_LEN, end):
+            grouped = True
+            at = start + _DELIVER_HEAD_LEN + len(last_tag)
+    if at >= 0:
+        dtag = buf[at] if at < end else -1
+        if dtag < 24:
+            at += 1
+        elif dtag == 0x1A and at + 5 <= end:
+            (dtag,) = _UNPACK32(buf, at + 1)
+            at += 5
+        elif dtag == 0x19 and at + 3 <= end:
+            (dtag,) = _UNPACK16(buf, at + 1)
+            at += 3
+        elif dtag == 0x18 and at + 2 <= end:
+            dtag = buf[at + 1]
+            at += 2
+        else:
+            dtag = -1
+        last_route, names = _LAST_ROUTE[0]
+        if dtag >= 0 and buf.startswith(last_route, at, end):
+            at += len(last_route)
+            size = buf[at] if at < end else 0
+            if size == 0x58 and at + 2 <= end:
+                size = buf[at + 1]
                 at += 2
+            elif 0x40 <= size < 0x58:
+                size -= 0x40
+                at += 1
+            elif size == 0x59 and at + 3 <= end:
+                (size,) = _UNPACK16(buf, at + 1)
+                at += 3
             else:
-                dtag = -1
-            last_route, names = _LAST_ROUTE[0]
-            if dtag >= 0 and buf.startswith(last_route, at, end):
-                at += len(last_route)
-                size = buf[at] if at < end else 0
-                if size == 0x58 and at + 2 <= end:
-                    size = buf[at + 1]
-                    at += 2
-                elif 0x40 <= size < 0x58:
-                    size -= 0x40
-                    at += 1
-                elif size == 0x59 and at + 3 <= end:
-                    (size,) = _UNPACK16(buf, at + 1)
-                    at += 3
-                else:
-                    size = -1
-                if not grouped:
-                    if at + size == end:  # (never with size -1: at < end here)
-                        body = buf[at:end]
+                size = -1
+            if not grouped:
+                if at + size == end:  # (never with size -1: at < end here)
+                    body = buf[at:end]
+                    return {
+                        "m": "deliver",
+                        "ctag": ctag,
+                        "dtag": dtag,
+                        "exchange": names[0],
+                        "key": names[1],
+                        "body": body if type(body) is bytes else bytes(body),
+                    }
+            elif size >= 0 and buf.startswith(_K_PROPS, at + size, end):
+                stop = at + size + len(_K_PROPS)
+                if end - stop <= _PROPS_MAX:
+                    known = _PROPS_READ.get(bytes(buf[stop:end]))
+                    if known is not None:
+                        body = buf[at : at + size]
                         return {
                             "m": "deliver",
                             "ctag": ctag,
@@ -908,22 +927,8 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
                             "exchange": names[0],
                             "key": names[1],
                             "body": body if type(body) is bytes else bytes(body),
+                            "props": dict(known),
                         }
-                elif size >= 0 and buf.startswith(_K_PROPS, at + size, end):
-                    stop = at + size + len(_K_PROPS)
-                    if end - stop <= _PROPS_MAX:
-                        known = _PROPS_READ.get(bytes(buf[stop:end]))
-                        if known is not None:
-                            body = buf[at : at + size]
-                            return {
-                                "m": "deliver",
-                                "ctag": ctag,
-                                "dtag": dtag,
-                                "exchange": names[0],
-                                "key": names[1],
-                                "body": body if type(body) is bytes else bytes(body),
-                                "props": dict(known),
-                            }
     props = False  # or a small props map after the body (read_props)
     if buf.startswith(_DELIVER_HEAD, start):
         persistent = False
@@ -1038,6 +1043,7 @@ def _read_ctag(buf: bytes | bytearray, at: int, end: int) -> tuple[int, str] | N
             _CTAGS.clear()
         _CTAGS[encoded] = ctag
     _LAST_CTAG[0] = (encoded + _K_DTAG, ctag)
+    _LAST_DELIVER_HEAD[0] = (_DELIVER_HEAD + encoded + _K_DTAG, ctag)
     return tag_end + len(_K_DTAG), ctag
 
 
@@ -1681,6 +1687,8 @@ _K_DTAG = cbor2.dumps("dtag")
 _DELIVER_HEAD = MAP_HEADS[6] + _K_M_DELIVER + _K_CTAG
 _DELIVER_HEAD_LEN = len(_DELIVER_HEAD)
 _LAST_CTAG.append((cbor2.dumps("") + _K_DTAG, ""))
+#: a plain delivery's head with the consumer tag of _LAST_CTAG (set with it), and the tag
+_LAST_DELIVER_HEAD: list[tuple[bytes, str]] = [(_DELIVER_HEAD + _LAST_CTAG[0][0], "")]
 #: and a persistent one's, whose only property is ``persistent``, then its end
 _PERSISTENT_DELIVER_HEAD = MAP_HEADS[7] + _K_M_DELIVER + _K_CTAG
 _PERSISTENT_PROPS = _K_PROPS + cbor2.dumps({"persistent": True})
