@@ -24,7 +24,7 @@ from collections.abc import Callable
 from operator import itemgetter
 
 from .codec import _ENQUEUE_HEAD, _K_AT, _K_BODY, _UNPACK_FLOAT, EnqueueScan, _item_end
-from .segment import FRAME_HEAD, FRAME_HEAD_SIZE, MAX_PAYLOAD, Defect, SegmentReader
+from .segment import FRAME_HEAD_SIZE, Defect, SegmentReader, next_frame
 from .state import ScannedEnqueue
 
 _ID_TYPES = {1: "B", 2: "H", 4: "I"}  # an id's width -> its struct format
@@ -69,7 +69,6 @@ class _Shape:
         "id_end",
         "length",
         "mid",
-        "mid_at",
         "row",
         "tail",
         "tail_at",
@@ -107,7 +106,6 @@ class _Shape:
         self.head = data[start : id_pos + 1]
         self.id_end = id_end - start
         self.mid = data[id_end:body_start]
-        self.mid_at = id_end - start
         self.tail = data[body_end:at]
         self.tail_at = body_end - start
         self.length = end - start
@@ -182,8 +180,6 @@ def fold_segment(
         return
     size = len(data)
     view = memoryview(data)
-    unpack = FRAME_HEAD.unpack_from
-    crc32 = zlib.crc32
     scan_one = scan.scan
     unpack_float = _UNPACK_FLOAT
     from_bytes = int.from_bytes
@@ -220,31 +216,17 @@ def fold_segment(
                 if count == RUN_MAX:
                     streak = RUN_AFTER
                 continue
-        if size - pos < FRAME_HEAD_SIZE:
-            reader.defect = Defect(pos, f"torn frame header ({size - pos} bytes)")
+        got = next_frame(data, view, pos)
+        if isinstance(got, Defect):
+            reader.defect = got
             break
-        length, crc = unpack(data, pos)
-        start = pos + FRAME_HEAD_SIZE
-        if length == 0:
-            reader.defect = Defect(pos, "zero-length frame (zero-filled tail?)")
-            break
-        if length > MAX_PAYLOAD:
-            reader.defect = Defect(pos, f"impossible frame length {length}")
-            break
-        end = start + length
-        if end > size:
-            reader.defect = Defect(
-                pos, f"torn frame: {length} bytes announced, {size - start} present"
-            )
-            break
-        if crc32(view[start:end]) != crc:
-            reader.defect = Defect(pos, "checksum mismatch")
-            break
+        start, end = got
+        length = end - start
         if (
             length == length_of_shape
             and shape is not None
             and data.startswith(shape.head, start)
-            and data.startswith(shape.mid, start + shape.mid_at)
+            and data.startswith(shape.mid, start + shape.id_end)
             and data.startswith(shape.tail, start + shape.tail_at)
         ):
             streak += 1

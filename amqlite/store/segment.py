@@ -187,6 +187,27 @@ class Defect:
     reason: str
 
 
+def next_frame(data: bytes, view: memoryview, pos: int) -> tuple[int, int] | Defect:
+    """The payload's ``(start, end)`` of the whole frame at ``pos`` whose checksum
+    matches, or the :class:`Defect` that is there instead (``view`` is
+    ``memoryview(data)``, made once by the caller)."""
+    size = len(data)
+    if size - pos < FRAME_HEAD_SIZE:
+        return Defect(pos, f"torn frame header ({size - pos} bytes)")
+    length, crc = FRAME_HEAD.unpack_from(data, pos)
+    start = pos + FRAME_HEAD_SIZE
+    if length == 0:
+        return Defect(pos, "zero-length frame (zero-filled tail?)")
+    if length > MAX_PAYLOAD:
+        return Defect(pos, f"impossible frame length {length}")
+    end = start + length
+    if end > size:
+        return Defect(pos, f"torn frame: {length} bytes announced, {size - start} present")
+    if zlib.crc32(view[start:end]) != crc:
+        return Defect(pos, "checksum mismatch")
+    return start, end
+
+
 class SegmentReader:
     """Iterate ``(offset, record)`` over the bytes of one segment.
 
@@ -257,29 +278,12 @@ class SegmentReader:
         data = self.data
         size = len(data)
         view = memoryview(data)
-        unpack = FRAME_HEAD.unpack_from
-        crc32 = zlib.crc32
         while pos < size:
-            if size - pos < FRAME_HEAD_SIZE:
-                self.defect = Defect(pos, f"torn frame header ({size - pos} bytes)")
+            got = next_frame(data, view, pos)
+            if isinstance(got, Defect):
+                self.defect = got
                 return
-            length, crc = unpack(data, pos)
-            start = pos + FRAME_HEAD_SIZE
-            if length == 0:
-                self.defect = Defect(pos, "zero-length frame (zero-filled tail?)")
-                return
-            if length > MAX_PAYLOAD:
-                self.defect = Defect(pos, f"impossible frame length {length}")
-                return
-            end = start + length
-            if end > size:
-                self.defect = Defect(
-                    pos, f"torn frame: {length} bytes announced, {size - start} present"
-                )
-                return
-            if crc32(view[start:end]) != crc:
-                self.defect = Defect(pos, "checksum mismatch")
-                return
+            start, end = got
             yield pos, start, end
             pos = end
             self.end = pos
