@@ -37,8 +37,9 @@ class ServerProcess:
                     if record.get("event") == event:
                         return record
                 chunk = await self.proc.stderr.receive_some(65536)
-                if not chunk:
-                    raise EOFError(f"server exited before logging {event!r}")
+                if not chunk:  # say why it stopped: its last lines (a bind refused...)
+                    tail = self.output[-1500:].decode(errors="replace")
+                    raise EOFError(f"server exited before logging {event!r}; it said:\n{tail}")
                 self.output += chunk
                 self._buffer += chunk
 
