@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
 import threading
 import uuid
 from collections import Counter
@@ -29,16 +28,10 @@ import pytest
 from pika.adapters.select_connection import IOLoop
 from yarl import URL
 
+from ..ports import fixed_port
 from .conftest import WAIT, AmqpServer, start_amqp_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -58,7 +51,7 @@ class AmqpPair:
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[AmqpPair]:
     """A primary and a backup, each with its own AMQP port, primary active."""
-    ports = {"primary": free_port(), "backup": free_port()}
+    ports = {"primary": fixed_port(), "backup": fixed_port()}
     config = tmp_path / "pair.toml"
     config.write_text(
         "[cluster]\n"

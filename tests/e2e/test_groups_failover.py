@@ -29,9 +29,10 @@ import trio
 import amqlite
 from amqlite.client import ReconnectPolicy
 
+from ..ports import fixed_port
 from ..waiting import wait_until
 from .procs import ServerProcess, start_server
-from .test_ha_pair import free_port, ha_pair
+from .test_ha_pair import ha_pair
 
 pytestmark = pytest.mark.e2e
 
@@ -177,7 +178,7 @@ async def test_groups_stay_on_one_consumer_across_a_kill_9_failover(tmp_path: Pa
 
 async def test_groups_stay_on_one_consumer_across_a_kill_9_restart(tmp_path: Path) -> None:
     ledger = GroupLedger()
-    port = free_port()
+    port = fixed_port()
     args = ("--port", str(port), "--data-dir", str(tmp_path / "data"))
     servers: list[ServerProcess] = [await start_server(*args)]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import random
 import signal
-import socket
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,6 +20,7 @@ import trio
 import amqlite
 from amqlite.errors import AmqliteError, ConnectionRefused, ReplyCode
 
+from ..ports import fixed_port
 from ..tls_certs import TlsFiles
 from ..waiting import wait_until
 from .procs import ServerProcess, run_cli, start_server, start_witness
@@ -28,13 +28,6 @@ from .procs import ServerProcess, run_cli, start_server, start_witness
 pytestmark = pytest.mark.e2e
 
 QUEUE = "orders"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @dataclass
@@ -181,7 +174,7 @@ async def ha_pair(
     may open further tables); with ``tls`` both listeners and the peer link speak
     TLS with those certificates; with ``witness`` an ``amqlite witness`` runs and the
     pair names it."""
-    ports = {"primary": free_port(), "backup": free_port()}
+    ports = {"primary": fixed_port(), "backup": fixed_port()}
     witness_proc = None
     if witness:
         witness_proc = await start_witness("--state", str(tmp_path / "witness.json"))

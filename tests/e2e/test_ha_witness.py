@@ -26,9 +26,10 @@ import amqlite
 from amqlite.errors import AmqliteError
 
 from ..faultproxy import FaultProxy
+from ..ports import fixed_port
 from ..waiting import wait_until
 from .procs import start_witness
-from .test_ha_pair import Pair, _drain, free_port
+from .test_ha_pair import Pair, _drain
 
 pytestmark = pytest.mark.e2e
 
@@ -86,7 +87,7 @@ def _confirms(ha: dict[str, Any] | None) -> bool:
 @asynccontextmanager
 async def rig(tmp_path: Path, *, witness: bool, extra: str = "") -> AsyncIterator[Rig]:
     """A started pair with every node-opened link proxied (see the module)."""
-    ports = {"primary": free_port(), "backup": free_port()}
+    ports = {"primary": fixed_port(), "backup": fixed_port()}
     async with trio.open_nursery() as nursery:
         pair = Pair(tmp_path, tmp_path / "unused.toml", ports)
         pair.nursery = nursery

@@ -25,10 +25,11 @@ import trio
 import amqlite
 from tests.faultproxy import FaultProxy
 
+from ..ports import fixed_port
 from ..tls_certs import TlsFiles
 from ..waiting import wait_until
 from .procs import ServerProcess, run_cli, start_server
-from .test_ha_pair import _drain, free_port, ha_pair, serve_somewhere
+from .test_ha_pair import _drain, ha_pair, serve_somewhere
 
 pytestmark = pytest.mark.e2e
 
@@ -59,7 +60,7 @@ class Sites:
     tls: TlsFiles | None = None
 
     def add(self, name: str) -> Site:
-        site = self.sites[name] = Site(name, free_port())
+        site = self.sites[name] = Site(name, fixed_port())
         return site
 
     def __getitem__(self, name: str) -> Site:

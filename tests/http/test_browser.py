@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ import httpx
 import pytest
 
 from ..e2e.procs import amqlite_argv, checkout_env
+from ..ports import fixed_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -131,18 +131,11 @@ def test_log_in_see_a_depth_change_and_purge_from_the_page(tmp_path: Path) -> No
     assert (tmp_path / "overview.png").stat().st_size > 10_000
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def test_the_ha_pair_drawing_flips_after_a_kill_9_of_the_master(tmp_path: Path) -> None:
     executable = _chromium()
     from playwright.sync_api import expect, sync_playwright
 
-    ports = {"primary": _free_port(), "backup": _free_port()}
+    ports = {"primary": fixed_port(), "backup": fixed_port()}
     config = tmp_path / "pair.toml"
     config.write_text(
         "[cluster]\n"

@@ -31,7 +31,8 @@ import trio
 import amqlite
 from amqlite.errors import ConnectionClosed, ConnectionRefused
 
-from .test_browser import WAIT_MS, _chromium, _free_port, broker
+from ..ports import fixed_port
+from .test_browser import WAIT_MS, _chromium, broker
 
 pytestmark = [pytest.mark.e2e, pytest.mark.browser]
 
@@ -202,7 +203,7 @@ def test_kill_9_of_the_master_loses_no_confirmed_message(tmp_path: Path) -> None
     executable = _chromium()
     from playwright.sync_api import sync_playwright
 
-    ports = {"primary": _free_port(), "backup": _free_port()}
+    ports = {"primary": fixed_port(), "backup": fixed_port()}
     config = tmp_path / "pair.toml"
     config.write_text(
         "[cluster]\n"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from typing import Any
 import pytest
 
 from amqlite.server.background import BackgroundNode
+
+from ..ports import fixed_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e, pytest.mark.soak]
 
@@ -48,13 +49,6 @@ spark.stop()
 """
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def spark_class() -> str:
     import pyspark
 
@@ -64,7 +58,7 @@ def spark_class() -> str:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[str]:
     pytest.importorskip("pyspark")
-    port, ui, worker_ui = free_port(), free_port(), free_port()
+    port, ui, worker_ui = fixed_port(), fixed_port(), fixed_port()
     env = {
         **os.environ,
         "SPARK_LOCAL_IP": "127.0.0.1",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -20,16 +19,11 @@ import trio
 import amqlite
 from amqlite.errors import AmqliteError
 
+from ..ports import fixed_port
+
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
 
 CHECKOUT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def node_state(address: str) -> str | None:
@@ -48,7 +42,7 @@ def node_state(address: str) -> str | None:
 
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    ports = {"primary": free_port(), "backup": free_port()}
+    ports = {"primary": fixed_port(), "backup": fixed_port()}
     config = tmp_path / "pair.toml"
     config.write_text(
         f'[cluster]\nprimary_peer = "127.0.0.1:{ports["primary"]}"\n'
