@@ -19,6 +19,17 @@ per tree, with the load average at the start of each run. Issue 16's ratio (pair
 standalone msg/s on 2 cores) follows the active node's CPU per message, since each
 broker is single-threaded; msg/s is printed too but moves with the neighbours.
 
+``--pin`` pins the measured broker (the active node, then the standalone one; all
+its threads) to CPU 1 and the passive node and the bench client to CPU 0, so that
+the active node, like the standalone broker, has a core to itself: what is left of
+the difference between them is the active node's own work, not the third busy
+process sharing its core (its cache, its context switches). Other processes on the
+machine are not pinned.
+
+``recs`` is the records the broker journaled per message (``storage.appended``
+from its status after the run; the enqueues and the ``message.marks`` records
+between them).
+
 ``--profile DIR`` also runs py-spy (``PY_SPY``, default ``py-spy``; ``-r 200 -f
 raw``) on every broker during each tree's last repeat, writing
 ``DIR/<tree>-<node>.txt`` for ``benchmarks/profile_summary.py``.
@@ -140,8 +151,24 @@ def _spy(pids: dict[str, int], out: Path, tag: str) -> list[subprocess.Popen[byt
     ]
 
 
+def _pin(pid: int, cpu: int) -> None:
+    """Pin every thread of ``pid`` to ``cpu`` (threads it starts later inherit it)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(task), {cpu})
+
+
+def _appended(tree: str, port: int) -> float:
+    """The records the broker at ``port`` has journaled (its status), nan if unknown."""
+    cmd = [sys.executable, "-m", "amqlite", "status", "-s", f"127.0.0.1:{port}", "--json"]
+    out = subprocess.run(cmd, env=_env(tree), capture_output=True, cwd=_NEUTRAL)
+    try:
+        return float(json.loads(out.stdout)["storage"]["appended"])
+    except (ValueError, KeyError, TypeError):
+        return float("nan")
+
+
 def _measure(
-    tree: str, work: Path, messages: int, profile: Path | None, tag: str
+    tree: str, work: Path, messages: int, profile: Path | None, tag: str, pin: bool = False
 ) -> dict[str, float]:
     persistent = messages // 4  # what 1to1-persistent-confirm publishes of --messages
     row: dict[str, float] = {"load": os.getloadavg()[0]}
@@ -168,12 +195,20 @@ def _measure(
             s.wait_for("server_listening")
         servers[0].wait_for("ha_replication_started")
         alone.wait_for("server_listening")
+        node_ports = {"active": ports["primary"], "passive": ports["backup"],
+                      "standalone": standalone_port}  # fmt: skip
+        everywhere = os.sched_getaffinity(0)
         for name, procs, addr in (
             ("pair", {"active": servers[0], "passive": servers[1]},
              ",".join(f"127.0.0.1:{p}" for p in ports.values())),
             ("standalone", {"standalone": alone}, f"127.0.0.1:{standalone_port}"),
         ):  # fmt: skip
             pids = {node: s.proc.pid for node, s in procs.items()}
+            if pin:
+                for node, pid in pids.items():
+                    _pin(pid, 0 if node == "passive" else 1)
+                os.sched_setaffinity(0, {0})  # the bench client (our child) inherits it
+            appended = {node: _appended(tree, node_ports[node]) for node in pids}
             spies = _spy(pids, profile, tag) if profile else []
             if spies:
                 time.sleep(1.0)
@@ -182,6 +217,11 @@ def _measure(
             rate, client = _bench(tree, addr, messages)
             after = {node: _cpu(pid) for node, pid in pids.items()}
             io_after = {node: _io(pid) for node, pid in pids.items()}
+            if pin:
+                os.sched_setaffinity(0, everywhere)
+            for node in pids:
+                recs = _appended(tree, node_ports[node]) - appended[node]
+                row[f"{node}_recs"] = recs / persistent
             for spy in spies:
                 spy.send_signal(signal.SIGINT)
             for spy in spies:
@@ -211,11 +251,13 @@ _COLUMNS = (
     ("passive_sys", "passive sys", "{:.1f}"),
     ("active_reads", "active reads", "{:.2f}"),
     ("active_writes", "active writes", "{:.2f}"),
+    ("active_recs", "active recs", "{:.3f}"),
     ("passive_writes", "passive writes", "{:.2f}"),
     ("standalone", "standalone us", "{:.1f}"),
     ("standalone_sys", "standalone sys", "{:.1f}"),
     ("standalone_reads", "standalone reads", "{:.2f}"),
     ("standalone_writes", "standalone writes", "{:.2f}"),
+    ("standalone_recs", "standalone recs", "{:.3f}"),
     ("standalone_client", "client us", "{:.1f}"),
     ("standalone_rate", "standalone msg/s", "{:,.0f}"),
 )
@@ -227,6 +269,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=400_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", default="")
+    parser.add_argument("--pin", action="store_true", help="see the module's doc")
     args = parser.parse_args()
     trees = args.trees.split(",")
     profile = Path(args.profile) if args.profile else None
@@ -242,7 +285,7 @@ def main() -> None:
             tag = Path(tree).name
             with tempfile.TemporaryDirectory() as tmp:
                 last = profile if i == args.repeat - 1 else None
-                row = _measure(tree, Path(tmp), args.messages, last, tag)
+                row = _measure(tree, Path(tmp), args.messages, last, tag, args.pin)
             rows[tree].append(row)
             cells = " | ".join(f.format(row[k]) for k, _, f in _COLUMNS)
             print(f"| {tag} | {i + 1} | {time.strftime('%H:%M:%S', time.gmtime())} | {cells} |",
