@@ -76,7 +76,8 @@ from amqlite.link import DialFailed, FramedLink, dial
 from amqlite.protocol import events as ev
 from amqlite.store.codec import EnqueueScan
 from amqlite.store.durable_file import read_if_present, write_durably
-from amqlite.store.segment import check_frames, frame_record, parse_scanned
+from amqlite.store.recover import ReplicaFrames
+from amqlite.store.segment import frame_record, parse_scanned
 from amqlite.tls import describe_tls_error, node_client_context
 
 if TYPE_CHECKING:
@@ -149,6 +150,7 @@ class HaService:
         self._follow_queue: deque[tuple[FollowerAction, HaPeerEnd]] = deque()
         self._applying = False  # a snapshot is being applied a chunk at a time
         self._scan = EnqueueScan()  # reads replicated enqueues without decoding them
+        self._frames = ReplicaFrames(self._scan)  # checks the syncs' frames
         # syncs journaled unfolded (_apply_chunk): how many, and the idle fold's wake-up
         self._chunks_unfolded = 0
         self._unfolded_wake = trio.Event()
@@ -919,7 +921,7 @@ class HaService:
             framed = parse_scanned(chunk, self._scan.scan)
             node.broker.follow([record for record, _ in framed], trio.current_time())
             return
-        check_frames(chunk)
+        self._frames.check(chunk)
         journal.append_unfolded(chunk)
         self._chunks_unfolded += 1
         if journal.unfolded_bytes >= FOLD_AFTER_BYTES or journal.followed_waiting:
