@@ -88,8 +88,14 @@ log = structlog.get_logger("amqlite.ha")
 EPOCH_FILE = "HA_EPOCH"
 LINK_BACKOFF = (0.05, 1.0)
 #: a passive node folds the syncs it journaled once they reach this many bytes (and
-#: before it takes over): the bound on the fold a takeover waits for (docs/ha.md)
-FOLD_AFTER_BYTES = 1 << 19
+#: before it takes over): the bound on the fold a takeover waits for (docs/ha.md).
+#: An enqueue acked in the same fold costs nearly nothing, one acked in a later fold
+#: builds an entry and removes it; with the consumer ~450 messages behind (a pair's
+#: 1to1 run), 512 KiB (~1,700 messages) kept a quarter of them, 1 MiB an eighth:
+#: 33.2k -> 28.6k instructions a message in benchmarks/ha_passive_micro.py
+#: (ROUND13_HA_PASSIVE.md); the fold itself costs ~40 % less a message since
+#: round 13, so the takeover's wait stays where 512 KiB put it
+FOLD_AFTER_BYTES = 1 << 20
 #: ... and once no sync has come for this long (s): how long an idle passive node's
 #: state and broker may lag what it journaled. Well above the time between syncs of
 #: a busy pair on a loaded machine (~70 ms apart on the 2-core VM): at 50 ms it
