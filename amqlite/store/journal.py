@@ -622,9 +622,9 @@ class Journal:
         read = self._replica.scan
         # the tails folded as one run of records, so that an enqueue in one and its ack
         # in a later one cancel out; then what to place goes back to its tail. Frames
-        # are not sliced (ReplicaFrames.scan, scan_frames with runs of one shape read in
-        # C): each record's is found from where its tail's records begin (``firsts``)
-        # and its tail's frame offsets (``at``)
+        # are not sliced (ReplicaFrames.scan, which reads runs of one shape in C):
+        # each record's is found from where its tail's records begin (``firsts``) and
+        # its tail's frame offsets (``at``)
         records: list[Record | ScannedEnqueue] = []
         firsts: list[int] = []
         at: list[list[int]] = []

@@ -745,7 +745,7 @@ class StoreState:
         frame_of: Callable[[int], bytes],
     ) -> list[tuple[int, Unwritten | MessageEnqueue]]:
         """:meth:`fold_replicated` of ``records`` (as
-        :func:`~amqlite.store.segment.scan_frames` gives them), asking ``frame_of(i)``
+        :meth:`~amqlite.store.recover.ReplicaFrames.scan` gives them), asking ``frame_of(i)``
         for the frame of ``records[i]`` only when it is kept (an enqueue that does not
         cancel out): the journal's bulk fold, which then slices few frames."""
         out: list[tuple[int, Unwritten | MessageEnqueue]] = []

@@ -1,6 +1,6 @@
 """A passive HA node's reading of its syncs (``amqlite.store.recover.ReplicaFrames``:
 runs of enqueues of one shape checked and read in C, the shape kept from one sync to
-the next) is a fast path beside ``segment.check_frames`` and ``segment.scan_frames``
+the next) is a fast path beside ``segment.check_frames`` and ``segment.parse_scanned``
 (``EnqueueScan.scan``, the decoder for the rest): on good and damaged syncs alike,
 the errors, the records and the frames' starts are the same."""
 
@@ -20,7 +20,8 @@ from amqlite.store import MessageEnqueue, MessageMarks, Record, RecordError, enc
 from amqlite.store import recover as recover_module
 from amqlite.store.codec import EnqueueScan
 from amqlite.store.recover import ReplicaFrames
-from amqlite.store.segment import FRAME_HEAD, check_frames, frame, scan_frames
+from amqlite.store.segment import FRAME_HEAD, check_frames, frame, parse_scanned
+from amqlite.store.state import ScannedEnqueue
 
 from .support import ack, enq, queue
 
@@ -114,6 +115,13 @@ def _syncs(frames: list[bytes], cuts: list[float], damage: Any) -> list[bytes]:
     return syncs
 
 
+def _scanned(data: bytes, scan: EnqueueScan) -> tuple[list[Record | ScannedEnqueue], list[int]]:
+    """The general path: ``parse_scanned``'s records, and where its frames start."""
+    pairs = parse_scanned(data, scan.scan, checked=True)
+    starts = list(itertools.accumulate((len(f) for _, f in pairs), initial=0))
+    return [r for r, _ in pairs], starts
+
+
 def _outcome(call: Any) -> Any:
     try:
         return call()
@@ -129,7 +137,7 @@ def _check(blocks: list[Any], cuts: list[float], damage: Any) -> None:
         assert _outcome(lambda d=data: fast.check(d)) == checked
         if checked is None:
             assert _outcome(lambda d=data: fast.scan(d)) == _outcome(
-                lambda d=data: scan_frames(d, scan.scan)
+                lambda d=data: _scanned(d, scan)
             )
 
 
@@ -172,7 +180,7 @@ def test_a_sync_of_keyed_enqueues_and_marks_is_read_as_runs() -> None:
     scan = Counted()
     fast = ReplicaFrames(scan)
     fast.check(data)
-    assert fast.scan(data) == scan_frames(data, EnqueueScan().scan)
+    assert fast.scan(data) == _scanned(data, EnqueueScan())
     assert len(calls) <= 1 + 10 * 2  # the first, and after each marks record (and itself)
 
 
