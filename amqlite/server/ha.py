@@ -76,7 +76,8 @@ from amqlite.link import DialFailed, FramedLink, dial
 from amqlite.protocol import events as ev
 from amqlite.store.codec import EnqueueScan
 from amqlite.store.durable_file import read_if_present, write_durably
-from amqlite.store.segment import check_frames, frame_record, parse_scanned
+from amqlite.store.recover import ReplicaFrames
+from amqlite.store.segment import frame_record, parse_scanned
 from amqlite.tls import describe_tls_error, node_client_context
 
 if TYPE_CHECKING:
@@ -87,8 +88,14 @@ log = structlog.get_logger("amqlite.ha")
 EPOCH_FILE = "HA_EPOCH"
 LINK_BACKOFF = (0.05, 1.0)
 #: a passive node folds the syncs it journaled once they reach this many bytes (and
-#: before it takes over): the bound on the fold a takeover waits for (docs/ha.md)
-FOLD_AFTER_BYTES = 1 << 19
+#: before it takes over): the bound on the fold a takeover waits for (docs/ha.md).
+#: An enqueue acked in the same fold costs nearly nothing, one acked in a later fold
+#: builds an entry and removes it; with the consumer ~450 messages behind (a pair's
+#: 1to1 run), 512 KiB (~1,700 messages) kept a quarter of them, 1 MiB an eighth:
+#: 33.2k -> 28.6k instructions a message in benchmarks/ha_passive_micro.py
+#: (ROUND13_HA_PASSIVE.md); the fold itself costs ~40 % less a message since
+#: round 13, so the takeover's wait stays where 512 KiB put it
+FOLD_AFTER_BYTES = 1 << 20
 #: ... and once no sync has come for this long (s): how long an idle passive node's
 #: state and broker may lag what it journaled. Well above the time between syncs of
 #: a busy pair on a loaded machine (~70 ms apart on the 2-core VM): at 50 ms it
@@ -149,6 +156,7 @@ class HaService:
         self._follow_queue: deque[tuple[FollowerAction, HaPeerEnd]] = deque()
         self._applying = False  # a snapshot is being applied a chunk at a time
         self._scan = EnqueueScan()  # reads replicated enqueues without decoding them
+        self._frames = ReplicaFrames(self._scan)  # checks the syncs' frames
         # syncs journaled unfolded (_apply_chunk): how many, and the idle fold's wake-up
         self._chunks_unfolded = 0
         self._unfolded_wake = trio.Event()
@@ -919,7 +927,7 @@ class HaService:
             framed = parse_scanned(chunk, self._scan.scan)
             node.broker.follow([record for record, _ in framed], trio.current_time())
             return
-        check_frames(chunk)
+        self._frames.check(chunk)
         journal.append_unfolded(chunk)
         self._chunks_unfolded += 1
         if journal.unfolded_bytes >= FOLD_AFTER_BYTES or journal.followed_waiting:

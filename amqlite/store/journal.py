@@ -80,14 +80,13 @@ from .codec import EnqueueScan, decode_record
 from .errors import JournalCorrupt, StoreError, StoreLocked, StoreWriteError
 from .files import FileHandle, FileLayer, OsFileLayer, ReadHandle
 from .records import MessageDelivered, MessageEnqueue, Record, SnapshotBegin
-from .recover import fold_segment
+from .recover import ReplicaFrames, fold_segment
 from .segment import (
     FRAME_HEAD,
     HEADER,
     SegmentReader,
     frame_record,
     parse_scanned,
-    scan_frames,
     segment_name,
     segment_seq,
 )
@@ -270,7 +269,9 @@ class Journal:
         self._unfolded: list[_Unfolded] = []
         self.unfolded_bytes = 0
         self._followed: list[list[Record | ScannedEnqueue]] = []
-        self._scan = EnqueueScan().scan
+        scan = EnqueueScan()
+        self._scan = scan.scan
+        self._replica = ReplicaFrames(scan)  # reads the unfolded frames at the fold
         # reading placed messages back: the handles open for it, and the lock that keeps
         # compaction from moving or deleting segments under a read
         self._readers: dict[int, ReadHandle] = {}
@@ -618,17 +619,18 @@ class Journal:
             return 0
         self._unfolded = []
         self.unfolded_bytes = 0
-        scan = self._scan
+        read = self._replica.scan
         # the tails folded as one run of records, so that an enqueue in one and its ack
         # in a later one cancel out; then what to place goes back to its tail. Frames
-        # are not sliced (scan_frames): each record's is found from where its tail's
-        # records begin (``firsts``) and its tail's frame offsets (``at``)
+        # are not sliced (ReplicaFrames.scan, which reads runs of one shape in C):
+        # each record's is found from where its tail's records begin (``firsts``) and
+        # its tail's frame offsets (``at``)
         records: list[Record | ScannedEnqueue] = []
         firsts: list[int] = []
         at: list[list[int]] = []
         for tail in tails:
             firsts.append(len(records))
-            got, starts = scan_frames(tail.data, scan)
+            got, starts = read(tail.data)
             self._followed.append(got)
             records += got
             at.append(starts)

@@ -145,40 +145,6 @@ def parse_scanned(
     return out
 
 
-def scan_frames(
-    data: bytes, scan: Callable[[bytes, int, int], ScannedEnqueue | None]
-) -> tuple[list[Record | ScannedEnqueue], list[int]]:
-    """:func:`parse_scanned` of frames :func:`check_frames` passed, without the
-    frames: the records (a tuple is a scanned enqueue's fields) and where each
-    frame starts in ``data``, then ``len(data)`` (frame ``j`` is
-    ``data[starts[j]:starts[j + 1]]``).
-
-    Why it exists: a passive HA node's bulk fold (``Journal.fold``) needs the frame
-    of few of them (most messages cancel out, ``StoreState.fold_records``), and
-    slicing each one, a tuple each and the offsets summed back from their lengths
-    were a tenth of its parse. ``tests/store/test_lazy_fold.py`` checks the journal
-    folded this way against one folding each record."""
-    records: list[Record | ScannedEnqueue] = []
-    starts: list[int] = []
-    add, at = records.append, starts.append
-    view = memoryview(data)
-    head = FRAME_HEAD.unpack_from
-    i, end = 0, len(data)
-    while i < end:
-        if end - i < 8:
-            raise RecordError("replication data ends inside a frame header")
-        length = head(data, i)[0]
-        start, stop = i + 8, i + 8 + length
-        if stop > end:
-            raise RecordError("replication frame cut short or checksum mismatch")
-        fields = scan(data, start, stop) if length else None
-        add(fields if fields is not None else decode_record(view[start:stop]))
-        at(i)
-        i = stop
-    at(end)
-    return records, starts
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class Defect:
     """Where a segment stops being readable, and why."""

@@ -745,7 +745,7 @@ class StoreState:
         frame_of: Callable[[int], bytes],
     ) -> list[tuple[int, Unwritten | MessageEnqueue]]:
         """:meth:`fold_replicated` of ``records`` (as
-        :func:`~amqlite.store.segment.scan_frames` gives them), asking ``frame_of(i)``
+        :meth:`~amqlite.store.recover.ReplicaFrames.scan` gives them), asking ``frame_of(i)``
         for the frame of ``records[i]`` only when it is kept (an enqueue that does not
         cancel out): the journal's bulk fold, which then slices few frames."""
         out: list[tuple[int, Unwritten | MessageEnqueue]] = []
@@ -926,9 +926,11 @@ class StoreState:
         vhost: str,
         queues: tuple[str, ...],
         size: int,
+        keys: list[str] | None = None,
     ) -> None:
         """:meth:`enqueue_placed_many` of a run of enqueues that differ only in their
-        ids, times and locations (no publish key), given as columns.
+        ids, times, locations and publish keys (``keys``: None for none), given as
+        columns.
 
         Why it exists: recovery reads a backlog's records a run at a time
         (``amqlite.store.recover``); the usual run (one known queue, ids above any
@@ -946,8 +948,10 @@ class StoreState:
             or not all(map(operator.lt, ids, itertools.islice(ids, 1, None)))
         ):
             self.enqueue_placed_many(
-                ((i, vhost, queues, size, at, ""), loc)
-                for i, at, loc in zip(ids, ats, locations, strict=True)
+                ((i, vhost, queues, size, at, key), loc)
+                for i, at, loc, key in zip(
+                    ids, ats, locations, keys or itertools.repeat("", n), strict=True
+                )
             )
             return
         index = self._index
@@ -965,6 +969,8 @@ class StoreState:
         index.ats.extend(ats)
         index.qs.extend(array(index.qs.typecode, (qi,)) * n)
         index.flags.extend(bytes(n))
+        if keys is not None:  # (a key is never empty: the shape has one or none)
+            index.pks.update(zip(ids, keys, strict=True))
         self._indexed[key] = self._indexed.get(key, 0) + n
         self._seq = seq + n
         self.last_journal_id = ids[-1]

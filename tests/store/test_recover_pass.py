@@ -85,7 +85,7 @@ def _records(blocks: list[Any]) -> list[Record]:
                 enqueued_at=1.7e9 + (0 if same_time else k // 3),
             )
             if kind == "pk":
-                record = dataclasses.replace(record, publish_key=f"p{k % 2}")
+                record = dataclasses.replace(record, publish_key=f"é{k % 2}")
             elif kind == "headers":
                 record = dataclasses.replace(record, headers={"h": k % 2})
             elif kind == "expiring":
