@@ -265,11 +265,17 @@ class ActionApplier:
         try:
             seqs, actions = link.take_run(envelopes, now)  # one pump for the batch
             taken = pq.taken
-            for seq, dtag in zip(seqs, dtags, strict=True):
-                if seq is None:
-                    pq.settle(dtag, now)  # skipped (the subscriber is on its path)
-                else:
-                    taken.append((seq, dtag))
+            if type(seqs) is range and dtags[-1] - dtags[0] == len(dtags) - 1:
+                # taken as one run, and the tags follow each other (they grow: no
+                # gap): one block for the batch (PeeringQueue.taken), not one each;
+                # tests/server/test_peering_applier.py checks the two ways agree
+                taken.append((seqs[0], dtags[0], len(dtags)))
+            else:
+                for seq, dtag in zip(seqs, dtags, strict=True):
+                    if seq is None:
+                        pq.settle(dtag, now)  # skipped (the subscriber is on its path)
+                    else:
+                        taken.append((seq, dtag, 1))
             self.apply(actions)
         finally:
             self._depth -= 1
