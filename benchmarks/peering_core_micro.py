@@ -19,8 +19,8 @@ No sockets (and but for ``deliver`` no broker), runs of 250 plain 100-byte messa
   plain client ``Publish`` events (``PeeredExchange.published_plain_run``),
   encodes the sends (``encode_frames``) and takes the remote's ack;
 - ``subscribe``: a subscriber's remote (mode subscribe, the accepting end): RUNS
-  runs of plain messages published into the exchange ``y`` of a broker session
-  (each minted as the dispatcher does, ``Message.mesh``), the durable peering
+  runs of plain client publishes into the exchange ``y`` (a broker session's
+  ``RequestDispatcher`` with the exchange's publish hook), the durable peering
   queue bound to ``y`` with the key, fed to its link end
   (``ActionApplier.feed``), the sends encoded (``ActionApplier.flush``) and the
   subscriber's ack taken (``ActionApplier.receive``: the queue settles them);
@@ -176,8 +176,11 @@ def send(runs: int, setup_only: bool) -> float:
 def subscribe(runs: int, setup_only: bool) -> float:
     import trio
 
-    from amqlite.broker import Broker, Message
+    from amqlite.auth import AuthenticatedUser, Permissions
+    from amqlite.broker import Broker
+    from amqlite.server.dispatch import RequestDispatcher
     from amqlite.server.peering.applier import ActionApplier
+    from amqlite.server.peering.hooks import PublishHook
     from amqlite.server.peering.peering_queue import PeeringQueue
     from amqlite.server.peering.registry import LinkRegistry
 
@@ -214,16 +217,18 @@ def subscribe(runs: int, setup_only: bool) -> float:
     session.bind(pq.name, "y", "k")
     log = link.log
     assert log is not None
+    user = AuthenticatedUser("u", Permissions(".*", ".*", ".*"))
+    hook = PublishHook(applier, px)
+    dispatcher = RequestDispatcher(session, user, "/", dict, "i", {"y": hook})
+    publishes = [Publish(i, "y", "k", BODY) for i in range(RUN)]
     if setup_only:
         return 0.0
 
     async def run() -> float:
         started = time.perf_counter()
         for _ in range(runs):
-            for _ in range(RUN):  # (the dispatcher's publish of a plain message)
-                message = Message("y", "k", BODY, {}, {})
-                message.mesh = px.envelope("k", BODY, {}, {})
-                session.publish(message, now=1.0)
+            for p in publishes:  # a client read's publishes, one by one (not a run)
+                dispatcher.publish(p, 1.0)
             pq.push()  # (what the node's pump does for the queue's session)
             applier.flush()
             frames.clear()

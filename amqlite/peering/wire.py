@@ -445,6 +445,28 @@ def plain_run_of(envelopes: Sequence[Envelope]) -> PlainRun | None:
     )
 
 
+def stamped_run(stamps: Sequence[Any], keys: list[str], bodies: list[bytes]) -> PlainRun | None:
+    """The :class:`PlainRun` of plain messages (no headers, no properties: the
+    caller knows) with these keys, bodies and identities (``Message.mesh`` of
+    each) when the identities are :class:`MeshStamp` s of one origin with
+    consecutive seqs and one exchange, path and hops; None otherwise. What
+    :func:`plain_run_of` is for envelopes, for a peering queue's messages minted
+    as stamps (``PeeredExchange.stamp``) or received in a compact run."""
+    n = len(stamps)
+    if n < 2:
+        return None
+    first, last = stamps[0], stamps[-1]
+    if type(first) is not MeshStamp or type(last) is not MeshStamp or last[2] != first[2] + n - 1:
+        return None  # (a quick no)
+    node, epoch, seq, exchange, path, hops = first
+    key = keys[0]
+    run = PlainRun(
+        node, epoch, seq, key if keys.count(key) == n else keys, bodies, exchange, path, hops
+    )
+    # the run's stamps are built in C; equal to the messages' only when they are one run
+    return run if run.stamps() == stamps else None
+
+
 @dataclass(frozen=True, slots=True)
 class Hello:
     TYPE: ClassVar[str] = "peer.hello"
