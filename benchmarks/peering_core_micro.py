@@ -1,6 +1,8 @@
 """Exchange peering: the core's own work per peered message on each end, in process.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/peering_core_micro.py receive|deliver|send N [setup]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/peering_core_micro.py MODE N [setup]
+
+MODE is one of receive, deliver, send, subscribe.
 
 No sockets (and but for ``deliver`` no broker), runs of 250 plain 100-byte messages:
 
@@ -15,7 +17,14 @@ No sockets (and but for ``deliver`` no broker), runs of 250 plain 100-byte messa
   pump does); a trio run around it for the applier's clock;
 - ``send``: a sending end with an interest in the key offers RUNS runs of
   plain client ``Publish`` events (``PeeredExchange.published_plain_run``),
-  encodes the sends (``encode_frames``) and takes the remote's ack.
+  encodes the sends (``encode_frames``) and takes the remote's ack;
+- ``subscribe``: a subscriber's remote (mode subscribe, the accepting end): RUNS
+  runs of plain client publishes into the exchange ``y`` (a broker session's
+  ``RequestDispatcher`` with the exchange's publish hook), the durable peering
+  queue bound to ``y`` with the key, fed to its link end
+  (``ActionApplier.feed``), the sends encoded (``ActionApplier.flush``) and the
+  subscriber's ack taken (``ActionApplier.receive``: the queue settles them);
+  a trio run around it for the applier's clock.
 
 Prints microseconds per message. With ``setup`` it stops after building the
 frames / publishes: under valgrind (``--tool=cachegrind --cache-sim=no``) the
@@ -164,11 +173,79 @@ def send(runs: int, setup_only: bool) -> float:
     return (time.perf_counter() - started) / (runs * RUN)
 
 
+def subscribe(runs: int, setup_only: bool) -> float:
+    import trio
+
+    from amqlite.auth import AuthenticatedUser, Permissions
+    from amqlite.broker import Broker
+    from amqlite.server.dispatch import RequestDispatcher
+    from amqlite.server.peering.applier import ActionApplier
+    from amqlite.server.peering.hooks import PublishHook
+    from amqlite.server.peering.peering_queue import PeeringQueue
+    from amqlite.server.peering.registry import LinkRegistry
+
+    broker = Broker(node_id="B")
+    session = broker.open_session("/")
+    session.declare_exchange("y", "topic")
+    px = PeeredExchange(
+        node_id="B", epoch=1, exchange="y", exchange_type="topic", rand=random.Random(0).random,
+        max_hops=3,
+    )  # fmt: skip
+    hello = Hello("A", "l", "/", "y", "topic", PeeringMode.SUBSCRIBE, 5, None, lease=60.0)
+    link, _ = px.attach(hello, 0.0)
+    assert link is not None and link.queue_fed
+    registry = LinkRegistry()
+    registry.owner[link.id] = px
+    frames: list[bytes] = []
+
+    class _Conn:
+        def send_peer(self, frame: bytes) -> None:
+            frames.append(frame)
+
+    registry.conns[link.id] = _Conn()  # type: ignore[assignment]
+    applier = ActionApplier(
+        registry,
+        _Durability(),  # type: ignore[arg-type]
+        session=lambda vhost: session,
+        dial=lambda link, address: None,
+        pump=lambda: None,
+        turn_ended=lambda: None,
+    )
+    prefetch = 2 * link.settings.max_in_flight
+    pq = PeeringQueue(broker, px, link, prefetch=prefetch, now=0.0, on_deliveries=applier.feed)
+    registry.queues[link.id] = pq
+    session.bind(pq.name, "y", "k")
+    log = link.log
+    assert log is not None
+    user = AuthenticatedUser("u", Permissions(".*", ".*", ".*"))
+    hook = PublishHook(applier, px)
+    dispatcher = RequestDispatcher(session, user, "/", dict, "i", {"y": hook})
+    publishes = [Publish(i, "y", "k", BODY) for i in range(RUN)]
+    if setup_only:
+        return 0.0
+
+    async def run() -> float:
+        started = time.perf_counter()
+        for _ in range(runs):
+            for p in publishes:  # a client read's publishes, one by one (not a run)
+                dispatcher.publish(p, 1.0)
+            pq.push()  # (what the node's pump does for the queue's session)
+            applier.flush()
+            frames.clear()
+            applier.receive(link, Ack(1, log.last_seq).to_map(), 1.0)
+        return (time.perf_counter() - started) / (runs * RUN)
+
+    took: float = trio.run(run)
+    assert not pq.taken and pq.queued() == 0, "every message sent and settled"
+    return took
+
+
 def main() -> None:
-    gc.set_threshold(20_000, 10, 10)  # the server's (amqlite/server/main.py)
+    gc.set_threshold(100_000, 10, 10)  # the server's (amqlite/server/main.py)
     which, runs = sys.argv[1], int(sys.argv[2])
     setup_only = len(sys.argv) > 3 and sys.argv[3] == "setup"
-    took = {"receive": receive, "deliver": deliver, "send": send}[which](runs, setup_only)
+    modes = {"receive": receive, "deliver": deliver, "send": send, "subscribe": subscribe}
+    took = modes[which](runs, setup_only)
     if not setup_only:
         print(f"{which}: {took * 1e6:.3f} us per message")
 

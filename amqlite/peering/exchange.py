@@ -24,7 +24,16 @@ from .mode import OverflowPolicy
 from .outbound import SpillStore
 from .settings import ExchangeContext, LinkRole, LinkSettings
 from .states import LinkState as S
-from .wire import VERSION, Envelope, Hello, MeshId, PeeringMessage, Refused, from_map
+from .wire import (
+    VERSION,
+    Envelope,
+    Hello,
+    MeshId,
+    MeshStamp,
+    PeeringMessage,
+    Refused,
+    from_map,
+)
 
 INF = float("inf")
 SNAPSHOT_VERSION = 1
@@ -200,6 +209,23 @@ class PeeredExchange:
         return link.close(now)
 
     # --- messages -----------------------------------------------------------------------
+
+    def stamp(self) -> MeshStamp:
+        """The identity :meth:`envelope` would mint for a message a client published
+        here without headers or properties, as a :class:`MeshStamp` (what a
+        received plain message carries as ``Message.mesh``), without the envelope.
+
+        Why it exists beside :meth:`envelope`: while no link end takes offers
+        (:attr:`offers_taken` False: a subscriber's remote, whose ends a peering
+        queue feeds), such a message's envelope is kept only as its identity, for
+        a peering queue to send it on; a stamp is one tuple made in C where the
+        envelope was a Python ``__init__`` and a mesh id, and a peering queue's
+        batch of stamps goes to its link end as one :class:`PlainRun`
+        (``tests/server/test_peering_applier.py`` checks the subscriber gets
+        what the envelopes give)."""
+        self._minted += 1
+        ctx = self.ctx
+        return _new_mesh_id(MeshStamp, (ctx.node_id, ctx.epoch, self._minted, ctx.exchange, (), 0))
 
     def envelope(
         self,

@@ -34,6 +34,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, ClassVar, NamedTuple, overload
 
 from .errors import PeeringProtocolError
@@ -298,6 +299,20 @@ class PlainRun(Sequence[Envelope]):
             self.hops,
         )
 
+    def onward(self, node: str) -> PlainRun:
+        """The run as ``node`` sends it on: :meth:`Envelope.onward` of each."""
+        path = self.path
+        return PlainRun(
+            self.node,
+            self.epoch,
+            self.first,
+            self.keys,
+            self.bodies,
+            self.exchange,
+            (*path, node) if path else one_node_path(node),
+            self.hops + 1,
+        )
+
     def key_list(self) -> Sequence[str]:
         keys = self.keys
         return [keys] * len(self.bodies) if type(keys) is str else keys
@@ -375,6 +390,81 @@ class PlainRun(Sequence[Envelope]):
 
     def __repr__(self) -> str:
         return f"PlainRun({list(self)!r})"
+
+
+_ENV_KEY, _ENV_BODY = attrgetter("routing_key"), attrgetter("body")
+
+
+def plain_run_of(envelopes: Sequence[Envelope]) -> PlainRun | None:
+    """``envelopes`` as one :class:`PlainRun` (equal to them) when they are one:
+    no headers, no properties, one origin with consecutive origin seqs, one
+    exchange, path and hops; None otherwise (two or more of them wanted).
+
+    Why it exists: a subscriber's peering queue hands its link end the envelopes
+    its messages were published with (``PeeringLink.take_run``), a run of a
+    client's plain publishes minted one after the other; as one run they go into
+    the sending log, onto the wire (the compact form, unchecked) and off the log
+    on the ack as one item, without an onward envelope each
+    (``tests/peering/test_fast_paths.py`` checks the run against the list)."""
+    n = len(envelopes)
+    if n < 2:
+        return None
+    if type(envelopes) is PlainRun:
+        return envelopes
+    first = envelopes[0]
+    node, epoch, seq = first.mesh_id
+    if envelopes[-1].mesh_id[2] != seq + n - 1:
+        return None  # (a quick no: a gap, another origin)
+    exchange, path, hops = first.exchange, first.path, first.hops
+    expected = seq
+    for env in envelopes:
+        mesh_id = env.mesh_id
+        if (
+            mesh_id[2] != expected
+            or mesh_id[1] != epoch
+            or mesh_id[0] != node
+            or env.headers
+            or env.properties
+            or env.hops != hops
+            or env.path != path
+            or env.exchange != exchange
+        ):
+            return None
+        expected += 1
+    keys = list(map(_ENV_KEY, envelopes))
+    key = keys[0]
+    return PlainRun(
+        node,
+        epoch,
+        seq,
+        key if keys.count(key) == n else keys,
+        list(map(_ENV_BODY, envelopes)),
+        exchange,
+        path,
+        hops,
+    )
+
+
+def stamped_run(stamps: Sequence[Any], keys: list[str], bodies: list[bytes]) -> PlainRun | None:
+    """The :class:`PlainRun` of plain messages (no headers, no properties: the
+    caller knows) with these keys, bodies and identities (``Message.mesh`` of
+    each) when the identities are :class:`MeshStamp` s of one origin with
+    consecutive seqs and one exchange, path and hops; None otherwise. What
+    :func:`plain_run_of` is for envelopes, for a peering queue's messages minted
+    as stamps (``PeeredExchange.stamp``) or received in a compact run."""
+    n = len(stamps)
+    if n < 2:
+        return None
+    first, last = stamps[0], stamps[-1]
+    if type(first) is not MeshStamp or type(last) is not MeshStamp or last[2] != first[2] + n - 1:
+        return None  # (a quick no)
+    node, epoch, seq, exchange, path, hops = first
+    key = keys[0]
+    run = PlainRun(
+        node, epoch, seq, key if keys.count(key) == n else keys, bodies, exchange, path, hops
+    )
+    # the run's stamps are built in C; equal to the messages' only when they are one run
+    return run if run.stamps() == stamps else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -223,6 +223,15 @@ class RequestDispatcher:
         if p.confirm and self._key_prefix:
             message.publish_key = f"{self._key_prefix}{p.id}"
         if hook is not None:
+            if not (p.confirm or p.mandatory or p.headers or p.props) and hook.stamps():
+                # No link end takes offers (a subscriber's remote): the identity
+                # is all that is kept, for a peering queue to send the message on
+                # (PeeredExchange.stamp says why a stamp, not an envelope); the
+                # reply is None whatever the outcome, and published_later would
+                # do nothing (it leaves a publish no end takes)
+                message.mesh = hook.px.stamp()
+                self.session.publish(message, now=now, span=span)
+                return None
             envelope = hook.mint(p.key, p.body, p.headers, p.props)  # (its mesh id)
             message.mesh = envelope  # kept if a subscriber's peering queue takes it
             if p.confirm and not hook.has_room(envelope):

@@ -928,29 +928,51 @@ def _queue_fed_end(max_in_flight: int) -> tuple[PeeredExchange, Any]:
     return px, end
 
 
+# a batch: (path, hops, a header, the origin seqs' gap before it) per message
+_batch_item = st.tuples(
+    st.lists(st.sampled_from(["A", "C", "D"]), max_size=2).map(tuple),
+    st.integers(0, 4),
+    st.booleans(),
+    st.integers(0, 1),
+)
+# ... or a run of plain messages minted one after the other (one path and hops,
+# mostly none), what a client's publishes on the subscriber's remote are:
+# take_run's PlainRun path (then and there a key each or one for all)
+_plain_batch = st.tuples(
+    st.integers(2, 8),
+    st.sampled_from([((), 0), ((), 0), (("C",), 1), (("A",), 1), ((), 3)]),
+    st.booleans(),
+).map(lambda t: [(t[1][0], t[1][1], False, 0, t[2]) for _ in range(t[0])])
+
+
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.lists(
         st.one_of(
-            st.lists(
-                st.tuples(
-                    st.lists(st.sampled_from(["A", "C", "D"]), max_size=2).map(tuple),
-                    st.integers(0, 4),
-                ),
-                max_size=6,
-            ),
+            st.lists(_batch_item.map(lambda t: (*t, False)), max_size=6),
+            _plain_batch,
             st.sampled_from(["ack", "lost", "back"]),
         ),
         max_size=8,
     ),
     st.integers(1, 5),
+    st.sampled_from([1 << 20, 600]),
 )
 def test_taking_a_batch_is_taking_each(
-    steps: list[list[tuple[tuple[str, ...], int]] | str], max_in_flight: int
+    steps: list[list[tuple[tuple[str, ...], int, bool, int, bool]] | str],
+    max_in_flight: int,
+    buffer_bytes: int,
 ) -> None:
     """``take_run`` (the peering queue's batches) against ``take`` for each: the
-    same sequence numbers (None: skipped), the same forwards sent, in order, and
-    the same counters; loops, used-up hops, a narrow window, cuts included."""
+    same sequence numbers (None: skipped), the same forwards sent, in order, the
+    same counters and the same log (envelopes, figures); loops, used-up hops,
+    headers, gaps in the origin seqs, a narrow window, a small buffer (the run
+    refused as one), cuts included, and plain runs (``take_run`` holds them as one
+    :class:`PlainRun`: ``tests`` checked to fail with its seqs one off)."""
     (px1, each), (px2, batch) = _queue_fed_end(max_in_flight), _queue_fed_end(max_in_flight)
+    for end in (each, batch):
+        assert end.log is not None
+        end.log.buffer_bytes = buffer_bytes
     now, origin = 1.0, 0
     for step in steps:
         if step == "ack":
@@ -967,20 +989,42 @@ def test_taking_a_batch_is_taking_each(
                     assert again is end
         else:
             envs = []
-            for path, hops in step:
-                origin += 1
-                envs.append(Envelope(MeshId("Z", 1, origin), "k", b"m", {}, {}, "x", path, hops))
+            for path, hops, header, gap, key_each in step:
+                origin += 1 + gap
+                headers = {"h": 1} if header else {}
+                key = f"k{origin}" if key_each else "k"
+                envs.append(
+                    Envelope(MeshId("Z", 1, origin), key, b"m", headers, {}, "x", path, hops)
+                )
             one: list[Any] = []
             seqs: list[int | None] = []
             for env in envs:
+                if (
+                    buffer_bytes < 1 << 20
+                    and each.log is not None
+                    and not each.log.has_room(env.onward("B").size())
+                ):
+                    break  # (a queue-fed log has no byte cap: the queue has it)
                 seq, actions = each.take(env, now)
                 seqs.append(seq)
                 one += actions
-            got, many = batch.take_run(envs, now)
-            assert got == seqs
-            assert _sent(one) == _sent(many)
+            else:
+                got, many = batch.take_run(envs, now)
+                assert list(got) == seqs
+                assert _sent(one) == _sent(many)
+            if len(seqs) < len(envs):  # the first log was full: make the second the same
+                for env in envs[: len(seqs)]:
+                    batch.take(env, now)
         now += 1.0
         assert each.counters == batch.counters and each.skipped == batch.skipped
+        assert each.log is not None and batch.log is not None
+        assert list(each.log._envelopes()) == list(batch.log._envelopes())
+        _check_held(batch.log)
+        figures = [
+            (lg.in_flight, lg.unsent, lg.unacked, lg.buffered_bytes, lg.gone_upto, lg.last_seq)
+            for lg in (each.log, batch.log)
+        ]
+        assert figures[0] == figures[1]
 
 
 def _sent(actions: list[Any]) -> list[Any]:

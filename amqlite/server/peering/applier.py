@@ -12,13 +12,14 @@ turn produced: :meth:`ActionApplier.flush`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any, Protocol, cast
 
 import structlog
 import trio
 
-from amqlite.broker import ALL_APPENDED, Message, PublishOutcome, Session
+from amqlite.broker import ALL_APPENDED, Delivery, Message, PublishOutcome, Session
 from amqlite.errors import AmqliteError, BrokerError
 from amqlite.peering import (
     Acked,
@@ -30,15 +31,18 @@ from amqlite.peering import (
     Deliver,
     DeliverRun,
     Disconnect,
+    Envelope,
     LinkState,
+    MeshStamp,
     PeeredExchange,
     PeeringLink,
     Persist,
+    PlainRun,
     Send,
     StateChanged,
 )
 from amqlite.peering import cbor as peering_cbor
-from amqlite.peering.wire import PeeringMessage
+from amqlite.peering.wire import PeeringMessage, stamped_run
 from amqlite.protocol.codec import check_headers, check_props
 
 from .durability import PeeringDurability
@@ -62,6 +66,27 @@ _UNROUTABLE = PublishOutcome.UNROUTABLE  # an enum attribute look-up is slow: pe
 _RESUME_RUN = 256  # held messages offered again at a time (ActionApplier._resume_held)
 BATCH_BYTES = 256 * 1024  # peering maps sent in one ``peer`` frame, at most about
 BATCH = "peer.batch"
+
+
+_MESSAGE, _DTAG = attrgetter("message"), attrgetter("dtag")  # a Delivery's
+_MESH, _KEY, _BODY = attrgetter("mesh"), attrgetter("routing_key"), attrgetter("body")
+_HEADERS, _PROPS = attrgetter("headers"), attrgetter("properties")  # a Message's
+
+
+def _stamped(deliveries: list[Delivery]) -> PlainRun | None:
+    """A peering queue's deliveries as one :class:`PlainRun` when they are one
+    (:func:`~amqlite.peering.wire.stamped_run`: plain messages with stamps of one
+    origin, consecutive); None otherwise."""
+    if len(deliveries) < 2:
+        return None
+    messages = list(map(_MESSAGE, deliveries))
+    if type(messages[0].mesh) is not MeshStamp or any(map(_HEADERS, messages)):
+        return None
+    if any(map(_PROPS, messages)):
+        return None
+    return stamped_run(
+        list(map(_MESH, messages)), list(map(_KEY, messages)), list(map(_BODY, messages))
+    )
 
 
 class ActionApplier:
@@ -253,23 +278,40 @@ class ActionApplier:
         now = trio.current_time()
         link = pq.link
         px, filtered = pq.px, link.remote_filter is not None
-        envelopes, dtags = [], []
-        for d in deliveries:
-            if filtered and not pq.wants(d.message):
-                pq.settle(d.dtag, now)  # no consumer of the subscriber selects it
-                link.filtered()
-                continue
-            envelopes.append(envelope_of(px, d.message))
-            dtags.append(d.dtag)
+        envelopes: Sequence[Envelope]
+        run = None if filtered else _stamped(deliveries)
+        if run is not None:
+            # Why this exists beside the loop below: a batch of plain messages
+            # minted here one after the other (PeeredExchange.stamp), or received
+            # in a compact run, goes to the link end as the PlainRun it is (no
+            # envelope each; take_run keeps it as one).
+            # test_a_peering_queue_sends_its_stamped_messages_as_envelopes checks
+            # the subscriber gets what the envelopes give
+            envelopes, dtags = run, list(map(_DTAG, deliveries))
+        else:
+            envelopes, dtags = [], []
+            for d in deliveries:
+                if filtered and not pq.wants(d.message):
+                    pq.settle(d.dtag, now)  # no consumer of the subscriber selects it
+                    link.filtered()
+                    continue
+                envelopes.append(envelope_of(px, d.message))
+                dtags.append(d.dtag)
         self._depth += 1  # one turn for them all
         try:
             seqs, actions = link.take_run(envelopes, now)  # one pump for the batch
             taken = pq.taken
-            for seq, dtag in zip(seqs, dtags, strict=True):
-                if seq is None:
-                    pq.settle(dtag, now)  # skipped (the subscriber is on its path)
-                else:
-                    taken.append((seq, dtag))
+            if type(seqs) is range and dtags[-1] - dtags[0] == len(dtags) - 1:
+                # taken as one run, and the tags follow each other (they grow: no
+                # gap): one block for the batch (PeeringQueue.taken), not one each;
+                # tests/server/test_peering_applier.py checks the two ways agree
+                taken.append((seqs[0], dtags[0], len(dtags)))
+            else:
+                for seq, dtag in zip(seqs, dtags, strict=True):
+                    if seq is None:
+                        pq.settle(dtag, now)  # skipped (the subscriber is on its path)
+                    else:
+                        taken.append((seq, dtag, 1))
             self.apply(actions)
         finally:
             self._depth -= 1

@@ -52,6 +52,12 @@ class PublishHook:
             self.offer_run()
         return self.px.envelope(key, body, headers, props)
 
+    def stamps(self) -> bool:
+        """Whether a plain publish here is given a :class:`~amqlite.peering.MeshStamp`
+        (``px.stamp()``) rather than an envelope: no link end of the exchange takes
+        offers and no run waits to be offered (its mesh ids come first)."""
+        return not (self.px.offers_taken or self.run or self.plain)
+
     def refusing(self) -> bool:
         """Whether a ``block`` link of the exchange refuses messages now (its buffer
         filled): the connections that published here wait before they read more."""

@@ -119,7 +119,10 @@ class PeeringQueue:
         assert host is not None, "a peered exchange's vhost exists"
         self.host = host
         self.session: Session = broker.open_session(self.vhost, owner=self)
-        self.taken: deque[tuple[int, int]] = deque()  # (seq, dtag): sent, not yet acked
+        #: sent, not yet acknowledged: (first seq, first dtag, count) blocks in which
+        #: both follow each other (a batch the link took as one run is one block,
+        #: any other delivery a block of one; settled by :meth:`acked`)
+        self.taken: deque[tuple[int, int, int]] = deque()
         self.applied_digest = ""  # the interest digest the bindings were last made from
         self.prefetch = prefetch
         # the subscriber's filter (link.remote_filter) as compiled, and its text
@@ -189,8 +192,18 @@ class PeeringQueue:
         """The subscriber holds everything up to ``seq``: settle those deliveries."""
         last = 0
         taken = self.taken
-        while taken and taken[0][0] <= seq:
-            last = taken.popleft()[1]
+        while taken:
+            first, dtag, n = taken[0]
+            if first > seq:
+                break
+            if first + n - 1 <= seq:
+                taken.popleft()
+                last = dtag + n - 1
+            else:  # acknowledged up to inside the block: it keeps the rest
+                k = seq - first + 1
+                last = dtag + k - 1
+                taken[0] = (seq + 1, dtag + k, n - k)
+                break
         if last and not self.session.closed:
             self.session.ack(last, multiple=True, now=now)
 
