@@ -1177,18 +1177,33 @@ def read_deliver_run(
     unpack = _LEN.unpack_from
     add_tag = dtags.append
     add_body = bodies.append
+    # The frame before's size and, when its tag took 32 bits, its route and body
+    # length head (``tail``): a frame of the same size whose tag takes 32 bits and
+    # whose bytes after the tag start with ``tail`` has the same body length, so it
+    # is read with one compare after the head (the usual frame of a run: a tag
+    # past 16 bits, one body size); any other goes the step-by-step way below.
+    same_n = -1
+    tail = b""
+    tail_len = 0
     while room > 0 and size - pos >= 4:
         (n,) = unpack(buf, pos)
         end = pos + 4 + n
         if end > size or n > max_frame or not buf.startswith(head, pos + 4, end):
             break
         at = pos + after_head
+        if n == same_n and buf[at] == 0x1A and buf.startswith(tail, at + 5, end):
+            add_tag(_UNPACK32(buf, at + 1)[0])
+            add_body(bytes(buf[at + tail_len : end]))
+            pos = end
+            room -= 1
+            continue
         if at >= end:
             break
         dtag = buf[at]
+        wide = dtag == 0x1A
         if dtag < 24:
             at += 1
-        elif dtag == 0x1A and at + 5 <= end:
+        elif wide and at + 5 <= end:
             (dtag,) = _UNPACK32(buf, at + 1)
             at += 5
         elif dtag == 0x19 and at + 3 <= end:
@@ -1201,6 +1216,7 @@ def read_deliver_run(
             break
         if not buf.startswith(route, at, end):
             break
+        tail_at = at
         at += route_len
         if at >= end:
             break
@@ -1220,6 +1236,12 @@ def read_deliver_run(
             break
         add_tag(dtag)
         add_body(bytes(buf[at:end]))
+        if wide:
+            same_n = n
+            tail = bytes(buf[tail_at:at])
+            tail_len = 5 + len(tail)
+        else:
+            same_n = -1
         pos = end
         room -= 1
     return pos

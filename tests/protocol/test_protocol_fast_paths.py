@@ -1537,6 +1537,7 @@ def _consumer_stream(draws: list[tuple[int, int, int, int, int]]) -> bytes:
 )
 @example(draws=[(0, 6, 100, 0, 0), (5, 6, 100, 0, 1), (0, 6, 100, 0, 2)], cuts=[], limit=64)
 @example(draws=[(0, 6, 100, 0, 0), (0, 6, 100, 1, 1), (0, 6, 100, 2, 2)], cuts=[], limit=64)
+@example(draws=[(0, 6, 100, 0, 0), (0, 6, 100, 0, 1), (0, 6, 100, 1, 2)], cuts=[], limit=64)
 @example(draws=[(0, 6, 100, 0, 0), (6, 3, 100, 0, 1), (0, 5, 256, 0, 2)], cuts=[], limit=64)
 def test_deliver_runs_expand_to_the_deliver_maps(
     draws: list[tuple[int, int, int, int, int]], cuts: list[int], limit: int
