@@ -1585,3 +1585,24 @@ def test_a_run_of_plain_deliveries_is_read_in_one_go() -> None:
     assert type(run) is DeliverRun
     assert run.dtags == list(range(70_000, 70_500)) and run.bodies[0] == bytes([70_000 % 251]) * 100
     assert (run.ctag, run.exchange, run.key) == ("ctag-1", "", "q0")
+
+
+def test_a_frame_of_the_usual_size_with_a_narrower_tag_is_not_read_as_the_usual_one() -> None:
+    """read_deliver_run's one-compare path takes a frame only when its tag takes 32
+    bits: a frame of the same size whose 16-bit tag is followed by two stray bytes
+    and then the usual route and body head is what events_with_deliver_maps makes
+    of it (an error here), not a delivery."""
+    usual = [_deliver_frame("ctag-1", 70_000 + i, ("", "q0"), 100) for i in range(2)]
+    odd = bytearray(usual[1])
+    at = odd.index(b"\x1a" + (70_001).to_bytes(4, "big"))
+    odd[at : at + 5] = b"\x19\x01\x02\x00\x00"  # same size: the tag then two stray bytes
+    data = b"".join([*usual, bytes(odd), usual[0]])
+    got: list[Any] = [[], []]
+    for i, read in enumerate(("events_with_deliver_maps", "events_with_deliver_runs")):
+        conn = client_in(ConnState.OPEN)
+        conn.receive_data(data)
+        with contextlib.suppress(RemoteProtocolError):
+            while batch := getattr(conn, read)():
+                for e in batch:
+                    got[i] += e.maps() if type(e) is DeliverRun else [e]
+    assert got[0] == got[1] and len(got[0]) == 2
