@@ -174,9 +174,10 @@ class Consumer:
 
         Why it exists: the plain deliveries of a read come as runs; a tuple each,
         made in one ``extend``, costs less than a map and a call a message (and,
-        like a map of atoms, is not tracked by the garbage collector once a young
-        collection saw it). tests/client/test_plain_delivery.py checks it against
-        :meth:`push_map`."""
+        as a map of atoms is never tracked by the garbage collector, a tuple of
+        atoms stops being tracked once a collection saw it, so a full buffer does
+        not feed full collections). tests/client/test_plain_delivery.py checks it
+        against :meth:`push_map`."""
         self._buffer.extend(zip(dtags, bodies, repeat(route)))
         w = self._waiter
         if w is not None:
