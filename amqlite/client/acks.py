@@ -42,6 +42,10 @@ class AckCoalescer:
         """A tag the server now expects us to settle."""
         self._unsettled.append(dtag)
 
+    def delivered_many(self, dtags: list[int]) -> None:
+        """:meth:`delivered` of each of ``dtags``, in order."""
+        self._unsettled.extend(dtags)
+
     def ack(self, dtag: int, multiple: bool = False) -> int:
         """Mark ``dtag`` (and with ``multiple`` every open tag up to it) as acked.
 

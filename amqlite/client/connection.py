@@ -37,6 +37,7 @@ from amqlite.protocol import (
     DEFAULT_MAX_FRAME,
     ConnState,
     DeliverMap,
+    DeliverRun,
     check_headers,
     check_props,
 )
@@ -253,7 +254,7 @@ class Connection(Declarations, StreamRequests, BulkRequests):
         self._close_done = trio.Event()  # this link's close handshake
         self._set_unblocked(quiet=True)  # a new link is not blocked
 
-        def on_events(events: list[ev.Event | DeliverMap]) -> None:
+        def on_events(events: list[ev.Event | DeliverMap | DeliverRun]) -> None:
             if settler.gen == gen:
                 self._on_events(events)
 
@@ -352,7 +353,7 @@ class Connection(Declarations, StreamRequests, BulkRequests):
 
     # --- the reader's side ----------------------------------------------------------
 
-    def _on_events(self, events: list[ev.Event | DeliverMap]) -> None:
+    def _on_events(self, events: list[ev.Event | DeliverMap | DeliverRun]) -> None:
         consumer_for = self._consumers.get  # bound once: a dict subclass looks up slower
         settler = self._settler
         delivered = settler.acks.delivered
@@ -361,7 +362,21 @@ class Connection(Declarations, StreamRequests, BulkRequests):
         last = 0  # the server's highest tag in this batch (tags only increase)
         for e in events:
             t = type(e)
-            if t is dict:  # a deliver map in its usual shape (the per-message path)
+            if t is DeliverRun:  # plain deliveries in a row (the per-message path)
+                assert isinstance(e, DeliverRun)
+                tags = e.dtags
+                last = tags[-1]
+                if base:
+                    tags = [d + base for d in tags]
+                c = consumer_for(e.ctag)
+                if c is None or not c.active:
+                    for dtag in tags:
+                        self._stray(e.ctag, dtag, c)
+                    continue
+                if not c.no_ack:
+                    settler.acks.delivered_many(tags)
+                c.push_run(tags, e.bodies, (e.exchange, e.key))
+            elif t is dict:  # a deliver map in its usual shape
                 assert isinstance(e, dict)
                 last = e["dtag"]
                 dtag = last + base
@@ -388,7 +403,7 @@ class Connection(Declarations, StreamRequests, BulkRequests):
             elif t is ev.Ok and confirm(e.re):  # type: ignore[union-attr]
                 continue  # a publish confirmed
             else:
-                assert not isinstance(e, dict)
+                assert not isinstance(e, (dict, DeliverRun))
                 if last:
                     settler.last_dtag = last
                     last = 0

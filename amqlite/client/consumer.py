@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Awaitable, Callable
+from itertools import repeat
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -11,11 +12,14 @@ import trio
 
 from amqlite.errors import AmqliteError
 
-from .delivery import Delivery, PlainDelivery
+from .delivery import Delivery, PlainDelivery, RunDelivery
 from .streams import OFFSET_ARGUMENT
 
 if TYPE_CHECKING:
     from .settling import Settler
+
+#: a buffered delivery of a run (push_run): its tag, body and (exchange, key)
+RunItem = tuple[int, bytes, tuple[str, str]]
 
 #: The iterator lets the other tasks run after handing out this share of the
 #: prefetch window from its buffer without waiting (see :class:`Consumer`).
@@ -113,8 +117,9 @@ class Consumer:
         self.exclusive = exclusive
         self.arguments = arguments
         self.selector = selector
-        # deliveries, or deliver maps (push_map) made into deliveries as handed out
-        self._buffer: deque[Delivery | dict[str, Any]] = deque()
+        # deliveries, or deliver maps (push_map) or (tag, body, route) tuples
+        # (push_run) made into deliveries as handed out
+        self._buffer: deque[Delivery | dict[str, Any] | RunItem] = deque()
         self._waiter: trio.Event | None = None
         self.active = True
         self._end: AmqliteError | None = None
@@ -160,14 +165,35 @@ class Consumer:
             self._waiter = None
             w.set()
 
+    def push_run(self, dtags: list[int], bodies: list[bytes], route: tuple[str, str]) -> None:
+        """Buffer a run of plain deliveries (``protocol.DeliverRun``: no properties,
+        one route ``(exchange, key)``) whose delivery tags are ``dtags``, as one
+        ``(dtag, body, route)`` tuple each: a :class:`RunDelivery` is built when the
+        iterator hands it out, and reads exactly as the :class:`PlainDelivery` of
+        the same message's map pushed with :meth:`push_map`.
+
+        Why it exists: the plain deliveries of a read come as runs; a tuple each,
+        made in one ``extend``, costs less than a map and a call a message (and,
+        as a map of atoms is never tracked by the garbage collector, a tuple of
+        atoms stops being tracked once a collection saw it, so a full buffer does
+        not feed full collections). tests/client/test_plain_delivery.py checks it
+        against :meth:`push_map`."""
+        self._buffer.extend(zip(dtags, bodies, repeat(route)))
+        w = self._waiter
+        if w is not None:
+            self._waiter = None
+            w.set()
+
     def materialize(self) -> None:
         """Build the deliveries of the buffered maps now (before ``queue`` changes,
         or to hand the buffer over)."""
         buf = self._buffer
-        if any(type(d) is dict for d in buf):
+        if any(type(d) is dict or type(d) is tuple for d in buf):
             self._buffer = deque(self._built(d) for d in buf)
 
-    def _built(self, d: Delivery | dict[str, Any]) -> Delivery:
+    def _built(self, d: Delivery | dict[str, Any] | RunItem) -> Delivery:
+        if type(d) is tuple:
+            return RunDelivery(self._settler, d, self.tag, self.queue, self.no_ack)
         if type(d) is dict:
             return PlainDelivery(self._settler, d, d["dtag"], self.tag, self.queue, self.no_ack)
         return d  # type: ignore[return-value]
@@ -219,6 +245,8 @@ class Consumer:
             await w.wait()
         self._streak = streak
         d = buf.popleft()
+        if type(d) is tuple:  # (push_run) a plain delivery of a run: no offset
+            return RunDelivery(self._settler, d, self.tag, self.queue, self.no_ack)
         if type(d) is dict:  # (push_map) a plain map: no offset
             return PlainDelivery(self._settler, d, d["dtag"], self.tag, self.queue, self.no_ack)
         offset = d.offset  # type: ignore[union-attr]
@@ -232,7 +260,8 @@ class Consumer:
         buf = self._buffer
         if buf:
             last = buf[-1]
-            offset = None if type(last) is dict else last.offset  # type: ignore[union-attr]
+            plain = type(last) is dict or type(last) is tuple
+            offset = None if plain else last.offset  # type: ignore[union-attr]
             if offset is not None:
                 self.arguments[OFFSET_ARGUMENT] = offset + 1
         return self.arguments

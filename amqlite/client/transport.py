@@ -3,7 +3,8 @@
 The link does the rest (the writer and its one shared out-buffer, heartbeats,
 closing the stream): see :mod:`amqlite.link`. The reader hands every batch of
 events its protocol connection decodes to the connection in one call (a usual
-``deliver`` as its map: see ``Connection.events_with_deliver_maps``); on a
+``deliver`` as its map, plain ones in a row as one run: see
+``Connection.events_with_deliver_runs``); on a
 protocol error it tells the server why, then hangs up. Nothing here raises: a
 failure is reported once through the link's ``on_lost``.
 """
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from amqlite.errors import ConnectionClosed, ProtocolError, ReplyCode
 from amqlite.link import FramedLink
 from amqlite.log import get_logger
-from amqlite.protocol import DeliverMap
+from amqlite.protocol import DeliverMap, DeliverRun
 from amqlite.protocol import events as ev
 
 log = get_logger("amqlite.client")
@@ -24,7 +25,7 @@ log = get_logger("amqlite.client")
 #: Above this many unsent bytes, publishers wait for the writer.
 HIGH_WATER = 1024 * 1024
 
-EventsHandler = Callable[[list[ev.Event | DeliverMap]], None]
+EventsHandler = Callable[[list[ev.Event | DeliverMap | DeliverRun]], None]
 
 
 class Transport:
@@ -47,7 +48,7 @@ class Transport:
             while True:
                 # the first pass takes what came with the welcome; a batch ends at a
                 # state change (a close), so ask until there is nothing more
-                while batch := proto.events_with_deliver_maps():
+                while batch := proto.events_with_deliver_runs():
                     on_events(batch)
                     if link.dead or type(batch[-1]) is ev.EndOfStream:
                         break

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from amqlite.client.consumer import Consumer, Subscriptions
-from amqlite.client.delivery import Delivery, PlainDelivery
+from amqlite.client.delivery import Delivery, PlainDelivery, RunDelivery
 from amqlite.protocol import ConnState, codec
 from amqlite.protocol import events as ev
 
@@ -155,3 +155,71 @@ def test_a_consumer_hands_out_a_pushed_map_as_the_pushed_delivery(
         for name in FIELDS:
             assert getattr(a, name) == getattr(b, name), name
         assert repr(a) == repr(b)
+
+
+RUN_MAPS = st.lists(
+    st.fixed_dictionaries({"dtag": st.integers(1, 2**32), "body": st.binary(max_size=16)}),
+    max_size=6,
+)
+
+
+@given(
+    runs=st.lists(st.tuples(st.sampled_from([("", "q"), ("ex", "k")]), RUN_MAPS), max_size=4),
+    no_ack=st.booleans(),
+    handed=st.integers(0, 20),
+    rename_at=st.integers(0, 4),
+    base=st.integers(0, 1000),
+    how=st.sampled_from(["ack", "nack", "reject"]),
+)
+def test_a_consumer_hands_out_a_pushed_run_as_the_pushed_maps(
+    runs: list[tuple[tuple[str, str], list[dict[str, Any]]]],
+    no_ack: bool,
+    handed: int,
+    rename_at: int,
+    base: int,
+    how: str,
+) -> None:
+    """Consumer.push_run (a protocol DeliverRun: the reader's per-message path) against
+    push_map of each of its maps: the same deliveries (RunDelivery reads as
+    PlainDelivery), in order, before and after a queue rename, settling alike, and
+    the same dropped buffer on finish."""
+    settlers = [Recorder(), Recorder()]
+    for s in settlers:
+        s.tag_base = base // 2
+    by_run, by_map = _consumer(settlers[0], no_ack), _consumer(settlers[1], no_ack)
+    subs = [Subscriptions(), Subscriptions()]
+    subs[0]["c1"], subs[1]["c1"] = by_run, by_map
+    got: list[list[Delivery]] = [[], []]
+    total = sum(len(maps) for _, maps in runs)
+
+    async def main() -> None:
+        for i, ((exchange, key), maps) in enumerate(runs):
+            if i == rename_at:
+                for s in subs:
+                    s.rename_queue("q", "q2")
+            tags = [m["dtag"] + base for m in maps]
+            by_run.push_run(tags, [m["body"] for m in maps], (exchange, key))
+            for m, dtag in zip(maps, tags, strict=True):
+                full = {"m": "deliver", "ctag": "c1", "dtag": m["dtag"]}
+                full.update(exchange=exchange, key=key, body=m["body"])
+                by_map.push_map(full, dtag)
+        for _ in range(min(handed, total)):
+            for i, c in enumerate((by_run, by_map)):
+                d = await c.__anext__()
+                got[i].append(d)
+                await {"ack": d.ack, "nack": d.nack, "reject": d.reject}[how]()
+
+    trio.run(main)
+    assert by_run.buffered == by_map.buffered
+    assert settlers[0].calls == settlers[1].calls
+    got[0] += by_run.finish(None, drop_buffer=True)
+    got[1] += by_map.finish(None, drop_buffer=True)
+    assert len(got[0]) == len(got[1]) == total
+    for a, b in zip(got[0], got[1], strict=True):
+        assert type(a) is RunDelivery and type(b) is PlainDelivery
+        for name in FIELDS:
+            assert getattr(a, name) == getattr(b, name), name
+        assert repr(a) == repr(b)
+        a.headers["x"] = 1  # the application's own, as on a PlainDelivery
+        a.properties["y"] = 2
+        assert a.headers == {"x": 1} and a.properties == {"y": 2}

@@ -21,7 +21,7 @@ from typing import Any
 
 import cbor2
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from amqlite.errors import LocalProtocolError, RemoteProtocolError
@@ -30,6 +30,7 @@ from amqlite.protocol import (
     PROPERTY_TYPES,
     Connection,
     ConnState,
+    DeliverRun,
     PublishRun,
     Role,
     codec,
@@ -1450,3 +1451,158 @@ def test_message_pairs_are_their_pieces_whatever_came_before(
             expected += codec._map_pair(codec._K_PROPS, props)
         assert codec._message_pairs(msg) == expected
         assert msg.wire == expected
+
+
+# --- a consumer's runs (Connection.events_with_deliver_runs) --------------------------
+
+_DELIVER_TAGS = [3, 23, 24, 200, 255, 256, 70_000, 70_001, 2**32 - 1, 2**32, 2**40]
+
+
+def _deliver_frame(ctag: str, dtag: int, route: tuple[str, str], size: int) -> bytes:
+    return frame(
+        {
+            "m": "deliver",
+            "ctag": ctag,
+            "dtag": dtag,
+            "exchange": route[0],
+            "key": route[1],
+            "body": bytes([dtag % 251]) * size,
+        }
+    )
+
+
+#: (consumer tag, route): mostly the first; the next two differ from it in one of
+#: them only, at the same size; the last in both
+_DELIVER_TO = [
+    ("ctag-1", ("", "q0")),
+    ("ctag-1", ("e", "q")),
+    ("ctag-2", ("", "q0")),
+    ("c", ("ex", "k")),
+]
+
+
+def _consumer_stream(draws: list[tuple[int, int, int, int, int]]) -> bytes:
+    """Frames a broker could send a client: plain deliveries (tags of every width,
+    some written wider than they need, consumer tags and routes of one size and of
+    others, bodies of every length head, a byte after the map), a grouped, a
+    persistent, a redelivered one, one with headers, a bare ok, a heartbeat, a bad
+    frame."""
+    out = []
+    for kind, tag_at, size, which, step in draws:
+        dtag = _DELIVER_TAGS[tag_at] + step
+        ctag, route = _DELIVER_TO[which]
+        plain = {"m": "deliver", "ctag": ctag, "dtag": dtag, "exchange": route[0]}
+        if kind <= 4:
+            out.append(_deliver_frame(ctag, dtag, route, size))
+        elif kind == 5:  # a byte after the map
+            out.append(raw_frame(_deliver_frame(ctag, dtag, route, size)[4:] + b"\x00"))
+        elif kind == 6 and dtag < 2**32:  # a tag written in 32 bits whatever its size
+            head = cbor2.dumps({"m": "deliver", "ctag": ctag, "dtag": 0})[:-1]
+            rest = cbor2.dumps({"exchange": route[0], "key": route[1], "body": b"w" * size})
+            payload = b"\xa6" + head[1:] + b"\x1a" + dtag.to_bytes(4, "big") + rest[1:]
+            out.append(raw_frame(payload))
+        elif kind == 7:
+            props = {"group_id": "g"}
+            out.append(frame({**plain, "key": route[1], "body": b"g", "props": props}))
+        elif kind == 8:
+            props = {"persistent": True}
+            out.append(frame({**plain, "key": route[1], "body": b"p", "props": props}))
+        elif kind == 9:
+            out.append(frame({**plain, "redelivered": True, "key": route[1], "body": b"r"}))
+        elif kind == 10:
+            out.append(frame({**plain, "key": route[1], "body": b"h", "headers": {"a": 1}}))
+        elif kind == 11:
+            out.append(frame({"m": "ok", "re": dtag}))
+        elif kind == 12:
+            out.append(frame({"m": "heartbeat"}))
+        else:
+            out.append(raw_frame(cbor2.dumps({"m": "deliver", "ctag": 1})))
+    return b"".join(out)
+
+
+@CHECKS
+@given(
+    draws=st.lists(
+        st.tuples(
+            st.sampled_from([0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]),
+            st.sampled_from([6, 6, 6, 6, *range(len(_DELIVER_TAGS))]),
+            st.sampled_from([0, 1, 23, 24, 100, 100, 100, 255, 256, 70_000]),
+            st.sampled_from([0, 0, 0, 0, 0, 1, 2, 3]),
+            st.integers(0, 3),
+        ),
+        max_size=30,
+    ),
+    cuts=st.lists(st.integers(min_value=1, max_value=3000), max_size=8),
+    limit=st.sampled_from([1, 2, 3, 7, 64, 2**62]),
+)
+@example(draws=[(0, 6, 100, 0, 0), (5, 6, 100, 0, 1), (0, 6, 100, 0, 2)], cuts=[], limit=64)
+@example(draws=[(0, 6, 100, 0, 0), (0, 6, 100, 1, 1), (0, 6, 100, 2, 2)], cuts=[], limit=64)
+@example(draws=[(0, 6, 100, 0, 0), (0, 6, 100, 0, 1), (0, 6, 100, 1, 2)], cuts=[], limit=64)
+@example(draws=[(0, 6, 100, 0, 0), (6, 3, 100, 0, 1), (0, 5, 256, 0, 2)], cuts=[], limit=64)
+def test_deliver_runs_expand_to_the_deliver_maps(
+    draws: list[tuple[int, int, int, int, int]], cuts: list[int], limit: int
+) -> None:
+    """events_with_deliver_runs, its runs expanded, gives what events_with_deliver_maps
+    gives for the same bytes however they arrive and whatever the limit; a run holds
+    two deliveries or more, each batch reads at most ``limit`` frames; an error comes
+    after the events before it, as from events_with_deliver_maps."""
+    data = _consumer_stream(draws)
+    whole = client_in(ConnState.OPEN)
+    if data:  # (b"" would mean the end of the stream)
+        whole.receive_data(data)
+    expected: list[Any] = []
+    with contextlib.suppress(RemoteProtocolError):
+        while batch := whole.events_with_deliver_maps():
+            expected += batch
+    runs = client_in(ConnState.OPEN)
+    got: list[Any] = []
+    pos = 0
+    with contextlib.suppress(RemoteProtocolError):
+        for c in [*cuts, len(data)]:
+            if data[pos : pos + c]:
+                runs.receive_data(data[pos : pos + c])
+            pos += c
+            while batch := runs.events_with_deliver_runs(limit):
+                expanded: list[Any] = []
+                for e in batch:
+                    if type(e) is DeliverRun:
+                        assert len(e.dtags) >= 2
+                        expanded += e.maps()
+                    else:
+                        expanded.append(e)
+                assert len(expanded) <= limit
+                got += expanded
+    assert got == expected
+
+
+def test_a_run_of_plain_deliveries_is_read_in_one_go() -> None:
+    """The bench's stream (one consumer, one route, tags one after the other) is one
+    run however long."""
+    data = b"".join(_deliver_frame("ctag-1", 70_000 + i, ("", "q0"), 100) for i in range(500))
+    conn = client_in(ConnState.OPEN)
+    conn.receive_data(data)
+    (run,) = conn.events_with_deliver_runs()
+    assert type(run) is DeliverRun
+    assert run.dtags == list(range(70_000, 70_500)) and run.bodies[0] == bytes([70_000 % 251]) * 100
+    assert (run.ctag, run.exchange, run.key) == ("ctag-1", "", "q0")
+
+
+def test_a_frame_of_the_usual_size_with_a_narrower_tag_is_not_read_as_the_usual_one() -> None:
+    """read_deliver_run's one-compare path takes a frame only when its tag takes 32
+    bits: a frame of the same size whose 16-bit tag is followed by two stray bytes
+    and then the usual route and body head is what events_with_deliver_maps makes
+    of it (an error here), not a delivery."""
+    usual = [_deliver_frame("ctag-1", 70_000 + i, ("", "q0"), 100) for i in range(2)]
+    odd = bytearray(usual[1])
+    at = odd.index(b"\x1a" + (70_001).to_bytes(4, "big"))
+    odd[at : at + 5] = b"\x19\x01\x02\x00\x00"  # same size: the tag then two stray bytes
+    data = b"".join([*usual, bytes(odd), usual[0]])
+    got: list[Any] = [[], []]
+    for i, read in enumerate(("events_with_deliver_maps", "events_with_deliver_runs")):
+        conn = client_in(ConnState.OPEN)
+        conn.receive_data(data)
+        with contextlib.suppress(RemoteProtocolError):
+            while batch := getattr(conn, read)():
+                for e in batch:
+                    got[i] += e.maps() if type(e) is DeliverRun else [e]
+    assert got[0] == got[1] and len(got[0]) == 2
