@@ -14,7 +14,7 @@ followed records are taken. Prints microseconds per message (thread CPU time; mi
 of 3, ``once``: one run). With ``setup`` it stops after making the syncs: under
 valgrind (``--tool=cachegrind --cache-sim=no``), with ``once``, the instructions per
 message are ``((I(N2) - I(N1)) - (I(N2, setup) - I(N1, setup))) / (N2 - N1)``, a
-figure a shared machine does not move (ROUND13_HA_PASSIVE.md).
+figure a shared machine does not move (benchmarks/README.md, round 13, the passive node).
 """
 
 from __future__ import annotations

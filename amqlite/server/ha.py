@@ -93,15 +93,15 @@ LINK_BACKOFF = (0.05, 1.0)
 #: builds an entry and removes it; with the consumer ~450 messages behind (a pair's
 #: 1to1 run), 512 KiB (~1,700 messages) kept a quarter of them, 1 MiB an eighth:
 #: 33.2k -> 28.6k instructions a message in benchmarks/ha_passive_micro.py
-#: (ROUND13_HA_PASSIVE.md); the fold itself costs ~40 % less a message since
-#: round 13, so the takeover's wait stays where 512 KiB put it
+#: (benchmarks/README.md, round 13, the passive node); the fold itself costs ~40 %
+#: less a message since round 13, so the takeover's wait stays where 512 KiB put it
 FOLD_AFTER_BYTES = 1 << 20
 #: ... and once no sync has come for this long (s): how long an idle passive node's
 #: state and broker may lag what it journaled. Well above the time between syncs of
 #: a busy pair on a loaded machine (~70 ms apart on the 2-core VM): at 50 ms it
 #: folded between most syncs, so an enqueue and its ack a sync later rarely met in
 #: one fold and cancelled (37-51 % of messages instead of ~75 %), and each fold
-#: cost a timer wake-up (ROUND12_HA_PASSIVE.md)
+#: cost a timer wake-up (benchmarks/README.md, round 12, the passive node)
 FOLD_IDLE = 1.0
 #: The least time a dial of the peer link may take (else the failover timeout).
 LINK_DIAL_TIMEOUT = 1.0
