@@ -20,7 +20,7 @@ import cbor2
 
 from amqlite.protocol.cbor import ARRAY, bytes_head, cached_text, head, text, uint
 
-from .wire import Envelope, Forward, Forwards, PeeringMessage, PlainRun
+from .wire import Envelope, Forward, Forwards, PeeringMessage, PlainRun, plain_run_of
 
 BATCH = "peer.batch"
 
@@ -128,71 +128,21 @@ def encode_forwards(seq: int, envelopes: Sequence[Envelope]) -> bytes:
 
 def _compact(seq: int, envelopes: Sequence[Envelope]) -> bytes | None:
     """:func:`encode_forwards` of a run in the compact form (``origin``, ``keys``,
-    ``bodies``); None when it has no such form. Why the form exists: a row per
-    message (seven fields, two empty maps) was what the sending broker spent most
-    on encoding a run and the receiving one on decoding and checking it."""
-    if type(envelopes) is PlainRun:
-        return _compact_plain(seq, envelopes)
-    first = envelopes[0]
-    node, epoch, origin_seq = first.mesh_id
-    key = first.routing_key
-    if envelopes[-1].mesh_id[2] != origin_seq + len(envelopes) - 1:
-        return None  # (a quick no: a gap, another origin)
-    parts: list[bytes] = []
-    extend = parts.extend
-    expected = origin_seq
-    same_key = True
-    for env in envelopes:
-        mesh_id = env.mesh_id
-        if (
-            mesh_id[2] != expected
-            or mesh_id[1] != epoch
-            or mesh_id[0] != node
-            or env.headers
-            or env.properties
-        ):
-            return None
-        expected += 1
-        if same_key and env.routing_key != key:
-            same_key = False
-        body = env.body
-        n = len(body)
-        extend((_BYTES8[n] if n < 0x100 else bytes_head(n), body))
-    if same_key:
-        keys = cached_text(key)
-    else:
-        keys = head(ARRAY, len(envelopes)) + b"".join(cached_text(e.routing_key) for e in envelopes)
-    return b"".join(
-        (
-            _COMPACT_HEAD,
-            uint(seq),
-            _K_EXCHANGE,
-            cached_text(first.exchange),
-            _K_PATH,
-            _path(first.path),
-            _K_HOPS,
-            uint(first.hops),
-            _K_ORIGIN,
-            cached_text(node),
-            uint(epoch),
-            uint(origin_seq),
-            _K_KEYS,
-            keys,
-            _K_BODIES,
-            head(ARRAY, len(envelopes)),
-            *parts,
-        )
-    )
+    ``bodies``); None when it has no such form (``wire.plain_run_of``: one origin,
+    origin seqs in a row, no headers, no properties). Why the form exists: a row
+    per message (seven fields, two empty maps) was what the sending broker spent
+    most on encoding a run and the receiving one on decoding and checking it."""
+    run = plain_run_of(envelopes, least=1)
+    return None if run is None else _compact_plain(seq, run)
 
 
 def _compact_plain(seq: int, run: PlainRun) -> bytes:
-    """:func:`_compact` of a :class:`PlainRun` (a sending log's run of plain
-    publishes): it has the compact form by construction (one origin, consecutive
-    origin seqs, no headers, no properties), so nothing is checked per message
-    and no envelope is made. Why it exists beside :func:`_compact`: what the
-    sending broker spent encoding a run was mostly that check and the envelopes'
-    attribute look-ups (``tests/peering/test_fast_paths.py`` checks the bytes
-    against the run's envelopes encoded)."""
+    """The compact form of a :class:`PlainRun` (a sending log's run of plain
+    publishes, or envelopes :func:`~amqlite.peering.wire.plain_run_of` found to be
+    one): it has the form by construction (one origin, consecutive origin seqs, no
+    headers, no properties), so nothing is checked per message and no envelope is
+    read (``tests/peering/test_fast_paths.py`` checks the bytes against the run's
+    envelopes encoded by cbor2)."""
     bodies, keys = run.bodies, run.keys
     if type(keys) is str:
         key_bytes = cached_text(keys)

@@ -395,10 +395,11 @@ class PlainRun(Sequence[Envelope]):
 _ENV_KEY, _ENV_BODY = attrgetter("routing_key"), attrgetter("body")
 
 
-def plain_run_of(envelopes: Sequence[Envelope]) -> PlainRun | None:
+def plain_run_of(envelopes: Sequence[Envelope], least: int = 2) -> PlainRun | None:
     """``envelopes`` as one :class:`PlainRun` (equal to them) when they are one:
     no headers, no properties, one origin with consecutive origin seqs, one
-    exchange, path and hops; None otherwise (two or more of them wanted).
+    exchange, path and hops; None otherwise, or when there are fewer than
+    ``least`` (the compact encoder, ``cbor._compact``, takes one).
 
     Why it exists: a subscriber's peering queue hands its link end the envelopes
     its messages were published with (``PeeringLink.take_run``), a run of a
@@ -407,7 +408,7 @@ def plain_run_of(envelopes: Sequence[Envelope]) -> PlainRun | None:
     on the ack as one item, without an onward envelope each
     (``tests/peering/test_fast_paths.py`` checks the run against the list)."""
     n = len(envelopes)
-    if n < 2:
+    if n < least or not n:
         return None
     if type(envelopes) is PlainRun:
         return envelopes
