@@ -43,13 +43,14 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from amqlite_bench.ports import fixed_port
 
 _TICK = os.sysconf("SC_CLK_TCK")
 #: the servers' and the bench's working directory: ``python -m`` puts the working
@@ -69,13 +70,6 @@ def _io(pid: int) -> tuple[int, int]:
     """(read, write) system calls of ``pid`` so far (``/proc/PID/io``)."""
     fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
     return int(fields["syscr"]), int(fields["syscw"])
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _env(tree: str) -> dict[str, str]:
@@ -172,7 +166,7 @@ def _measure(
 ) -> dict[str, float]:
     persistent = messages // 4  # what 1to1-persistent-confirm publishes of --messages
     row: dict[str, float] = {"load": os.getloadavg()[0]}
-    ports = {"primary": _free_port(), "backup": _free_port()}
+    ports = {"primary": fixed_port(), "backup": fixed_port()}
     config = work / "pair.toml"
     config.write_text(
         "[cluster]\n"
@@ -185,7 +179,7 @@ def _measure(
                 "--data-dir", str(work / side), f"--is_{side}", "1")
         for side, port in ports.items()
     ]  # fmt: skip
-    standalone_port = _free_port()
+    standalone_port = fixed_port()
     alone = _Server(
         tree, work / "standalone.log", "--port", str(standalone_port),
         "--data-dir", str(work / "standalone"),

@@ -34,7 +34,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -45,23 +44,17 @@ from typing import Any
 import trio
 
 import amqlite
+from amqlite_bench.ports import fixed_port
 from amqlite_bench.procs import ServerProcess, broker_argv
 
 BODY = b"x" * 100
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Sites:
     def __init__(self, tmp: Path, nursery: trio.Nursery) -> None:
         self.tmp = tmp
         self.nursery = nursery
-        self.ports = {"a": _free_port(), "b": _free_port()}
+        self.ports = {"a": fixed_port(), "b": fixed_port()}
         self.procs: dict[str, ServerProcess] = {}
 
     def address(self, name: str) -> str:

@@ -37,7 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ha_cpu import _NEUTRAL, _cpu, _env, _free_port, _Server
+from amqlite_bench.ports import fixed_port
+from ha_cpu import _NEUTRAL, _cpu, _env, _Server
 
 #: the messages a scenario moves (what the broker's CPU is divided by), as a share of N
 _SHARE = {"1to1-persistent-confirm": 4, "1to1-transient": 1, "fanout-1to10": 1}
@@ -61,7 +62,7 @@ def _measure(
 ) -> dict[str, float]:
     moved = messages // _SHARE[scenario]
     row: dict[str, float] = {"load": os.getloadavg()[0]}
-    port = _free_port()
+    port = fixed_port()
     # _Server passes --fsync batch first; the later --fsync wins
     server = _Server(
         tree, work / "broker.log", "--port", str(port), "--data-dir", str(work / "d"),

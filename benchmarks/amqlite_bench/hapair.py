@@ -14,7 +14,6 @@ when its block ends.
 from __future__ import annotations
 
 import signal
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -29,6 +28,7 @@ import amqlite
 from amqlite.errors import AmqliteError
 
 from .errors import BenchError
+from .ports import fixed_port
 from .procs import ServerProcess, broker_argv
 
 PRIMARY = "primary"
@@ -66,14 +66,6 @@ class PairTiming:
                 f"failover_timeout_ms ({self.failover_timeout_ms}) must exceed "
                 f"heartbeat_ms ({self.heartbeat_ms})"
             )
-
-
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def cluster_config(ports: Mapping[str, int], timing: PairTiming, witness: str = "") -> str:
@@ -116,7 +108,7 @@ class HaPair:
         self.timing = timing
         self.log_dir = log_dir or directory
         self.fsync = fsync
-        self.ports = {side: free_port() for side in SIDES}
+        self.ports = {side: fixed_port() for side in SIDES}
         self.config = directory / "pair.toml"
         self.config.write_text(cluster_config(self.ports, timing))
         self.procs: dict[str, ServerProcess] = {}
