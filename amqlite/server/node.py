@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import ssl
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 import trio
@@ -22,7 +22,6 @@ from amqlite.store.files import FileLayer
 from amqlite.tls import server_context
 
 from .alarms import AlarmService, DiskProbe, MemoryProbe
-from .amqp import AmqpChannel, AmqpServerConnection
 from .connection import NativeConnection, refuse_plain_hello
 from .endpoints import BrowserEndpoint, ClientEndpoint
 from .ha import HaService
@@ -32,9 +31,18 @@ from .storage import NodeStorage
 from .tls_accept import accept_tls
 
 if TYPE_CHECKING:
+    from .amqp import AmqpServerConnection
+
     # the HTTP stack (hypercorn, starlette) is imported only by a node that serves
     # HTTP: it is most of a broker's start-up imports
     from .http import BrowserConnection, HttpService
+
+
+class _PushOwner(Protocol):
+    """A session owner the pump hands its pending pushes to."""
+
+    def push(self) -> object: ...
+
 
 TICK_INTERVAL = 0.1  # seconds between TTL sweeps
 SHUTDOWN_GRACE = 5.0
@@ -84,6 +92,18 @@ class BrokerNode:
         self.node_id = config.server.node_id
         self.port = 0
         self.amqp_port: int | None = None  # bound once running, when [amqp] is on
+        #: the session owners :meth:`pump_sized` hands pushes to. AMQP 0-9-1
+        #: (``amqlite.amqp``'s method tables, ~0.1 s of a start) is imported only by a
+        #: node that serves it, so a restart without ``[amqp]`` does not pay for it.
+        self._push_owners: tuple[type[_PushOwner], ...] = (
+            ClientEndpoint,
+            PeeringQueue,
+            BrowserEndpoint,
+        )
+        if config.amqp.enabled:
+            from .amqp import AmqpChannel
+
+            self._push_owners += (AmqpChannel,)
         self.storage = (
             NodeStorage(config.storage, file_layer=file_layer) if config.storage.persist else None
         )
@@ -391,6 +411,8 @@ class BrokerNode:
             client = tls_stream
         conn: NativeConnection | AmqpServerConnection
         if amqp:
+            from .amqp import AmqpServerConnection  # imported with AmqpChannel (__init__)
+
             conn = AmqpServerConnection(self, client, remote, host, slot=slot)
         else:
             conn = NativeConnection(self, client, remote, host, slot=slot)
@@ -463,7 +485,7 @@ class BrokerNode:
                 waiting = owner.push()
                 if waiting > fullest:
                     fullest = waiting
-            elif isinstance(owner, ClientEndpoint | AmqpChannel | PeeringQueue | BrowserEndpoint):
+            elif isinstance(owner, self._push_owners):
                 owner.push()
         return fullest
 
