@@ -375,7 +375,7 @@ class Connection(Declarations, StreamRequests, BulkRequests):
                     continue
                 if not c.no_ack:
                     settler.acks.delivered_many(tags)
-                c.push_run(tags, e.bodies, (e.exchange, e.key))
+                c.push_run(tags, e.bodies, (e.exchange, e.key, e.props))
             elif t is dict:  # a deliver map in its usual shape
                 assert isinstance(e, dict)
                 last = e["dtag"]

@@ -838,6 +838,17 @@ def _read_small_map(enc: bytes, headers: bool) -> dict[str, Any] | None:
 
 
 _CTAGS: dict[bytes, str] = {}  # an encoded consumer tag -> the tag
+#: the ``props`` pair (key and map) of the last delivery :func:`read_plain_deliver`
+#: read in its first branch, and the remembered map (from _PROPS_READ) it encodes
+_LAST_PROPS: list[tuple[bytes, dict[str, Any]]] = [(b"", {})]
+
+
+def last_props() -> tuple[bytes, dict[str, Any]]:
+    """The encoded ``props`` pair of the last delivery with properties
+    :func:`read_plain_deliver` read from the consumer tag and route of the frame
+    before, and the map it encodes (not to be changed): the frame end
+    :func:`read_deliver_run` reads on with as ``props_tail``."""
+    return _LAST_PROPS[0]
 
 
 def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str, Any] | None:
@@ -917,8 +928,14 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
             elif size >= 0 and buf.startswith(_K_PROPS, at + size, end):
                 stop = at + size + len(_K_PROPS)
                 if end - stop <= _PROPS_MAX:
-                    known = _PROPS_READ.get(bytes(buf[stop:end]))
+                    props_enc = bytes(buf[stop:end])
+                    # (read and remembered at the first miss: a persistent
+                    # delivery's map, which the general path below reads without
+                    # remembering it, took both paths every time until round 14)
+                    known = _PROPS_READ.get(props_enc) or _read_props(props_enc)
                     if known is not None:
+                        if known is not _LAST_PROPS[0][1]:  # (read_deliver_run's)
+                            _LAST_PROPS[0] = (_K_PROPS + props_enc, known)
                         body = buf[at : at + size]
                         return {
                             "m": "deliver",
@@ -979,6 +996,8 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
         known = _PROPS_READ.get(enc) or _read_props(enc)
         if known is None:
             return None
+        if known is not _LAST_PROPS[0][1]:  # (read_deliver_run's, as above)
+            _LAST_PROPS[0] = (_K_PROPS + enc, known)
         return {
             "m": "deliver",
             "ctag": ctag,
@@ -991,6 +1010,10 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
     if stop != end:
         return None
     if persistent:
+        enc = _PERSISTENT_PROPS[len(_K_PROPS) :]
+        known = _PROPS_READ.get(enc) or _read_props(enc)
+        if known is not None and known is not _LAST_PROPS[0][1]:
+            _LAST_PROPS[0] = (_PERSISTENT_PROPS, known)
         return {
             "m": "deliver",
             "ctag": ctag,
@@ -1152,6 +1175,7 @@ def read_deliver_run(
     max_frame: int,
     dtags: list[int],
     bodies: list[bytes],
+    props_tail: bytes = b"",
 ) -> int:
     """Read on from ``pos`` (a frame's length prefix) while the frames are plain
     deliveries for the consumer tag and route of the one :func:`read_plain_deliver`
@@ -1163,6 +1187,13 @@ def read_deliver_run(
     :func:`read_plain_deliver` of its bytes gives the map of that consumer tag,
     route, tag and body.
 
+    With ``props_tail`` (the ``props`` pair :func:`last_props` gives), the frames
+    read are deliveries whose body is followed by that pair, ending the frame (a
+    7-entry map: a persistent message's ``{"persistent": true}``);
+    :func:`read_plain_deliver` of each gives the same map with ``props``, the
+    map :func:`last_props` gives. (Since round 14: persistent deliveries took a
+    map and the frame loop a message.)
+
     Why it exists: a consumer's deliveries arrive as runs of such frames, and a
     call to read_plain_deliver and a map a message (with the frame loop's checks
     around the call) were about a third of a transient consumer's time per
@@ -1171,6 +1202,9 @@ def read_deliver_run(
     tests/protocol/test_protocol_fast_paths.py checks it against
     read_plain_deliver."""
     head = _LAST_DELIVER_HEAD[0][0]
+    plen = len(props_tail)
+    if plen:  # the map has a seventh entry, props, last
+        head = MAP_HEADS[7] + head[1:]
     route = _LAST_ROUTE[0][0]
     after_head = 4 + len(head)
     route_len = len(route)
@@ -1191,9 +1225,14 @@ def read_deliver_run(
         if end > size or n > max_frame or not buf.startswith(head, pos + 4, end):
             break
         at = pos + after_head
-        if n == same_n and buf[at] == 0x1A and buf.startswith(tail, at + 5, end):
+        if (
+            n == same_n
+            and buf[at] == 0x1A
+            and buf.startswith(tail, at + 5, end)
+            and (not plen or buf.startswith(props_tail, end - plen))
+        ):
             add_tag(_UNPACK32(buf, at + 1)[0])
-            add_body(bytes(buf[at + tail_len : end]))
+            add_body(bytes(buf[at + tail_len : end - plen]))
             pos = end
             room -= 1
             continue
@@ -1232,10 +1271,10 @@ def read_deliver_run(
             at += 3
         else:
             break
-        if at + length != end:
+        if at + length != end - plen or (plen and not buf.startswith(props_tail, at + length)):
             break
         add_tag(dtag)
-        add_body(bytes(buf[at:end]))
+        add_body(bytes(buf[at : end - plen]))
         if wide:
             same_n = n
             tail = bytes(buf[tail_at:at])

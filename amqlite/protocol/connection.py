@@ -93,32 +93,62 @@ class PublishRun:
 class DeliverRun:
     """Plain deliveries read in a row, as :meth:`Connection.events_with_deliver_runs`
     hands them on: for each ``i`` the :data:`DeliverMap` ``{"m": "deliver", "ctag":
-    ctag, "dtag": dtags[i], "exchange": exchange, "key": key, "body": bodies[i]}``
-    (no properties), in that order; at least two."""
+    ctag, "dtag": dtags[i], "exchange": exchange, "key": key, "body": bodies[i]}``,
+    in that order, with ``"props": props`` last when ``props`` is not None (one
+    properties map for the whole run, e.g. a persistent message's ``{"persistent":
+    True}``; each map's own copy); at least two."""
 
-    __slots__ = ("bodies", "ctag", "dtags", "exchange", "key")
+    __slots__ = ("bodies", "ctag", "dtags", "exchange", "key", "props")
 
     def __init__(
-        self, ctag: str, exchange: str, key: str, dtags: list[int], bodies: list[bytes]
+        self,
+        ctag: str,
+        exchange: str,
+        key: str,
+        dtags: list[int],
+        bodies: list[bytes],
+        props: dict[str, Any] | None = None,
     ) -> None:
         self.ctag = ctag
         self.exchange = exchange
         self.key = key
         self.dtags = dtags
         self.bodies = bodies
+        self.props = props
 
     def maps(self) -> list[DeliverMap]:
         """The run as the maps :meth:`Connection.events_with_deliver_maps` gives for it."""
-        ctag, exchange, key = self.ctag, self.exchange, self.key
+        ctag, exchange, key, props = self.ctag, self.exchange, self.key, self.props
+        if props is None:
+            return [
+                {
+                    "m": "deliver",
+                    "ctag": ctag,
+                    "dtag": t,
+                    "exchange": exchange,
+                    "key": key,
+                    "body": b,
+                }
+                for t, b in zip(self.dtags, self.bodies, strict=True)
+            ]
         return [
-            {"m": "deliver", "ctag": ctag, "dtag": t, "exchange": exchange, "key": key, "body": b}
+            {
+                "m": "deliver",
+                "ctag": ctag,
+                "dtag": t,
+                "exchange": exchange,
+                "key": key,
+                "body": b,
+                "props": dict(props),
+            }
             for t, b in zip(self.dtags, self.bodies, strict=True)
         ]
 
     def __repr__(self) -> str:
+        props = "" if self.props is None else f", {self.props!r}"
         return (
             f"DeliverRun({self.ctag!r}, {self.exchange!r}, {self.key!r}, "
-            f"{self.dtags!r}, {self.bodies!r})"
+            f"{self.dtags!r}, {self.bodies!r}{props})"
         )
 
 
@@ -276,7 +306,8 @@ class Connection:
         self, limit: int = sys.maxsize
     ) -> list[ev.Event | DeliverMap | DeliverRun]:
         """:meth:`events_with_deliver_maps`, except that plain deliveries in a row
-        (no properties; one consumer tag, one route) come as one :class:`DeliverRun`;
+        (one consumer tag, one route; no properties, or the same small properties
+        map, as persistent messages have) come as one :class:`DeliverRun`;
         ``limit`` counts frames (a run's each). Expanding each run
         (:meth:`DeliverRun.maps`) gives what :meth:`events_with_deliver_maps` gives.
 
@@ -395,23 +426,46 @@ class Connection:
                         if m is not None:
                             pos = end
                             count += 1
-                            if runs and len(m) == 6 and count < limit:
+                            if runs and count < limit:
                                 # the frames after it that continue the run (see
-                                # events_with_deliver_runs)
+                                # events_with_deliver_runs); with properties (a 7th
+                                # entry), the frames that end as this one does
                                 ctag, names = codec.last_deliver()
+                                props = m.get("props")
+                                tail = b""
+                                same = True
+                                if props is not None:
+                                    tail, known = codec.last_props()
+                                    same = (
+                                        tail != b""
+                                        and props == known
+                                        and buf.startswith(tail, end - len(tail), end)
+                                    )
                                 if (
-                                    ctag == m["ctag"]
+                                    same
+                                    and ctag == m["ctag"]
                                     and names[0] == m["exchange"]
                                     and names[1] == m["key"]
                                 ):
                                     dtags = [m["dtag"]]
                                     bodies = [m["body"]]
                                     pos = codec.read_deliver_run(
-                                        buf, pos, size, limit - count, max_frame, dtags, bodies
+                                        buf,
+                                        pos,
+                                        size,
+                                        limit - count,
+                                        max_frame,
+                                        dtags,
+                                        bodies,
+                                        tail,
                                     )
                                     if len(dtags) > 1:
                                         count += len(dtags) - 1
-                                        append(DeliverRun(ctag, names[0], names[1], dtags, bodies))
+                                        append(
+                                            DeliverRun(
+                                                ctag, names[0], names[1], dtags, bodies, props
+                                            )
+                                        )
                                         continue
                             append(m)
                             continue

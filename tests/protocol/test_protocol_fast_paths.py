@@ -1458,17 +1458,32 @@ def test_message_pairs_are_their_pieces_whatever_came_before(
 _DELIVER_TAGS = [3, 23, 24, 200, 255, 256, 70_000, 70_001, 2**32 - 1, 2**32, 2**40]
 
 
-def _deliver_frame(ctag: str, dtag: int, route: tuple[str, str], size: int) -> bytes:
-    return frame(
-        {
-            "m": "deliver",
-            "ctag": ctag,
-            "dtag": dtag,
-            "exchange": route[0],
-            "key": route[1],
-            "body": bytes([dtag % 251]) * size,
-        }
-    )
+def _deliver_frame(
+    ctag: str, dtag: int, route: tuple[str, str], size: int, props: dict[str, Any] | None = None
+) -> bytes:
+    m = {
+        "m": "deliver",
+        "ctag": ctag,
+        "dtag": dtag,
+        "exchange": route[0],
+        "key": route[1],
+        "body": bytes([dtag % 251]) * size,
+    }
+    if props is not None:
+        m["props"] = props
+    return frame(m)
+
+
+#: properties a run of deliveries may carry (kinds 14-17 of _consumer_stream): a
+#: persistent message's; one of the same size that is not (read_deliver_run's
+#: one-compare path must not take it for the first); a grouped message's; a map
+#: the props reader declines (its value is a list)
+_RUN_PROPS: list[dict[str, Any]] = [
+    {"persistent": True},
+    {"persistent": False},
+    {"group_id": "g"},
+    {"group_id": "g", "x": [1]},
+]
 
 
 #: (consumer tag, route): mostly the first; the next two differ from it in one of
@@ -1515,6 +1530,8 @@ def _consumer_stream(draws: list[tuple[int, int, int, int, int]]) -> bytes:
             out.append(frame({"m": "ok", "re": dtag}))
         elif kind == 12:
             out.append(frame({"m": "heartbeat"}))
+        elif kind >= 14:  # a delivery with properties, of the usual size (runs of them)
+            out.append(_deliver_frame(ctag, dtag, route, size, _RUN_PROPS[kind - 14]))
         else:
             out.append(raw_frame(cbor2.dumps({"m": "deliver", "ctag": 1})))
     return b"".join(out)
@@ -1524,7 +1541,11 @@ def _consumer_stream(draws: list[tuple[int, int, int, int, int]]) -> bytes:
 @given(
     draws=st.lists(
         st.tuples(
-            st.sampled_from([0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]),
+            st.sampled_from(
+                [0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+                + [14] * 5
+                + [15, 16, 16, 17]
+            ),
             st.sampled_from([6, 6, 6, 6, *range(len(_DELIVER_TAGS))]),
             st.sampled_from([0, 1, 23, 24, 100, 100, 100, 255, 256, 70_000]),
             st.sampled_from([0, 0, 0, 0, 0, 1, 2, 3]),
@@ -1539,6 +1560,24 @@ def _consumer_stream(draws: list[tuple[int, int, int, int, int]]) -> bytes:
 @example(draws=[(0, 6, 100, 0, 0), (0, 6, 100, 1, 1), (0, 6, 100, 2, 2)], cuts=[], limit=64)
 @example(draws=[(0, 6, 100, 0, 0), (0, 6, 100, 0, 1), (0, 6, 100, 1, 2)], cuts=[], limit=64)
 @example(draws=[(0, 6, 100, 0, 0), (6, 3, 100, 0, 1), (0, 5, 256, 0, 2)], cuts=[], limit=64)
+@example(  # persistent deliveries, then one of the same size that is not persistent
+    draws=[(14, 6, 100, 0, 0), (14, 6, 100, 0, 1), (14, 6, 100, 0, 2), (15, 6, 100, 0, 3)],
+    cuts=[],
+    limit=64,
+)
+@example(  # a plain delivery, then persistent ones, then grouped ones, then plain
+    draws=[
+        (0, 6, 100, 0, 0),
+        (14, 6, 100, 0, 1),
+        (14, 6, 100, 0, 2),
+        (16, 6, 100, 0, 3),
+        (16, 6, 100, 0, 3),
+        (0, 6, 100, 0, 0),
+        (0, 6, 100, 0, 1),
+    ],
+    cuts=[],
+    limit=64,
+)
 def test_deliver_runs_expand_to_the_deliver_maps(
     draws: list[tuple[int, int, int, int, int]], cuts: list[int], limit: int
 ) -> None:
@@ -1585,6 +1624,22 @@ def test_a_run_of_plain_deliveries_is_read_in_one_go() -> None:
     assert type(run) is DeliverRun
     assert run.dtags == list(range(70_000, 70_500)) and run.bodies[0] == bytes([70_000 % 251]) * 100
     assert (run.ctag, run.exchange, run.key) == ("ctag-1", "", "q0")
+
+
+def test_a_run_of_persistent_deliveries_is_read_in_one_go() -> None:
+    """The persistent bench's stream (the same, each with ``{"persistent": true}``) is
+    one run too, whose maps carry the properties, each its own copy."""
+    props = {"persistent": True}
+    data = b"".join(
+        _deliver_frame("ctag-1", 70_000 + i, ("", "q0"), 100, props) for i in range(500)
+    )
+    conn = client_in(ConnState.OPEN)
+    conn.receive_data(data)
+    (run,) = conn.events_with_deliver_runs()
+    assert type(run) is DeliverRun
+    assert run.dtags == list(range(70_000, 70_500)) and run.props == props
+    maps = run.maps()
+    assert maps[0]["props"] == props and maps[0]["props"] is not maps[1]["props"]
 
 
 def test_a_frame_of_the_usual_size_with_a_narrower_tag_is_not_read_as_the_usual_one() -> None:
