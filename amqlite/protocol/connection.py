@@ -152,6 +152,24 @@ class DeliverRun:
         )
 
 
+class OkRun:
+    """Bare oks read in a row (``{"m": "ok", "re": re}``, no ``info``: a confirmed
+    publisher's confirms), as :meth:`Connection.events_with_deliver_runs` hands them
+    on: ``Ok(re, {})`` for each of ``res``, in that order; at least two."""
+
+    __slots__ = ("res",)
+
+    def __init__(self, res: list[int]) -> None:
+        self.res = res
+
+    def events(self) -> list[ev.Ok]:
+        """The run as the events :meth:`Connection.events_with_deliver_maps` gives for it."""
+        return [ev.Ok(re, codec.EMPTY) for re in self.res]
+
+    def __repr__(self) -> str:
+        return f"OkRun({self.res!r})"
+
+
 def _valid_props(props: Any) -> bool:
     return type(props) is dict and codec.check_props(props) is None
 
@@ -304,7 +322,7 @@ class Connection:
 
     def events_with_deliver_runs(
         self, limit: int = sys.maxsize
-    ) -> list[ev.Event | DeliverMap | DeliverRun]:
+    ) -> list[ev.Event | DeliverMap | DeliverRun | OkRun]:
         """:meth:`events_with_deliver_maps`, except that plain deliveries in a row
         (one consumer tag, one route; no properties, or the same small properties
         map, as persistent messages have) come as one :class:`DeliverRun`;
@@ -314,9 +332,12 @@ class Connection:
         Why it exists: a consumer's messages arrive as such runs, and a map a
         message, read by a call a frame, was about a third of a transient
         consumer's time per message; the client takes a run's deliveries in one
-        go (``Consumer.push_run``). tests/protocol/test_protocol_fast_paths.py
-        checks the expansion against :meth:`events_with_deliver_maps`."""
-        out: list[ev.Event | DeliverMap | DeliverRun] = []
+        go (``Consumer.push_run``). Likewise bare oks in a row (a publisher's
+        confirms) come as one :class:`OkRun` (since round 14), which the client
+        settles in one go (``ConfirmWindow.confirm_run``).
+        tests/protocol/test_protocol_fast_paths.py checks the expansion against
+        :meth:`events_with_deliver_maps`."""
+        out: list[ev.Event | DeliverMap | DeliverRun | OkRun] = []
         self._decode(out, limit, True, True)
         return out
 
@@ -418,6 +439,16 @@ class Connection:
                                         count += 1
                                 append(PublishRun(ok.id, exchange, key, bodies))
                                 continue
+                            if runs and type(ok) is ev.Ok and count < limit:
+                                # the bare oks after it (see events_with_deliver_runs)
+                                res = [ok.re]
+                                pos = codec.read_bare_ok_run(
+                                    buf, pos, size, limit - count, max_frame, res
+                                )
+                                if len(res) > 1:
+                                    count += len(res) - 1
+                                    append(OkRun(res))
+                                    continue
                             append(ok)
                             continue
                     elif plain:

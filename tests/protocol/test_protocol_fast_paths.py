@@ -31,6 +31,7 @@ from amqlite.protocol import (
     Connection,
     ConnState,
     DeliverRun,
+    OkRun,
     PublishRun,
     Role,
     codec,
@@ -1530,8 +1531,20 @@ def _consumer_stream(draws: list[tuple[int, int, int, int, int]]) -> bytes:
             out.append(frame({"m": "ok", "re": dtag}))
         elif kind == 12:
             out.append(frame({"m": "heartbeat"}))
-        elif kind >= 14:  # a delivery with properties, of the usual size (runs of them)
+        elif 14 <= kind <= 17:  # a delivery with properties, of the usual size (runs)
             out.append(_deliver_frame(ctag, dtag, route, size, _RUN_PROPS[kind - 14]))
+        elif kind == 18 and dtag < 2**32:  # a bare ok whose id is written in 32 bits
+            out.append(
+                raw_frame(
+                    cbor2.dumps({"m": "ok", "re": 0})[:-1] + b"\x1a" + dtag.to_bytes(4, "big")
+                )
+            )
+        elif kind == 19:  # an ok with info (no bare ok)
+            out.append(frame({"m": "ok", "re": dtag, "info": {"tag": "t"}}))
+        elif kind == 20:  # a bare ok, a byte after the map
+            out.append(raw_frame(cbor2.dumps({"m": "ok", "re": dtag}) + b"\x00"))
+        elif kind >= 18:  # (18 with a tag past 32 bits) a bare ok
+            out.append(frame({"m": "ok", "re": dtag}))
         else:
             out.append(raw_frame(cbor2.dumps({"m": "deliver", "ctag": 1})))
     return b"".join(out)
@@ -1545,6 +1558,8 @@ def _consumer_stream(draws: list[tuple[int, int, int, int, int]]) -> bytes:
                 [0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
                 + [14] * 5
                 + [15, 16, 16, 17]
+                + [11] * 8  # bare oks in a row: a publisher's confirms
+                + [18, 18, 19, 20]
             ),
             st.sampled_from([6, 6, 6, 6, *range(len(_DELIVER_TAGS))]),
             st.sampled_from([0, 1, 23, 24, 100, 100, 100, 255, 256, 70_000]),
@@ -1578,6 +1593,11 @@ def _consumer_stream(draws: list[tuple[int, int, int, int, int]]) -> bytes:
     cuts=[],
     limit=64,
 )
+@example(  # confirms (bare oks of 18 bytes: 32-bit ids), the read cut inside the third
+    draws=[(11, 6, 0, 0, 0), (11, 6, 0, 0, 1), (11, 6, 0, 0, 2), (11, 6, 0, 0, 3)],
+    cuts=[18 * 2 + 16],
+    limit=64,
+)
 def test_deliver_runs_expand_to_the_deliver_maps(
     draws: list[tuple[int, int, int, int, int]], cuts: list[int], limit: int
 ) -> None:
@@ -1607,6 +1627,9 @@ def test_deliver_runs_expand_to_the_deliver_maps(
                     if type(e) is DeliverRun:
                         assert len(e.dtags) >= 2
                         expanded += e.maps()
+                    elif type(e) is OkRun:
+                        assert len(e.res) >= 2
+                        expanded += e.events()
                     else:
                         expanded.append(e)
                 assert len(expanded) <= limit
@@ -1624,6 +1647,16 @@ def test_a_run_of_plain_deliveries_is_read_in_one_go() -> None:
     assert type(run) is DeliverRun
     assert run.dtags == list(range(70_000, 70_500)) and run.bodies[0] == bytes([70_000 % 251]) * 100
     assert (run.ctag, run.exchange, run.key) == ("ctag-1", "", "q0")
+
+
+def test_a_run_of_confirms_is_read_in_one_go() -> None:
+    """The confirms a commit releases (bare oks, ids past 16 bits and below) are one
+    run, whatever the width of each id."""
+    ids = [5, 300, 70_000, *range(70_001, 70_500), 2**40]
+    conn = client_in(ConnState.OPEN)
+    conn.receive_data(b"".join(frame({"m": "ok", "re": r}) for r in ids))
+    (run,) = conn.events_with_deliver_runs()
+    assert type(run) is OkRun and run.res == ids
 
 
 def test_a_run_of_persistent_deliveries_is_read_in_one_go() -> None:
