@@ -738,9 +738,30 @@ class Connection(Declarations, StreamRequests, BulkRequests):
             await confirms.wait_for_room()
         rid = self._next_id
         self._next_id = rid + 1
-        frame = self._queue_publish(
-            rid, exchange, routing_key, body, headers, properties, persistent, mandatory, True
-        )
+        # a confirmed publish without headers or properties (but persistent) is encoded
+        # from remembered pieces (the persistent bench's per-message send); anything
+        # else, or a frame that fast path leaves (not OPEN, too large), takes
+        # _queue_publish, which checks and raises
+        if (
+            headers
+            or properties
+            or mandatory
+            or type(body) is not bytes
+            or (
+                frame := self._proto.encode_confirm_publish(
+                    rid, exchange, routing_key, body, persistent, self.max_frame
+                )
+            )
+            is None
+        ):
+            frame = self._queue_publish(
+                rid, exchange, routing_key, body, headers, properties, persistent, mandatory, True
+            )
+        else:
+            link = self._link
+            link.out += frame
+            if not link.kicked:
+                link.kick()
         # the frame is kept to be sent again after a reconnect
         pending = PendingConfirm(rid, frame if self.reconnect_policy is not None else None)
         confirms.outstanding[rid] = pending

@@ -748,6 +748,25 @@ class Connection:
             limit = remote
         return codec.append_plain_publish(out, rid, exchange, key, body, limit)
 
+    def encode_confirm_publish(
+        self, rid: int, exchange: str, key: str, body: bytes, persistent: bool, limit: int
+    ) -> bytes | None:
+        """``send_publish(rid, exchange, key, body, None, {"persistent": True} if
+        persistent else None, False, True)``'s frame (a confirmed publish, no
+        headers or other properties); or, while not OPEN or when the payload is
+        longer than ``limit`` or the other end's maximum, None (the caller takes
+        ``send_publish``, which raises or changes state as it should).
+
+        Why it exists: a client's confirmed publish is its per-message send in
+        the persistent bench; this skips the props pair and the pieces
+        encode_publish builds a message (codec.encode_confirm_publish)."""
+        if self._state is not self._client_open:
+            return None
+        remote = self.remote_max_frame_size
+        if remote is not None and remote < limit:
+            limit = remote
+        return codec.encode_confirm_publish(rid, exchange, key, body, persistent, limit)
+
     def append_props_publish(
         self,
         out: bytearray,

@@ -260,6 +260,72 @@ def test_append_plain_publish_appends_what_send_publish_returns(
 
 @CHECKS
 @given(
+    rids=st.lists(
+        st.one_of(UINTS, st.integers(0x10000, 2**32 - 1), st.integers(2**64, 2**70)),
+        min_size=1,
+        max_size=4,
+    ),
+    exchange=TEXT,
+    key=TEXT,
+    bodies=st.lists(st.binary(max_size=600), min_size=1, max_size=3),
+    persistent=st.lists(st.booleans(), min_size=1, max_size=3),
+    limit=st.one_of(st.none(), st.integers(0, 700)),
+    remote=st.one_of(st.none(), st.integers(0, 700)),
+    state=st.sampled_from(ConnState),
+)
+@example(  # the usual id (32 bits) over the limit by a byte, then within it
+    rids=[70_000, 70_001],
+    exchange="",
+    key="q",
+    bodies=[b"x" * 101, b"x" * 100],
+    persistent=[True],
+    limit=len(
+        codec.encode_publish(70_000, "", "q", b"x" * 100, None, {"persistent": True}, False, True)
+    )
+    - 4,
+    remote=None,
+    state=ConnState.OPEN,
+)
+def test_encode_confirm_publish_is_what_send_publish_returns(
+    rids: list[int],
+    exchange: str,
+    key: str,
+    bodies: list[bytes],
+    persistent: list[bool],
+    limit: int | None,
+    remote: int | None,
+    state: ConnState,
+) -> None:
+    """The client's confirmed publish (persistent or not, no headers or other
+    properties): ``send_publish``'s frame for each id in turn; None when
+    ``send_publish`` would raise or change state (not OPEN, over either limit). The
+    server reads it as that publish."""
+    fast, general = client_in(state), client_in(state)
+    fast.remote_max_frame_size = general.remote_max_frame_size = remote
+    cap = 1 << 30 if limit is None else limit
+    for i, rid in enumerate(rids):
+        body = bodies[i % len(bodies)]
+        p = persistent[i % len(persistent)]
+        props = {"persistent": True} if p else None
+        got = fast.encode_confirm_publish(rid, exchange, key, body, p, cap)
+        try:
+            data = general.send_publish(rid, exchange, key, body, None, props, False, True)
+        except LocalProtocolError:
+            data = None
+        if data is not None and state is ConnState.OPEN and len(data) - 4 <= cap:
+            assert got == data
+            server = server_in(ConnState.OPEN)
+            server.receive_data(got)
+            assert server.events() == [
+                ev.Publish(rid, exchange, key, body, {}, props or {}, False, True)
+            ]
+        else:
+            assert got is None
+        assert fast.state is state
+
+
+@CHECKS
+@given(
     m=st.fixed_dictionaries(
         {"m": st.just("publish"), "id": UINTS, "exchange": TEXT, "body": st.binary(max_size=8)},
         optional={
