@@ -38,10 +38,12 @@ from amqlite.protocol import (
     ConnState,
     DeliverMap,
     DeliverRun,
+    OkRun,
     check_headers,
     check_props,
 )
 from amqlite.protocol import events as ev
+from amqlite.protocol.codec import EMPTY
 
 from .addresses import Address
 from .bulk import BulkRequests
@@ -254,7 +256,7 @@ class Connection(Declarations, StreamRequests, BulkRequests):
         self._close_done = trio.Event()  # this link's close handshake
         self._set_unblocked(quiet=True)  # a new link is not blocked
 
-        def on_events(events: list[ev.Event | DeliverMap | DeliverRun]) -> None:
+        def on_events(events: list[ev.Event | DeliverMap | DeliverRun | OkRun]) -> None:
             if settler.gen == gen:
                 self._on_events(events)
 
@@ -353,11 +355,12 @@ class Connection(Declarations, StreamRequests, BulkRequests):
 
     # --- the reader's side ----------------------------------------------------------
 
-    def _on_events(self, events: list[ev.Event | DeliverMap | DeliverRun]) -> None:
+    def _on_events(self, events: list[ev.Event | DeliverMap | DeliverRun | OkRun]) -> None:
         consumer_for = self._consumers.get  # bound once: a dict subclass looks up slower
         settler = self._settler
         delivered = settler.acks.delivered
         confirm = self._confirms.confirm
+        confirm_run = self._confirms.confirm_run
         base = settler.tag_base
         last = 0  # the server's highest tag in this batch (tags only increase)
         for e in events:
@@ -375,7 +378,20 @@ class Connection(Declarations, StreamRequests, BulkRequests):
                     continue
                 if not c.no_ack:
                     settler.acks.delivered_many(tags)
-                c.push_run(tags, e.bodies, (e.exchange, e.key))
+                c.push_run(tags, e.bodies, (e.exchange, e.key, e.props))
+            elif t is OkRun:  # bare oks in a row: a publisher's confirms, mostly
+                assert isinstance(e, OkRun)
+                res = e.res
+                i = confirm_run(res)
+                while i < len(res):  # an ok that is no confirm: a request's reply
+                    if last:
+                        settler.last_dtag = last
+                        last = 0
+                    gen = settler.gen
+                    self._on_control(ev.Ok(res[i], EMPTY))
+                    if settler.gen != gen:  # (as below)
+                        return
+                    i = confirm_run(res, i + 1)
             elif t is dict:  # a deliver map in its usual shape
                 assert isinstance(e, dict)
                 last = e["dtag"]
@@ -403,7 +419,7 @@ class Connection(Declarations, StreamRequests, BulkRequests):
             elif t is ev.Ok and confirm(e.re):  # type: ignore[union-attr]
                 continue  # a publish confirmed
             else:
-                assert not isinstance(e, (dict, DeliverRun))
+                assert not isinstance(e, (dict, DeliverRun, OkRun))
                 if last:
                     settler.last_dtag = last
                     last = 0
@@ -722,9 +738,30 @@ class Connection(Declarations, StreamRequests, BulkRequests):
             await confirms.wait_for_room()
         rid = self._next_id
         self._next_id = rid + 1
-        frame = self._queue_publish(
-            rid, exchange, routing_key, body, headers, properties, persistent, mandatory, True
-        )
+        # a confirmed publish without headers or properties (but persistent) is encoded
+        # from remembered pieces (the persistent bench's per-message send); anything
+        # else, or a frame that fast path leaves (not OPEN, too large), takes
+        # _queue_publish, which checks and raises
+        if (
+            headers
+            or properties
+            or mandatory
+            or type(body) is not bytes
+            or (
+                frame := self._proto.encode_confirm_publish(
+                    rid, exchange, routing_key, body, persistent, self.max_frame
+                )
+            )
+            is None
+        ):
+            frame = self._queue_publish(
+                rid, exchange, routing_key, body, headers, properties, persistent, mandatory, True
+            )
+        else:
+            link = self._link
+            link.out += frame
+            if not link.kicked:
+                link.kick()
         # the frame is kept to be sent again after a reconnect
         pending = PendingConfirm(rid, frame if self.reconnect_policy is not None else None)
         confirms.outstanding[rid] = pending

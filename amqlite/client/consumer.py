@@ -18,8 +18,9 @@ from .streams import OFFSET_ARGUMENT
 if TYPE_CHECKING:
     from .settling import Settler
 
-#: a buffered delivery of a run (push_run): its tag, body and (exchange, key)
-RunItem = tuple[int, bytes, tuple[str, str]]
+#: a buffered delivery of a run (push_run): its tag, body and (exchange, key,
+#: the run's properties map or None)
+RunItem = tuple[int, bytes, tuple[str, str, dict[str, Any] | None]]
 
 #: The iterator lets the other tasks run after handing out this share of the
 #: prefetch window from its buffer without waiting (see :class:`Consumer`).
@@ -165,12 +166,18 @@ class Consumer:
             self._waiter = None
             w.set()
 
-    def push_run(self, dtags: list[int], bodies: list[bytes], route: tuple[str, str]) -> None:
-        """Buffer a run of plain deliveries (``protocol.DeliverRun``: no properties,
-        one route ``(exchange, key)``) whose delivery tags are ``dtags``, as one
-        ``(dtag, body, route)`` tuple each: a :class:`RunDelivery` is built when the
-        iterator hands it out, and reads exactly as the :class:`PlainDelivery` of
-        the same message's map pushed with :meth:`push_map`.
+    def push_run(
+        self,
+        dtags: list[int],
+        bodies: list[bytes],
+        route: tuple[str, str, dict[str, Any] | None],
+    ) -> None:
+        """Buffer a run of plain deliveries (``protocol.DeliverRun``: one route and
+        properties ``(exchange, key, props)``, props None for none) whose delivery
+        tags are ``dtags``, as one ``(dtag, body, route)`` tuple each: a
+        :class:`RunDelivery` is built when the iterator hands it out, and reads
+        exactly as the :class:`PlainDelivery` of the same message's map pushed with
+        :meth:`push_map` (its properties its own copy of the run's map).
 
         Why it exists: the plain deliveries of a read come as runs; a tuple each,
         made in one ``extend``, costs less than a map and a call a message (and,

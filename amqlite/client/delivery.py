@@ -226,18 +226,20 @@ class PlainDelivery(Delivery):
 
 class RunDelivery(PlainDelivery):
     """A :class:`PlainDelivery` of a run (``protocol.DeliverRun``, buffered by
-    ``Consumer.push_run``): its fields are the ``(dtag, body, (exchange, key))``
-    tuple the consumer buffered, not a map; it has no properties. It exists because
-    a tuple a message, made in one go for a run, is cheaper than a map a message.
-    tests/client/test_plain_delivery.py checks that it reads and settles as the
-    PlainDelivery of the same message's map."""
+    ``Consumer.push_run``): its fields are the ``(dtag, body, (exchange, key,
+    props))`` tuple the consumer buffered, not a map; ``props`` is the run's
+    properties map, shared by its deliveries (each delivery's
+    :attr:`properties` is its own copy, made when first read), or None for none.
+    It exists because a tuple a message, made in one go for a run, is cheaper than
+    a map a message. tests/client/test_plain_delivery.py checks that it reads and
+    settles as the PlainDelivery of the same message's map."""
 
     __slots__ = ("_item",)
 
     def __init__(
         self,
         settler: Settler | None,
-        item: tuple[int, bytes, tuple[str, str]],
+        item: tuple[int, bytes, tuple[str, str, dict[str, Any] | None]],
         consumer_tag: str,
         queue: str,
         no_ack: bool,
@@ -266,6 +268,7 @@ class RunDelivery(PlainDelivery):
         try:
             return self._props
         except AttributeError:
-            p: dict[str, Any] = {}
+            shared = self._item[2][2]
+            p: dict[str, Any] = {} if shared is None else dict(shared)
             self._props = p
             return p

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from amqlite.errors import ConnectionClosed, ProtocolError, ReplyCode
 from amqlite.link import FramedLink
 from amqlite.log import get_logger
-from amqlite.protocol import DeliverMap, DeliverRun
+from amqlite.protocol import DeliverMap, DeliverRun, OkRun
 from amqlite.protocol import events as ev
 
 log = get_logger("amqlite.client")
@@ -25,7 +25,7 @@ log = get_logger("amqlite.client")
 #: Above this many unsent bytes, publishers wait for the writer.
 HIGH_WATER = 1024 * 1024
 
-EventsHandler = Callable[[list[ev.Event | DeliverMap | DeliverRun]], None]
+EventsHandler = Callable[[list[ev.Event | DeliverMap | DeliverRun | OkRun]], None]
 
 
 class Transport:

@@ -5,7 +5,15 @@ Frames are a 4-byte big-endian length followed by one CBOR map. See
 """
 
 from .codec import PROPERTY_TYPES, WireMessage, check_headers, check_props
-from .connection import DEFAULT_MAX_FRAME, NEED_DATA, Connection, DeliverMap, DeliverRun, PublishRun
+from .connection import (
+    DEFAULT_MAX_FRAME,
+    NEED_DATA,
+    Connection,
+    DeliverMap,
+    DeliverRun,
+    OkRun,
+    PublishRun,
+)
 from .events import *  # noqa: F403
 from .events import BY_METHOD, PROTOCOL_VERSION, REPLIES, REQUESTS, WIRE_EVENTS, Role, Sender
 from .heartbeat import HeartbeatClock
@@ -26,6 +34,7 @@ __all__ = [
     "DeliverMap",
     "DeliverRun",
     "HeartbeatClock",
+    "OkRun",
     "PublishRun",
     "Role",
     "Sender",

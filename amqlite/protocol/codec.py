@@ -543,6 +543,65 @@ def read_bare_ok(buf: bytes | bytearray, start: int, end: int) -> ev.Ok | None:
     return ev.Ok(int.from_bytes(buf[at + 1 : end], "big"), EMPTY)
 
 
+#: a bare ok frame with a 32-bit id, up to the id: its length prefix, the map up to
+#: ``re``'s value, and the head of a 32-bit unsigned integer (read_bare_ok_run)
+_BARE_OK_LEAD32 = struct.pack(">I", len(_BARE_OK) + 5) + _BARE_OK + b"\x1a"
+_BARE_OK_FRAME32 = len(_BARE_OK_LEAD32) + 4
+
+
+def read_bare_ok_run(
+    buf: bytes | bytearray, pos: int, size: int, room: int, max_frame: int, res: list[int]
+) -> int:
+    """Read on from ``pos`` (a frame's length prefix) while the frames are bare oks
+    (what :func:`read_bare_ok` reads), at most ``room`` of them, each whole in
+    ``buf[:size]``; each one's ``re`` goes to ``res``. Returns where the frames read
+    end (``pos`` when none). For each frame read, :func:`read_bare_ok` of its bytes
+    gives ``Ok(re, {})``. It reads none when ``max_frame`` is under the largest bare
+    ok's size (the frame loop then refuses the long ones).
+
+    Why it exists: a confirmed publisher's replies are runs of bare oks (the
+    confirms one commit releases), and an ``Ok`` event a confirm, made and handled
+    one by one, was about a seventh of the persistent bench client's instructions
+    per message; :meth:`Connection.events_with_deliver_runs` reads the rest of a
+    run with this (a 32-bit id, the usual one past the first 65,536 requests: one
+    compare and one unpack a frame), and the client settles the run's confirms in
+    one call. tests/protocol/test_protocol_fast_paths.py checks it against
+    read_bare_ok."""
+    lead = _BARE_OK_LEAD32
+    whole = _BARE_OK_FRAME32
+    add = res.append
+    unpack = _LEN.unpack_from
+    start = len(_BARE_OK) + 4  # where the id's head is, from the frame's start
+    if max_frame < len(_BARE_OK) + 9:
+        return pos
+    while room > 0:
+        if buf.startswith(lead, pos) and pos + whole <= size:
+            add(_UNPACK32(buf, pos + whole - 4)[0])
+            pos += whole
+            room -= 1
+            continue
+        if size - pos < 4:
+            break
+        (n,) = unpack(buf, pos)
+        end = pos + 4 + n
+        at = pos + start
+        if end > size or end <= at or not buf.startswith(_BARE_OK, pos + 4):
+            break
+        first = buf[at]
+        if first < 24:
+            if end != at + 1:
+                break
+            add(first)
+        else:
+            width = _UINT_WIDTHS.get(first, -1)
+            if end != at + 1 + width:
+                break
+            add(int.from_bytes(buf[at + 1 : end], "big"))
+        pos = end
+        room -= 1
+    return pos
+
+
 _PUBLISH_ROUTES: dict[bytes, tuple[str, str]] = {}  # encoded route -> exchange, key
 _TEXT_WIDTHS = {0x78: 1, 0x79: 2}
 _BYTES_WIDTHS = {0x58: 1, 0x59: 2, 0x5A: 4}
@@ -838,6 +897,17 @@ def _read_small_map(enc: bytes, headers: bool) -> dict[str, Any] | None:
 
 
 _CTAGS: dict[bytes, str] = {}  # an encoded consumer tag -> the tag
+#: the ``props`` pair (key and map) of the last delivery :func:`read_plain_deliver`
+#: read in its first branch, and the remembered map (from _PROPS_READ) it encodes
+_LAST_PROPS: list[tuple[bytes, dict[str, Any]]] = [(b"", {})]
+
+
+def last_props() -> tuple[bytes, dict[str, Any]]:
+    """The encoded ``props`` pair of the last delivery with properties
+    :func:`read_plain_deliver` read from the consumer tag and route of the frame
+    before, and the map it encodes (not to be changed): the frame end
+    :func:`read_deliver_run` reads on with as ``props_tail``."""
+    return _LAST_PROPS[0]
 
 
 def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str, Any] | None:
@@ -917,8 +987,14 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
             elif size >= 0 and buf.startswith(_K_PROPS, at + size, end):
                 stop = at + size + len(_K_PROPS)
                 if end - stop <= _PROPS_MAX:
-                    known = _PROPS_READ.get(bytes(buf[stop:end]))
+                    props_enc = bytes(buf[stop:end])
+                    # (read and remembered at the first miss: a persistent
+                    # delivery's map, which the general path below reads without
+                    # remembering it, took both paths every time until round 14)
+                    known = _PROPS_READ.get(props_enc) or _read_props(props_enc)
                     if known is not None:
+                        if known is not _LAST_PROPS[0][1]:  # (read_deliver_run's)
+                            _LAST_PROPS[0] = (_K_PROPS + props_enc, known)
                         body = buf[at : at + size]
                         return {
                             "m": "deliver",
@@ -979,6 +1055,8 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
         known = _PROPS_READ.get(enc) or _read_props(enc)
         if known is None:
             return None
+        if known is not _LAST_PROPS[0][1]:  # (read_deliver_run's, as above)
+            _LAST_PROPS[0] = (_K_PROPS + enc, known)
         return {
             "m": "deliver",
             "ctag": ctag,
@@ -991,6 +1069,10 @@ def read_plain_deliver(buf: bytes | bytearray, start: int, end: int) -> dict[str
     if stop != end:
         return None
     if persistent:
+        enc = _PERSISTENT_PROPS[len(_K_PROPS) :]
+        known = _PROPS_READ.get(enc) or _read_props(enc)
+        if known is not None and known is not _LAST_PROPS[0][1]:
+            _LAST_PROPS[0] = (_PERSISTENT_PROPS, known)
         return {
             "m": "deliver",
             "ctag": ctag,
@@ -1152,6 +1234,7 @@ def read_deliver_run(
     max_frame: int,
     dtags: list[int],
     bodies: list[bytes],
+    props_tail: bytes = b"",
 ) -> int:
     """Read on from ``pos`` (a frame's length prefix) while the frames are plain
     deliveries for the consumer tag and route of the one :func:`read_plain_deliver`
@@ -1163,6 +1246,13 @@ def read_deliver_run(
     :func:`read_plain_deliver` of its bytes gives the map of that consumer tag,
     route, tag and body.
 
+    With ``props_tail`` (the ``props`` pair :func:`last_props` gives), the frames
+    read are deliveries whose body is followed by that pair, ending the frame (a
+    7-entry map: a persistent message's ``{"persistent": true}``);
+    :func:`read_plain_deliver` of each gives the same map with ``props``, the
+    map :func:`last_props` gives. (Since round 14: persistent deliveries took a
+    map and the frame loop a message.)
+
     Why it exists: a consumer's deliveries arrive as runs of such frames, and a
     call to read_plain_deliver and a map a message (with the frame loop's checks
     around the call) were about a third of a transient consumer's time per
@@ -1171,6 +1261,9 @@ def read_deliver_run(
     tests/protocol/test_protocol_fast_paths.py checks it against
     read_plain_deliver."""
     head = _LAST_DELIVER_HEAD[0][0]
+    plen = len(props_tail)
+    if plen:  # the map has a seventh entry, props, last
+        head = MAP_HEADS[7] + head[1:]
     route = _LAST_ROUTE[0][0]
     after_head = 4 + len(head)
     route_len = len(route)
@@ -1191,9 +1284,14 @@ def read_deliver_run(
         if end > size or n > max_frame or not buf.startswith(head, pos + 4, end):
             break
         at = pos + after_head
-        if n == same_n and buf[at] == 0x1A and buf.startswith(tail, at + 5, end):
+        if (
+            n == same_n
+            and buf[at] == 0x1A
+            and buf.startswith(tail, at + 5, end)
+            and (not plen or buf.startswith(props_tail, end - plen))
+        ):
             add_tag(_UNPACK32(buf, at + 1)[0])
-            add_body(bytes(buf[at + tail_len : end]))
+            add_body(bytes(buf[at + tail_len : end - plen]))
             pos = end
             room -= 1
             continue
@@ -1232,10 +1330,10 @@ def read_deliver_run(
             at += 3
         else:
             break
-        if at + length != end:
+        if at + length != end - plen or (plen and not buf.startswith(props_tail, at + length)):
             break
         add_tag(dtag)
-        add_body(bytes(buf[at:end]))
+        add_body(bytes(buf[at : end - plen]))
         if wide:
             same_n = n
             tail = bytes(buf[tail_at:at])
@@ -2006,6 +2104,48 @@ _PLAIN_PUBLISH_LEAD32 = struct.Struct(f">I{_PUBLISH_HEAD_LEN}sBI").pack
 _PLAIN_MIDDLE_CACHE: dict[tuple[str, str, int], bytes] = {}
 
 
+def _new_middle(exchange: str, key: str, n: int) -> bytes:
+    """The route and body head of a publish (a miss of _PLAIN_MIDDLE_CACHE), remembered."""
+    middle = _route_prefix(exchange, key) + bytes_head(n)
+    if len(_PLAIN_MIDDLE_CACHE) >= _ROUTE_CACHE_MAX:
+        _PLAIN_MIDDLE_CACHE.clear()
+    _PLAIN_MIDDLE_CACHE[(exchange, key, n)] = middle
+    return middle
+
+
+def encode_confirm_publish(
+    rid: int, exchange: str, key: str, body: bytes, persistent: bool, limit: int
+) -> bytes | None:
+    """What ``encode_publish(rid, exchange, key, body, None, {"persistent": True} if
+    persistent else None, False, True)`` returns, unless its payload is longer than
+    ``limit`` bytes: then None.
+
+    Why it exists: a confirmed publish without headers or other properties is the
+    persistent bench's per-message send, and encode_publish built its props pair,
+    its map head and its pieces for each (about a seventh of that client's
+    instructions a message); here the frame is the head and a 32-bit id in one
+    pack, the remembered route and body head (as append_plain_publish's), the
+    body and a constant tail, joined once (the caller may keep the frame, to send
+    it again after a reconnect). tests/protocol/test_protocol_fast_paths.py checks
+    it against encode_publish."""
+    n = len(body)
+    middle = _PLAIN_MIDDLE_CACHE.get((exchange, key, n)) or _new_middle(exchange, key, n)
+    if persistent:
+        head, tail = _PERSISTENT_HEAD, _PERSISTENT_TAIL
+    else:
+        head, tail = _PROPS_PUBLISH_HEAD, _CONFIRM  # (five entries and confirm: six)
+    if 0x10000 <= rid < 0x100000000:
+        size = _PUBLISH_HEAD_LEN + 5 + len(middle) + n + len(tail)
+        if size > limit:
+            return None
+        return b"".join((_PLAIN_PUBLISH_LEAD32(size, head, 0x1A, rid), middle, body, tail))
+    rid_enc = uint(rid)
+    size = _PUBLISH_HEAD_LEN + len(rid_enc) + len(middle) + n + len(tail)
+    if size > limit:
+        return None
+    return b"".join((_LEN.pack(size), head, rid_enc, middle, body, tail))
+
+
 def append_plain_publish(
     out: bytearray, rid: int, exchange: str, key: str, body: bytes, limit: int
 ) -> bool:
@@ -2021,12 +2161,7 @@ def append_plain_publish(
     joining them into a frame and copying that. tests/protocol/
     test_protocol_fast_paths.py checks it against ``encode_publish``."""
     n = len(body)
-    middle = _PLAIN_MIDDLE_CACHE.get((exchange, key, n))
-    if middle is None:
-        middle = _route_prefix(exchange, key) + bytes_head(n)
-        if len(_PLAIN_MIDDLE_CACHE) >= _ROUTE_CACHE_MAX:
-            _PLAIN_MIDDLE_CACHE.clear()
-        _PLAIN_MIDDLE_CACHE[(exchange, key, n)] = middle
+    middle = _PLAIN_MIDDLE_CACHE.get((exchange, key, n)) or _new_middle(exchange, key, n)
     if 0x10000 <= rid < 0x100000000:
         size = _PUBLISH_HEAD_LEN + 5 + len(middle) + n
         if size > limit:

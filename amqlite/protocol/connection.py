@@ -93,33 +93,81 @@ class PublishRun:
 class DeliverRun:
     """Plain deliveries read in a row, as :meth:`Connection.events_with_deliver_runs`
     hands them on: for each ``i`` the :data:`DeliverMap` ``{"m": "deliver", "ctag":
-    ctag, "dtag": dtags[i], "exchange": exchange, "key": key, "body": bodies[i]}``
-    (no properties), in that order; at least two."""
+    ctag, "dtag": dtags[i], "exchange": exchange, "key": key, "body": bodies[i]}``,
+    in that order, with ``"props": props`` last when ``props`` is not None (one
+    properties map for the whole run, e.g. a persistent message's ``{"persistent":
+    True}``; each map's own copy); at least two."""
 
-    __slots__ = ("bodies", "ctag", "dtags", "exchange", "key")
+    __slots__ = ("bodies", "ctag", "dtags", "exchange", "key", "props")
 
     def __init__(
-        self, ctag: str, exchange: str, key: str, dtags: list[int], bodies: list[bytes]
+        self,
+        ctag: str,
+        exchange: str,
+        key: str,
+        dtags: list[int],
+        bodies: list[bytes],
+        props: dict[str, Any] | None = None,
     ) -> None:
         self.ctag = ctag
         self.exchange = exchange
         self.key = key
         self.dtags = dtags
         self.bodies = bodies
+        self.props = props
 
     def maps(self) -> list[DeliverMap]:
         """The run as the maps :meth:`Connection.events_with_deliver_maps` gives for it."""
-        ctag, exchange, key = self.ctag, self.exchange, self.key
+        ctag, exchange, key, props = self.ctag, self.exchange, self.key, self.props
+        if props is None:
+            return [
+                {
+                    "m": "deliver",
+                    "ctag": ctag,
+                    "dtag": t,
+                    "exchange": exchange,
+                    "key": key,
+                    "body": b,
+                }
+                for t, b in zip(self.dtags, self.bodies, strict=True)
+            ]
         return [
-            {"m": "deliver", "ctag": ctag, "dtag": t, "exchange": exchange, "key": key, "body": b}
+            {
+                "m": "deliver",
+                "ctag": ctag,
+                "dtag": t,
+                "exchange": exchange,
+                "key": key,
+                "body": b,
+                "props": dict(props),
+            }
             for t, b in zip(self.dtags, self.bodies, strict=True)
         ]
 
     def __repr__(self) -> str:
+        props = "" if self.props is None else f", {self.props!r}"
         return (
             f"DeliverRun({self.ctag!r}, {self.exchange!r}, {self.key!r}, "
-            f"{self.dtags!r}, {self.bodies!r})"
+            f"{self.dtags!r}, {self.bodies!r}{props})"
         )
+
+
+class OkRun:
+    """Bare oks read in a row (``{"m": "ok", "re": re}``, no ``info``: a confirmed
+    publisher's confirms), as :meth:`Connection.events_with_deliver_runs` hands them
+    on: ``Ok(re, {})`` for each of ``res``, in that order; at least two."""
+
+    __slots__ = ("res",)
+
+    def __init__(self, res: list[int]) -> None:
+        self.res = res
+
+    def events(self) -> list[ev.Ok]:
+        """The run as the events :meth:`Connection.events_with_deliver_maps` gives for it."""
+        return [ev.Ok(re, codec.EMPTY) for re in self.res]
+
+    def __repr__(self) -> str:
+        return f"OkRun({self.res!r})"
 
 
 def _valid_props(props: Any) -> bool:
@@ -274,18 +322,22 @@ class Connection:
 
     def events_with_deliver_runs(
         self, limit: int = sys.maxsize
-    ) -> list[ev.Event | DeliverMap | DeliverRun]:
+    ) -> list[ev.Event | DeliverMap | DeliverRun | OkRun]:
         """:meth:`events_with_deliver_maps`, except that plain deliveries in a row
-        (no properties; one consumer tag, one route) come as one :class:`DeliverRun`;
+        (one consumer tag, one route; no properties, or the same small properties
+        map, as persistent messages have) come as one :class:`DeliverRun`;
         ``limit`` counts frames (a run's each). Expanding each run
         (:meth:`DeliverRun.maps`) gives what :meth:`events_with_deliver_maps` gives.
 
         Why it exists: a consumer's messages arrive as such runs, and a map a
         message, read by a call a frame, was about a third of a transient
         consumer's time per message; the client takes a run's deliveries in one
-        go (``Consumer.push_run``). tests/protocol/test_protocol_fast_paths.py
-        checks the expansion against :meth:`events_with_deliver_maps`."""
-        out: list[ev.Event | DeliverMap | DeliverRun] = []
+        go (``Consumer.push_run``). Likewise bare oks in a row (a publisher's
+        confirms) come as one :class:`OkRun` (since round 14), which the client
+        settles in one go (``ConfirmWindow.confirm_run``).
+        tests/protocol/test_protocol_fast_paths.py checks the expansion against
+        :meth:`events_with_deliver_maps`."""
+        out: list[ev.Event | DeliverMap | DeliverRun | OkRun] = []
         self._decode(out, limit, True, True)
         return out
 
@@ -387,6 +439,16 @@ class Connection:
                                         count += 1
                                 append(PublishRun(ok.id, exchange, key, bodies))
                                 continue
+                            if runs and type(ok) is ev.Ok and count < limit:
+                                # the bare oks after it (see events_with_deliver_runs)
+                                res = [ok.re]
+                                pos = codec.read_bare_ok_run(
+                                    buf, pos, size, limit - count, max_frame, res
+                                )
+                                if len(res) > 1:
+                                    count += len(res) - 1
+                                    append(OkRun(res))
+                                    continue
                             append(ok)
                             continue
                     elif plain:
@@ -395,23 +457,46 @@ class Connection:
                         if m is not None:
                             pos = end
                             count += 1
-                            if runs and len(m) == 6 and count < limit:
+                            if runs and count < limit:
                                 # the frames after it that continue the run (see
-                                # events_with_deliver_runs)
+                                # events_with_deliver_runs); with properties (a 7th
+                                # entry), the frames that end as this one does
                                 ctag, names = codec.last_deliver()
+                                props = m.get("props")
+                                tail = b""
+                                same = True
+                                if props is not None:
+                                    tail, known = codec.last_props()
+                                    same = (
+                                        tail != b""
+                                        and props == known
+                                        and buf.startswith(tail, end - len(tail), end)
+                                    )
                                 if (
-                                    ctag == m["ctag"]
+                                    same
+                                    and ctag == m["ctag"]
                                     and names[0] == m["exchange"]
                                     and names[1] == m["key"]
                                 ):
                                     dtags = [m["dtag"]]
                                     bodies = [m["body"]]
                                     pos = codec.read_deliver_run(
-                                        buf, pos, size, limit - count, max_frame, dtags, bodies
+                                        buf,
+                                        pos,
+                                        size,
+                                        limit - count,
+                                        max_frame,
+                                        dtags,
+                                        bodies,
+                                        tail,
                                     )
                                     if len(dtags) > 1:
                                         count += len(dtags) - 1
-                                        append(DeliverRun(ctag, names[0], names[1], dtags, bodies))
+                                        append(
+                                            DeliverRun(
+                                                ctag, names[0], names[1], dtags, bodies, props
+                                            )
+                                        )
                                         continue
                             append(m)
                             continue
@@ -662,6 +747,25 @@ class Connection:
         if remote is not None and remote < limit:
             limit = remote
         return codec.append_plain_publish(out, rid, exchange, key, body, limit)
+
+    def encode_confirm_publish(
+        self, rid: int, exchange: str, key: str, body: bytes, persistent: bool, limit: int
+    ) -> bytes | None:
+        """``send_publish(rid, exchange, key, body, None, {"persistent": True} if
+        persistent else None, False, True)``'s frame (a confirmed publish, no
+        headers or other properties); or, while not OPEN or when the payload is
+        longer than ``limit`` or the other end's maximum, None (the caller takes
+        ``send_publish``, which raises or changes state as it should).
+
+        Why it exists: a client's confirmed publish is its per-message send in
+        the persistent bench; this skips the props pair and the pieces
+        encode_publish builds a message (codec.encode_confirm_publish)."""
+        if self._state is not self._client_open:
+            return None
+        remote = self.remote_max_frame_size
+        if remote is not None and remote < limit:
+            limit = remote
+        return codec.encode_confirm_publish(rid, exchange, key, body, persistent, limit)
 
     def append_props_publish(
         self,

@@ -164,7 +164,20 @@ RUN_MAPS = st.lists(
 
 
 @given(
-    runs=st.lists(st.tuples(st.sampled_from([("", "q"), ("ex", "k")]), RUN_MAPS), max_size=4),
+    runs=st.lists(
+        st.tuples(
+            st.sampled_from(
+                [
+                    ("", "q", None),
+                    ("ex", "k", None),
+                    ("", "q", {"persistent": True}),
+                    ("ex", "k", {"group_id": "g", "priority": 3}),
+                ]
+            ),
+            RUN_MAPS,
+        ),
+        max_size=4,
+    ),
     no_ack=st.booleans(),
     handed=st.integers(0, 20),
     rename_at=st.integers(0, 4),
@@ -172,7 +185,7 @@ RUN_MAPS = st.lists(
     how=st.sampled_from(["ack", "nack", "reject"]),
 )
 def test_a_consumer_hands_out_a_pushed_run_as_the_pushed_maps(
-    runs: list[tuple[tuple[str, str], list[dict[str, Any]]]],
+    runs: list[tuple[tuple[str, str, dict[str, Any] | None], list[dict[str, Any]]]],
     no_ack: bool,
     handed: int,
     rename_at: int,
@@ -191,18 +204,25 @@ def test_a_consumer_hands_out_a_pushed_run_as_the_pushed_maps(
     subs[0]["c1"], subs[1]["c1"] = by_run, by_map
     got: list[list[Delivery]] = [[], []]
     total = sum(len(maps) for _, maps in runs)
+    kept: list[tuple[dict[str, Any], dict[str, Any]]] = []  # a run's map, as given
 
     async def main() -> None:
-        for i, ((exchange, key), maps) in enumerate(runs):
+        for i, ((exchange, key, props), maps) in enumerate(runs):
             if i == rename_at:
                 for s in subs:
                     s.rename_queue("q", "q2")
             tags = [m["dtag"] + base for m in maps]
-            by_run.push_run(tags, [m["body"] for m in maps], (exchange, key))
+            # (a copy: the run's map must stay as it was, whatever the application does)
+            shared = None if props is None else dict(props)
+            by_run.push_run(tags, [m["body"] for m in maps], (exchange, key, shared))
             for m, dtag in zip(maps, tags, strict=True):
                 full = {"m": "deliver", "ctag": "c1", "dtag": m["dtag"]}
                 full.update(exchange=exchange, key=key, body=m["body"])
+                if props is not None:
+                    full["props"] = dict(props)
                 by_map.push_map(full, dtag)
+            if shared is not None:
+                kept.append((shared, props))
         for _ in range(min(handed, total)):
             for i, c in enumerate((by_run, by_map)):
                 d = await c.__anext__()
@@ -220,6 +240,8 @@ def test_a_consumer_hands_out_a_pushed_run_as_the_pushed_maps(
         for name in FIELDS:
             assert getattr(a, name) == getattr(b, name), name
         assert repr(a) == repr(b)
+        before = dict(a.properties)
         a.headers["x"] = 1  # the application's own, as on a PlainDelivery
         a.properties["y"] = 2
-        assert a.headers == {"x": 1} and a.properties == {"y": 2}
+        assert a.headers == {"x": 1} and a.properties == {**before, "y": 2}
+    assert all(shared == props for shared, props in kept)  # each delivery had its own

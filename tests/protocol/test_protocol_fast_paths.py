@@ -31,6 +31,7 @@ from amqlite.protocol import (
     Connection,
     ConnState,
     DeliverRun,
+    OkRun,
     PublishRun,
     Role,
     codec,
@@ -255,6 +256,72 @@ def test_append_plain_publish_appends_what_send_publish_returns(
             got = server.events()
             if appended:
                 assert got == [ev.Publish(rid, exchange, key, body, {}, {}, False, False)]
+
+
+@CHECKS
+@given(
+    rids=st.lists(
+        st.one_of(UINTS, st.integers(0x10000, 2**32 - 1), st.integers(2**64, 2**70)),
+        min_size=1,
+        max_size=4,
+    ),
+    exchange=TEXT,
+    key=TEXT,
+    bodies=st.lists(st.binary(max_size=600), min_size=1, max_size=3),
+    persistent=st.lists(st.booleans(), min_size=1, max_size=3),
+    limit=st.one_of(st.none(), st.integers(0, 700)),
+    remote=st.one_of(st.none(), st.integers(0, 700)),
+    state=st.sampled_from(ConnState),
+)
+@example(  # the usual id (32 bits) over the limit by a byte, then within it
+    rids=[70_000, 70_001],
+    exchange="",
+    key="q",
+    bodies=[b"x" * 101, b"x" * 100],
+    persistent=[True],
+    limit=len(
+        codec.encode_publish(70_000, "", "q", b"x" * 100, None, {"persistent": True}, False, True)
+    )
+    - 4,
+    remote=None,
+    state=ConnState.OPEN,
+)
+def test_encode_confirm_publish_is_what_send_publish_returns(
+    rids: list[int],
+    exchange: str,
+    key: str,
+    bodies: list[bytes],
+    persistent: list[bool],
+    limit: int | None,
+    remote: int | None,
+    state: ConnState,
+) -> None:
+    """The client's confirmed publish (persistent or not, no headers or other
+    properties): ``send_publish``'s frame for each id in turn; None when
+    ``send_publish`` would raise or change state (not OPEN, over either limit). The
+    server reads it as that publish."""
+    fast, general = client_in(state), client_in(state)
+    fast.remote_max_frame_size = general.remote_max_frame_size = remote
+    cap = 1 << 30 if limit is None else limit
+    for i, rid in enumerate(rids):
+        body = bodies[i % len(bodies)]
+        p = persistent[i % len(persistent)]
+        props = {"persistent": True} if p else None
+        got = fast.encode_confirm_publish(rid, exchange, key, body, p, cap)
+        try:
+            data = general.send_publish(rid, exchange, key, body, None, props, False, True)
+        except LocalProtocolError:
+            data = None
+        if data is not None and state is ConnState.OPEN and len(data) - 4 <= cap:
+            assert got == data
+            server = server_in(ConnState.OPEN)
+            server.receive_data(got)
+            assert server.events() == [
+                ev.Publish(rid, exchange, key, body, {}, props or {}, False, True)
+            ]
+        else:
+            assert got is None
+        assert fast.state is state
 
 
 @CHECKS
@@ -1458,17 +1525,32 @@ def test_message_pairs_are_their_pieces_whatever_came_before(
 _DELIVER_TAGS = [3, 23, 24, 200, 255, 256, 70_000, 70_001, 2**32 - 1, 2**32, 2**40]
 
 
-def _deliver_frame(ctag: str, dtag: int, route: tuple[str, str], size: int) -> bytes:
-    return frame(
-        {
-            "m": "deliver",
-            "ctag": ctag,
-            "dtag": dtag,
-            "exchange": route[0],
-            "key": route[1],
-            "body": bytes([dtag % 251]) * size,
-        }
-    )
+def _deliver_frame(
+    ctag: str, dtag: int, route: tuple[str, str], size: int, props: dict[str, Any] | None = None
+) -> bytes:
+    m = {
+        "m": "deliver",
+        "ctag": ctag,
+        "dtag": dtag,
+        "exchange": route[0],
+        "key": route[1],
+        "body": bytes([dtag % 251]) * size,
+    }
+    if props is not None:
+        m["props"] = props
+    return frame(m)
+
+
+#: properties a run of deliveries may carry (kinds 14-17 of _consumer_stream): a
+#: persistent message's; one of the same size that is not (read_deliver_run's
+#: one-compare path must not take it for the first); a grouped message's; a map
+#: the props reader declines (its value is a list)
+_RUN_PROPS: list[dict[str, Any]] = [
+    {"persistent": True},
+    {"persistent": False},
+    {"group_id": "g"},
+    {"group_id": "g", "x": [1]},
+]
 
 
 #: (consumer tag, route): mostly the first; the next two differ from it in one of
@@ -1515,6 +1597,20 @@ def _consumer_stream(draws: list[tuple[int, int, int, int, int]]) -> bytes:
             out.append(frame({"m": "ok", "re": dtag}))
         elif kind == 12:
             out.append(frame({"m": "heartbeat"}))
+        elif 14 <= kind <= 17:  # a delivery with properties, of the usual size (runs)
+            out.append(_deliver_frame(ctag, dtag, route, size, _RUN_PROPS[kind - 14]))
+        elif kind == 18 and dtag < 2**32:  # a bare ok whose id is written in 32 bits
+            out.append(
+                raw_frame(
+                    cbor2.dumps({"m": "ok", "re": 0})[:-1] + b"\x1a" + dtag.to_bytes(4, "big")
+                )
+            )
+        elif kind == 19:  # an ok with info (no bare ok)
+            out.append(frame({"m": "ok", "re": dtag, "info": {"tag": "t"}}))
+        elif kind == 20:  # a bare ok, a byte after the map
+            out.append(raw_frame(cbor2.dumps({"m": "ok", "re": dtag}) + b"\x00"))
+        elif kind >= 18:  # (18 with a tag past 32 bits) a bare ok
+            out.append(frame({"m": "ok", "re": dtag}))
         else:
             out.append(raw_frame(cbor2.dumps({"m": "deliver", "ctag": 1})))
     return b"".join(out)
@@ -1524,7 +1620,13 @@ def _consumer_stream(draws: list[tuple[int, int, int, int, int]]) -> bytes:
 @given(
     draws=st.lists(
         st.tuples(
-            st.sampled_from([0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]),
+            st.sampled_from(
+                [0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+                + [14] * 5
+                + [15, 16, 16, 17]
+                + [11] * 8  # bare oks in a row: a publisher's confirms
+                + [18, 18, 19, 20]
+            ),
             st.sampled_from([6, 6, 6, 6, *range(len(_DELIVER_TAGS))]),
             st.sampled_from([0, 1, 23, 24, 100, 100, 100, 255, 256, 70_000]),
             st.sampled_from([0, 0, 0, 0, 0, 1, 2, 3]),
@@ -1539,6 +1641,29 @@ def _consumer_stream(draws: list[tuple[int, int, int, int, int]]) -> bytes:
 @example(draws=[(0, 6, 100, 0, 0), (0, 6, 100, 1, 1), (0, 6, 100, 2, 2)], cuts=[], limit=64)
 @example(draws=[(0, 6, 100, 0, 0), (0, 6, 100, 0, 1), (0, 6, 100, 1, 2)], cuts=[], limit=64)
 @example(draws=[(0, 6, 100, 0, 0), (6, 3, 100, 0, 1), (0, 5, 256, 0, 2)], cuts=[], limit=64)
+@example(  # persistent deliveries, then one of the same size that is not persistent
+    draws=[(14, 6, 100, 0, 0), (14, 6, 100, 0, 1), (14, 6, 100, 0, 2), (15, 6, 100, 0, 3)],
+    cuts=[],
+    limit=64,
+)
+@example(  # a plain delivery, then persistent ones, then grouped ones, then plain
+    draws=[
+        (0, 6, 100, 0, 0),
+        (14, 6, 100, 0, 1),
+        (14, 6, 100, 0, 2),
+        (16, 6, 100, 0, 3),
+        (16, 6, 100, 0, 3),
+        (0, 6, 100, 0, 0),
+        (0, 6, 100, 0, 1),
+    ],
+    cuts=[],
+    limit=64,
+)
+@example(  # confirms (bare oks of 18 bytes: 32-bit ids), the read cut inside the third
+    draws=[(11, 6, 0, 0, 0), (11, 6, 0, 0, 1), (11, 6, 0, 0, 2), (11, 6, 0, 0, 3)],
+    cuts=[18 * 2 + 16],
+    limit=64,
+)
 def test_deliver_runs_expand_to_the_deliver_maps(
     draws: list[tuple[int, int, int, int, int]], cuts: list[int], limit: int
 ) -> None:
@@ -1568,6 +1693,9 @@ def test_deliver_runs_expand_to_the_deliver_maps(
                     if type(e) is DeliverRun:
                         assert len(e.dtags) >= 2
                         expanded += e.maps()
+                    elif type(e) is OkRun:
+                        assert len(e.res) >= 2
+                        expanded += e.events()
                     else:
                         expanded.append(e)
                 assert len(expanded) <= limit
@@ -1585,6 +1713,32 @@ def test_a_run_of_plain_deliveries_is_read_in_one_go() -> None:
     assert type(run) is DeliverRun
     assert run.dtags == list(range(70_000, 70_500)) and run.bodies[0] == bytes([70_000 % 251]) * 100
     assert (run.ctag, run.exchange, run.key) == ("ctag-1", "", "q0")
+
+
+def test_a_run_of_confirms_is_read_in_one_go() -> None:
+    """The confirms a commit releases (bare oks, ids past 16 bits and below) are one
+    run, whatever the width of each id."""
+    ids = [5, 300, 70_000, *range(70_001, 70_500), 2**40]
+    conn = client_in(ConnState.OPEN)
+    conn.receive_data(b"".join(frame({"m": "ok", "re": r}) for r in ids))
+    (run,) = conn.events_with_deliver_runs()
+    assert type(run) is OkRun and run.res == ids
+
+
+def test_a_run_of_persistent_deliveries_is_read_in_one_go() -> None:
+    """The persistent bench's stream (the same, each with ``{"persistent": true}``) is
+    one run too, whose maps carry the properties, each its own copy."""
+    props = {"persistent": True}
+    data = b"".join(
+        _deliver_frame("ctag-1", 70_000 + i, ("", "q0"), 100, props) for i in range(500)
+    )
+    conn = client_in(ConnState.OPEN)
+    conn.receive_data(data)
+    (run,) = conn.events_with_deliver_runs()
+    assert type(run) is DeliverRun
+    assert run.dtags == list(range(70_000, 70_500)) and run.props == props
+    maps = run.maps()
+    assert maps[0]["props"] == props and maps[0]["props"] is not maps[1]["props"]
 
 
 def test_a_frame_of_the_usual_size_with_a_narrower_tag_is_not_read_as_the_usual_one() -> None:
