@@ -200,14 +200,24 @@ class Replicator:
         actions.append(self._send(b"".join(chunk), position, reset=first))
         return actions
 
-    def appended(self, position: int, frame: bytes, journal_id: int = 0) -> None:
+    def appended(self, position: int, frame: bytes, journal_id: int = 0) -> bool:
         """The journal appended ``frame`` at ``position`` (every record, in order, from
         :class:`ReplicationStarted` on); sent by a later :meth:`take`. ``journal_id``:
         the message's, when the record is a ``message.enqueue`` (journal ids are handed
         out in journal order: ``Recorder.enqueue`` numbers a message and appends it in
-        one step)."""
+        one step). Returns :attr:`sendable` as it is after the append (the shell wakes
+        its sender when True).
+
+        Why it returns it: the journal's shell hands every record here (the tee), and
+        asking ``sendable`` after each one was a second call a record on the active
+        node; this is the same test, made where the record is taken
+        (``tests/ha/test_replication.py`` checks that the two agree)."""
         if self.replicating:
             self._pending.append((position, frame, self._turns == 0, journal_id))
+            return self.in_flight < self._window and not (
+                self._coalesce and self.sent_upto > self.applied_upto
+            )
+        return False
 
     def hold(self) -> None:
         """The journal opened a turn: what is appended until the matching

@@ -822,7 +822,9 @@ class HaService:
             elif isinstance(action, ReplicationStarted):
                 self._snapshot_at = action.position
                 if storage is not None:
-                    storage.tee = self._tee
+                    # the replicator itself: it says when the sender has work
+                    storage.tee = self.replicator.appended
+                    storage.tee_wake = self._wake_sender
                     storage.tee_turn = self._tee_turn
                     storage.replica_required(True)
                 log.info(
@@ -839,11 +841,10 @@ class HaService:
                 self._update_promise()
                 self._signal_progress()
 
-    def _tee(self, position: int, frame: bytes, journal_id: int) -> None:
-        replicator = self.replicator
-        replicator.appended(position, frame, journal_id)
-        if replicator.sendable:  # (else the ack that lets it go wakes the sender)
-            self._sender_wake.set()
+    def _wake_sender(self) -> None:
+        """The tee appended a record the sender can send now (``Replicator.appended``
+        returned True; else the ack that lets it go wakes the sender)."""
+        self._sender_wake.set()
 
     def _tee_turn(self, opened: bool) -> None:
         if opened:

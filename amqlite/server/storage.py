@@ -178,6 +178,10 @@ class JournalSource:
         ]
 
 
+def _nothing() -> None:
+    pass
+
+
 def _give_back_freed_memory() -> None:
     """Return the C heap's free pages to the system after a recovery (glibc only).
 
@@ -214,8 +218,10 @@ class NodeStorage:
         self._committed = 0
         #: HA: every appended record's (position, frame, journal id of a
         #: ``message.enqueue`` else 0) also goes here while the active node
-        #: replicates to its passive peer.
-        self.tee: Callable[[int, bytes, int], None] | None = None
+        #: replicates to its passive peer (``Replicator.appended``); when it returns
+        #: True, ``tee_wake`` is called (the replication has something to send).
+        self.tee: Callable[[int, bytes, int], bool] | None = None
+        self.tee_wake: Callable[[], None] = _nothing
         #: HA: told of journal turns opening (True) and closing (False) while ``tee``
         #: is set, so that replication never splits one
         self.tee_turn: Callable[[bool], None] | None = None
@@ -329,13 +335,15 @@ class NodeStorage:
         tee = self.tee
         if tee is not None:
             if type(record) is MessageEnqueue:
-                tee(position, frame, record.id)
+                wake = tee(position, frame, record.id)
             else:
-                tee(position, frame, 0)
+                wake = tee(position, frame, 0)
                 if type(record) is StreamAppend and self.replica.upto is not None:
                     self.replica.offset_appended(
                         record.vhost, record.queue, record.offset, position
                     )
+            if wake:
+                self.tee_wake()
         if not self._woken:
             self._woken = True
             self._dirty.set()

@@ -713,7 +713,8 @@ def test_take_sends_nothing_and_changes_nothing_when_not_sendable(
     ``take`` would send nothing and leave the replicator as it was, whatever the
     appends, turns, window, acknowledgements (applied or committed), coalescing, a
     stop and a restart; and one whose sender takes only when it is True sends the
-    same syncs as one that takes after every step."""
+    same syncs as one that takes after every step. ``appended`` returns what
+    ``sendable`` then says (the tee wakes the sender on it)."""
     every = Replicator(chunk=chunk, window=window, coalesce=coalesce)
     lazy = Replicator(chunk=chunk, window=window, coalesce=coalesce)
     start = ([b"snapshot"], 1) if snapshot else ([], 0)
@@ -735,7 +736,10 @@ def test_take_sends_nothing_and_changes_nothing_when_not_sendable(
             if enqueue:
                 journal_id += 1
             for r in (every, lazy):
-                r.appended(position, bytes([position % 256]) * size, journal_id if enqueue else 0)
+                said = r.appended(
+                    position, bytes([position % 256]) * size, journal_id if enqueue else 0
+                )
+                assert said == r.sendable  # what the shell's tee wakes the sender on
         elif kind == "hold":
             every.hold()
             lazy.hold()

@@ -205,9 +205,9 @@ async def test_the_passive_node_hears_of_a_delivery_before_the_consumer_is_sent_
         streamed: list[object] = []
         real_tee = storage.tee
 
-        def tee(position: int, frame: bytes, journal_id: int) -> None:
+        def tee(position: int, frame: bytes, journal_id: int) -> bool:
             streamed.extend(parse_frames(frame))
-            real_tee(position, frame, journal_id)
+            return real_tee(position, frame, journal_id)
 
         storage.tee = tee
         marked_at_push: list[set[int]] = []

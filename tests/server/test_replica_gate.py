@@ -29,8 +29,9 @@ def _fake_peer(storage: NodeStorage) -> None:
     """Stand in for the HA sender: every record goes to the peer as its own sync
     (``ReplicaProgress.sent``), which holds nothing until ``replica_progress``."""
 
-    def tee(position: int, frame: bytes, journal_id: int) -> None:
+    def tee(position: int, frame: bytes, journal_id: int) -> bool:
         storage.replica.sent(position, journal_id)
+        return False  # no sender to wake
 
     storage.tee = tee
 
