@@ -15,7 +15,7 @@ Guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from amqlite.errors import (
@@ -270,14 +270,23 @@ class Session:
             self._broker.tracer.published(self._vhost, message, outcome, now)
         return outcome
 
-    def publish_run(self, exchange: str, key: str, bodies: list[bytes], *, now: float) -> bool:
+    def publish_run(
+        self,
+        exchange: str,
+        key: str,
+        bodies: list[bytes],
+        *,
+        now: float,
+        meshes: Callable[[int], Sequence[Any]] | None = None,
+    ) -> bool:
         """:meth:`publish` of ``Message(exchange, key, body)`` for each of ``bodies``,
         none mandatory: their outcomes are not returned. False when it did nothing
         (the session is closed, a trace hook watches publishes, or
         :meth:`~amqlite.broker.vhost.VirtualHost.publish_run` declined): the caller
         then publishes each through :meth:`publish`. The run is one journal span
         (each message's own record, if any, is the span's; a plain transient
-        message records nothing of its own).
+        message records nothing of its own). ``meshes``: see
+        ``VirtualHost.publish_run`` (not called when this returns False).
 
         Why it exists: see ``VirtualHost.publish_run``."""
         if self._closed:
@@ -289,7 +298,7 @@ class Session:
         recorder = broker.recorder
         if recorder is not None:
             recorder.start_span()
-        return self._vhost.publish_run(exchange, key, bodies, now)
+        return self._vhost.publish_run(exchange, key, bodies, now, meshes)
 
     def routes_nowhere(self, exchange: str) -> bool:
         """True when :meth:`publish` of a message without a ``publish_key`` and
