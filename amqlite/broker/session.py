@@ -16,6 +16,7 @@ Guarantees:
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from itertools import repeat as _repeat
 from typing import TYPE_CHECKING, Any
 
 from amqlite.errors import (
@@ -737,6 +738,47 @@ class Session:
         if not self._flagged:
             self._flagged = True
             self._broker._ready.append(self)
+
+    def _deliver_run(self, consumer: Consumer, queue: Queue, messages: list[Message]) -> bool:
+        """:meth:`_deliver` of each of ``messages`` (at least one, none expiring,
+        none redelivered) to ``consumer``, whose credit covers them all; False when
+        it did nothing because one of them could change the consumer's credit or
+        needs more than being handed out (a no-ack consumer, a channel-wide
+        prefetch, a trace hook): the caller then delivers each.
+
+        Why it exists: see ``Queue.offer_run``."""
+        if consumer.no_ack or self._channel_prefetch or self._broker.tracer is not None:
+            return False
+        n = len(messages)
+        first = self._last_dtag + 1
+        self._last_dtag = first + n - 1
+        tags = range(first, first + n)
+        deliveries = list(
+            map(
+                Delivery,
+                _repeat(consumer.tag),
+                tags,
+                _repeat(False),
+                messages,
+                _repeat(queue.name),
+                _repeat(queue),
+                _repeat(consumer),
+            )
+        )
+        self._unacked.update(zip(tags, deliveries, strict=True))
+        consumer.inflight += n
+        queue.unacked += n
+        queue.stat_deliver += n
+        recorder = queue.recorder
+        if recorder is not None:
+            for message in messages:
+                if message.journal_id:
+                    recorder.delivered(message.journal_id, queue.name)
+        self._pending += deliveries
+        if not self._flagged:
+            self._flagged = True
+            self._broker._ready.append(self)
+        return True
 
     def _cancelled_by_server(self, consumer: Consumer, code: int, text: str) -> None:
         consumer.writable = False

@@ -603,11 +603,12 @@ class VirtualHost:
         ids = meshes(len(bodies))  # (minted whether routed or not, as publish would)
         queues = tuple(exchange.route(Message(exchange_name, key, b"")))  # by the key alone
         if len(queues) == 1:
-            offer = queues[0].offer
+            messages = []
             for body, mesh in zip(bodies, ids, strict=True):
                 message = Message(exchange_name, key, body)
                 message.mesh = mesh
-                offer(message, now, None)
+                messages.append(message)
+            queues[0].offer_run(messages, now)
         elif queues:
             for body, mesh in zip(bodies, ids, strict=True):
                 message = Message(exchange_name, key, body)
