@@ -61,3 +61,72 @@ def test_offering_a_run_is_offering_each(runs: list[int], setup: dict[str, Any])
     goes through ``offer``), per-consumer prefetch. Checked to fail with the
     run's delivery tags one off."""
     assert _state(runs, setup, True) == _state(runs, setup, False)
+
+
+def _settled(steps: list[tuple[str, int]], prefetch: int, channel: int) -> list[Any]:
+    broker = Broker(node_id="n")
+    session = broker.open_session("/")
+    for name in ("q1", "q2"):
+        session.declare_queue(name)
+    consumer = broker.open_session("/")
+    if channel:
+        consumer.set_channel_prefetch(channel, now=0.0)
+    consumer.consume("q1", prefetch=prefetch, now=0.0)
+    consumer.consume("q2", prefetch=prefetch, now=0.0)
+    queues = broker.vhost("/").queues  # type: ignore[union-attr]
+    seen: list[Any] = []
+    unacked: list[int] = []
+    sent = 0
+    for what, n in steps:
+        if what in ("q1", "q2"):
+            for _ in range(n):
+                session.publish(Message("", what, b"m%d" % sent), now=1.0)
+                sent += 1
+        elif unacked:
+            dtag = unacked[min(n, len(unacked) - 1)]
+            if what == "ack":
+                consumer.ack(dtag, multiple=True, now=1.0)
+            elif what == "one":
+                consumer.ack(dtag, now=1.0)
+            else:
+                consumer.nack(dtag, multiple=True, now=1.0)
+            settled = [t for t in unacked if t <= dtag] if what != "one" else [dtag]
+            unacked = [t for t in unacked if t not in settled]
+        taken = consumer.take_deliveries()
+        unacked += [d.dtag for d in taken]
+        seen.append([(d.ctag, d.dtag, d.message.body, d.redelivered) for d in taken])
+        seen.append([(q.count(), q.unacked, q.stat_ack) for q in queues.values()])
+    return seen
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["q1", "q1", "q2", "ack", "ack", "one", "nack"]), st.integers(0, 6)
+        ),
+        max_size=16,
+    ),
+    st.sampled_from([0, 2, 5]),
+    st.sampled_from([0, 0, 4]),
+)
+def test_settling_acked_deliveries_at_once_is_settling_each(
+    steps: list[tuple[str, int]], prefetch: int, channel: int
+) -> None:
+    """``Session._settle_acked`` (an ack of many deliveries of one consumer and
+    queue, counted at once) against the general loop of ``Session._release``:
+    the same deliveries after each step (what the freed credit lets through),
+    queue counts, unacknowledged counts and ack counters; two consumers of one
+    session on two queues (an ack spanning both takes the general path), single
+    acks, nacks, per-consumer and channel-wide prefetch. Checked to fail with
+    the consumer's credit given back one short."""
+    from amqlite.broker.session import Session
+
+    fast = _settled(steps, prefetch, channel)
+    settle = Session._settle_acked
+    Session._settle_acked = lambda self, deliveries, now: False  # type: ignore[method-assign]
+    try:
+        general = _settled(steps, prefetch, channel)
+    finally:
+        Session._settle_acked = settle  # type: ignore[method-assign]
+    assert fast == general
