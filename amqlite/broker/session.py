@@ -15,7 +15,9 @@ Guarantees:
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from itertools import repeat as _repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from amqlite.errors import (
@@ -37,6 +39,10 @@ from .trace import set_trace
 if TYPE_CHECKING:
     from .broker import Broker
     from .vhost import VirtualHost
+
+
+_consumer_of = attrgetter("_consumer")
+_origin_of = attrgetter("_origin")
 
 
 class Session:
@@ -270,14 +276,23 @@ class Session:
             self._broker.tracer.published(self._vhost, message, outcome, now)
         return outcome
 
-    def publish_run(self, exchange: str, key: str, bodies: list[bytes], *, now: float) -> bool:
+    def publish_run(
+        self,
+        exchange: str,
+        key: str,
+        bodies: list[bytes],
+        *,
+        now: float,
+        meshes: Callable[[int], Sequence[Any]] | None = None,
+    ) -> bool:
         """:meth:`publish` of ``Message(exchange, key, body)`` for each of ``bodies``,
         none mandatory: their outcomes are not returned. False when it did nothing
         (the session is closed, a trace hook watches publishes, or
         :meth:`~amqlite.broker.vhost.VirtualHost.publish_run` declined): the caller
         then publishes each through :meth:`publish`. The run is one journal span
         (each message's own record, if any, is the span's; a plain transient
-        message records nothing of its own).
+        message records nothing of its own). ``meshes``: see
+        ``VirtualHost.publish_run`` (not called when this returns False).
 
         Why it exists: see ``VirtualHost.publish_run``."""
         if self._closed:
@@ -289,7 +304,7 @@ class Session:
         recorder = broker.recorder
         if recorder is not None:
             recorder.start_span()
-        return self._vhost.publish_run(exchange, key, bodies, now)
+        return self._vhost.publish_run(exchange, key, bodies, now, meshes)
 
     def routes_nowhere(self, exchange: str) -> bool:
         """True when :meth:`publish` of a message without a ``publish_key`` and
@@ -579,6 +594,8 @@ class Session:
         Requeued messages are marked redelivered, except those whose tag is in
         ``unsent`` (never taken by the shell), which keep their flag. Deliveries
         to no-ack consumers count here only when unsent (on close)."""
+        if requeue is None and type(deliveries) is list and self._settle_acked(deliveries, now):
+            return
         touched: dict[Queue, list[Entry]] = {}
         for delivery in deliveries:
             consumer = delivery._consumer
@@ -614,6 +631,45 @@ class Session:
                 queue.dispatch(now)
         if self._credit_out and len(self._unacked) < self._channel_prefetch:
             self._credit_back(now)
+
+    def _settle_acked(self, deliveries: list[Delivery], now: float) -> bool:
+        """:meth:`_release` of acked ``deliveries`` (at least two) when they are all
+        one consumer's (not no-ack) from one queue without message groups and no
+        trace hook watches: the counts moved once, not per delivery. False when
+        it did nothing (the caller takes the general path).
+
+        Why it exists: an ack of many deliveries (``ack`` with ``multiple``: a
+        peering queue settling the run its subscriber acknowledged) spent most of
+        its time in the general loop's per-delivery checks;
+        tests/broker/test_offer_run.py checks both paths leave the same state."""
+        if len(deliveries) < 2 or self._broker.tracer is not None:
+            return False
+        first = deliveries[0]
+        consumer, queue = first._consumer, first._origin
+        if (
+            consumer is None
+            or consumer.no_ack
+            or queue is None
+            or queue.groups
+            or len(set(map(_consumer_of, deliveries))) != 1
+            or len(set(map(_origin_of, deliveries))) != 1
+        ):
+            return False
+        n = len(deliveries)
+        consumer.inflight -= n
+        if not queue.deleted:
+            queue.unacked -= n
+            recorder = queue.recorder
+            if recorder is not None:
+                for delivery in deliveries:
+                    journal_id = delivery.message.journal_id
+                    if journal_id:
+                        recorder.ack(journal_id, queue.name)
+            queue.stat_ack += n
+            queue.dispatch(now)
+        if self._credit_out and len(self._unacked) < self._channel_prefetch:
+            self._credit_back(now)
+        return True
 
     def set_trace(self, enabled: bool) -> bool:
         """Turn the broker's trace into ``amq.trace`` on or off (see :mod:`.trace`)."""
@@ -728,6 +784,47 @@ class Session:
         if not self._flagged:
             self._flagged = True
             self._broker._ready.append(self)
+
+    def _deliver_run(self, consumer: Consumer, queue: Queue, messages: list[Message]) -> bool:
+        """:meth:`_deliver` of each of ``messages`` (at least one, none expiring,
+        none redelivered) to ``consumer``, whose credit covers them all; False when
+        it did nothing because one of them could change the consumer's credit or
+        needs more than being handed out (a no-ack consumer, a channel-wide
+        prefetch, a trace hook): the caller then delivers each.
+
+        Why it exists: see ``Queue.offer_run``."""
+        if consumer.no_ack or self._channel_prefetch or self._broker.tracer is not None:
+            return False
+        n = len(messages)
+        first = self._last_dtag + 1
+        self._last_dtag = first + n - 1
+        tags = range(first, first + n)
+        deliveries = list(
+            map(
+                Delivery,
+                _repeat(consumer.tag),
+                tags,
+                _repeat(False),
+                messages,
+                _repeat(queue.name),
+                _repeat(queue),
+                _repeat(consumer),
+            )
+        )
+        self._unacked.update(zip(tags, deliveries, strict=True))
+        consumer.inflight += n
+        queue.unacked += n
+        queue.stat_deliver += n
+        recorder = queue.recorder
+        if recorder is not None:
+            for message in messages:
+                if message.journal_id:
+                    recorder.delivered(message.journal_id, queue.name)
+        self._pending += deliveries
+        if not self._flagged:
+            self._flagged = True
+            self._broker._ready.append(self)
+        return True
 
     def _cancelled_by_server(self, consumer: Consumer, code: int, text: str) -> None:
         consumer.writable = False

@@ -10,7 +10,7 @@ name; cannot be declared, bound to or deleted) and ``amq.direct``, ``amq.fanout`
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from amqlite.errors import (
@@ -539,7 +539,14 @@ class VirtualHost:
         flush()
         return outcomes
 
-    def publish_run(self, exchange_name: str, key: str, bodies: list[bytes], now: float) -> bool:
+    def publish_run(
+        self,
+        exchange_name: str,
+        key: str,
+        bodies: list[bytes],
+        now: float,
+        meshes: Callable[[int], Sequence[Any]] | None = None,
+    ) -> bool:
         """:meth:`publish` of ``Message(exchange_name, key, body)`` for each of
         ``bodies`` in order, when none is mandatory or confirmed (their outcomes
         are not needed): False when it did nothing because the exchange is missing,
@@ -551,7 +558,13 @@ class VirtualHost:
         once a run here, each message then offered to its queues as :meth:`route`
         offers it (no expiration, not persistent: nothing for the recorder).
         tests/server/test_dispatch_publish.py checks the queues, deliveries and
-        replies agree with :meth:`publish` one by one."""
+        replies agree with :meth:`publish` one by one.
+
+        ``meshes(n)`` (a peered exchange's run) gives the ``Message.mesh`` of each
+        of the ``n`` messages; it is called once the run is known to be taken
+        here (never when this returns False), whether or not a queue is bound."""
+        if meshes is not None:
+            return self._publish_meshed_run(exchange_name, key, bodies, now, meshes)
         if not exchange_name:
             target = self.queues.get(key)
             if target is None:
@@ -571,6 +584,35 @@ class VirtualHost:
         elif queues:
             for body in bodies:
                 message = Message(exchange_name, key, body)
+                for queue in queues:
+                    queue.offer(message, now, None)
+        return True
+
+    def _publish_meshed_run(
+        self,
+        exchange_name: str,
+        key: str,
+        bodies: list[bytes],
+        now: float,
+        meshes: Callable[[int], Sequence[Any]],
+    ) -> bool:
+        """:meth:`publish_run` of messages each with its ``mesh`` (a named exchange)."""
+        exchange = self.exchanges.get(exchange_name)
+        if not exchange_name or exchange is None or exchange.internal or exchange.kind == "headers":
+            return False
+        ids = meshes(len(bodies))  # (minted whether routed or not, as publish would)
+        queues = tuple(exchange.route(Message(exchange_name, key, b"")))  # by the key alone
+        if len(queues) == 1:
+            messages = []
+            for body, mesh in zip(bodies, ids, strict=True):
+                message = Message(exchange_name, key, body)
+                message.mesh = mesh
+                messages.append(message)
+            queues[0].offer_run(messages, now)
+        elif queues:
+            for body, mesh in zip(bodies, ids, strict=True):
+                message = Message(exchange_name, key, body)
+                message.mesh = mesh
                 for queue in queues:
                     queue.offer(message, now, None)
         return True

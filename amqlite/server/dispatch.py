@@ -123,8 +123,9 @@ class RequestDispatcher:
         refusals), in one go through :meth:`Session.publish_run`; False when it did
         nothing because one of them could be refused or needs more than routing (the
         write permission not yet known or refused, a queue-send constraint, a body
-        over the size limit, a peered exchange, a missing, internal or headers
-        exchange, a closed session, a trace hook): the caller then takes each
+        over the size limit, a peered exchange unless its publishes get stamps
+        (:meth:`_publish_stamped_run`), a missing, internal or headers exchange, a
+        closed session, a trace hook): the caller then takes each
         through :meth:`publish`.
 
         Why it exists: a publisher's messages arrive as runs (see
@@ -136,12 +137,36 @@ class RequestDispatcher:
         exchange = run.exchange
         if not self._write_ok.get(exchange):
             return False
-        if (not exchange and self._queues_send) or (self._peered and exchange in self._peered):
+        if not exchange and self._queues_send:
             return False
+        hook = self._peered.get(exchange) if self._peered else None
         limit = self._max_message_size
         if limit and max(map(len, run.bodies)) > limit:
             return False
+        if hook is not None:
+            return self._publish_stamped_run(hook, run, now)
         return self.session.publish_run(exchange, run.key, run.bodies, now=now)
+
+    def _publish_stamped_run(self, hook: PublishHook, run: PublishRun, now: float) -> bool:
+        """:meth:`publish_run` on a peered exchange: only where :meth:`_publish`
+        would give each of the run's plain publishes a stamp (``hook.stamps()``:
+        no link end takes offers, a subscriber's remote) and route it (a queue is
+        bound: not a forward-only site); the stamps are minted as one range
+        (``PeeredExchange.stamp_run``) once the session takes the run.
+
+        Why it exists: on a subscriber's remote every client publish went through
+        :meth:`_publish` alone (a Message, a routing and a stamp each), about
+        two thirds of that broker's time per message in mode subscribe
+        (benchmarks/peering_core_micro.py subscribe);
+        tests/server/test_peering_applier.py checks a run and each of its
+        publishes give the same stamps, queue, frames and replies."""
+        exchange = run.exchange
+        if not hook.stamps() or self.session.routes_nowhere(exchange):
+            return False
+        self.peered_sent.add(exchange)
+        return self.session.publish_run(
+            exchange, run.key, run.bodies, now=now, meshes=hook.px.stamp_run
+        )
 
     # --- permissions ---------------------------------------------------------------
 

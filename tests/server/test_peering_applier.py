@@ -40,6 +40,7 @@ from amqlite.peering import (
 )
 from amqlite.peering import cbor as peering_cbor
 from amqlite.peering.link import PlainPublish
+from amqlite.protocol import PublishRun
 from amqlite.protocol import events as ev
 from amqlite.server.dispatch import RequestDispatcher
 from amqlite.server.peering.applier import ActionApplier
@@ -738,4 +739,82 @@ def test_a_peering_queue_sends_its_stamped_messages_as_envelopes(steps: list[Any
     finally:
         applier_module._stamped = stamped
         PublishHook.stamps = stamps  # type: ignore[method-assign]
+    assert fast == ref
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.sampled_from(["k.a", "k.b", "other"]), st.integers(1, 9)),
+            _subscribed_publish,
+            st.sampled_from(["feed", "ack", "ack all", "filter", "unbind", "q2"]),
+        ),
+        max_size=16,
+    )
+)
+def test_a_run_on_a_subscribers_remote_is_its_publishes_each(steps: list[Any]) -> None:
+    """A client's read of plain publishes on a subscriber's remote taken as one run
+    (``RequestDispatcher.publish_run``: the stamps minted as a range,
+    ``PeeredExchange.stamp_run``) against each publish through
+    ``RequestDispatcher.publish`` (the general path): the same mints, the same
+    frames to the subscriber (byte for byte), the same messages in the peering
+    queue and in a second queue bound with one key, the same link counters; with
+    single publishes (headers, properties, confirm, mandatory) between runs,
+    partial acks, a filter, the queue's binding gone (a forward-only site: the run
+    falls back) and back. Checked to fail with ``stamp_run``'s seqs one off."""
+
+    async def run() -> list[Any]:
+        seen = []
+        for fast in (True, False):
+            applier, dispatcher, link, pq, session = _subscribers_remote()
+            dispatcher._write_ok["y"] = True  # (as a first publish leaves it)
+            replies: list[Any] = []
+            frames: list[bytes] = []
+            sent = 0
+            bound, q2 = True, False
+            for step in steps:
+                if step == "feed":
+                    pq.push()
+                elif step in ("ack", "ack all"):
+                    log = link.log
+                    upto = log.last_seq if step == "ack all" else log.gone_upto + log.in_flight // 2
+                    applier.receive(link, Ack(1, upto).to_map(), 1.0)
+                elif step == "filter":
+                    link.remote_filter = None if link.remote_filter else "TRUE"
+                elif step == "unbind":
+                    if bound:
+                        session.unbind(pq.name, "y", "k.#")
+                    else:
+                        session.bind(pq.name, "y", "k.#")
+                    bound = not bound
+                elif step == "q2":
+                    if not q2:
+                        session.declare_queue("q2")
+                        session.bind("q2", "y", "k.a")
+                        q2 = True
+                elif isinstance(step, ev.Publish):
+                    body, sent = b"m%d" % sent, sent + 1
+                    replies.append(dispatcher.publish(dataclasses.replace(step, body=body), 1.0))
+                else:
+                    key, n = step
+                    bodies = [b"m%d" % (sent + i) for i in range(n)]
+                    read = PublishRun(sent, "y", key, bodies)
+                    sent += n
+                    if not (fast and dispatcher.publish_run(read, 1.0)):
+                        replies += [dispatcher.publish(p, 1.0) for p in read.publishes()]
+                    else:
+                        replies += [None] * n
+                outbox = applier._outbox.pop("conn", [])  # type: ignore[call-overload]
+                frames += peering_cbor.encode_frames(outbox, 65536)
+            taken = [(s + i, d + i) for s, d, n in pq.taken for i in range(n)]
+            queues = pq.host.queues
+            second = queues.get("q2")
+            held = [] if second is None else [(e[0].body, e[0].mesh) for e in second.ready]
+            counted = (queues[pq.name].count(), second.count() if second else None)
+            px = pq.px
+            seen.append((replies, frames, counted, held, taken, link.counters, px._minted))
+        return seen
+
+    fast, ref = trio.run(run)
     assert fast == ref
