@@ -468,8 +468,12 @@ class ActionApplier:
         session = self._session(px.ctx.vhost)
         publish, exchange, run = session.publish, px.ctx.exchange, action.run
         keys = run.keys
-        if type(keys) is str and run.bodies and session.publish_run(
-            exchange, keys, run.bodies, now=now, meshes=lambda n: run.stamps()
+        if (
+            type(keys) is str
+            and run.bodies
+            and session.publish_run(
+                exchange, keys, run.bodies, now=now, meshes=lambda n: run.stamps()
+            )
         ):
             # Why this exists: a run of one key is published whole (the route
             # looked up once, the queue offered the run: VirtualHost.publish_run),
