@@ -790,15 +790,40 @@ class Session:
         none redelivered) to ``consumer``, whose credit covers them all; False when
         it did nothing because one of them could change the consumer's credit or
         needs more than being handed out (a no-ack consumer, a channel-wide
-        prefetch, a trace hook): the caller then delivers each.
+        prefetch on an acking consumer, a trace hook): the caller then delivers each.
+        A no-ack consumer's deliveries are handed out only (nothing unacked), as
+        :meth:`_deliver` does: the receiving side of a peering link feeds the
+        benchmark's no-ack consumers this way
+        (``ActionApplier._deliver_plain_run``).
 
         Why it exists: see ``Queue.offer_run``."""
-        if consumer.no_ack or self._channel_prefetch or self._broker.tracer is not None:
+        no_ack = consumer.no_ack
+        if (self._channel_prefetch and not no_ack) or self._broker.tracer is not None:
             return False
         n = len(messages)
         first = self._last_dtag + 1
         self._last_dtag = first + n - 1
         tags = range(first, first + n)
+        if no_ack:
+            self._pending += map(
+                Delivery,
+                _repeat(consumer.tag),
+                tags,
+                _repeat(False),
+                messages,
+                _repeat(queue.name),
+                _repeat(queue),
+                _repeat(consumer),
+            )
+            queue.stat_deliver += n
+            if queue.recorder is not None:
+                for message in messages:
+                    if message.journal_id:
+                        self._noack_journal_ids.append((queue, message.journal_id))
+            if not self._flagged:
+                self._flagged = True
+                self._broker._ready.append(self)
+            return True
         deliveries = list(
             map(
                 Delivery,

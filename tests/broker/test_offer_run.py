@@ -57,9 +57,10 @@ def _state(runs: list[int], setup: dict[str, Any], fast: bool) -> list[Any]:
 def test_offering_a_run_is_offering_each(runs: list[int], setup: dict[str, Any]) -> None:
     """The same deliveries (consumer tag, delivery tag, body, flag), queue count,
     unacknowledged count and counters after each run, with partial acks between
-    runs; a TTL, a channel-wide prefetch, no-ack and two consumers (the run then
-    goes through ``offer``), per-consumer prefetch. Checked to fail with the
-    run's delivery tags one off."""
+    runs; a TTL, a channel-wide prefetch and two consumers (the run then goes
+    through ``offer``), no-ack (the run handed out only), per-consumer prefetch.
+    Checked to fail with the run's delivery tags one off, and with a no-ack
+    run's ``stat_deliver`` one short."""
     assert _state(runs, setup, True) == _state(runs, setup, False)
 
 

@@ -15,7 +15,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from amqlite.auth import AuthenticatedUser, Permissions
-from amqlite.broker import Broker, Message, PublishOutcome, Session
+from amqlite.broker import ALL_APPENDED, Broker, Message, PublishOutcome, Session
 from amqlite.errors import AmqliteError
 from amqlite.peering import (
     Ack,
@@ -119,6 +119,9 @@ class _Session:
     def publish(self, message: Message, *, now: float) -> PublishOutcome:
         self.last = message
         return self.inner.publish(message, now=now)
+
+    def publish_run(self, *args: Any, **kwargs: Any) -> bool:
+        return False  # each message through publish (the per-message loop)
 
     @property
     def journal_span(self) -> tuple[int, int]:
@@ -291,6 +294,142 @@ def test_a_plain_run_is_delivered_as_its_single_deliveries(
             (held, applier._confirms, applier._commits_pending, kept.calls, applier._delivered)
         )
     assert results[0] == results[1]
+
+
+class _Journal:
+    """A broker session that journals the messages whose body starts with ``w``
+    (one position each, in publish order) and takes runs through the real
+    ``Session.publish_run``; its span is the latest publish's or run's."""
+
+    def __init__(self, session: Session) -> None:
+        self.inner = session
+        self.closed = False
+        self.pos = 0  # the last position appended
+        self.span = (0, 0)
+        self.wrote: list[int] = []  # the journal position of each message published (0: none)
+        self.runs = 0  # the runs publish_run took
+
+    def _write(self, body: bytes) -> int:
+        if not body.startswith(b"w"):
+            self.wrote.append(0)
+            return 0
+        self.pos += 1
+        self.wrote.append(self.pos)
+        return self.pos
+
+    def publish(self, message: Message, *, now: float) -> PublishOutcome:
+        outcome = self.inner.publish(message, now=now)
+        at = self._write(message.body)
+        self.span = (at, at)
+        return outcome
+
+    def publish_run(self, exchange: str, key: str, bodies: list[bytes], **kwargs: Any) -> bool:
+        if not self.inner.publish_run(exchange, key, bodies, **kwargs):
+            return False
+        self.runs += 1
+        written = [at for at in map(self._write, bodies) if at]
+        self.span = (written[0], written[-1]) if written else (0, 0)
+        return True
+
+    @property
+    def journal_span(self) -> tuple[int, int]:
+        return self.span
+
+
+class _Commits:
+    """Durability whose commits the test makes, in order."""
+
+    def __init__(self) -> None:
+        self.storage = _Storage()
+        self.marks_pending: dict[Any, Any] = {}
+        self.marks = 0
+        self.waiting: list[tuple[int, Any]] = []
+
+    def marks_due(self, px: PeeredExchange) -> None:
+        self.marks += 1
+
+    def when_durable(self, first: int, last: int, committed: Any) -> None:
+        self.waiting.append((last, committed))
+
+
+def _committing(action: DeliverRun, fast: bool, exchange_present: bool, early: int) -> Any:
+    """Deliver ``action`` (``fast``: ``_deliver_plain_run``, else ``_deliver_run``
+    of its single deliveries), commit the journal in order (``early`` commits
+    before the turn's end), checking each confirm against the commits; returns
+    what the queue holds, the last tag confirmed, the commits pending, whether
+    marks were due and what each message wrote."""
+    applier, broker, plain, _ = _receiving(exchange_present)
+    shim, commits = _Journal(plain.inner), _Commits()
+    applier._session = lambda vhost: shim  # type: ignore[assignment,method-assign,return-value]
+    applier.durability = commits  # type: ignore[assignment]
+    link = applier.registry.link("l1")
+    assert link is not None
+    committed_at = 0
+    confirmed = 0
+
+    def confirm(tag: int, now: float) -> list[Action]:
+        nonlocal confirmed
+        for i, at in enumerate(shim.wrote[: tag - action.tag + 1]):  # what the tag covers
+            assert at <= committed_at, (tag, i, at, committed_at)
+        confirmed = max(confirmed, tag)
+        return []
+
+    link.confirm = confirm  # type: ignore[method-assign]
+
+    def commit(done: int) -> None:
+        nonlocal committed_at
+        last, committed = commits.waiting[done]
+        committed_at = max(committed_at, shim.pos if last == ALL_APPENDED else last)
+        committed(True)
+
+    async def deliver() -> None:
+        if fast:
+            applier._deliver_plain_run(action, 0.0)
+        else:
+            applier._deliver_run(action.delivers(), 0.0)
+        done = 0
+        while done < min(early, len(commits.waiting)):
+            commit(done)
+            done += 1
+        applier._confirm_safe()  # the turn's end
+        while done < len(commits.waiting):
+            commit(done)
+            done += 1
+
+    trio.run(deliver)
+    if fast:
+        assert shim.runs == (1 if exchange_present else 0)  # the run was taken whole
+    held = []
+    if exchange_present:
+        session = broker.open_session("/")
+        while (got := session.get("q", no_ack=True, now=0.0)) is not None:
+            m = got[0].message
+            held.append((m.routing_key, m.body, m.headers, m.properties, m.mesh.mesh_map()))
+    return held, confirmed, dict(applier._commits_pending), commits.marks > 0, shim.wrote
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from([b"", b"t", b"w", b"w2"]), min_size=1, max_size=12),
+    st.sampled_from(["k.a", "other"]),
+    st.booleans(),
+    st.integers(0, 12),
+)
+@example([b"t", b"w", b"t"], "k.a", True, 0)
+def test_a_plain_run_published_whole_confirms_no_sooner(
+    bodies: list[bytes], key: str, exchange_present: bool, early: int
+) -> None:
+    """``_deliver_plain_run`` of a one-key run (published whole through
+    ``Session.publish_run``) against ``_deliver_run`` of its single deliveries,
+    the journal committing in order (``early`` commits before the turn's end,
+    the rest after): the same queue contents (key, body, peering identity), every
+    tag confirmed in the end, and no confirm ever before the commit of a message
+    it covers (the run's may come later than each's, never sooner)."""
+    run = PlainRun("a", 1, 5, key, list(bodies), "x", ("a",), 1)
+    action = DeliverRun("l1", 10, run)
+    results = [_committing(action, fast, exchange_present, early) for fast in (True, False)]
+    assert results[0] == results[1]
+    assert results[0][1] == 10 + len(bodies) - 1  # every tag confirmed
 
 
 # --- a read's client publishes as one run --------------------------------------------------
