@@ -804,26 +804,6 @@ class Session:
         first = self._last_dtag + 1
         self._last_dtag = first + n - 1
         tags = range(first, first + n)
-        if no_ack:
-            self._pending += map(
-                Delivery,
-                _repeat(consumer.tag),
-                tags,
-                _repeat(False),
-                messages,
-                _repeat(queue.name),
-                _repeat(queue),
-                _repeat(consumer),
-            )
-            queue.stat_deliver += n
-            if queue.recorder is not None:
-                for message in messages:
-                    if message.journal_id:
-                        self._noack_journal_ids.append((queue, message.journal_id))
-            if not self._flagged:
-                self._flagged = True
-                self._broker._ready.append(self)
-            return True
         deliveries = list(
             map(
                 Delivery,
@@ -836,6 +816,17 @@ class Session:
                 _repeat(consumer),
             )
         )
+        if no_ack:
+            self._pending += deliveries
+            queue.stat_deliver += n
+            if queue.recorder is not None:
+                for message in messages:
+                    if message.journal_id:
+                        self._noack_journal_ids.append((queue, message.journal_id))
+            if not self._flagged:
+                self._flagged = True
+                self._broker._ready.append(self)
+            return True
         self._unacked.update(zip(tags, deliveries, strict=True))
         consumer.inflight += n
         queue.unacked += n

@@ -119,30 +119,14 @@ class DeliverRun:
     def maps(self) -> list[DeliverMap]:
         """The run as the maps :meth:`Connection.events_with_deliver_maps` gives for it."""
         ctag, exchange, key, props = self.ctag, self.exchange, self.key, self.props
-        if props is None:
-            return [
-                {
-                    "m": "deliver",
-                    "ctag": ctag,
-                    "dtag": t,
-                    "exchange": exchange,
-                    "key": key,
-                    "body": b,
-                }
-                for t, b in zip(self.dtags, self.bodies, strict=True)
-            ]
-        return [
-            {
-                "m": "deliver",
-                "ctag": ctag,
-                "dtag": t,
-                "exchange": exchange,
-                "key": key,
-                "body": b,
-                "props": dict(props),
-            }
+        maps: list[DeliverMap] = [
+            {"m": "deliver", "ctag": ctag, "dtag": t, "exchange": exchange, "key": key, "body": b}
             for t, b in zip(self.dtags, self.bodies, strict=True)
         ]
+        if props is not None:
+            for one in maps:
+                one["props"] = dict(props)  # each its own copy, as the reader gives
+        return maps
 
     def __repr__(self) -> str:
         props = "" if self.props is None else f", {self.props!r}"
