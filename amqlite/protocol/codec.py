@@ -571,7 +571,6 @@ def read_bare_ok_run(
     whole = _BARE_OK_FRAME32
     add = res.append
     unpack = _LEN.unpack_from
-    start = len(_BARE_OK) + 4  # where the id's head is, from the frame's start
     if max_frame < len(_BARE_OK) + 9:
         return pos
     while room > 0:
@@ -584,19 +583,11 @@ def read_bare_ok_run(
             break
         (n,) = unpack(buf, pos)
         end = pos + 4 + n
-        at = pos + start
-        if end > size or end <= at or not buf.startswith(_BARE_OK, pos + 4):
+        # any other id width (the first 65,536 requests): read_bare_ok itself
+        ok = read_bare_ok(buf, pos + 4, end) if end <= size else None
+        if ok is None:
             break
-        first = buf[at]
-        if first < 24:
-            if end != at + 1:
-                break
-            add(first)
-        else:
-            width = _UINT_WIDTHS.get(first, -1)
-            if end != at + 1 + width:
-                break
-            add(int.from_bytes(buf[at + 1 : end], "big"))
+        add(ok.re)
         pos = end
         room -= 1
     return pos
