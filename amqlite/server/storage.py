@@ -238,6 +238,8 @@ class NodeStorage:
         #: taking over would give to another message.
         self.stream_replicated: Callable[[str, str, int], bool] = replica.stream_replicated
         self._after_commit: deque[tuple[int, Callable[[], None]]] = deque()
+        #: the committer's ``batch`` wait while it runs (``after_commit`` cuts it short)
+        self._gathering: trio.CancelScope | None = None
         #: how long each commit (write + fsync, in a worker thread) took: /metrics
         self.commit_times = LatencyHistogram()
         self._replica_waiters: set[Callable[[], None]] = set()
@@ -368,9 +370,13 @@ class NodeStorage:
                 self.tee_turn(False)
 
     def after_commit(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` once everything appended so far is committed."""
+        """Call ``callback`` once everything appended so far is committed. The commit
+        starts at once, without the ``batch`` wait (see :meth:`run`)."""
         self._after_commit.append((self.appended, callback))
         self._dirty.set()
+        gathering = self._gathering
+        if gathering is not None:
+            gathering.cancel()
 
     # --- HA: what the passive peer holds (thin: see amqlite.ha.progress) -----------------
 
@@ -527,8 +533,19 @@ class NodeStorage:
         interval = journal.commit_interval
         while True:
             await self._dirty.wait()
-            if interval:
-                await trio.sleep(interval)
+            if interval and not self._after_commit:
+                # batch: gather appends for batch_ms, one fsync for them all; unless
+                # (or until) a callback waits on this commit (``after_commit``: an HA
+                # passive node's ``ha.synced``, which the active node's confirms wait
+                # for). Why: the passive node's syncs come gathered already (one per
+                # ~185 messages on a busy pair), and a confirm waited for the later of
+                # the two nodes' batch waits, the passive's starting only once the sync
+                # had reached it: the pair's 1,000 unconfirmed messages sat idle for it
+                # (ROUND15_HA_STALL.md). What comes in during the fsync rides the next.
+                with trio.CancelScope(deadline=trio.current_time() + interval) as gathering:
+                    self._gathering = gathering
+                    await trio.sleep_forever()
+                self._gathering = None
             self._dirty = trio.Event()
             self._woken = False
             if self.before_commit is not None:

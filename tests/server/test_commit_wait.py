@@ -1,0 +1,88 @@
+"""The committer's ``batch`` wait: appends wait up to ``batch_ms`` for others to share
+their fsync, but a callback waiting on the commit (``NodeStorage.after_commit``: an
+HA passive node's ``ha.synced``, which the active node's confirms wait for) starts
+it at once, also when the wait has begun already. The clock is trio's MockClock: it
+moves only when the test moves it (or when every task has been blocked for a whole
+second of real time: then a test that waited for nothing would see it move)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from amqlite.broker import Broker
+from amqlite.config import StorageConfig
+from amqlite.server.storage import NodeStorage
+from amqlite.store.records import ExchangeDeclare
+
+
+@pytest.fixture
+def clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=1.0)
+
+
+@asynccontextmanager
+async def committing(tmp_path: Path) -> AsyncIterator[NodeStorage]:
+    storage = NodeStorage(StorageConfig(fsync="batch", batch_ms=10.0))
+    await storage.open(str(tmp_path), Broker())
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(storage.run)
+            yield storage
+            nursery.cancel_scope.cancel()
+    finally:
+        await storage.close()
+
+
+def _declare(storage: NodeStorage, name: str) -> int:
+    return storage.record(ExchangeDeclare(name=name, type="direct"))
+
+
+async def _durable(storage: NodeStorage, position: int) -> None:
+    done = trio.Event()
+    storage.when_durable(position, position, lambda lost: done.set())
+    await done.wait()
+
+
+async def test_an_append_waits_for_the_batch(clock: trio.testing.MockClock, tmp_path: Path) -> None:
+    async with committing(tmp_path) as storage:
+        start = trio.current_time()
+        position = _declare(storage, "x")
+        await trio.testing.wait_all_tasks_blocked()
+        assert storage.journal is not None and storage.journal.committed < position
+        clock.jump(0.010)
+        await _durable(storage, position)
+        assert trio.current_time() - start == pytest.approx(0.010)
+
+
+async def test_a_callback_waiting_on_the_commit_starts_it_at_once(
+    clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    async with committing(tmp_path) as storage:
+        start = trio.current_time()
+        _declare(storage, "x")  # ...
+        await trio.testing.wait_all_tasks_blocked()  # the committer waits for the batch
+        _declare(storage, "y")
+        committed = trio.Event()
+        storage.after_commit(committed.set)  # ...until this cuts the wait short
+        await committed.wait()
+        assert trio.current_time() == start
+        assert storage.journal is not None and storage.journal.committed == 2
+        # and when nothing was waiting yet: at once too
+        _declare(storage, "z")
+        again = trio.Event()
+        storage.after_commit(again.set)
+        await again.wait()
+        assert trio.current_time() == start
+        # an append after that waits for the batch again
+        position = _declare(storage, "w")
+        await trio.testing.wait_all_tasks_blocked()
+        assert storage.journal.committed < position
+        clock.jump(0.010)
+        await _durable(storage, position)
+        assert trio.current_time() - start == pytest.approx(0.010)
