@@ -61,7 +61,10 @@ def main() -> None:
         wake = _Wake()
         if args.mode == "ha":
             replicator.start(1, [], journal.appended)
-            if hasattr(ha_shell.HaService, "_wake_sender"):  # round 14's wiring
+            if hasattr(storage, "tee_to"):  # round 15's: the replicator's appended inline
+                storage.tee_to = replicator
+                storage.tee_wake = wake.set
+            elif hasattr(ha_shell.HaService, "_wake_sender"):  # round 14's wiring
                 storage.tee = replicator.appended
                 storage.tee_wake = wake.set
             else:  # the shell's _tee (before): it asks ``sendable`` itself

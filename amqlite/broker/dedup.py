@@ -26,7 +26,7 @@ DEFAULT_WINDOW = 100_000
 class PublishKeys:
     """The publish keys of the last ``capacity`` routed messages of one vhost."""
 
-    __slots__ = ("_keys", "_order", "capacity", "duplicates", "known")
+    __slots__ = ("_keys", "_order", "capacity", "duplicates", "known", "order", "window")
 
     def __init__(self, capacity: int = DEFAULT_WINDOW) -> None:
         if capacity < 1:
@@ -46,6 +46,10 @@ class PublishKeys:
         #: publish asks (a plain attribute, not ``__contains__``, which costs a Python
         #: call a keyed publish)
         self.known: Mapping[str, int] = self._keys
+        #: the same dict and deque, for ``VirtualHost.publish``'s inline :meth:`add`
+        #: (a keyed publish's; it must change them exactly as ``add`` does)
+        self.window: dict[str, int] = self._keys
+        self.order: deque[str] = self._order
 
     def __contains__(self, key: object) -> bool:
         return key in self._keys

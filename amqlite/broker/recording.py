@@ -296,6 +296,31 @@ class Recorder:
             self._wake()
         gathered[0][journal_id] = None
 
+    def acked_ids(self, journal_ids: list[int], queue: str) -> None:
+        """:meth:`ack` of each of ``journal_ids`` (none 0), in order, in one call
+        (``Session._settle_acked``'s run of acked deliveries: a client's multiple ack).
+
+        Why beside :meth:`ack`: a call an acked persistent message, on a busy node
+        nearly all of them (benchmarks/settle_core.py). tests/broker/test_recorder_runs.py
+        checks with hypothesis that the records and marks are those of one call an id."""
+        if self.paused or not journal_ids:
+            return
+        marks = self._marks
+        if marks is None:
+            for journal_id in journal_ids:
+                self._put(MessageAck(id=journal_id, queue=queue))
+            return
+        gathered = marks.get(queue)
+        if gathered is None:
+            gathered = marks[queue] = ({}, [])
+            self._wake()
+        delivered = gathered[0]
+        if delivered:  # the acks say more (an HA pair's active node: flushed already)
+            pop = delivered.pop
+            for journal_id in journal_ids:
+                pop(journal_id, None)
+        gathered[1].extend(journal_ids)
+
     def ack(self, journal_id: int, queue: str) -> None:
         if self.paused:
             return

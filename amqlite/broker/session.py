@@ -661,10 +661,9 @@ class Session:
             queue.unacked -= n
             recorder = queue.recorder
             if recorder is not None:
-                for delivery in deliveries:
-                    journal_id = delivery.message.journal_id
-                    if journal_id:
-                        recorder.ack(journal_id, queue.name)
+                recorder.acked_ids(
+                    [i for d in deliveries if (i := d.message.journal_id)], queue.name
+                )
             queue.stat_ack += n
             queue.dispatch(now)
         if self._credit_out and len(self._unacked) < self._channel_prefetch:

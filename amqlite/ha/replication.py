@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import sys
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 
 from .errors import HaError
@@ -144,14 +144,16 @@ class Replicator:
         "_epoch",
         "_last_id",
         "_pending",
-        "_turns",
         "_unacked",
         "_window",
         "applied_upto",
         "in_flight",
+        "put",
         "replicating",
         "sent_upto",
         "synced_upto",
+        "turns",
+        "wakes",
     )
 
     def __init__(
@@ -167,13 +169,19 @@ class Replicator:
         #: (position, frame, a chunk may end here, journal id of a message.enqueue
         #: else 0) not yet sent
         self._pending: deque[tuple[int, bytes, bool, int]] = deque()
+        #: ``appended`` without the call, for the journal's shell (``NodeStorage.record``
+        #: on a busy active node, every record): ``put((position, frame, not turns,
+        #: journal_id))`` while replicating, then wake the sender if ``wakes``
+        self.put: Callable[[tuple[int, bytes, bool, int]], None] = self._pending.append
         self._last_id = 0  # the highest journal id taken into a sync since the start
-        self._turns = 0  # journal turns open (nested)
+        self.turns = 0  # journal turns open (nested)
         self._unacked: deque[tuple[int, int]] = deque()  # (upto, bytes) sent, not yet acked
         self.in_flight = 0  # bytes sent and not yet acknowledged
         self.sent_upto = 0
         self.synced_upto = 0  # the passive node committed up to here (this replication)
         self.applied_upto = 0  # the passive node holds (has applied) up to here
+        #: what :meth:`appended` returns, kept current (see :meth:`_rewake`)
+        self.wakes = False
 
     def start(self, epoch: int, snapshot: Sequence[bytes], position: int) -> list[ReplicatorAction]:
         """Start replicating in ``epoch`` with ``snapshot`` (the framed records of the
@@ -198,7 +206,7 @@ class Replicator:
                 actions.append(self._send(b"".join(chunk), 0, reset=first))
                 first, chunk, size = False, [], 0
         actions.append(self._send(b"".join(chunk), position, reset=first))
-        return actions
+        return actions  # (_send set wakes)
 
     def appended(self, position: int, frame: bytes, journal_id: int = 0) -> bool:
         """The journal appended ``frame`` at ``position`` (every record, in order, from
@@ -213,23 +221,30 @@ class Replicator:
         node; this is the same test, made where the record is taken
         (``tests/ha/test_replication.py`` checks that the two agree)."""
         if self.replicating:
-            self._pending.append((position, frame, self._turns == 0, journal_id))
-            return self.in_flight < self._window and not (
-                self._coalesce and self.sent_upto > self.applied_upto
-            )
+            self._pending.append((position, frame, self.turns == 0, journal_id))
+            return self.wakes
         return False
+
+    def _rewake(self) -> None:
+        """Set :attr:`wakes`: whether :attr:`sendable` is True after an append (all
+        but ``pending`` of its test); called wherever its fields change."""
+        self.wakes = (
+            self.replicating
+            and self.in_flight < self._window
+            and not (self._coalesce and self.sent_upto > self.applied_upto)
+        )
 
     def hold(self) -> None:
         """The journal opened a turn: what is appended until the matching
         :meth:`release` goes in one sync."""
-        self._turns += 1
+        self.turns += 1
 
     def release(self) -> None:
         """The turn opened by :meth:`hold` is closed: a chunk may end after its
         last record."""
-        self._turns = max(0, self._turns - 1)
+        self.turns = max(0, self.turns - 1)
         pending = self._pending
-        if not self._turns and pending and not pending[-1][2]:
+        if not self.turns and pending and not pending[-1][2]:
             position, frame, _, journal_id = pending.pop()
             pending.append((position, frame, True, journal_id))
 
@@ -318,9 +333,11 @@ class Replicator:
         while unacked and unacked[0][0] <= upto:
             self.in_flight -= unacked.popleft()[1]
         if upto <= self.synced_upto:
+            self._rewake()
             return []
         self.synced_upto = upto
         self.applied_upto = max(self.applied_upto, upto)
+        self._rewake()
         return [ReplicaSynced(upto)]
 
     def applied(self, upto: int) -> list[ReplicatorAction]:
@@ -329,6 +346,7 @@ class Replicator:
         if not self.replicating or upto <= self.applied_upto:
             return []
         self.applied_upto = upto
+        self._rewake()
         return [ReplicaApplied(upto)]
 
     def stop(self) -> list[ReplicatorAction]:
@@ -340,6 +358,7 @@ class Replicator:
         self._pending.clear()
         self._unacked.clear()
         self.in_flight = 0
+        self.wakes = False
         return [ReplicationStopped(self.synced_upto)]
 
     def lag(self, appended: int) -> int | None:
@@ -352,6 +371,7 @@ class Replicator:
         self._unacked.append((upto, len(data)))
         if upto:
             self.sent_upto = upto
+        self._rewake()
         return SendSync(upto, data, reset, self._epoch, self._last_id)
 
 

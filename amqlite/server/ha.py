@@ -823,7 +823,7 @@ class HaService:
                 self._snapshot_at = action.position
                 if storage is not None:
                     # the replicator itself: it says when the sender has work
-                    storage.tee = self.replicator.appended
+                    storage.tee_to = self.replicator  # (its appended, inline)
                     storage.tee_wake = self._wake_sender
                     storage.tee_turn = self._tee_turn
                     storage.replica_required(True)
@@ -834,7 +834,7 @@ class HaService:
                 )
             elif isinstance(action, ReplicationStopped):
                 if storage is not None:
-                    storage.tee = None
+                    storage.tee = storage.tee_to = None
                     storage.tee_turn = None
                     storage.replica_required(False)
                 log.warning("ha_replication_stopped", synced_upto=action.synced_upto)

@@ -41,6 +41,7 @@ from amqlite.store.records import MessageEnqueue, Record, StreamAppend
 
 if TYPE_CHECKING:
     from amqlite.broker import Broker
+    from amqlite.ha import Replicator
 
 log = structlog.get_logger("amqlite.server")
 
@@ -221,6 +222,9 @@ class NodeStorage:
         #: replicates to its passive peer (``Replicator.appended``); when it returns
         #: True, ``tee_wake`` is called (the replication has something to send).
         self.tee: Callable[[int, bytes, int], bool] | None = None
+        #: HA: the replicator itself instead of ``tee`` (its ``appended`` made inline
+        #: here; the shell sets one or the other)
+        self.tee_to: Replicator | None = None
         self.tee_wake: Callable[[], None] = _nothing
         #: HA: told of journal turns opening (True) and closing (False) while ``tee``
         #: is set, so that replication never splits one
@@ -334,8 +338,23 @@ class NodeStorage:
         if journal is None or self._closed:
             return 0  # shutting down: what is recorded now is what a crash would lose
         position, frame = journal.append_framed(record)
-        tee = self.tee
-        if tee is not None:
+        replicator = self.tee_to
+        if replicator is not None:
+            # Replicator.appended, inline (what it does, without its call: a record
+            # each on a busy active node). tests/server/test_tee_inline.py checks with
+            # hypothesis that it queues, wakes and sends what the ``tee`` path does.
+            if type(record) is MessageEnqueue:
+                replicator.put((position, frame, not replicator.turns, record.id))
+            else:
+                replicator.put((position, frame, not replicator.turns, 0))
+                if type(record) is StreamAppend and self.replica.upto is not None:
+                    self.replica.offset_appended(
+                        record.vhost, record.queue, record.offset, position
+                    )
+            if replicator.wakes:
+                self.tee_wake()
+        elif self.tee is not None:
+            tee = self.tee
             if type(record) is MessageEnqueue:
                 wake = tee(position, frame, record.id)
             else:

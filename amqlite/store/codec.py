@@ -13,6 +13,7 @@ either way (floats as float64), so the two paths read each other's output.
 from __future__ import annotations
 
 import struct
+from array import array
 from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
@@ -31,6 +32,7 @@ from .records import (
     MessageAck,
     MessageDelivered,
     MessageEnqueue,
+    MessageMarks,
     Record,
     record_from_map,
     record_to_map,
@@ -295,6 +297,77 @@ def _encode_settle(prefix: bytes, journal_id: Any, queue: Any) -> bytes | None:
     return b"\xa3" + prefix + _K_ID + _head(0x00, journal_id) + _K_QUEUE + _text(queue)
 
 
+_MARKS = _T + _text(MessageMarks.TYPE)
+_K_DELIVERED_IDS = _text("delivered")
+_K_ACKED_IDS = _text("acked")
+
+
+def _encode_marks(r: MessageMarks) -> bytes | None:
+    """``cbor2.dumps(record_to_map(r))`` of a ``message.marks`` whose id lists are
+    tuples of journal ids of one width in CBOR (all in [256, 65536) or all in
+    [65536, 2**32): what a running node's ``Recorder.flush_marks`` makes), else
+    None. The ids are checked and written by C code a record (``array``'s
+    conversion refuses what is not an int or is out of the width's range, a zero
+    high byte finds one below it, a bool among them is 0 or 1, below both), not
+    one by one in Python.
+
+    Why it exists: an HA pair's active node journals the marks of its deliveries
+    before each push (~60 ids a record, one id a persistent message) besides the
+    acks; the general path's per-id check (``records._ids``) and ``cbor2``'s
+    encoding of each id were ~1,100 instructions an id.
+    ``tests/store/test_records.py::test_the_marks_encoder_gives_the_general_bytes``
+    checks with hypothesis that it gives the general path's bytes whenever it gives
+    any, and gives them for every such record."""
+    queue, delivered, acked = r.queue, r.delivered, r.acked
+    if type(queue) is not str or type(delivered) is not tuple or type(acked) is not tuple:
+        return None
+    parts = [_MAP_HEADS[2 + bool(delivered) + bool(acked)], _MARKS, _K_QUEUE, _text(queue)]
+    for key, ids in ((_K_DELIVERED_IDS, delivered), (_K_ACKED_IDS, acked)):
+        if ids:
+            encoded = _uniform_ids(ids)
+            if encoded is None:
+                return None
+            parts += (key, encoded)
+    return b"".join(parts)
+
+
+def _uniform_ids(ids: tuple[Any, ...]) -> bytes | None:
+    """The CBOR array of ``ids`` when they are ints all in [256, 65536) or all in
+    [65536, 2**32) (one head byte and 2 or 4 bytes each), else None."""
+    n = len(ids)
+    first = ids[0]
+    try:
+        if type(first) is int and 256 <= first < 65536:
+            words = array("H", ids)  # TypeError / OverflowError: not this width
+            size, lead = 2, b"\x19"
+        else:
+            words = array("I", ids)
+            size, lead = 4, b"\x1a"
+    except (TypeError, OverflowError):
+        return None
+    if words.itemsize != size:
+        return None  # (a platform whose C types differ: the general path)
+    if _LITTLE:
+        words.byteswap()
+    raw = words.tobytes()
+    if size == 2:
+        if b"\0" in raw[0::2]:  # a high byte 0: below 256 (a bool among them too)
+            return None
+    elif b"\0" in (int.from_bytes(raw[0::4], "big") | int.from_bytes(raw[1::4], "big")).to_bytes(
+        n, "big"
+    ):  # both high bytes 0: below 65536
+        return None
+    step = size + 1
+    out = bytearray(n * step)
+    out[0::step] = lead * n
+    for i in range(size):
+        out[i + 1 :: step] = raw[i::size]
+    return _head(0x80, n) + bytes(out)
+
+
+_LITTLE = array("H", [1]).tobytes() == b"\x01\x00"
+
+
 def encode_record(record: Record) -> bytes:
     """The CBOR encoding of ``record``; raises RecordError for an ill-typed record, so
     nothing is written that :func:`decode_record` would refuse."""
@@ -307,6 +380,8 @@ def encode_record(record: Record) -> bytes:
     elif t is MessageAck or t is MessageDelivered:
         prefix = _ACK if t is MessageAck else _DELIVERED
         fast = _encode_settle(prefix, record.id, record.queue)  # type: ignore[union-attr]
+    elif t is MessageMarks:
+        fast = _encode_marks(record)  # type: ignore[arg-type]
     if fast is not None:
         return fast
     m = record_to_map(record)

@@ -511,11 +511,48 @@ class StoreState:
         self._acked(r.id, r.queue)
 
     def _message_marks(self, r: MessageMarks) -> None:
+        """:meth:`_delivered` of each delivered id, then :meth:`_acked` of each acked
+        one, with the usual message inline: live, held by ``queue`` alone (flagged:
+        its ``q`` becomes ``{queue: True}``; acked: it is gone).
+
+        Why inline: an HA pair's active node journals a mark for every persistent
+        message it hands out (before the consumer sees it) and its ack later, and a
+        standalone node an ack each: two calls an id, and the passive node folds
+        the same records. ``tests/store/test_marks_fold.py`` checks with hypothesis
+        that this agrees with the per-id records (``message.delivered``,
+        ``message.ack``) folded one by one."""
         queue = r.queue
+        messages = self._messages
         for journal_id in r.delivered:
-            self._delivered(journal_id, queue)
-        for journal_id in r.acked:
-            self._acked(journal_id, queue)
+            live = messages.get(journal_id)
+            if live is not None and live.q == queue:  # (a str: one queue, not flagged)
+                live.q = {queue: True}
+            else:
+                self._delivered(journal_id, queue)
+        acked = r.acked
+        if not acked:
+            return
+        vhost = ""
+        ids: dict[int, None] | None = None
+        for journal_id in acked:
+            live = messages.get(journal_id)
+            if live is not None:
+                q = live.q
+                if q == queue:  # one queue, not flagged
+                    live.q = {}
+                elif type(q) is dict and len(q) == 1 and queue in q:  # one queue, flagged
+                    del q[queue]
+                else:
+                    self._acked(journal_id, queue)
+                    continue
+                if ids is None or live.vhost != vhost:
+                    vhost = live.vhost
+                    ids = self._queue_messages[(vhost, queue)]
+                del ids[journal_id]
+                del messages[journal_id]
+                self.message_bytes -= live.size
+            else:
+                self._acked(journal_id, queue)
 
     def _delivered(self, journal_id: int, queue: str) -> None:
         live = self._messages.get(journal_id)

@@ -170,3 +170,35 @@ def test_the_window_holds_what_an_ordered_dict_model_holds(
         for key in "abcdefghij":
             assert (key in keys) == (key in model)
             assert keys.position(key) == model.get(key, 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(1, 5),
+    st.lists(st.tuples(st.sampled_from("abcdefg"), st.booleans()), max_size=40),
+)
+def test_a_publish_adds_its_key_as_publish_keys_add_does(
+    capacity: int, publishes: list[tuple[str, bool]]
+) -> None:
+    """``VirtualHost.publish`` adds a routed message's key inline: the window it
+    leaves is the one :meth:`PublishKeys.add` leaves, at the same positions."""
+    positions = iter(range(1, 10_000))
+    broker = Broker(record=lambda record: next(positions))
+    host = broker.vhost("/")
+    assert host is not None and host.recorder is not None
+    host.publish_keys = PublishKeys(capacity)
+    s = broker.open_session()
+    s.declare_queue("q", durable=True)
+    model = PublishKeys(capacity)
+    for key, routable in publishes:
+        outcome = s.publish(keyed(key, routing_key="q" if routable else "nowhere"), now=0)
+        if key in model:
+            assert outcome is PublishOutcome.DUPLICATE
+        elif routable:
+            assert outcome is PublishOutcome.ROUTED
+            model.add(key, host.recorder.span_last)
+        else:
+            assert outcome is PublishOutcome.UNROUTABLE
+        keys = host.publish_keys
+        assert list(keys.known.items()) == list(model.known.items())
+        assert list(keys.order) == list(model.order)

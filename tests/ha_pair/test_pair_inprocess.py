@@ -201,15 +201,15 @@ async def test_the_passive_node_hears_of_a_delivery_before_the_consumer_is_sent_
         await wait_for(lambda: primary.state == "active" and backup.state == "passive")
         await wait_for(lambda: primary.ha is not None and primary.ha.replicating)
         storage = primary.storage
-        assert storage is not None and storage.tee is not None
+        assert storage is not None and storage.tee_to is not None
         streamed: list[object] = []
-        real_tee = storage.tee
+        real_tee = storage.tee_to.appended
 
         def tee(position: int, frame: bytes, journal_id: int) -> bool:
             streamed.extend(parse_frames(frame))
             return real_tee(position, frame, journal_id)
 
-        storage.tee = tee
+        storage.tee, storage.tee_to = tee, None  # the general path, through this
         marked_at_push: list[set[int]] = []
         real_push = ClientEndpoint.push
 

@@ -36,8 +36,9 @@ from amqlite.store import (
     decode_record,
     encode_record,
 )
-from amqlite.store.codec import _encode_enqueue, encode_plain_enqueue
+from amqlite.store.codec import _encode_enqueue, _encode_marks, encode_plain_enqueue
 from amqlite.store.records import (
+    MAX_JOURNAL_ID,
     RECORD_TYPES,
     new_message_enqueue,
     record_from_map,
@@ -445,3 +446,44 @@ def test_the_plain_enqueue_encoder_takes_every_usual_message(
     assert plain == _encode_enqueue(record)
     assert decode_record(plain) == record
     assert frame_record(record) == frame(plain)
+
+
+_ID = (
+    st.integers(1, 300)
+    | st.integers(255, 257)
+    | st.integers(65_000, 66_000)
+    | st.integers(2**32 - 3, 2**32 + 3)
+    | st.integers(1, MAX_JOURNAL_ID)
+)
+_IDS = st.lists(_ID | st.sampled_from([0, -1, True, False, 300.0, "300", 2**64]), max_size=6).map(
+    tuple
+) | st.sampled_from([[300], [], None])
+
+
+@settings(max_examples=600, deadline=None)
+@given(queue=_TEXT | st.sampled_from(["q", 7]), delivered=_IDS, acked=_IDS)
+def test_the_marks_encoder_gives_the_general_bytes(queue: Any, delivered: Any, acked: Any) -> None:
+    """``_encode_marks`` (ids of one CBOR width, checked and written a record at a
+    time) gives the general path's bytes whenever it gives any, and gives them for
+    every record of ids of one width."""
+    record = MessageMarks(queue=queue, delivered=delivered, acked=acked)
+    fast = _encode_marks(record)
+    try:
+        general: bytes | None = cbor2.dumps(record_to_map(record))
+    except RecordError:
+        general = None
+    if fast is not None:
+        assert fast == general
+        assert decode_record(fast) == record
+    ids = [i for part in (delivered, acked) if part for i in part if type(i) is int]
+    usual = (
+        type(queue) is str
+        and type(delivered) is tuple
+        and type(acked) is tuple
+        and len(ids) == len(delivered) + len(acked)
+        and all(
+            all(256 <= i < 65536 for i in part) or all(65536 <= i < 2**32 for i in part)
+            for part in (delivered, acked)
+        )
+    )
+    assert (fast is not None) == usual
