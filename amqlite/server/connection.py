@@ -256,6 +256,8 @@ class NativeConnection:
                 # and its client reads and acks, a batch worth a system call.
                 fullest = self.node.pump_sized()
                 turn += FRAMES_PER_TURN
+                if fullest == 0 and client is not None and client.dispatcher.runs_waiting():
+                    fullest = 1  # (forwarded only: see RequestDispatcher.runs_waiting)
                 if fullest == 0 or fullest >= TURN_BYTES or turn >= MAX_FRAMES_PER_TURN:
                     turn = 0
                     await trio.lowlevel.checkpoint()

@@ -219,6 +219,19 @@ class RequestDispatcher:
         sent.clear()
         return False
 
+    def runs_waiting(self) -> bool:
+        """Whether client publishes of this session wait in a peered exchange's
+        run to be offered to its links (``PublishHook.forwarded_run``): the
+        connection's reader then goes on with its read before it yields, as
+        while its deliveries are spread thin over consumers, so the service's
+        flusher sends the read's publishes as fewer, larger ``peer.forwards``."""
+        peered = self._peered
+        for name in self.peered_sent:
+            hook = peered.get(name)
+            if hook is not None and (hook.plain_bodies or hook.run):
+                return True
+        return False
+
     # --- the hot path ------------------------------------------------------------------
 
     def _publish(self, p: ev.Publish, now: float, span: bool = True) -> Reply:
