@@ -2,7 +2,7 @@
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/peering_core_micro.py MODE N [setup]
 
-MODE is one of receive, deliver, send, subscribe.
+MODE is one of receive, deliver, send, subscribe, forward.
 
 No sockets (and but for ``deliver`` no broker), runs of 250 plain 100-byte messages:
 
@@ -16,7 +16,7 @@ No sockets (and but for ``deliver`` no broker), runs of 250 plain 100-byte messa
   turn's end), the session's deliveries taken after each run (as the node's
   pump does); a trio run around it for the applier's clock;
 - ``send``: a sending end with an interest in the key offers RUNS runs of
-  plain client ``Publish`` events (``PeeredExchange.published_plain_run``),
+  plain client publishes' keys and bodies (``PeeredExchange.published_plain_run``),
   encodes the sends (``encode_frames``) and takes the remote's ack;
 - ``subscribe``: a subscriber's remote (mode subscribe, the accepting end): RUNS
   runs of plain client publishes into the exchange ``y`` (a broker session's
@@ -26,7 +26,14 @@ No sockets (and but for ``deliver`` no broker), runs of 250 plain 100-byte messa
   queue bound to ``y`` with the key, fed to its link end
   (``ActionApplier.feed``), the sends encoded (``ActionApplier.flush``) and the
   subscriber's ack taken (``ActionApplier.receive``: the queue settles them);
-  a trio run around it for the applier's clock.
+  a trio run around it for the applier's clock;
+- ``forward``: a sending site (no queue bound to ``x``, one link end up in mode
+  publish with an interest in the key): RUNS client reads of plain publishes
+  taken as ``ClientEndpoint.handle_run`` takes them (``RequestDispatcher.publish_run``,
+  else each publish), offered and sent (``ActionApplier.flush``: the hook's run,
+  the link's log, ``encode_frames``) and the remote's ack taken; a trio run
+  around it for the applier's clock. It uses only what every tree since round 14
+  has, so it measures an older tree as well (``PYTHONPATH`` to that tree).
 
 Prints microseconds per message. With ``setup`` it stops after building the
 frames / publishes: under valgrind (``--tool=cachegrind --cache-sim=no``) the
@@ -165,12 +172,12 @@ def send(runs: int, setup_only: bool) -> float:
     link.receive(Interest(True, (BindingKey.of("k"),), (), 0, "0" * 16), 0.0)
     log = link.log
     assert log is not None
-    reads = [[Publish(i, "x", "k", BODY) for i in range(RUN)] for _ in range(runs)]
+    reads = [(["k"] * RUN, [BODY] * RUN) for _ in range(runs)]
     if setup_only:
         return 0.0
     started = time.perf_counter()
-    for publishes in reads:
-        actions = px.published_plain_run(publishes, now=1.0)
+    for keys, bodies in reads:
+        actions = px.published_plain_run(keys, bodies, now=1.0)
         peering_cbor.encode_frames([a.message for a in actions if type(a) is Send], 262144)
         link.receive(Ack(2, log.last_seq), 1.0)
     return (time.perf_counter() - started) / (runs * RUN)
@@ -246,11 +253,83 @@ def subscribe(runs: int, setup_only: bool) -> float:
     return took
 
 
+def forward(runs: int, setup_only: bool) -> float:
+    import trio
+
+    from amqlite.auth import AuthenticatedUser, Permissions
+    from amqlite.broker import Broker
+    from amqlite.server.dispatch import RequestDispatcher
+    from amqlite.server.peering.applier import ActionApplier
+    from amqlite.server.peering.hooks import PublishHook
+    from amqlite.server.peering.registry import LinkRegistry
+
+    broker = Broker(node_id="A")
+    session = broker.open_session("/")
+    session.declare_exchange("x", "topic")  # no queue bound: a sending site
+    px = PeeredExchange(
+        node_id="A", epoch=2, exchange="x", exchange_type="topic", rand=random.Random(0).random
+    )
+    mode = PeeringMode.PUBLISH
+    link = px.add_link(LinkSettings(name="l", mode=mode, addresses=(Address("b", 1),)))
+    link.start(0.0)
+    link.connected(0.0)
+    link.receive(Hello("B", "l", "/", "x", "topic", mode, 5), 0.0)
+    link.receive(Interest(True, (BindingKey.of("k"),), (), 0, "0" * 16), 0.0)
+    registry = LinkRegistry()
+    registry.owner[link.id] = px
+    frames: list[bytes] = []
+
+    class _Conn:
+        def send_peer(self, frame: bytes) -> None:
+            frames.append(frame)
+
+    registry.conns[link.id] = _Conn()  # type: ignore[assignment]
+    applier = ActionApplier(
+        registry,
+        _Durability(),  # type: ignore[arg-type]
+        session=lambda vhost: session,
+        dial=lambda link, address: None,
+        pump=lambda: None,
+        turn_ended=lambda: None,
+    )
+    log = link.log
+    assert log is not None
+    user = AuthenticatedUser("u", Permissions(".*", ".*", ".*"))
+    dispatcher = RequestDispatcher(session, user, "/", dict, "i", {"x": PublishHook(applier, px)})
+    dispatcher.publish(Publish(0, "x", "k", BODY), 0.0)  # (the write permission known)
+    reads = [PublishRun(1 + i * RUN, "x", "k", [BODY] * RUN) for i in range(runs)]
+    if setup_only:
+        return 0.0
+
+    async def run() -> float:
+        started = time.perf_counter()
+        for read in reads:
+            # a client read, as ClientEndpoint.handle_run takes it: in one go when
+            # the dispatcher can, else each publish
+            if not dispatcher.publish_run(read, 1.0):
+                for p in read.publishes():
+                    dispatcher.publish(p, 1.0)
+            applier.flush()  # (the service's flusher: the run offered, the frames sent)
+            frames.clear()
+            applier.receive(link, Ack(2, log.last_seq).to_map(), 1.0)
+        return (time.perf_counter() - started) / (runs * RUN)
+
+    took: float = trio.run(run)
+    assert log.unacked == 0, "every message sent and acknowledged"
+    return took
+
+
 def main() -> None:
     gc.set_threshold(100_000, 10, 10)  # the server's (amqlite/server/main.py)
     which, runs = sys.argv[1], int(sys.argv[2])
     setup_only = len(sys.argv) > 3 and sys.argv[3] == "setup"
-    modes = {"receive": receive, "deliver": deliver, "send": send, "subscribe": subscribe}
+    modes = {
+        "receive": receive,
+        "deliver": deliver,
+        "send": send,
+        "subscribe": subscribe,
+        "forward": forward,
+    }
     took = modes[which](runs, setup_only)
     if not setup_only:
         print(f"{which}: {took * 1e6:.3f} us per message")

@@ -20,7 +20,6 @@ import gc
 import random
 import sys
 import time
-from typing import Any, NamedTuple
 
 from amqlite.peering import (
     Ack,
@@ -36,13 +35,6 @@ from amqlite.peering import (
 from amqlite.peering.cbor import encode_frames
 
 PER_READ = 250
-
-
-class _Publish(NamedTuple):  # what published_plain_run reads of a client publish
-    key: str
-    body: bytes
-    headers: dict[str, Any]
-    props: dict[str, Any]
 
 
 def run(n: int, plain: bool = False) -> float:
@@ -63,8 +55,7 @@ def run(n: int, plain: bool = False) -> float:
     done = 0
     while done < n:
         if plain:
-            publishes = [_Publish("k", body, {}, {}) for _ in range(PER_READ)]
-            actions = px.published_plain_run(publishes, now=1.0)
+            actions = px.published_plain_run(["k"] * PER_READ, [body] * PER_READ, now=1.0)
         else:
             envelopes = [px.envelope("k", body, {}, {}) for _ in range(PER_READ)]
             actions = px.published_run(envelopes, [False] * PER_READ, now=1.0)

@@ -10,7 +10,7 @@ shell persists (:meth:`snapshot` / :meth:`restore`).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from itertools import repeat as _repeat
 from typing import Any
 
@@ -20,7 +20,7 @@ from .actions import Action, Disconnect, Send
 from .errors import PeeringProtocolError
 from .inbound import HighWaterMarks, SeenMessages
 from .interest import EXCHANGE_TYPES, BindingKey, BindingMirror
-from .link import PeeringLink, PlainPublish
+from .link import PeeringLink
 from .mode import OverflowPolicy
 from .outbound import SpillStore
 from .settings import ExchangeContext, LinkRole, LinkSettings
@@ -331,21 +331,24 @@ class PeeredExchange:
             actions += self.published(envelope, routed_locally=routed_locally, now=now)
         return actions
 
-    def published_plain_run(self, publishes: Sequence[PlainPublish], *, now: float) -> list[Action]:
-        """:meth:`published_run` of ``[envelope(p.key, p.body, p.headers, p.props)
-        for p in publishes]``, none routed locally, minted here and now (in order:
-        the same mesh ids); ``publishes`` have empty headers and properties. One
-        link takes them without the minted envelopes
-        (:meth:`PeeringLink.offer_plain_run`)."""
+    def published_plain_run(
+        self, keys: list[str], bodies: list[bytes], *, now: float
+    ) -> list[Action]:
+        """:meth:`published_run` of ``[envelope(k, b) for k, b in zip(keys, bodies)]``
+        (client publishes without headers or properties), none routed locally,
+        minted here and now (in order: the same mesh ids). One link takes them
+        without the minted envelopes (:meth:`PeeringLink.offer_plain_run`); the
+        lists are the caller's no more."""
         first = self._minted + 1
         links = self.links
         if len(links) == 1:
-            self._minted += len(publishes)
+            self._minted += len(bodies)
             for link in links.values():
-                offered = link.offer_plain_run(first, publishes, now)
+                offered = link.offer_plain_run(first, keys, bodies, now)
                 self.taken = 1 if link.took else 0
                 return offered
-        envelopes = [self.envelope(p.key, p.body, p.headers, p.props) for p in publishes]
+        envelope = self.envelope
+        envelopes = [envelope(k, b) for k, b in zip(keys, bodies, strict=True)]
         return self.published_run(envelopes, [False] * len(envelopes), now=now)
 
     def skip_mints(self, n: int) -> None:

@@ -86,8 +86,9 @@ _new_mesh_id = tuple.__new__  # MeshId(...) likewise
 
 
 class PlainPublish(Protocol):
-    """What :meth:`PeeringLink.offer_plain_run` reads of a client publish (the
-    protocol's publish event has these fields; both maps empty)."""
+    """What ``PublishHook.forwarded_later`` reads of a client publish (the
+    protocol's publish event has these fields; both maps empty): its key and
+    body go on to :meth:`PeeringLink.offer_plain_run`."""
 
     @property
     def key(self) -> str: ...
@@ -101,8 +102,6 @@ class PlainPublish(Protocol):
 
 _CONNECTED = (S.SYNCING, S.UP)
 _MESH_ID = attrgetter("mesh_id")
-_KEY, _BODY = attrgetter("key"), attrgetter("body")  # a PlainPublish's
-_HEADERS, _PROPS = attrgetter("headers"), attrgetter("props")
 _NO_HEADERS: Mapping[str, Any] = {}
 
 
@@ -849,13 +848,14 @@ class PeeringLink:
         return actions
 
     def offer_plain_run(
-        self, first_mint: int, publishes: Sequence[PlainPublish], now: float
+        self, first_mint: int, keys: list[str], bodies: list[bytes], now: float
     ) -> list[Action]:
         """:meth:`offer_run` of the envelopes :meth:`PeeredExchange.envelope` would
-        mint for ``publishes`` (client publishes here with no headers, no
-        properties, that no local queue took), their mesh ids numbered from
-        ``first_mint`` on: each message's onward envelope is made at once, the
-        minted one only for a message the overflow policy has to act on.
+        mint for the client publishes ``keys[i]`` / ``bodies[i]`` here (no headers,
+        no properties, no local queue took them), their mesh ids numbered from
+        ``first_mint`` on (the lists are this end's, or its log's, from now on):
+        each message's onward envelope is made at once, the minted one only for a
+        message the overflow policy has to act on.
 
         Why this exists beside :meth:`offer_run`: on a sending site (no queue
         bound to the exchange) the minted envelope of such a publish was made
@@ -872,7 +872,7 @@ class PeeringLink:
         one_path = one_node_path(node)
         minted_size = 64 + len(exchange)  # envelope()'s size of a plain publish, but the
         onward_size = minted_size + 16 + len(node)  # key and body; onward() adds these
-        if not self._blocked and publishes:
+        if not self._blocked and bodies:
             # Why this exists beside the loop below: a client read's run of plain
             # publishes (a sending site's usual case) that the remote wants and
             # the log has room for needs no decision per message; it goes into the
@@ -881,13 +881,11 @@ class PeeringLink:
             # attribute look-up per field and a call per message.
             # test_offering_a_plain_run_is_offering_its_minted_envelopes checks the
             # two against offer_run().
-            keys = list(map(_KEY, publishes))
             distinct = set(keys)
             if interest is None or (
                 interest.exchange_type != "headers"
                 and all(interest.matches(k, _NO_HEADERS) for k in distinct)
             ):
-                bodies = list(map(_BODY, publishes))
                 n = len(keys)
                 total = onward_size * n + sum(map(len, bodies)) + sum(map(len, keys))
                 if log.has_room(total):  # (quick no: then the loop, one by one)
@@ -914,15 +912,14 @@ class PeeringLink:
         last_key: str | None = None
         last_match = True
         mint = first_mint - 1
-        for p in publishes:
+        for key, body in zip(keys, bodies, strict=True):
             mint += 1
-            key, body = p.key, p.body
             if interest is None:
                 match = True
             elif by_key and key == last_key:
                 match = last_match
             else:
-                match = interest.matches(key, p.headers)
+                match = interest.matches(key, _NO_HEADERS)
                 last_key, last_match = key, match
             if not match:  # (no other rule stops a plain publish here: offer_run's)
                 decision = decide(
@@ -935,7 +932,7 @@ class PeeringLink:
                     max_hops=ctx.max_hops,
                     interest=interest if interest is not None else _ANY_INTEREST,
                     routing_key=key,
-                    headers=p.headers,
+                    headers=_NO_HEADERS,
                 )
                 if decision is not Decision.SEND:
                     self.skipped[decision.value] += 1
@@ -943,8 +940,10 @@ class PeeringLink:
                     continue
             mesh_id = _new_mesh_id(MeshId, (node, epoch, mint))
             size = len(body) + len(key)
+            headers: dict[str, Any] = {}  # (each message its own maps, as envelope() gives)
+            props: dict[str, Any] = {}
             out = Envelope(
-                mesh_id, key, body, p.headers, p.props, exchange, one_path, 1, onward_size + size
+                mesh_id, key, body, headers, props, exchange, one_path, 1, onward_size + size
             )
             seq = accept(out, now)
             if seq is None:  # offer()'s way for this one: the run so far goes first
@@ -953,7 +952,7 @@ class PeeringLink:
                     accepted = 0
                     actions += self._sent(now, self._pump())
                 minted = Envelope(
-                    mesh_id, key, body, p.headers, p.props, exchange, (), 0, minted_size + size
+                    mesh_id, key, body, headers, props, exchange, (), 0, minted_size + size
                 )
                 actions += self.offer(minted, routed_locally=False, now=now)
                 took = self.took

@@ -123,10 +123,10 @@ class RequestDispatcher:
         refusals), in one go through :meth:`Session.publish_run`; False when it did
         nothing because one of them could be refused or needs more than routing (the
         write permission not yet known or refused, a queue-send constraint, a body
-        over the size limit, a peered exchange unless its publishes get stamps
-        (:meth:`_publish_stamped_run`), a missing, internal or headers exchange, a
-        closed session, a trace hook): the caller then takes each
-        through :meth:`publish`.
+        over the size limit, a peered exchange unless its publishes get stamps or
+        are only forwarded (:meth:`_publish_stamped_run`), a missing, internal or
+        headers exchange, a closed session, a trace hook): the caller then takes
+        each through :meth:`publish`.
 
         Why it exists: a publisher's messages arrive as runs (see
         ``Connection.events_with_publish_runs``), and the checks and calls
@@ -148,20 +148,31 @@ class RequestDispatcher:
         return self.session.publish_run(exchange, run.key, run.bodies, now=now)
 
     def _publish_stamped_run(self, hook: PublishHook, run: PublishRun, now: float) -> bool:
-        """:meth:`publish_run` on a peered exchange: only where :meth:`_publish`
-        would give each of the run's plain publishes a stamp (``hook.stamps()``:
-        no link end takes offers, a subscriber's remote) and route it (a queue is
-        bound: not a forward-only site); the stamps are minted as one range
-        (``PeeredExchange.stamp_run``) once the session takes the run.
+        """:meth:`publish_run` on a peered exchange: where :meth:`_publish` would
+        give each of the run's plain publishes a stamp (``hook.stamps()``: no link
+        end takes offers, a subscriber's remote) and route it (a queue is bound:
+        not a forward-only site), the stamps are minted as one range
+        (``PeeredExchange.stamp_run``) once the session takes the run; where it
+        would only forward each (no queue bound here: ``Session.routes_nowhere``,
+        a sending site), the run's keys and bodies join the hook's waiting run as
+        they were read (``PublishHook.forwarded_run``).
 
         Why it exists: on a subscriber's remote every client publish went through
         :meth:`_publish` alone (a Message, a routing and a stamp each), about
         two thirds of that broker's time per message in mode subscribe
-        (benchmarks/peering_core_micro.py subscribe);
+        (benchmarks/peering_core_micro.py subscribe); on a sending site each
+        went alone through :meth:`_publish` (an event made for it, the checks,
+        the hook's call), about a quarter of that broker's time per peered
+        message (py-spy of ``benchmarks/peering_cpu.py``'s site A).
         tests/server/test_peering_applier.py checks a run and each of its
-        publishes give the same stamps, queue, frames and replies."""
+        publishes give the same stamps or mesh ids, queues, frames, held
+        messages, push-back and replies."""
         exchange = run.exchange
-        if not hook.stamps() or self.session.routes_nowhere(exchange):
+        if self.session.routes_nowhere(exchange):
+            self.peered_sent.add(exchange)
+            hook.forwarded_run(run.key, run.bodies)
+            return True
+        if not hook.stamps():
             return False
         self.peered_sent.add(exchange)
         return self.session.publish_run(
@@ -206,6 +217,19 @@ class RequestDispatcher:
             if hook is not None and hook.refusing():
                 return True
         sent.clear()
+        return False
+
+    def runs_waiting(self) -> bool:
+        """Whether client publishes of this session wait in a peered exchange's
+        run to be offered to its links (``PublishHook.forwarded_run``): the
+        connection's reader then goes on with its read before it yields, as
+        while its deliveries are spread thin over consumers, so the service's
+        flusher sends the read's publishes as fewer, larger ``peer.forwards``."""
+        peered = self._peered
+        for name in self.peered_sent:
+            hook = peered.get(name)
+            if hook is not None and (hook.plain_bodies or hook.run):
+                return True
         return False
 
     # --- the hot path ------------------------------------------------------------------

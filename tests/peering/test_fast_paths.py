@@ -808,11 +808,9 @@ def test_offering_a_plain_run_is_offering_its_minted_envelopes(
             want = ref.published(ref.envelope("b", b"m"), routed_locally=False, now=now)
             assert _one_by_one(got) == _one_by_one(want)
         else:
-            publishes = [
-                ev.Publish(i, "x", key, b"y" * n, {}, {}) for i, (key, n) in enumerate(step)
-            ]
-            got = fast.published_plain_run(publishes, now=now)
-            envs = [ref.envelope(p.key, p.body, p.headers, p.props) for p in publishes]
+            keys, bodies = [key for key, _ in step], [b"y" * n for _, n in step]
+            got = fast.published_plain_run(list(keys), list(bodies), now=now)
+            envs = [ref.envelope(k, b) for k, b in zip(keys, bodies, strict=True)]
             want = ref.published_run(envs, [False] * len(envs), now=now)
             assert _one_by_one(got) == _one_by_one(want)
             assert fast_link.took is ref_link.took and fast.taken == ref.taken

@@ -4,7 +4,6 @@ the exchange-level bookkeeping (acceptor ends, removal)."""
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -339,14 +338,6 @@ def test_a_durable_log_reports_what_acks_and_drops_settle() -> None:
     assert drops and drops[-1].seq == small.log.gone_upto >= 1  # type: ignore[union-attr]
 
 
-@dataclass(frozen=True)
-class _Plain:
-    key: str
-    body: bytes
-    headers: dict[str, Any] = field(default_factory=dict)
-    props: dict[str, Any] = field(default_factory=dict)
-
-
 def _blocked_dialer() -> tuple[PeeredExchange, PeeringLink, list[Envelope], int]:
     """An up dialer (``block``, room for 20 messages) that refused one: the
     envelopes it sent, and the seq of the last one."""
@@ -402,7 +393,7 @@ def test_a_blocked_link_takes_nothing_past_the_message_it_refused() -> None:
     assert actions == [Blocked(link.id, e) for e in run] and link.took
     first = px._minted + 1
     px.skip_mints(2)
-    actions = link.offer_plain_run(first, [_Plain("k", b"y"), _Plain("k", b"z")], 2.0)
+    actions = link.offer_plain_run(first, ["k", "k"], [b"y", b"z"], 2.0)
     assert [a.envelope.mesh_id.seq for a in actions if isinstance(a, Blocked)] == [
         first,
         first + 1,

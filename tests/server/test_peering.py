@@ -139,6 +139,54 @@ async def test_publish_mode_sends_what_the_remote_wants(pair: Any) -> None:
         assert accepted["interest_size"] == 1
 
 
+async def test_a_read_of_forwarded_publishes_reaches_the_link_in_few_runs(pair: Any) -> None:
+    """On a sending site (no queue bound here) the reader of a client's read of
+    plain publishes goes on past FRAMES_PER_TURN frames while those publishes wait
+    in the exchange's run (``RequestDispatcher.runs_waiting``), up to
+    MAX_FRAMES_PER_TURN, so the flusher offers them to the link in runs larger
+    than a turn's first batch; every message arrives once, in order (checked to
+    fail without the reader going on: runs of 64 and 128)."""
+    from amqlite.protocol import NEED_DATA, Role
+    from amqlite.protocol import Connection as Proto
+    from amqlite.protocol import events as ev
+    from amqlite.server.connection import FRAMES_PER_TURN, MAX_FRAMES_PER_TURN, NativeConnection
+
+    a, b = await pair("publish")
+    async with amqlite.connect(_addr(b)) as cb:
+        _, remote = await _queue(cb, "k")
+        await wait_for(_remote_interest(a, 1), "a heard b's interest")
+        assert a.peering is not None
+        px = a.peering.hooks["/"]["x"].px
+        sizes: list[int] = []
+        offer = px.published_plain_run
+
+        def recorded(keys: list[str], bodies: list[bytes], *, now: float) -> Any:
+            sizes.append(len(bodies))
+            return offer(keys, bodies, now=now)
+
+        px.published_plain_run = recorded  # type: ignore[method-assign]
+        client_side, server_side = trio.testing.memory_stream_pair()
+        conn = NativeConnection(a, server_side, "memory:1", "127.0.0.1")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(conn.run)
+            proto = Proto(Role.CLIENT)
+            await client_side.send_all(proto.send(ev.Hello(1)))
+            while (welcome := proto.next_event()) is NEED_DATA:
+                proto.receive_data(await client_side.receive_some(65536))
+            assert isinstance(welcome, ev.Welcome)
+            n = 4 * MAX_FRAMES_PER_TURN
+            bodies = [b"m%d" % i for i in range(n)]
+            await client_side.send_all(
+                b"".join(
+                    proto.send(ev.Publish(10 + i, "x", "k", body)) for i, body in enumerate(bodies)
+                )
+            )
+            assert await _take(remote, n) == bodies
+            await client_side.aclose()
+    assert sum(sizes) == n
+    assert max(sizes) >= MAX_FRAMES_PER_TURN > FRAMES_PER_TURN, sizes
+
+
 async def test_publish_mode_never_sends_remote_messages_back(pair: Any) -> None:
     a, b = await pair("publish")
     async with amqlite.connect(_addr(a)) as ca, amqlite.connect(_addr(b)) as cb:

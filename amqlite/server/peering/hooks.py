@@ -26,7 +26,7 @@ _BLOCK, _UNROUTABLE = OverflowPolicy.BLOCK, PublishOutcome.UNROUTABLE
 class PublishHook:
     """What the dispatcher calls for a publish on a peered exchange."""
 
-    __slots__ = ("applier", "plain", "px", "run", "run_routed")
+    __slots__ = ("applier", "plain_bodies", "plain_keys", "px", "run", "run_routed")
 
     def __init__(self, applier: ActionApplier, px: PeeredExchange) -> None:
         self.applier = applier
@@ -36,8 +36,10 @@ class PublishHook:
         self.run: list[Envelope] = []
         self.run_routed: list[bool] = []
         #: or only forwarded plain client publishes, not minted yet
-        #: (:meth:`forwarded_later`); one of the two runs is empty
-        self.plain: list[PlainPublish] = []
+        #: (:meth:`forwarded_later`, :meth:`forwarded_run`), as their keys and
+        #: bodies (no object per message); one of the two runs is empty
+        self.plain_keys: list[str] = []
+        self.plain_bodies: list[bytes] = []
 
     def mint(
         self,
@@ -48,7 +50,7 @@ class PublishHook:
     ) -> Envelope:
         """``px.envelope(...)``, after the plain publishes waiting are offered (their
         mesh ids come first, in the order they were published)."""
-        if self.plain:
+        if self.plain_bodies:
             self.offer_run()
         return self.px.envelope(key, body, headers, props)
 
@@ -56,7 +58,7 @@ class PublishHook:
         """Whether a plain publish here is given a :class:`~amqlite.peering.MeshStamp`
         (``px.stamp()``) rather than an envelope: no link end of the exchange takes
         offers and no run waits to be offered (its mesh ids come first)."""
-        return not (self.px.offers_taken or self.run or self.plain)
+        return not (self.px.offers_taken or self.run or self.plain_bodies)
 
     def refusing(self) -> bool:
         """Whether a ``block`` link of the exchange refuses messages now (its buffer
@@ -66,7 +68,7 @@ class PublishHook:
     def has_room(self, envelope: Envelope) -> bool:
         """False when a ``block`` link is too full to take it (the publisher is
         pushed back); the other policies always make room."""
-        if self.run or self.plain:
+        if self.run or self.plain_bodies:
             self.offer_run()  # the log as it is once they are in it
         for link in self.px.links.values():  # a loop: a generator costs more per publish
             if link.settings.overflow is _BLOCK and not link.has_room(envelope):
@@ -80,7 +82,7 @@ class PublishHook:
         on another site). ``publish_key`` goes into the ``peering.out`` records of
         durable logs, so a publish sent again after a failover is recognised even
         when no local queue holds it."""
-        if self.run or self.plain:
+        if self.run or self.plain_bodies:
             self.offer_run()  # in order: what was published before goes first
         routed = outcome is not _UNROUTABLE
         px = self.px
@@ -112,7 +114,7 @@ class PublishHook:
         skipping it spares that publish path the run's work
         (``tests/server/test_peering_applier.py`` checks the actions against
         ``published`` with and without such ends)."""
-        if self.plain:
+        if self.plain_bodies:
             self.offer_run()  # (mint() did it: never, but the order is kept)
         if not self.run:
             if not self.px.offers_taken:
@@ -132,28 +134,54 @@ class PublishHook:
         minted only to be copied into each link's log
         (``tests/server/test_peering_applier.py`` checks the dispatcher's
         forwards and replies against the general path)."""
-        plain = self.plain
-        if not plain:
+        bodies = self.plain_bodies
+        if not bodies:
             if self.run:
                 self.offer_run()  # in order: what was published before goes first
             if not self.px.offers_taken:
                 self.px.skip_mints(1)  # (its mesh id is used up, as envelope() would)
                 return
             self.applier.run_waiting(self)
-        plain.append(publish)
+        self.plain_keys.append(publish.key)
+        bodies.append(publish.body)
+
+    def forwarded_run(self, key: str, bodies: list[bytes]) -> None:
+        """:meth:`forwarded_later` of each of the plain publishes ``key`` /
+        ``bodies[i]``, in order (a client read's run, ``RequestDispatcher.publish_run``).
+
+        Why this exists beside :meth:`forwarded_later`: on a sending site every
+        publish of a read went alone through the dispatcher and here (an event
+        object, the checks and a call or two each), about a quarter of that
+        broker's time per peered message (py-spy, ``benchmarks/peering_cpu.py``);
+        the run's keys and bodies join the waiting run as they were read
+        (``tests/server/test_peering_applier.py`` checks the mints, forwards,
+        counters, held messages and push-back against each publish's way)."""
+        if not bodies:
+            return
+        if not self.plain_bodies:
+            if self.run:
+                self.offer_run()  # in order: what was published before goes first
+            if not self.px.offers_taken:
+                self.px.skip_mints(len(bodies))  # (as forwarded_later of each)
+                return
+            self.applier.run_waiting(self)
+        self.plain_keys += [key] * len(bodies)
+        self.plain_bodies += bodies
 
     def drop_run(self) -> None:
         """Peering stopped: the run waiting is dropped with the links."""
-        self.run, self.run_routed, self.plain = [], [], []
+        self.run, self.run_routed = [], []
+        self.plain_keys, self.plain_bodies = [], []
 
     def offer_run(self) -> None:
         """Offer the run :meth:`published_later` or :meth:`forwarded_later`
         gathered to the links, now."""
-        plain = self.plain
-        if plain:
-            self.plain = []
+        bodies = self.plain_bodies
+        if bodies:
+            keys = self.plain_keys
+            self.plain_keys, self.plain_bodies = [], []
             now = trio.current_time()
-            self.applier.apply(self.px.published_plain_run(plain, now=now))
+            self.applier.apply(self.px.published_plain_run(keys, bodies, now=now))
         envelopes, routed = self.run, self.run_routed
         if not envelopes:
             return
