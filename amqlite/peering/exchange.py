@@ -419,7 +419,14 @@ class PeeredExchange:
         return actions
 
     def next_deadline(self) -> float:
-        return min((link.next_deadline() for link in self.links.values()), default=INF)
+        """The earliest of the link ends' :meth:`PeeringLink.next_deadline`. (A loop,
+        not ``min`` of a generator: the shell asks after every turn of work.)"""
+        due = INF
+        for link in self.links.values():
+            at = link.next_deadline()
+            if at < due:
+                due = at
+        return due
 
     # --- persistence and figures -----------------------------------------------------
 
