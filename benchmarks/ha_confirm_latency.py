@@ -14,7 +14,7 @@ unconfirmed messages, so their msg/s is 1,000 / the confirm latency while the
 cores have room, and the CPU a message once they have none, as on a machine shared
 with other benchmarks; at a fixed rate well below either broker's capacity the
 latency the pair adds to a confirm shows on its own (round 15: the passive node's
-batch wait, ROUND15_HA_STALL.md).
+batch wait; benchmarks/README.md, round 15).
 """
 
 from __future__ import annotations

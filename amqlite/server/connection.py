@@ -266,7 +266,7 @@ class NativeConnection:
                     # the receiving site's frame) is spread over eight times the
                     # messages: about a tenth of the sending broker's CPU per
                     # peered message and a twentieth of the receiver's
-                    # (benchmarks/peering_cpu.py, ROUND15_PEER_SEND.md)
+                    # (benchmarks/peering_cpu.py; benchmarks/README.md, round 15)
                     fullest = 1
                 if fullest == 0 or fullest >= TURN_BYTES or turn >= MAX_FRAMES_PER_TURN:
                     turn = 0

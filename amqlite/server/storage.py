@@ -560,7 +560,8 @@ class NodeStorage:
                 # ~185 messages on a busy pair), and a confirm waited for the later of
                 # the two nodes' batch waits, the passive's starting only once the sync
                 # had reached it: the pair's 1,000 unconfirmed messages sat idle for it
-                # (ROUND15_HA_STALL.md). What comes in during the fsync rides the next.
+                # (benchmarks/README.md, round 15, "why the HA pair waits"). What comes
+                # in during the fsync rides the next.
                 with trio.CancelScope(deadline=trio.current_time() + interval) as gathering:
                     self._gathering = gathering
                     await trio.sleep_forever()
