@@ -281,32 +281,29 @@ def encode_frames(messages: Sequence[PeeringMessage], limit: int) -> list[bytes]
     batch: list[bytes] = []
     size = 0
     for msg in _gathered(messages):
+        item = b""  # one item for the frame, when the message goes whole
         if type(msg) is not Forwards:
             item = encode(msg)
+        else:
+            envelopes = msg.envelopes
+            seq, j, m = msg.seq, 0, len(envelopes)
+            if type(envelopes) is PlainRun:  # (its bodies' lengths, not envelopes made)
+                lengths = list(map(len, envelopes.bodies))
+                if m and (m == 1 or limit - size - (sum(lengths) - lengths[-1]) - 64 * (m - 1) > 0):
+                    # the whole run in this frame, as the loop below would take it: a
+                    # sending log's run (the usual case) without the running sizes, and
+                    # its lengths handed on (tests/peering/test_encode_runs.py checks
+                    # the frames against the per-message loop this replaced)
+                    item = _compact_plain(seq, envelopes, lengths)
+            else:
+                lengths = [len(e.body) for e in envelopes]
+        if item:
             size += len(item)
             batch.append(item)
             if size >= limit:
                 frames.append(batch[0] if len(batch) == 1 else encode_batch(batch))
                 batch, size = [], 0
             continue
-        envelopes = msg.envelopes
-        seq, j, m = msg.seq, 0, len(envelopes)
-        if type(envelopes) is PlainRun:  # (its bodies' lengths, not envelopes made)
-            lengths = list(map(len, envelopes.bodies))
-            if m and (m == 1 or limit - size - (sum(lengths) - lengths[-1]) - 64 * (m - 1) > 0):
-                # the whole run in this frame, as the loop below would take it: a
-                # sending log's run (the usual case) without the running sizes, and
-                # its lengths handed on (tests/peering/test_encode_runs.py checks the
-                # frames against the per-message loop this replaced)
-                item = _compact_plain(seq, envelopes, lengths)
-                size += len(item)
-                batch.append(item)
-                if size >= limit:
-                    frames.append(batch[0] if len(batch) == 1 else encode_batch(batch))
-                    batch, size = [], 0
-                continue
-        else:
-            lengths = [len(e.body) for e in envelopes]
         # ends[i]: what the first i messages count against the frame (a body and 64
         # each); a part ends before the first message that leaves no room, found
         # by bisection (not a step a message)
