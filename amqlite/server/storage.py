@@ -244,6 +244,7 @@ class NodeStorage:
         self._after_commit: deque[tuple[int, Callable[[], None]]] = deque()
         #: the committer's ``batch`` wait while it runs (``after_commit`` cuts it short)
         self._gathering: trio.CancelScope | None = None
+        self._now = False  # commit_now: the next commit skips the batch wait
         #: how long each commit (write + fsync, in a worker thread) took: /metrics
         self.commit_times = LatencyHistogram()
         self._replica_waiters: set[Callable[[], None]] = set()
@@ -392,6 +393,13 @@ class NodeStorage:
         """Call ``callback`` once everything appended so far is committed. The commit
         starts at once, without the ``batch`` wait (see :meth:`run`)."""
         self._after_commit.append((self.appended, callback))
+        self.commit_now()
+
+    def commit_now(self) -> None:
+        """Start the next commit without the ``batch`` wait (or end the wait if it
+        has begun); made during a commit, the one after it. An HA active node calls
+        it as a sync goes out (see :meth:`run`)."""
+        self._now = True
         self._dirty.set()
         gathering = self._gathering
         if gathering is not None:
@@ -552,20 +560,25 @@ class NodeStorage:
         interval = journal.commit_interval
         while True:
             await self._dirty.wait()
-            if interval and not self._after_commit:
+            if interval and not self._after_commit and not self._now:
                 # batch: gather appends for batch_ms, one fsync for them all; unless
-                # (or until) a callback waits on this commit (``after_commit``: an HA
-                # passive node's ``ha.synced``, which the active node's confirms wait
-                # for). Why: the passive node's syncs come gathered already (one per
-                # ~185 messages on a busy pair), and a confirm waited for the later of
-                # the two nodes' batch waits, the passive's starting only once the sync
-                # had reached it: the pair's 1,000 unconfirmed messages sat idle for it
-                # (benchmarks/README.md, round 15, "why the HA pair waits"). What comes
-                # in during the fsync rides the next.
+                # (or until) the commit is wanted now (:meth:`commit_now`):
+                # - a callback waits on it (``after_commit``: an HA passive node's
+                #   ``ha.synced``, which the active node's confirms wait for);
+                # - an HA active node sent a sync (``HaService._apply_replication``).
+                # Why: in a pair a confirm waits for both nodes' commits, and the
+                # syncs come gathered already (one per ~185 messages on a busy pair,
+                # the next once the last is applied). A confirm waited for the later
+                # of the two nodes' batch waits, the passive's starting only once
+                # the sync had reached it, and the active's 10 ms ran beside a round
+                # trip that gathers as well: the pair's 1,000 unconfirmed messages
+                # sat idle for them (benchmarks/README.md, rounds 15 and 16, "why
+                # the HA pair waits"). What comes in during the fsync rides the next.
                 with trio.CancelScope(deadline=trio.current_time() + interval) as gathering:
                     self._gathering = gathering
                     await trio.sleep_forever()
                 self._gathering = None
+            self._now = False
             self._dirty = trio.Event()
             self._woken = False
             if self.before_commit is not None:

@@ -181,6 +181,43 @@ async def test_a_journal_turn_reaches_the_passive_node_in_one_sync(tmp_path: Pat
         backup.stop()
 
 
+async def test_both_nodes_commit_as_a_sync_goes_out_not_after_the_batch_wait(
+    tmp_path: Path,
+) -> None:
+    """``fsync = "batch"`` with a batch wait far past the test's bound: a persistent
+    publish is still committed on both nodes at once. In a pair a confirm waits for
+    both commits; the passive node's starts as the sync arrives (``after_commit``),
+    the active node's as the sync goes out (``commit_now``), not after the wait."""
+    from amqlite.broker import Message
+
+    def config(role: str) -> object:
+        c = pair_config(tmp_path, role)
+        slow = dataclasses.replace(c.storage, fsync="batch", batch_ms=60_000.0)  # type: ignore[attr-defined]
+        return dataclasses.replace(c, storage=slow)  # type: ignore[type-var]
+
+    async with trio.open_nursery() as nursery:
+        primary = BrokerNode(config("primary"))  # type: ignore[arg-type]
+        backup = BrokerNode(config("backup"))  # type: ignore[arg-type]
+        await nursery.start(backup.run)
+        await nursery.start(primary.run)
+        point_at_each_other(primary, backup)
+        await wait_for(lambda: primary.state == "active" and backup.state == "passive")
+        await wait_for(lambda: primary.ha is not None and primary.ha.replicating)
+        storage, passive = primary.storage, backup.storage
+        assert storage is not None and storage.journal is not None
+        assert passive is not None and passive.journal is not None
+        session = primary.broker.open_session()
+        session.declare_queue("soon", durable=True)
+        session.publish(Message("", "soon", b"x", None, {"persistent": True}), now=0)
+        position = storage.appended
+        journal, passive_journal = storage.journal, passive.journal
+        # (60 s of batch wait against a 10 s bound)
+        await wait_for(lambda: passive_journal.committed >= position)
+        await wait_for(lambda: journal.committed >= position)
+        primary.stop()
+        backup.stop()
+
+
 async def test_the_passive_node_hears_of_a_delivery_before_the_consumer_is_sent_it(
     tmp_path: Path,
 ) -> None:

@@ -1,7 +1,8 @@
 """The committer's ``batch`` wait: appends wait up to ``batch_ms`` for others to share
 their fsync, but a callback waiting on the commit (``NodeStorage.after_commit``: an
-HA passive node's ``ha.synced``, which the active node's confirms wait for) starts
-it at once, also when the wait has begun already. The clock is trio's MockClock: it
+HA passive node's ``ha.synced``, which the active node's confirms wait for) or
+``NodeStorage.commit_now`` (an HA active node's, as it sends a sync) starts it at
+once, also when the wait has begun already. The clock is trio's MockClock: it
 moves only when the test moves it (or when every task has been blocked for a whole
 second of real time: then a test that waited for nothing would see it move)."""
 
@@ -79,6 +80,46 @@ async def test_a_callback_waiting_on_the_commit_starts_it_at_once(
         storage.after_commit(again.set)
         await again.wait()
         assert trio.current_time() == start
+        # an append after that waits for the batch again
+        position = _declare(storage, "w")
+        await trio.testing.wait_all_tasks_blocked()
+        assert storage.journal.committed < position
+        clock.jump(0.010)
+        await _durable(storage, position)
+        assert trio.current_time() - start == pytest.approx(0.010)
+
+
+async def test_commit_now_cuts_the_wait_and_holds_for_the_commit_after_a_running_one(
+    clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    """``commit_now`` (an HA active node's, as a sync goes out) ends the batch wait;
+    made while a commit runs, it spares the next commit the wait too; then the
+    wait comes back."""
+    async with committing(tmp_path) as storage:
+        start = trio.current_time()
+        position = _declare(storage, "x")
+        await trio.testing.wait_all_tasks_blocked()  # the committer waits for the batch
+        assert storage.journal is not None and storage.journal.committed < position
+        storage.commit_now()
+        await _durable(storage, position)
+        assert trio.current_time() == start
+        # made while a commit runs (``before_commit`` runs just before it starts):
+        # the commit after it, which takes what this appends, goes at once too
+        later: list[int] = []
+
+        def during() -> None:
+            if not later:
+                later.append(_declare(storage, "z"))
+                storage.commit_now()
+
+        storage.before_commit = during
+        _declare(storage, "y")
+        storage.commit_now()
+        await trio.testing.wait_all_tasks_blocked()
+        assert later
+        await _durable(storage, later[0])
+        assert trio.current_time() == start
+        storage.before_commit = None
         # an append after that waits for the batch again
         position = _declare(storage, "w")
         await trio.testing.wait_all_tasks_blocked()
