@@ -32,7 +32,12 @@ between them).
 
 ``--profile DIR`` also runs py-spy (``PY_SPY``, default ``py-spy``; ``-r 200 -f
 raw``) on every broker during each tree's last repeat, writing
-``DIR/<tree>-<node>.txt`` for ``benchmarks/profile_summary.py``.
+``DIR/<tree>-<run>-<node>.txt`` for ``benchmarks/profile_summary.py``.
+
+``--cpuprof DIR`` samples CPU time instead (``benchmarks/cpu_sampler``: only while
+the broker runs, so a process waiting for a core is not counted busy, as py-spy
+counts it with three busy processes on two cores), in every repeat, writing
+``DIR/<tree>-<run>-<pair|standalone>-<node>.txt`` in the same format.
 """
 
 from __future__ import annotations
@@ -72,8 +77,32 @@ def _io(pid: int) -> tuple[int, int]:
     return int(fields["syscr"]), int(fields["syscw"])
 
 
+#: ``--cpuprof DIR``: the brokers load ``benchmarks/cpu_sampler`` (CPU-time samples,
+#: not py-spy's wall-clock ones) and write their samples of each run into DIR
+_CPUPROF: Path | None = None
+_SAMPLER = Path(__file__).resolve().parent / "cpu_sampler"
+
+
 def _env(tree: str) -> dict[str, str]:
-    return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": f"{tree}:{tree}/benchmarks"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": f"{tree}:{tree}/benchmarks"}
+    if _CPUPROF is not None:
+        env["PYTHONPATH"] = f"{_SAMPLER}:{env['PYTHONPATH']}"
+        env["CPUPROF_DIR"] = str(_CPUPROF)
+    return env
+
+
+def _sampled(pids: dict[str, int], tag: str) -> None:
+    """Stop the CPU samplers of ``pids`` and name their files ``<tag>-<node>.txt``."""
+    assert _CPUPROF is not None
+    for pid in pids.values():
+        os.kill(pid, signal.SIGUSR2)
+    for node, pid in pids.items():
+        written = _CPUPROF / f"{pid}.txt"
+        deadline = time.monotonic() + 10.0
+        while not written.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if written.exists():
+            written.rename(_CPUPROF / f"{tag}-{node}.txt")
 
 
 class _Server:
@@ -206,9 +235,14 @@ def _measure(
             spies = _spy(pids, profile, tag) if profile else []
             if spies:
                 time.sleep(1.0)
+            if _CPUPROF is not None:
+                for pid in pids.values():
+                    os.kill(pid, signal.SIGUSR1)
             before = {node: _cpu(pid) for node, pid in pids.items()}
             io_before = {node: _io(pid) for node, pid in pids.items()}
             rate, client = _bench(tree, addr, messages)
+            if _CPUPROF is not None:
+                _sampled(pids, f"{tag}-{name}")
             after = {node: _cpu(pid) for node, pid in pids.items()}
             io_after = {node: _io(pid) for node, pid in pids.items()}
             if pin:
@@ -264,11 +298,21 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--profile", default="")
     parser.add_argument("--pin", action="store_true", help="see the module's doc")
+    parser.add_argument(
+        "--cpuprof",
+        default="",
+        help="DIR: CPU-time samples of every broker during every run "
+        "(benchmarks/cpu_sampler), DIR/<tree>-<run>-<phase>-<node>.txt",
+    )
     args = parser.parse_args()
     trees = args.trees.split(",")
     profile = Path(args.profile) if args.profile else None
     if profile:
         profile.mkdir(parents=True, exist_ok=True)
+    if args.cpuprof:
+        global _CPUPROF
+        _CPUPROF = Path(args.cpuprof).resolve()
+        _CPUPROF.mkdir(parents=True, exist_ok=True)
     rows: dict[str, list[dict[str, float]]] = {t: [] for t in trees}
     print("| tree | run | UTC | " + " | ".join(c[1] for c in _COLUMNS) + " |", flush=True)
     print("|---|---:|---|" + "---:|" * len(_COLUMNS), flush=True)
@@ -279,7 +323,7 @@ def main() -> None:
             tag = Path(tree).name
             with tempfile.TemporaryDirectory() as tmp:
                 last = profile if i == args.repeat - 1 else None
-                row = _measure(tree, Path(tmp), args.messages, last, tag, args.pin)
+                row = _measure(tree, Path(tmp), args.messages, last, f"{tag}-{i + 1}", args.pin)
             rows[tree].append(row)
             cells = " | ".join(f.format(row[k]) for k, _, f in _COLUMNS)
             print(f"| {tag} | {i + 1} | {time.strftime('%H:%M:%S', time.gmtime())} | {cells} |",
