@@ -50,15 +50,20 @@ async def _durable(storage: NodeStorage, position: int) -> None:
     await done.wait()
 
 
+async def _an_append_waits_for_the_batch(
+    storage: NodeStorage, clock: trio.testing.MockClock, start: float
+) -> None:
+    position = _declare(storage, "w")
+    await trio.testing.wait_all_tasks_blocked()
+    assert storage.journal is not None and storage.journal.committed < position
+    clock.jump(0.010)
+    await _durable(storage, position)
+    assert trio.current_time() - start == pytest.approx(0.010)
+
+
 async def test_an_append_waits_for_the_batch(clock: trio.testing.MockClock, tmp_path: Path) -> None:
     async with committing(tmp_path) as storage:
-        start = trio.current_time()
-        position = _declare(storage, "x")
-        await trio.testing.wait_all_tasks_blocked()
-        assert storage.journal is not None and storage.journal.committed < position
-        clock.jump(0.010)
-        await _durable(storage, position)
-        assert trio.current_time() - start == pytest.approx(0.010)
+        await _an_append_waits_for_the_batch(storage, clock, trio.current_time())
 
 
 async def test_a_callback_waiting_on_the_commit_starts_it_at_once(
@@ -81,12 +86,7 @@ async def test_a_callback_waiting_on_the_commit_starts_it_at_once(
         await again.wait()
         assert trio.current_time() == start
         # an append after that waits for the batch again
-        position = _declare(storage, "w")
-        await trio.testing.wait_all_tasks_blocked()
-        assert storage.journal.committed < position
-        clock.jump(0.010)
-        await _durable(storage, position)
-        assert trio.current_time() - start == pytest.approx(0.010)
+        await _an_append_waits_for_the_batch(storage, clock, start)
 
 
 async def test_commit_now_cuts_the_wait_and_holds_for_the_commit_after_a_running_one(
@@ -121,9 +121,4 @@ async def test_commit_now_cuts_the_wait_and_holds_for_the_commit_after_a_running
         assert trio.current_time() == start
         storage.before_commit = None
         # an append after that waits for the batch again
-        position = _declare(storage, "w")
-        await trio.testing.wait_all_tasks_blocked()
-        assert storage.journal.committed < position
-        clock.jump(0.010)
-        await _durable(storage, position)
-        assert trio.current_time() - start == pytest.approx(0.010)
+        await _an_append_waits_for_the_batch(storage, clock, start)
