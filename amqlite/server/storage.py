@@ -572,8 +572,9 @@ class NodeStorage:
                 # of the two nodes' batch waits, the passive's starting only once
                 # the sync had reached it, and the active's 10 ms ran beside a round
                 # trip that gathers as well: the pair's 1,000 unconfirmed messages
-                # sat idle for them (benchmarks/README.md, rounds 15 and 16, "why
-                # the HA pair waits"). What comes in during the fsync rides the next.
+                # sat idle for them (benchmarks/README.md: round 15, "why the HA
+                # pair waits"; round 16, "the active node commits as a sync goes
+                # out"). What comes in during the fsync rides the next.
                 with trio.CancelScope(deadline=trio.current_time() + interval) as gathering:
                     self._gathering = gathering
                     await trio.sleep_forever()
