@@ -790,6 +790,12 @@ def test_failover_kills_the_master_twice_and_loses_no_confirmed_message(
         runs = failover[f"{key}_ms_runs"]
         assert len(runs) == 2 and all(x > 0 for x in runs)
         assert failover[f"{key}_p50_ms"] <= failover[f"{key}_p99_ms"] == failover[f"{key}_max_ms"]
+    # each survivor's takeover, read from its log: not before the failover timeout
+    # (600 ms) less one heartbeat (100 ms) since the kill
+    takeovers = failover["takeover_ms_runs"]
+    assert len(takeovers) == 2 and all(t is not None and t >= 450 for t in takeovers)
+    refused = failover["refused_dials_runs"]
+    assert len(refused) == 2 and all(type(n) is int and n >= 0 for n in refused)
     assert replicated["published"] == replicated["consumed"] == 100
     assert replicated["msgs_per_s"] > 0 and replicated["ratio_vs_standalone"] > 0
     assert replicated["standalone_msgs_per_s"] > 0

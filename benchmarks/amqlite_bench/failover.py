@@ -18,7 +18,11 @@ active and replicating to the passive backup:
    *delivery gap* of a kill is the longest wait between two consecutive
    deliveries from the last delivery before the kill to the next kill (or the end
    of the run). At the end every confirmed message must have been delivered;
-   the row ``failover`` reports ``lost`` (0 when none was).
+   the row ``failover`` reports ``lost`` (0 when none was). Each kill also says
+   when the survivor logged ``ha_became_active`` (``takeover_ms_runs``, as the bench
+   read its log) and how many dials it refused as passive before the first confirm
+   (``refused_dials_runs``): a slow failover is then either a late takeover or a
+   client that came late.
 
 Percentiles are nearest-rank over the kills (with 20 kills, p99 is the maximum).
 """
@@ -99,6 +103,10 @@ class KillRecord:
     restart_s: float  # the killed node's start -> listening (its journal replayed)
     settle_s: float  # the killed node listening -> pair settled
     gap_s: float = 0.0
+    #: kill -> the survivor logged ``ha_became_active`` (as the bench read it)
+    takeover_s: float | None = None
+    #: dials the survivor refused as passive between the kill and the first confirm
+    refused: int = 0
 
 
 # --- arithmetic ---------------------------------------------------------------------------
@@ -327,6 +335,12 @@ async def measure_failover(
                     f"({load.describe()}; {pair.describe(await pair.statuses())})"
                     f"{pair.log_tails()}"
                 )
+            logged = pair.procs[survivor].event_times
+            took_over = next((t for t in logged["ha_became_active"] if t >= killed_at), None)
+            refused = sum(
+                killed_at <= t <= watch.first_confirm_at
+                for t in logged["connection_refused_not_active"]
+            )
             with trio.move_on_after(FAILOVER_LIMIT_S):
                 await watch.delivered.wait()
             restarting = time.perf_counter()
@@ -344,11 +358,14 @@ async def measure_failover(
                 resumed_s=None if resumed is None else resumed - killed_at,
                 restart_s=restart_s,
                 settle_s=settle_s,
+                takeover_s=None if took_over is None else took_over - killed_at,
+                refused=refused,
             )
             kills.append(record)
             say(
-                f"{what}: kill {n}/{options.kills}: {active} {killed} -> {survivor} active; "
-                f"publisher back after {_secs(record.reconnect_s)}, first confirm after "
+                f"{what}: kill {n}/{options.kills}: {active} {killed} -> {survivor} active "
+                f"after {_secs(record.takeover_s)} ({refused} dial(s) refused as passive "
+                f"first); publisher back after {_secs(record.reconnect_s)}, first confirm after "
                 f"{_secs(record.failover_s)}, first delivery after {_secs(record.resumed_s)}; "
                 f"restarted in {restart_s:.2f} s, settled {settle_s:.2f} s later"
             )
@@ -413,6 +430,8 @@ def _failover_row(
         "resumed_ms_runs": [_ms(x) for x in resumed],
         "restart_ms_runs": [_ms(k.restart_s) for k in kills],
         "settle_ms_runs": [_ms(k.settle_s) for k in kills],
+        "takeover_ms_runs": [None if k.takeover_s is None else _ms(k.takeover_s) for k in kills],
+        "refused_dials_runs": [k.refused for k in kills],
     }
     window = max(1e-9, seconds)
     return RunResult(

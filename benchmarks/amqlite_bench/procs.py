@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections import deque
 from pathlib import Path
 
@@ -65,6 +66,11 @@ def baseline_argv() -> list[str]:
     return [sys.executable, "-m", "amqlite_bench.baseline", "--host", "127.0.0.1", "--port", "0"]
 
 
+#: Log events whose times a :class:`ServerProcess` keeps (an HA node's takeover,
+#: and a client it refused as passive: both explain a slow failover).
+TIMED_EVENTS = ("ha_became_active", "connection_refused_not_active")
+
+
 class ServerProcess:
     """A server child process; ``port`` is where it listens."""
 
@@ -76,6 +82,9 @@ class ServerProcess:
         #: ``amqp`` field is the AMQP 0-9-1 listener's ``host:port``, or null)
         self.ready_record: dict[str, object] = {}
         self.log_tail: deque[str] = deque(maxlen=20)
+        #: when (``perf_counter``, as its line was read) the server logged each of
+        #: :data:`TIMED_EVENTS`: what the failover scenario times a takeover by
+        self.event_times: dict[str, list[float]] = {e: [] for e in TIMED_EVENTS}
         self.log_path = log_path
 
     @property
@@ -152,6 +161,9 @@ class ServerProcess:
                 for raw in lines:
                     line = raw.decode(errors="replace").rstrip()
                     self.log_tail.append(line)
+                    for event in TIMED_EVENTS:
+                        if f'"{event}"' in line:
+                            self.event_times[event].append(time.perf_counter())
                     if not ready and f'"{ready_event}"' in line:
                         try:
                             record = json.loads(line)
