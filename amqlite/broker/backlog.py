@@ -262,8 +262,9 @@ class _Flat:
                     out.append((message, self._expires[k], bool(flags[k] & 1)))
             elif flags[k] & _PAGED:
                 out.append((next(paged), self._expires[k], bool(flags[k] & 1)))
-            else:
-                out.append(held.pop(k))
+            else:  # held: its flag is the flags' bit too (marks and flag_all set that)
+                message, expires, _ = held.pop(k)
+                out.append((message, expires, bool(flags[k] & 1)))
             self.bytes -= self._sizes[k]
         self._head = stop
         self._removed()
@@ -349,9 +350,7 @@ class _Flat:
         """Flag every message redelivered; how many were not yet."""
         flags = self._flags
         fresh = sum(1 for f in flags[self._head :] if not f & 1)
-        if fresh:
-            for k, (message, expires, _) in list(self._held.items()):
-                self._held[k] = (message, expires, True)
+        if fresh:  # (a held entry's flag is read from here too: see pop)
             self._flags = bytearray(f | 1 for f in flags)
         return fresh
 

@@ -245,6 +245,22 @@ def test_backlog_marks_removes_and_clears_by_journal_id() -> None:
     assert backlog.clear() == [4, 5, 9] and not backlog and backlog.bytes == 0
 
 
+def test_a_held_message_marked_redelivered_comes_out_flagged() -> None:
+    """A message kept in memory (one the journal cannot give back) that is marked, or
+    flagged with the rest, comes out flagged: its entry's own flag is only where it
+    started (the chunked backlog's hypothesis test found ``flag_all`` leaving a marked
+    held entry unflagged when its stretch had nothing else to flag)."""
+    for flag in (lambda b: b.mark(9), lambda b: b.flag_all()):
+        backlog = Backlog()
+        message = Message("", "q", b"held")
+        message.journal_id = 9
+        backlog.push_entry((message, float("inf"), False))
+        flag(backlog)
+        assert backlog.flag_all() == 0  # nothing left to flag
+        ((got, _, redelivered),) = backlog.pop(1, None)
+        assert got is message and redelivered is True
+
+
 def test_transient_messages_page_out_while_memory_is_short_and_come_back_intact() -> None:
     broker, _, _ = make(paging=True)
     pager = broker.paging.pager
