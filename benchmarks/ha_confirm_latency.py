@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 
 import ha_cpu
-from amqlite_bench.ports import fixed_port
 
 _CLIENT = r"""
 import sys, time, trio, amqlite
@@ -85,24 +84,7 @@ def _latency(tree: str, addr: str, rate: float, seconds: float) -> str:
 
 
 def _measure(tree: str, work: Path, rate: float, seconds: float) -> dict[str, str]:
-    ports = {"primary": fixed_port(), "backup": fixed_port()}
-    config = work / "pair.toml"
-    config.write_text(
-        "[cluster]\n"
-        f'primary_peer = "127.0.0.1:{ports["primary"]}"\n'
-        f'backup_peer = "127.0.0.1:{ports["backup"]}"\n'
-        "heartbeat_ms = 200\nfailover_timeout_ms = 1000\n"
-    )
-    servers = [
-        ha_cpu._Server(tree, work / f"{side}.log", "--config", str(config), "--port", str(port),
-                       "--data-dir", str(work / side), f"--is_{side}", "1")
-        for side, port in ports.items()
-    ]  # fmt: skip
-    alone_port = fixed_port()
-    alone = ha_cpu._Server(
-        tree, work / "standalone.log", "--port", str(alone_port),
-        "--data-dir", str(work / "standalone"),
-    )  # fmt: skip
+    ports, servers, alone_port, alone = ha_cpu.start_brokers(tree, work)
     try:
         for s in servers:
             s.wait_for("server_listening")

@@ -55,6 +55,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from amqlite_bench.hapair import SIDES, PairTiming, cluster_config
 from amqlite_bench.ports import fixed_port
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -190,19 +191,15 @@ def _appended(tree: str, port: int) -> float:
         return float("nan")
 
 
-def _measure(
-    tree: str, work: Path, messages: int, profile: Path | None, tag: str, pin: bool = False
-) -> dict[str, float]:
-    persistent = messages // 4  # what 1to1-persistent-confirm publishes of --messages
-    row: dict[str, float] = {"load": os.getloadavg()[0]}
-    ports = {"primary": fixed_port(), "backup": fixed_port()}
+def start_brokers(tree: str, work: Path) -> tuple[dict[str, int], list[_Server], int, _Server]:
+    """From ``tree``: an HA pair on free loopback ports (one ``[cluster]`` file, the
+    bench's own: ``heartbeat_ms = 200``, ``failover_timeout_ms = 1000``) and a
+    standalone broker, each with its own data dir under ``work``: the pair's ports,
+    its servers (primary first), the standalone broker's port and server. Started,
+    not waited for."""
+    ports = {side: fixed_port() for side in SIDES}
     config = work / "pair.toml"
-    config.write_text(
-        "[cluster]\n"
-        f'primary_peer = "127.0.0.1:{ports["primary"]}"\n'
-        f'backup_peer = "127.0.0.1:{ports["backup"]}"\n'
-        "heartbeat_ms = 200\nfailover_timeout_ms = 1000\n"
-    )
+    config.write_text(cluster_config(ports, PairTiming()))
     servers = [
         _Server(tree, work / f"{side}.log", "--config", str(config), "--port", str(port),
                 "--data-dir", str(work / side), f"--is_{side}", "1")
@@ -213,6 +210,15 @@ def _measure(
         tree, work / "standalone.log", "--port", str(standalone_port),
         "--data-dir", str(work / "standalone"),
     )  # fmt: skip
+    return ports, servers, standalone_port, alone
+
+
+def _measure(
+    tree: str, work: Path, messages: int, profile: Path | None, tag: str, pin: bool = False
+) -> dict[str, float]:
+    persistent = messages // 4  # what 1to1-persistent-confirm publishes of --messages
+    row: dict[str, float] = {"load": os.getloadavg()[0]}
+    ports, servers, standalone_port, alone = start_brokers(tree, work)
     try:
         for s in servers:
             s.wait_for("server_listening")
