@@ -183,27 +183,12 @@ def send(runs: int, setup_only: bool) -> float:
     return (time.perf_counter() - started) / (runs * RUN)
 
 
-def subscribe(runs: int, setup_only: bool) -> float:
-    import trio
-
-    from amqlite.auth import AuthenticatedUser, Permissions
-    from amqlite.broker import Broker
-    from amqlite.server.dispatch import RequestDispatcher
+def _wired(px: Any, link: Any, session: Any) -> tuple[Any, Any, list[bytes]]:
+    """``link`` of ``px`` wired as the peering service wires it: its registry, its
+    connection (what it sends is kept: the frames) and the applier."""
     from amqlite.server.peering.applier import ActionApplier
-    from amqlite.server.peering.hooks import PublishHook
-    from amqlite.server.peering.peering_queue import PeeringQueue
     from amqlite.server.peering.registry import LinkRegistry
 
-    broker = Broker(node_id="B")
-    session = broker.open_session("/")
-    session.declare_exchange("y", "topic")
-    px = PeeredExchange(
-        node_id="B", epoch=1, exchange="y", exchange_type="topic", rand=random.Random(0).random,
-        max_hops=3,
-    )  # fmt: skip
-    hello = Hello("A", "l", "/", "y", "topic", PeeringMode.SUBSCRIBE, 5, None, lease=60.0)
-    link, _ = px.attach(hello, 0.0)
-    assert link is not None and link.queue_fed
     registry = LinkRegistry()
     registry.owner[link.id] = px
     frames: list[bytes] = []
@@ -221,6 +206,29 @@ def subscribe(runs: int, setup_only: bool) -> float:
         pump=lambda: None,
         turn_ended=lambda: None,
     )
+    return applier, registry, frames
+
+
+def subscribe(runs: int, setup_only: bool) -> float:
+    import trio
+
+    from amqlite.auth import AuthenticatedUser, Permissions
+    from amqlite.broker import Broker
+    from amqlite.server.dispatch import RequestDispatcher
+    from amqlite.server.peering.hooks import PublishHook
+    from amqlite.server.peering.peering_queue import PeeringQueue
+
+    broker = Broker(node_id="B")
+    session = broker.open_session("/")
+    session.declare_exchange("y", "topic")
+    px = PeeredExchange(
+        node_id="B", epoch=1, exchange="y", exchange_type="topic", rand=random.Random(0).random,
+        max_hops=3,
+    )  # fmt: skip
+    hello = Hello("A", "l", "/", "y", "topic", PeeringMode.SUBSCRIBE, 5, None, lease=60.0)
+    link, _ = px.attach(hello, 0.0)
+    assert link is not None and link.queue_fed
+    applier, registry, frames = _wired(px, link, session)
     prefetch = 2 * link.settings.max_in_flight
     pq = PeeringQueue(broker, px, link, prefetch=prefetch, now=0.0, on_deliveries=applier.feed)
     registry.queues[link.id] = pq
@@ -259,9 +267,7 @@ def forward(runs: int, setup_only: bool) -> float:
     from amqlite.auth import AuthenticatedUser, Permissions
     from amqlite.broker import Broker
     from amqlite.server.dispatch import RequestDispatcher
-    from amqlite.server.peering.applier import ActionApplier
     from amqlite.server.peering.hooks import PublishHook
-    from amqlite.server.peering.registry import LinkRegistry
 
     broker = Broker(node_id="A")
     session = broker.open_session("/")
@@ -275,23 +281,7 @@ def forward(runs: int, setup_only: bool) -> float:
     link.connected(0.0)
     link.receive(Hello("B", "l", "/", "x", "topic", mode, 5), 0.0)
     link.receive(Interest(True, (BindingKey.of("k"),), (), 0, "0" * 16), 0.0)
-    registry = LinkRegistry()
-    registry.owner[link.id] = px
-    frames: list[bytes] = []
-
-    class _Conn:
-        def send_peer(self, frame: bytes) -> None:
-            frames.append(frame)
-
-    registry.conns[link.id] = _Conn()  # type: ignore[assignment]
-    applier = ActionApplier(
-        registry,
-        _Durability(),  # type: ignore[arg-type]
-        session=lambda vhost: session,
-        dial=lambda link, address: None,
-        pump=lambda: None,
-        turn_ended=lambda: None,
-    )
+    applier, _, frames = _wired(px, link, session)
     log = link.log
     assert log is not None
     user = AuthenticatedUser("u", Permissions(".*", ".*", ".*"))
