@@ -18,7 +18,7 @@ import httpx
 import pytest
 import trio
 
-from ..e2e.procs import start_server
+from ..e2e.procs import ServerProcess, start_server
 from .test_browser import broker
 from .wsclient import Rejected, WsClient
 
@@ -37,9 +37,10 @@ max_frame_bytes = 65536
 
 
 class Node:
-    def __init__(self, http: str) -> None:
+    def __init__(self, http: str, server: ServerProcess | None = None) -> None:
         self.url = f"http://{http}"
         self.port = int(http.rpartition(":")[2])
+        self.server = server  # the broker process, when the test has its own
 
     def client(self, origin: str | None = APP) -> httpx.AsyncClient:
         headers = {"origin": origin} if origin else {}
@@ -67,7 +68,7 @@ async def own_node(tmp_path: Path, *args: str, http: str = "") -> AsyncIterator[
     config.write_text(CONFIG.replace("[http]\n", f"[http]\n{http}\n"))
     server = await start_server("--config", str(config), "--http-port", "0", *args)
     try:
-        yield Node(str(server.log_lines[-1]["http"]))
+        yield Node(str(server.log_lines[-1]["http"]), server)
     finally:
         if server.proc.returncode is None:
             server.proc.send_signal(signal.SIGTERM)
@@ -318,17 +319,17 @@ async def test_poll_huge_body_is_413(node: Node) -> None:
         assert (await _recv(http, token, 0, wait=0))["frames"] == []  # the session lives
 
 
-async def test_poll_session_expires_when_idle(node: Node) -> None:
-    async with node.client() as http:
+async def test_poll_session_expires_when_idle(tmp_path: Path) -> None:
+    async with own_node(tmp_path, "--in-memory") as node, node.client() as http:
+        assert node.server is not None
         token = (await _open(http)).json()["session"]
-        with trio.fail_after(10):
-            while True:
-                response = await http.get(
-                    "/poll/recv", params={"wait": 0}, headers={"x-amqlite-session": token}
-                )
-                if response.status_code == 401:
-                    break
-                await trio.sleep(1.5)  # idle past poll_idle (1 s) between polls
+        # left alone (a poll would keep it), the broker ends it past poll_idle (1 s)
+        ended = await node.server.read_log_until("poll_session_ended", deadline_s=10)
+        assert ended["why"] == "expired"
+        response = await http.get(
+            "/poll/recv", params={"wait": 0}, headers={"x-amqlite-session": token}
+        )
+        assert response.status_code == 401
         assert "expired" in response.json()["reason"]
 
 
