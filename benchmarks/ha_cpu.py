@@ -28,7 +28,8 @@ machine are not pinned.
 
 ``recs`` is the records the broker journaled per message (``storage.appended``
 from its status after the run; the enqueues and the ``message.marks`` records
-between them).
+between them); ``commits/1k`` the journal commits (each a write and an fsync) it
+made per 1,000 messages (``storage.commits``).
 
 ``--profile DIR`` also runs py-spy (``PY_SPY``, default ``py-spy``; ``-r 200 -f
 raw``) on every broker during each tree's last repeat, writing
@@ -181,14 +182,16 @@ def _pin(pid: int, cpu: int) -> None:
         os.sched_setaffinity(int(task), {cpu})
 
 
-def _appended(tree: str, port: int) -> float:
-    """The records the broker at ``port`` has journaled (its status), nan if unknown."""
+def _appended(tree: str, port: int) -> tuple[float, float]:
+    """The records the broker at ``port`` has journaled and the commits it has made
+    (its status), nan if unknown."""
     cmd = [sys.executable, "-m", "amqlite", "status", "-s", f"127.0.0.1:{port}", "--json"]
     out = subprocess.run(cmd, env=_env(tree), capture_output=True, cwd=_NEUTRAL)
     try:
-        return float(json.loads(out.stdout)["storage"]["appended"])
+        storage = json.loads(out.stdout)["storage"]
+        return float(storage["appended"]), float(storage.get("commits", "nan"))
     except (ValueError, KeyError, TypeError):
-        return float("nan")
+        return float("nan"), float("nan")
 
 
 def start_brokers(tree: str, work: Path) -> tuple[dict[str, int], list[_Server], int, _Server]:
@@ -254,8 +257,9 @@ def _measure(
             if pin:
                 os.sched_setaffinity(0, everywhere)
             for node in pids:
-                recs = _appended(tree, node_ports[node]) - appended[node]
-                row[f"{node}_recs"] = recs / persistent
+                recs, commits = _appended(tree, node_ports[node])
+                row[f"{node}_recs"] = (recs - appended[node][0]) / persistent
+                row[f"{node}_commits"] = 1000 * (commits - appended[node][1]) / persistent
             for spy in spies:
                 spy.send_signal(signal.SIGINT)
             for spy in spies:
@@ -286,12 +290,15 @@ _COLUMNS = (
     ("active_reads", "active reads", "{:.2f}"),
     ("active_writes", "active writes", "{:.2f}"),
     ("active_recs", "active recs", "{:.3f}"),
+    ("active_commits", "active commits/1k", "{:.2f}"),
+    ("passive_commits", "passive commits/1k", "{:.2f}"),
     ("passive_writes", "passive writes", "{:.2f}"),
     ("standalone", "standalone us", "{:.1f}"),
     ("standalone_sys", "standalone sys", "{:.1f}"),
     ("standalone_reads", "standalone reads", "{:.2f}"),
     ("standalone_writes", "standalone writes", "{:.2f}"),
     ("standalone_recs", "standalone recs", "{:.3f}"),
+    ("standalone_commits", "standalone commits/1k", "{:.2f}"),
     ("standalone_client", "client us", "{:.1f}"),
     ("standalone_rate", "standalone msg/s", "{:,.0f}"),
 )

@@ -709,6 +709,7 @@ class NodeStorage:
             "live_message_bytes": stats.live_message_bytes,
             "appended": stats.appended,
             "committed": stats.committed,
+            "commits": self.commit_times.count,
             "held_replies": len(self._waiting),
             "write_errors": self.write_errors,
             "last_error": self.last_error,

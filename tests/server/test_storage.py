@@ -243,6 +243,8 @@ async def test_status_shows_the_journal(tmp_path: Path) -> None:
         assert storage["segments"] == 1
         assert storage["journal_bytes"] > 0
         assert storage["live_messages"] == 3
+        # each confirm followed a commit (fsync always); a commit covers one record or more
+        assert 1 <= storage["commits"] <= storage["appended"]
         queues = {q["name"]: q for q in status["vhosts"][0]["queues"]}
         assert queues["q"]["persistent"] == 3
         assert queues["t"]["persistent"] == 0
