@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import socket
+
+import pytest
+
+from amqlite_bench import ports as bench_ports
 
 from .ports import LOWEST, ephemeral_low, fixed_port
 
@@ -25,3 +30,29 @@ def test_the_kernel_never_picks_a_fixed_port_for_a_connection() -> None:
         server.listen()
         with socket.create_connection(server.getsockname()) as c:
             assert c.getsockname()[1] >= ephemeral_low()
+
+
+def test_a_process_never_hands_out_a_port_twice() -> None:
+    """A port a test drew may be free for a while (its server killed, to restart on
+    it): no later draw in this process may take it."""
+    drawn = [fixed_port() for _ in range(300)]
+    assert len(set(drawn)) == len(drawn)
+
+
+@pytest.mark.parametrize("count", [2, 3, 4])
+def test_xdist_workers_draw_from_slices_that_do_not_overlap(
+    count: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", str(count))
+    slices = []
+    for n in range(count):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{n}")
+        slices.append(bench_ports.worker_slice(20000, 32768))
+        port = fixed_port()
+        assert slices[-1][0] <= port < slices[-1][1]
+    assert slices[0][0] == 20000 and slices[-1][1] <= 32768
+    for (_, end), (start, _) in itertools.pairwise(slices):
+        assert end <= start  # in order, none overlapping the next
+    assert all(end - start >= (32768 - 20000) // count - 1 for start, end in slices)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER")
+    assert bench_ports.worker_slice(20000, 32768) == (20000, 32768)  # not a worker
