@@ -14,7 +14,7 @@ the journal's contract (``docs/storage.md``, "The fold and the caller's contract
 - ``message.delivered`` the first time a recorded message is handed out from a
   queue, ``message.ack`` when it leaves that queue for good (acked, rejected,
   expired, dropped, dead-lettered, purged; a no-ack delivery is an ack at once).
-  With :meth:`Recorder.gather_marks` (a standalone node) these two are gathered
+  With :meth:`Recorder.gather_marks` (every node with a journal) these two are gathered
   instead and written as one ``message.marks`` per queue when the shell calls
   :meth:`Recorder.flush_marks`, just before each commit: the commit that would
   have carried them carries them, at a fraction of the cost.
@@ -115,9 +115,9 @@ class Recorder:
         third of a persistent message's journal work; gathered, a commit writes one
         ``message.marks`` per queue, and a message delivered and acked between two
         commits costs one id in a list. What is durable when is unchanged: the marks
-        reach the journal before the commit that would have carried them. (An HA
-        pair's shell also flushes them before it writes deliveries out: its passive
-        node must learn of a delivery before the consumer sees it.)"""
+        reach the journal before the commit that would have carried them. (On an HA
+        pair too: a passive node that takes over without them flags every ready
+        message ``redelivered``, docs/ha.md.)"""
         self._marks = {}
         self._wake = wake
 
@@ -125,17 +125,6 @@ class Recorder:
     def marks_waiting(self) -> bool:
         """Whether gathered marks wait for :meth:`flush_marks`."""
         return bool(self._marks)
-
-    @property
-    def deliveries_waiting(self) -> bool:
-        """Whether gathered delivery marks (not only acks) wait for :meth:`flush_marks`:
-        an HA pair's shell flushes before it writes deliveries out only then (acks
-        gathered alone vouch for nothing a consumer is about to see; they go with
-        the commit, as on a standalone node)."""
-        marks = self._marks
-        if not marks:
-            return False
-        return any(delivered for delivered, _ in marks.values())
 
     def flush_marks(self, *, span: bool = False) -> None:
         """Record the gathered marks: one ``message.marks`` per queue. With ``span``

@@ -432,9 +432,13 @@ class Follower:
 
     It remembers the ``FOLLOWED_LINKS`` links it heard from last (staged snapshots
     included): a link forgotten (long dead) is ignored until it starts a snapshot.
+
+    It also says whether it holds exactly what an active node that handed over had
+    journaled (:meth:`on_handover`, :attr:`handed_over`): then a takeover need not
+    flag the messages ``redelivered``.
     """
 
-    __slots__ = ("_links", "epoch", "holds_upto", "synced_upto", "syncs_received")
+    __slots__ = ("_handover", "_links", "epoch", "holds_upto", "synced_upto", "syncs_received")
 
     def __init__(self) -> None:
         self.syncs_received = 0
@@ -444,6 +448,23 @@ class Follower:
         #: link -> its snapshot's chunks so far, or None once its snapshot is applied
         #: (tail syncs follow); least recently heard first
         self._links: dict[Hashable, list[bytes] | None] = {}
+        #: (epoch, upto) of the last ``ha.handover`` heard, None when none (or after
+        #: a term of our own began)
+        self._handover: tuple[int, int] | None = None
+
+    def on_handover(self, upto: int, epoch: int) -> None:
+        """``ha.handover`` {upto, epoch}: the active node of term ``epoch`` closed
+        its clients, journaled every delivery mark and ack, and had appended ``upto``
+        records when it said so."""
+        self._handover = (epoch, upto)
+
+    @property
+    def handed_over(self) -> bool:
+        """Whether this node holds exactly what the active node had journaled when it
+        handed over: same term, same last position (a record appended after the
+        handover, or one not received, makes it False). A takeover then knows every
+        delivery the old master made; any other must assume any message was seen."""
+        return self._handover is not None and self._handover == (self.epoch, self.holds_upto)
 
     def on_sync(
         self, link: Hashable, data: bytes, upto: int, reset: bool, epoch: int
@@ -499,4 +520,5 @@ class Follower:
         peer that later outranks us starts a new term, above ours, with a new
         snapshot)."""
         self._links.clear()
+        self._handover = None
         self.epoch, self.holds_upto = epoch, 0

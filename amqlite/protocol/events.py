@@ -242,6 +242,20 @@ class HaSync(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class HaHandover(Event):
+    """The active node hands over (a planned switchover): it has closed its clients,
+    journaled every delivery mark and ack, and appended ``upto`` records in term
+    ``epoch``; a passive node that holds exactly those takes over without flagging
+    its messages ``redelivered`` (docs/ha.md, "Takeover flags what may have been
+    seen")."""
+
+    METHOD: ClassVar[str] = "ha.handover"
+    SENDER: ClassVar[Sender] = Sender.CLIENT
+    upto: int
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class HaSynced(Event):
     """The passive node holds (and has committed) every record up to ``upto``; with
     ``applied``, it has applied them (its broker holds them) but not yet committed."""
@@ -607,6 +621,7 @@ REQUESTS: tuple[type[Event], ...] = (
     Trace,
     HaHeartbeat,
     HaSync,
+    HaHandover,
     HaSwitchover,
     PeerMessage,
 )

@@ -43,7 +43,6 @@ from amqlite.ha import (
     CloseClients,
     Follower,
     FollowerAction,
-    HaEvent,
     HaMachine,
     HaRole,
     HaState,
@@ -341,6 +340,8 @@ class HaService:
         elif isinstance(action, BecameActive):
             if action.previous is HaState.PASSIVE:
                 self.fold_replica()  # the syncs journaled unfolded, before anything reads
+            # a planned handover whose every record we hold: we know each delivery
+            handed_over = action.previous is HaState.PASSIVE and self.follower.handed_over
             self.node.state = HaState.ACTIVE.value
             self.follower.stop(action.epoch)
             if action.previous is HaState.PASSIVE:
@@ -348,17 +349,18 @@ class HaService:
                 # journal's state holds, as a restart would
                 self._reset_broker(keep_publish_keys=True)
             flagged = 0
-            if action.previous is HaState.PASSIVE and action.event in (
-                HaEvent.CLIENT_REQUEST,
-                HaEvent.LEASE_GRANTED,
-            ):
-                # a failover: the dead master's last deliveries may not be here
+            if action.previous is HaState.PASSIVE and not handed_over:
+                # a failover, or the master back from a quick restart (it announces
+                # itself starting): its last deliveries may not be here (their marks
+                # are gathered until a commit, docs/storage.md), so any ready
+                # message may have been seen
                 flagged = self.node.broker.flag_redelivered()
             log.warning(
                 "ha_became_active",
                 previous=action.previous.value,
                 trigger=action.event.value,
                 epoch=action.epoch,
+                handed_over=handed_over,
                 flagged_redelivered=flagged,
             )
             self._start_replication()
@@ -521,6 +523,9 @@ class HaService:
             if self.synced_upto < target or not self.replicating:
                 fail(f"the peer did not catch up (holds {self.synced_upto} of {target})")
                 return
+            # the peer knows every delivery we made (our clients are closed, their
+            # marks journaled and held there): it need not flag what it takes over
+            self._send_link(ev.HaHandover(upto=storage.appended, epoch=machine.epoch))
             # Restart our side as a starting node: the peer hears PRIMARY/BACKUP from
             # its master and takes over; we then hear it active and go passive.
             epoch = machine.epoch
@@ -878,6 +883,11 @@ class HaService:
             self._sender_wake.set()
 
     # --- replication: the passive side ---------------------------------------------------
+
+    def on_handover(self, handover: ev.HaHandover) -> None:
+        """``ha.handover`` from the active peer (its planned switchover)."""
+        log.info("ha_handover_heard", upto=handover.upto, epoch=handover.epoch)
+        self.follower.on_handover(handover.upto, handover.epoch)
 
     def on_sync(self, sync: ev.HaSync, conn: HaPeerEnd) -> None:
         machine = self.machine

@@ -149,8 +149,7 @@ class BrokerNode:
         if storage is not None and broker.recorder is not None:
             broker.recorder.source = storage.source
             # delivery marks and acks go to the journal as one record per queue and
-            # commit (docs/storage.md, "Delivery marks and acks"); an HA pair's also
-            # at every pump, before the deliveries go out (see pump)
+            # commit (docs/storage.md, "Delivery marks and acks")
             broker.recorder.gather_marks(storage.wake)
             storage.before_commit = broker.recorder.flush_marks
         if self.pages is not None:
@@ -467,17 +466,11 @@ class BrokerNode:
         most bytes a native client connection it wrote to now has waiting to be
         sent (0: it wrote to none), by which a publisher's reader sizes its turn.
 
-        On an HA pair the gathered delivery marks are journaled first, so they are
-        streamed to the passive node before the deliveries they mark are written to
-        the consumers (as each single record was): after a failover a message handed
-        out comes back flagged ``redelivered``. Acks gathered alone wait for the
-        commit, as on a standalone node (each flush is a record the passive node
-        folds too)."""
+        The delivery marks gathered meanwhile wait for the next commit, on an HA
+        pair too: a passive node that takes over without them (a failover, a quick
+        restart of the master) flags every ready message ``redelivered``, and a
+        planned switchover journals them before it hands over (docs/ha.md)."""
         broker = self.broker
-        if self.ha is not None:
-            recorder = broker.recorder
-            if recorder is not None and recorder.deliveries_waiting:
-                recorder.flush_marks()
         fullest = 0
         for session in broker.take_ready():
             owner = session.owner

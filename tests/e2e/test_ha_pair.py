@@ -405,9 +405,14 @@ async def test_planned_switchover_loses_nothing(tmp_path: Path, witness: bool) -
             await conn.declare_queue(QUEUE, durable=True)
             for n in range(200):
                 await conn.publish("", QUEUE, str(n), persistent=True, confirm=True)
-            done = await trio.to_thread.run_sync(
-                lambda: run_cli("switchover", "-s", pair.servers, timeout=60)
-            )
+            async with amqlite.connect(pair.servers) as taker:
+                # five handed out, never acked: the switchover closes their connection
+                for n in range(5):
+                    got = await taker.get(QUEUE)
+                    assert got is not None and got.body == str(n).encode()
+                done = await trio.to_thread.run_sync(
+                    lambda: run_cli("switchover", "-s", pair.servers, timeout=60)
+                )
             assert done.returncode == 0, done.stderr
             assert f"127.0.0.1:{pair.ports['backup']} is active" in done.stdout
             await pair.wait_states("passive", "active")
@@ -416,6 +421,13 @@ async def test_planned_switchover_loses_nothing(tmp_path: Path, witness: bool) -
             assert conn.server_name.endswith(str(pair.ports["backup"]))
             info = await conn.declare_queue(QUEUE, durable=True)
             assert info.messages == 201
+            # the new master heard of every delivery (ha.handover): only the five
+            # handed out come flagged redelivered, not all it took over
+            flagged = {}
+            while (d := await conn.get(QUEUE, no_ack=True)) is not None:
+                flagged[d.body.decode()] = d.redelivered
+            assert len(flagged) == 201
+            assert {body for body, again in flagged.items() if again} == {str(n) for n in range(5)}
 
 
 async def test_cutting_only_the_peer_link_never_makes_two_masters_in_one_epoch(

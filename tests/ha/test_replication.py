@@ -393,6 +393,35 @@ def test_nothing_is_applied_from_a_link_whose_snapshot_was_not_seen_to_start() -
     assert f.on_sync("link", b"t", 7, False, EPOCH)[0] == ApplySync((b"t",))
 
 
+def test_a_handover_counts_only_while_the_follower_holds_exactly_what_was_announced() -> None:
+    """``ha.handover`` {upto, epoch}: a takeover need not flag messages redelivered
+    only if this node holds exactly the records the master had when it handed over,
+    in that term: one more (appended after the announcement, perhaps a delivery's
+    mark) or one fewer (not received yet) and it must flag them all."""
+    f = Follower()
+    assert not f.handed_over
+    f.on_sync("link", b"s", 5, True, EPOCH)
+    f.on_handover(6, EPOCH)
+    assert not f.handed_over  # record 6 not here yet
+    f.on_sync("link", b"t6", 6, False, EPOCH)
+    assert f.handed_over
+    f.on_sync("link", b"t7", 7, False, EPOCH)
+    assert not f.handed_over  # the master journaled more after it announced
+    f.on_handover(7, EPOCH - 1)
+    assert not f.handed_over  # another term's positions
+    f.on_handover(7, EPOCH)
+    assert f.handed_over
+    f.on_sync("other", b"s", 7, True, EPOCH + 1)  # a new term, same position
+    assert not f.handed_over
+    f.on_handover(7, EPOCH + 1)
+    assert f.handed_over
+    f.stop(EPOCH + 2)  # took over: the announcement is spent
+    assert not f.handed_over
+    f.on_sync("peer", b"s", 0, True, EPOCH + 2)
+    assert f.on_sync("peer", b"t", 0, False, EPOCH + 2) == []
+    assert not f.handed_over  # (holds 0 of a term whose handover it never heard)
+
+
 def test_a_follower_remembers_the_links_it_heard_last() -> None:
     f = Follower()
     for n in range(FOLLOWED_LINKS + 1):  # link 0 stages a snapshot, then goes quiet

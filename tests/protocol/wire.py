@@ -238,6 +238,7 @@ FULL: dict[type[ev.Event], ev.Event] = {
     ),
     ev.HaSync: ev.HaSync(upto=2**33, data=b"\x00\x01framed", reset=True, epoch=3),
     ev.HaSynced: ev.HaSynced(upto=2**33, applied=True),
+    ev.HaHandover: ev.HaHandover(upto=2**33, epoch=4),
     ev.PeerMessage: ev.PeerMessage(
         {"type": "peer.forward", "seq": 7, "body": b"\x00b", "headers": {"k": 1}, "path": ["a"]}
     ),

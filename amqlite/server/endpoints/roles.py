@@ -78,6 +78,8 @@ class HaPeerEndpoint(_RoleEndpoint):
             self._send_heartbeat()
         elif isinstance(event, ev.HaSync):
             self.ha.on_sync(event, self)
+        elif isinstance(event, ev.HaHandover):
+            self.ha.on_handover(event)
         else:
             not_allowed(self.link, event, self.where)
 
