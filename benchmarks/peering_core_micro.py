@@ -160,7 +160,10 @@ def deliver(runs: int, setup_only: bool) -> float:
     return took
 
 
-def send(runs: int, setup_only: bool) -> float:
+def publishing_link() -> tuple[PeeredExchange, Any]:
+    """A sending end: node A's topic exchange ``x`` with one link end in mode
+    publish, up, its remote (B) heard and interested in the key ``k``. Also
+    ``peering_sender_micro.py``'s."""
     px = PeeredExchange(
         node_id="A", epoch=2, exchange="x", exchange_type="topic", rand=random.Random(0).random
     )
@@ -170,6 +173,11 @@ def send(runs: int, setup_only: bool) -> float:
     link.connected(0.0)
     link.receive(Hello("B", "l", "/", "x", "topic", mode, 5), 0.0)
     link.receive(Interest(True, (BindingKey.of("k"),), (), 0, "0" * 16), 0.0)
+    return px, link
+
+
+def send(runs: int, setup_only: bool) -> float:
+    px, link = publishing_link()
     log = link.log
     assert log is not None
     reads = [(["k"] * RUN, [BODY] * RUN) for _ in range(runs)]
@@ -272,15 +280,7 @@ def forward(runs: int, setup_only: bool) -> float:
     broker = Broker(node_id="A")
     session = broker.open_session("/")
     session.declare_exchange("x", "topic")  # no queue bound: a sending site
-    px = PeeredExchange(
-        node_id="A", epoch=2, exchange="x", exchange_type="topic", rand=random.Random(0).random
-    )
-    mode = PeeringMode.PUBLISH
-    link = px.add_link(LinkSettings(name="l", mode=mode, addresses=(Address("b", 1),)))
-    link.start(0.0)
-    link.connected(0.0)
-    link.receive(Hello("B", "l", "/", "x", "topic", mode, 5), 0.0)
-    link.receive(Interest(True, (BindingKey.of("k"),), (), 0, "0" * 16), 0.0)
+    px, link = publishing_link()
     applier, _, frames = _wired(px, link, session)
     log = link.log
     assert log is not None

@@ -17,37 +17,19 @@ read's publishes without headers or properties), not minted envelopes.
 from __future__ import annotations
 
 import gc
-import random
 import sys
 import time
 
-from amqlite.peering import (
-    Ack,
-    Address,
-    BindingKey,
-    Hello,
-    Interest,
-    LinkSettings,
-    PeeredExchange,
-    PeeringMode,
-    Send,
-)
+from amqlite.peering import Ack, Send
 from amqlite.peering.cbor import encode_frames
+from peering_core_micro import publishing_link  # (this directory: sys.path[0])
 
 PER_READ = 250
 
 
 def run(n: int, plain: bool = False) -> float:
     """Send ``n`` messages; seconds per message."""
-    px = PeeredExchange(
-        node_id="A", epoch=2, exchange="x", exchange_type="topic", rand=random.Random(0).random
-    )
-    mode = PeeringMode.PUBLISH
-    link = px.add_link(LinkSettings(name="l", mode=mode, addresses=(Address("b", 1),)))
-    link.start(0.0)
-    link.connected(0.0)
-    link.receive(Hello("B", "l", "/", "x", "topic", mode, 5), 0.0)
-    link.receive(Interest(True, (BindingKey.of("k"),), (), 0, "0" * 16), 0.0)
+    px, link = publishing_link()
     log = link.log
     assert log is not None
     body = b"x" * 100

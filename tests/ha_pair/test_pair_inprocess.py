@@ -32,6 +32,14 @@ def pair_config(tmp_path: Path, role: str) -> object:
     )
 
 
+def slow_commits(tmp_path: Path, role: str) -> object:
+    """:func:`pair_config` with ``fsync = "batch"`` and a batch wait (60 s) far past
+    any test's bound: a commit comes only when something wants it now."""
+    c = pair_config(tmp_path, role)
+    slow = dataclasses.replace(c.storage, fsync="batch", batch_ms=60_000.0)  # type: ignore[attr-defined]
+    return dataclasses.replace(c, storage=slow)  # type: ignore[type-var]
+
+
 async def wait_for(predicate: Callable[[], bool], deadline: float = 10.0) -> None:
     await wait_until(predicate, deadline=deadline)
 
@@ -190,14 +198,9 @@ async def test_both_nodes_commit_as_a_sync_goes_out_not_after_the_batch_wait(
     the active node's as the sync goes out (``commit_now``), not after the wait."""
     from amqlite.broker import Message
 
-    def config(role: str) -> object:
-        c = pair_config(tmp_path, role)
-        slow = dataclasses.replace(c.storage, fsync="batch", batch_ms=60_000.0)  # type: ignore[attr-defined]
-        return dataclasses.replace(c, storage=slow)  # type: ignore[type-var]
-
     async with trio.open_nursery() as nursery:
-        primary = BrokerNode(config("primary"))  # type: ignore[arg-type]
-        backup = BrokerNode(config("backup"))  # type: ignore[arg-type]
+        primary = BrokerNode(slow_commits(tmp_path, "primary"))  # type: ignore[arg-type]
+        backup = BrokerNode(slow_commits(tmp_path, "backup"))  # type: ignore[arg-type]
         await nursery.start(backup.run)
         await nursery.start(primary.run)
         point_at_each_other(primary, backup)
@@ -228,14 +231,9 @@ async def test_a_takeover_from_a_master_back_from_a_quick_restart_flags_every_me
     ``ha.handover``): every ready message comes flagged ``redelivered``, the three
     handed out among them (docs/ha.md, "Takeover flags what may have been seen")."""
 
-    def config(role: str) -> object:
-        c = pair_config(tmp_path, role)
-        slow = dataclasses.replace(c.storage, fsync="batch", batch_ms=60_000.0)  # type: ignore[attr-defined]
-        return dataclasses.replace(c, storage=slow)  # type: ignore[type-var]
-
     async with trio.open_nursery() as nursery:
-        primary = BrokerNode(config("primary"))  # type: ignore[arg-type]
-        backup = BrokerNode(config("backup"))  # type: ignore[arg-type]
+        primary = BrokerNode(slow_commits(tmp_path, "primary"))  # type: ignore[arg-type]
+        backup = BrokerNode(slow_commits(tmp_path, "backup"))  # type: ignore[arg-type]
         primary_scope = trio.CancelScope()
         primary_gone = trio.Event()
 
@@ -273,7 +271,7 @@ async def test_a_takeover_from_a_master_back_from_a_quick_restart_flags_every_me
                 primary_scope.cancel()  # the master dies, its deliveries unacked
                 await primary_gone.wait()
                 client_scope.cancel()
-        again = BrokerNode(config("primary"))  # type: ignore[arg-type]
+        again = BrokerNode(slow_commits(tmp_path, "primary"))  # type: ignore[arg-type]
         nursery.start_soon(again.run)
         await wait_for(lambda: again.port != 0)
         point_at_each_other(again, backup)

@@ -690,20 +690,35 @@ def test_a_forward_only_publish_is_what_the_general_path_does(steps: list[Any]) 
     assert fast == ref
 
 
-_forwarded_publish = st.builds(
-    lambda i, key, kind: ev.Publish(
-        i,
-        "x",
-        key,
-        b"",
-        headers={"h": 1} if kind == "headers" else {},
-        props={"persistent": True} if kind == "persistent" else {},
-        confirm=kind == "confirm",
-        mandatory=kind == "mandatory",
-    ),
-    st.integers(0, 999),
-    st.sampled_from(["k.a", "k.a", "other"]),
-    st.sampled_from(["plain"] * 4 + ["headers", "persistent", "confirm", "mandatory"]),
+#: what each kind of publish in the strategies below carries as properties
+_KIND_PROPS: dict[str, dict[str, bool]] = {
+    "persistent": {"persistent": True},
+    "props": {"persistent": False},
+}
+
+
+def _publishes(exchange: str, keys: list[str], kinds: list[str]) -> st.SearchStrategy[ev.Publish]:
+    """Publishes to ``exchange`` with one of ``keys``, each of one of ``kinds``:
+    plain, with headers, with properties (``_KIND_PROPS``), confirmed or mandatory."""
+    return st.builds(
+        lambda i, key, kind: ev.Publish(
+            i,
+            exchange,
+            key,
+            b"",
+            headers={"h": 1} if kind == "headers" else {},
+            props=dict(_KIND_PROPS.get(kind, {})),
+            confirm=kind == "confirm",
+            mandatory=kind == "mandatory",
+        ),
+        st.integers(0, 999),
+        st.sampled_from(keys),
+        st.sampled_from(kinds),
+    )
+
+
+_forwarded_publish = _publishes(
+    "x", ["k.a", "k.a", "other"], ["plain"] * 4 + ["headers", "persistent", "confirm", "mandatory"]
 )
 
 
@@ -941,20 +956,10 @@ def _subscribers_remote() -> tuple[ActionApplier, RequestDispatcher, Any, Any, S
     return applier, dispatcher, link, pq, session
 
 
-_subscribed_publish = st.builds(
-    lambda i, key, kind: ev.Publish(
-        i,
-        "y",
-        key,
-        b"",
-        headers={"h": 1} if kind == "headers" else {},
-        props={"persistent": False} if kind == "props" else {},
-        confirm=kind == "confirm",
-        mandatory=kind == "mandatory",
-    ),
-    st.integers(0, 999),
-    st.sampled_from(["k.a", "k.a", "k.b", "other"]),
-    st.sampled_from(["plain"] * 6 + ["headers", "props", "confirm", "mandatory"]),
+_subscribed_publish = _publishes(
+    "y",
+    ["k.a", "k.a", "k.b", "other"],
+    ["plain"] * 6 + ["headers", "props", "confirm", "mandatory"],
 )
 
 
