@@ -16,6 +16,8 @@ import trio.testing
 
 from amqlite.link import RECEIVE_SIZE, WireLink
 
+from .waiting import wait_until
+
 
 class Recorder:
     """A :class:`~amqlite.link.WireProtocol` that keeps every byte it is fed."""
@@ -96,7 +98,8 @@ async def test_reads_take_everything_sent_then_the_end_of_the_stream() -> None:
 
             async def peer() -> None:
                 await theirs.send_all(sent[:100])
-                await trio.sleep(0.05)  # the reader sees a short read, then waits
+                # the reader takes a short read, then waits for more
+                await wait_until(lambda: len(recorder.data) == 100, "the first read")
                 await theirs.send_all(sent[100:])
                 await theirs.aclose()
 
@@ -114,7 +117,8 @@ async def test_reads_take_everything_sent_then_the_end_of_the_stream() -> None:
 
 async def test_a_reset_fails_the_link_with_the_reason() -> None:
     ours, theirs = await _tcp_pair()
-    link = WireLink(ours, Recorder(), remote_address="peer")
+    recorder = Recorder()
+    link = WireLink(ours, recorder, remote_address="peer")
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
 
@@ -122,7 +126,7 @@ async def test_a_reset_fails_the_link_with_the_reason() -> None:
                 await theirs.send_all(b"x")
                 linger = struct.pack("ii", 1, 0)  # close with a reset, not a FIN
                 theirs.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, linger)
-                await trio.sleep(0.05)
+                await wait_until(lambda: recorder.data == b"x", "the byte before the reset")
                 await theirs.aclose()
 
             nursery.start_soon(peer)

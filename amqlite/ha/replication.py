@@ -464,7 +464,7 @@ class Follower:
         handed over: same term, same last position (a record appended after the
         handover, or one not received, makes it False). A takeover then knows every
         delivery the old master made; any other must assume any message was seen."""
-        return self._handover is not None and self._handover == (self.epoch, self.holds_upto)
+        return self._handover == (self.epoch, self.holds_upto)
 
     def on_sync(
         self, link: Hashable, data: bytes, upto: int, reset: bool, epoch: int
