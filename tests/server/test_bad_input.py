@@ -281,3 +281,34 @@ async def test_a_crashing_request_costs_one_connection_not_the_node(
     got = await bystander.request(ev.Get, queue="safe", no_ack=True)
     assert isinstance(got, ev.GetOk)
     assert got.body == b"kept"
+
+
+async def test_an_ha_handover_from_a_client_is_refused_and_a_malformed_one_closes_only_it(
+    node: BrokerNode,
+) -> None:
+    """``ha.handover`` belongs to an HA pair's peer link: an ordinary client that
+    sends it is told 503 and keeps its connection; one that sends it ill-typed is
+    closed with 502; a bystander's accepted message stays."""
+    bystander = await open_client(node)
+    assert isinstance(await bystander.request(ev.QueueDeclare, queue="kept"), ev.Ok)
+    published = await bystander.request(
+        ev.Publish, exchange="", key="kept", body=b"accepted", confirm=True
+    )
+    assert isinstance(published, ev.Ok)
+
+    client = await open_client(node)
+    await client.send_raw(frame({"m": "ha.handover", "upto": 5, "epoch": 1}))
+    refused = await client.receive()
+    assert isinstance(refused, ev.Error), refused
+    assert refused.code == ReplyCode.COMMAND_INVALID
+    assert "ha.handover" in refused.text
+    assert isinstance(await client.request(ev.QueueDeclare, queue="after"), ev.Ok)
+
+    await client.send_raw(frame({"m": "ha.handover", "upto": "x", "epoch": 1}))
+    closed = await client.receive_until(ev.Close)
+    assert isinstance(closed, ev.Close), closed
+    assert closed.code == ReplyCode.SYNTAX_ERROR
+    assert "upto" in closed.text
+
+    got = await bystander.request(ev.Get, queue="kept", no_ack=True)
+    assert isinstance(got, ev.GetOk) and got.body == b"accepted"
