@@ -73,6 +73,14 @@ def _cpu(pid: int) -> tuple[float, float]:
     return (int(fields[11]) + int(fields[12])) / _TICK, int(fields[12]) / _TICK
 
 
+def _main_cpu(pid: int) -> float:
+    """User + system CPU seconds of ``pid``'s main thread (the event loop) so far:
+    the rest of ``_cpu`` is its other threads (the journal's commits, in trio's
+    worker threads), which a sampler in the main thread cannot see."""
+    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK
+
+
 def _io(pid: int) -> tuple[int, int]:
     """(read, write) system calls of ``pid`` so far (``/proc/PID/io``)."""
     fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
@@ -248,11 +256,13 @@ def _measure(
                 for pid in pids.values():
                     os.kill(pid, signal.SIGUSR1)
             before = {node: _cpu(pid) for node, pid in pids.items()}
+            main_before = {node: _main_cpu(pid) for node, pid in pids.items()}
             io_before = {node: _io(pid) for node, pid in pids.items()}
             rate, client = _bench(tree, addr, messages)
             if _CPUPROF is not None:
                 _sampled(pids, f"{tag}-{name}")
             after = {node: _cpu(pid) for node, pid in pids.items()}
+            main_after = {node: _main_cpu(pid) for node, pid in pids.items()}
             io_after = {node: _io(pid) for node, pid in pids.items()}
             if pin:
                 os.sched_setaffinity(0, everywhere)
@@ -269,6 +279,8 @@ def _measure(
             for node in pids:
                 row[node] = 1e6 * (after[node][0] - before[node][0]) / persistent
                 row[f"{node}_sys"] = 1e6 * (after[node][1] - before[node][1]) / persistent
+                main = main_after[node] - main_before[node]
+                row[f"{node}_threads"] = row[node] - 1e6 * main / persistent
                 row[f"{node}_reads"] = (io_after[node][0] - io_before[node][0]) / persistent
                 row[f"{node}_writes"] = (io_after[node][1] - io_before[node][1]) / persistent
     finally:
@@ -286,6 +298,7 @@ _COLUMNS = (
     ("pair_client", "client us", "{:.1f}"),
     ("pair_rate", "pair msg/s", "{:,.0f}"),
     ("active_sys", "active sys", "{:.1f}"),
+    ("active_threads", "active threads", "{:.1f}"),
     ("passive_sys", "passive sys", "{:.1f}"),
     ("active_reads", "active reads", "{:.2f}"),
     ("active_writes", "active writes", "{:.2f}"),
@@ -295,6 +308,7 @@ _COLUMNS = (
     ("passive_writes", "passive writes", "{:.2f}"),
     ("standalone", "standalone us", "{:.1f}"),
     ("standalone_sys", "standalone sys", "{:.1f}"),
+    ("standalone_threads", "standalone threads", "{:.1f}"),
     ("standalone_reads", "standalone reads", "{:.2f}"),
     ("standalone_writes", "standalone writes", "{:.2f}"),
     ("standalone_recs", "standalone recs", "{:.3f}"),
