@@ -47,6 +47,7 @@ log = structlog.get_logger("amqlite.server")
 
 RETRY_INTERVAL = 1.0  # seconds between commit attempts while the disk fails
 COMPACTION_CHECK = 1.0  # seconds between compaction checks
+PLACE_IDLE = 0.05  # seconds without a write after which its messages are placed
 
 
 #: Called once a span is durable (with None) or lost (with the reason).
@@ -559,6 +560,14 @@ class NodeStorage:
         task_status.started()
         interval = journal.commit_interval
         while True:
+            if journal.unplaced and not self._dirty.is_set():
+                # the last write's messages are placed at the next one (Journal.commit
+                # says why); when none comes within PLACE_IDLE, place them now
+                with trio.move_on_after(PLACE_IDLE):
+                    await self._dirty.wait()
+                if not self._dirty.is_set():
+                    await trio.to_thread.run_sync(journal.place_written)
+                    continue
             await self._dirty.wait()
             if interval and not self._after_commit and not self._now:
                 # batch: gather appends for batch_ms, one fsync for them all; unless

@@ -8,6 +8,7 @@ second of real time: then a test that waited for nothing would see it move)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -122,3 +123,28 @@ async def test_commit_now_cuts_the_wait_and_holds_for_the_commit_after_a_running
         storage.before_commit = None
         # an append after that waits for the batch again
         await _an_append_waits_for_the_batch(storage, clock, start)
+
+
+async def test_an_idle_journal_places_its_last_write_after_place_idle(
+    clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    """A write's messages are placed at the next one (``Journal.commit``); when none
+    follows within ``PLACE_IDLE``, the committer places them itself."""
+    from amqlite.server.storage import PLACE_IDLE
+
+    async with committing(tmp_path) as storage:
+        journal = storage.journal
+        assert journal is not None
+        await _durable(storage, _declare(storage, "p"))
+        assert journal.unplaced
+        await trio.testing.wait_all_tasks_blocked()
+        clock.jump(PLACE_IDLE * 0.9)
+        await trio.testing.wait_all_tasks_blocked()
+        assert journal.unplaced  # not yet
+        clock.jump(PLACE_IDLE * 0.2)
+        # placed in a worker thread, which the mock clock does not see: a bounded poll
+        # in real time, each turn a checkpoint (no virtual time passes)
+        deadline = time.monotonic() + 10
+        while journal.unplaced and time.monotonic() < deadline:
+            await trio.lowlevel.checkpoint()
+        assert not journal.unplaced

@@ -1,6 +1,7 @@
 """Bodies stay in the journal: once written, a message's record leaves memory
-(``StoreState.place``) and is read back from its segment when needed; compaction
-moves messages to the snapshot segment and their locations with them.
+(``StoreState.place``, one write late: at the next commit, or ``place_written``) and
+is read back from its segment when needed; compaction moves messages to the
+snapshot segment and their locations with them.
 
 The placed state is a fast path beside the fold that keeps every record in
 memory: the state machine below checks, at every step, that the journal's state
@@ -36,6 +37,8 @@ def test_written_messages_leave_memory_and_read_back(tmp_path: Path) -> None:
         journal.append(r)
     assert _held_records(journal) == 5  # buffered: in memory
     journal.commit()
+    assert _held_records(journal) == 5  # written: placed at the next write
+    journal.place_written()
     assert _held_records(journal) == 0
     journal.append(ack(2, "q"))
     journal.append(ack(2, "r"))
@@ -80,7 +83,37 @@ def test_a_message_with_an_expiration_keeps_its_record(tmp_path: Path) -> None:
     record.props["expiration"] = 100
     journal.append(record)
     journal.commit()
+    journal.place_written()
     assert _held_records(journal) == 1
+    journal.close()
+
+
+def test_messages_are_placed_one_write_late_and_an_ack_before_spares_the_index(
+    tmp_path: Path,
+) -> None:
+    """A write's messages are placed at the next write (or by ``place_written``, or
+    a commit with nothing to write): one acked before then never enters the index."""
+    journal = open_journal(tmp_path, fsync="never")
+    journal.append(queue("q"))
+    for i in range(1, 5):
+        journal.append(enq(i, "q"))
+    journal.commit()
+    assert journal.unplaced and _held_records(journal) == 4
+    journal.append(ack(1))
+    journal.append(ack(2))
+    journal.append(enq(5, "q"))
+    journal.commit()  # places 3 and 4 (1 and 2 are gone); 5 waits
+    state = journal.state
+    assert list(state._index.ids) == [3, 4] and _held_records(journal) == 1
+    journal.commit()  # nothing to write: places 5
+    assert list(state._index.ids) == [3, 4, 5] and not journal.unplaced
+    assert _held_records(journal) == 0
+    assert journal.read_messages([1, 3, 5]) == [None, enq(3, "q"), enq(5, "q")]
+    journal.append(enq(6, "q"))
+    journal.commit()
+    journal.compact()  # places 6 first: its location was in a segment it replaces
+    assert not journal.unplaced and _held_records(journal) == 0
+    assert journal.read_messages([3, 6]) == [enq(3, "q"), enq(6, "q")]
     journal.close()
 
 
@@ -142,6 +175,10 @@ class PlacedAgreesWithTheFold(RuleBasedStateMachine):
         self.journal.commit()
 
     @rule()
+    def place_written(self) -> None:
+        self.journal.place_written()
+
+    @rule()
     def compact(self) -> None:
         self.journal.compact()
 
@@ -193,6 +230,7 @@ def test_a_backlog_lives_in_the_index_arrays(tmp_path: Path) -> None:
     for i in range(1, 101):
         journal.append(enq(i, "q"))
     journal.commit()
+    journal.place_written()
     state = journal.state
     assert state._index.live() == 100 and not state._messages  # no object per message
     journal.append(delivered(7))

@@ -31,6 +31,7 @@ _ops = st.lists(
         st.tuples(st.just("marks"), st.integers(0, 60), st.integers(0, 60),
                   st.sampled_from(["q", "r"])),
         st.tuples(st.just("commit")),
+        st.tuples(st.just("place")),
         st.tuples(st.just("fail")),
         st.tuples(st.just("compact")),
         st.tuples(st.just("read"), st.integers(0, 60)),
@@ -114,6 +115,8 @@ def test_a_journal_fed_scanned_enqueues_agrees_with_one_fed_records(ops: list[An
             elif kind == "commit":
                 results = pair.each(lambda j: j.commit())
                 assert results[0] == results[1]
+            elif kind == "place":  # the last write's messages, placed now
+                pair.each(lambda j: j.place_written())
             elif kind == "fail":  # the next write fails: the enqueues in it are dropped
                 for layer in pair.layers:
                     layer.hook = fail_on("write", eio)
@@ -167,6 +170,7 @@ def test_the_scanning_journal_does_scan() -> None:
         entries = list(pair.journals[1].state._entries())
         assert all(e.record is None and e.frame is not None for _, e in entries)
         pair.each(lambda j: j.commit())
+        pair.each(lambda j: j.place_written())
         entries = list(pair.journals[1].state._entries())
         assert all(e.frame is None and e.loc >= 0 for _, e in entries)
         pair.check()
@@ -185,6 +189,8 @@ def test_a_scanned_enqueue_read_before_its_write_is_placed_after_it(materialise:
             assert a == b and a[0] is not None
         pair.check()
         pair.each(lambda j: j.commit())
+        pair.check()
+        pair.each(lambda j: j.place_written())
         pair.check()
         assert pair.journals[1].state.located(1) == pair.journals[0].state.located(1)
         assert isinstance(pair.journals[1].state.located(1), int)
