@@ -743,7 +743,7 @@ class Journal:
         # two of their write, and on an HA pair's active node, whose deliveries wait
         # for the passive node and which commits as each sync goes out, nearly all
         # were still waiting at the write: placing them one write late cut its
-        # instructions a message by 7%, a standalone node's by 4%
+        # instructions a message by 6.6%, a standalone node's by 5.7%
         # (benchmarks/ha_instructions.py; issue 16 item 3). Memory holds the records
         # of one more write; ``place_written`` places them when no write follows
         # (NodeStorage calls it once the journal is idle) and compaction places
