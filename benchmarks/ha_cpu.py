@@ -115,25 +115,32 @@ def _sampled(pids: dict[str, int], tag: str) -> None:
             written.rename(_CPUPROF / f"{tag}-{node}.txt")
 
 
-class _Server:
-    def __init__(self, tree: str, log: Path, *argv: str) -> None:
+class Server:
+    """A broker from ``tree`` (``--fsync batch``, JSON log to ``log``); ``wrap`` goes
+    before its command (``benchmarks/ha_instructions.py``: valgrind), ``ready`` is
+    how long :meth:`wait_for` waits."""
+
+    def __init__(
+        self, tree: str, log: Path, *argv: str, wrap: tuple[str, ...] = (), ready: float = _READY
+    ) -> None:
         self.log = log
+        self.ready = ready
         self._file = log.open("wb")
-        cmd = [sys.executable, "-m", "amqlite", "server", "--host", "127.0.0.1"]
+        cmd = [*wrap, sys.executable, "-m", "amqlite", "server", "--host", "127.0.0.1"]
         cmd += ["--log-format", "json", "--fsync", "batch", *argv]
         self.proc = subprocess.Popen(
             cmd, env=_env(tree), stdout=self._file, stderr=subprocess.STDOUT, cwd=_NEUTRAL
         )
 
     def wait_for(self, event: str) -> None:
-        deadline = time.monotonic() + _READY
+        deadline = time.monotonic() + self.ready
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.log} exited: {self.log.read_text()[-2000:]}")
             if f'"{event}"' in self.log.read_text():
                 return
             time.sleep(0.05)
-        raise RuntimeError(f"{self.log}: no {event} in {_READY} s")
+        raise RuntimeError(f"{self.log}: no {event} in {self.ready} s")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -202,7 +209,7 @@ def _appended(tree: str, port: int) -> tuple[float, float]:
         return float("nan"), float("nan")
 
 
-def start_brokers(tree: str, work: Path) -> tuple[dict[str, int], list[_Server], int, _Server]:
+def start_brokers(tree: str, work: Path) -> tuple[dict[str, int], list[Server], int, Server]:
     """From ``tree``: an HA pair on free loopback ports (one ``[cluster]`` file, the
     bench's own: ``heartbeat_ms = 200``, ``failover_timeout_ms = 1000``) and a
     standalone broker, each with its own data dir under ``work``: the pair's ports,
@@ -212,12 +219,12 @@ def start_brokers(tree: str, work: Path) -> tuple[dict[str, int], list[_Server],
     config = work / "pair.toml"
     config.write_text(cluster_config(ports, PairTiming()))
     servers = [
-        _Server(tree, work / f"{side}.log", "--config", str(config), "--port", str(port),
+        Server(tree, work / f"{side}.log", "--config", str(config), "--port", str(port),
                 "--data-dir", str(work / side), f"--is_{side}", "1")
         for side, port in ports.items()
     ]  # fmt: skip
     standalone_port = fixed_port()
-    alone = _Server(
+    alone = Server(
         tree, work / "standalone.log", "--port", str(standalone_port),
         "--data-dir", str(work / "standalone"),
     )  # fmt: skip

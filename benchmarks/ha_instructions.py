@@ -29,10 +29,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -41,47 +39,11 @@ from pathlib import Path
 
 from amqlite_bench.hapair import PairTiming, cluster_config
 from amqlite_bench.ports import fixed_port
+from ha_cpu import Server, _env
 
 _NEUTRAL = tempfile.gettempdir()
-_READY = 300.0
+_READY = 300.0  # a broker under callgrind starts in ~15 s
 _TIMING = PairTiming(heartbeat_ms=1000, failover_timeout_ms=30000)
-
-
-def _env(tree: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = f"{tree}{os.pathsep}{tree}/benchmarks"
-    return env
-
-
-class _Server:
-    def __init__(self, tree: str, log: Path, args: list[str], *, callgrind: Path | None) -> None:
-        cmd = [sys.executable, "-m", "amqlite", "server", "--host", "127.0.0.1", *args]
-        if callgrind is not None:
-            cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={callgrind}/cg.%p", *cmd]
-        self.log = log
-        self._file = log.open("wb")
-        self.proc = subprocess.Popen(
-            cmd, env=_env(tree), stdout=self._file, stderr=subprocess.STDOUT, cwd=_NEUTRAL
-        )
-
-    def wait_for(self, event: str) -> None:
-        deadline = time.monotonic() + _READY
-        while event not in self.log.read_text(errors="replace"):
-            if self.proc.poll() is not None:
-                raise SystemExit(f"server exited ({self.proc.returncode}); see {self.log}")
-            if time.monotonic() > deadline:
-                raise SystemExit(f"no {event} in {self.log} after {_READY:.0f} s")
-            time.sleep(0.2)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._file.close()
 
 
 def _bench(tree: str, servers: str, messages: int) -> float:
@@ -124,9 +86,10 @@ def measure(tree: str, work: Path, messages: int) -> dict[str, float]:
     grind = work / "callgrind"
     grind.mkdir(parents=True, exist_ok=True)
     port = fixed_port()
-    alone = _Server(
-        tree, work / "standalone.log",
-        ["--port", str(port), "--data-dir", str(work / "standalone")], callgrind=grind,
+    grinding = ("valgrind", "--tool=callgrind", f"--callgrind-out-file={grind}/cg.%p")
+    alone = Server(
+        tree, work / "standalone.log", "--port", str(port),
+        "--data-dir", str(work / "standalone"), wrap=grinding, ready=_READY,
     )  # fmt: skip
     try:
         alone.wait_for("server_listening")
@@ -139,11 +102,10 @@ def measure(tree: str, work: Path, messages: int) -> dict[str, float]:
     config = work / "pair.toml"
     config.write_text(cluster_config(ports, _TIMING))
     servers = [
-        _Server(
-            tree, work / f"{side}.log",
-            ["--config", str(config), "--port", str(p), "--data-dir", str(work / side),
-             f"--is_{side}", "1"],
-            callgrind=grind if side == "primary" else None,
+        Server(
+            tree, work / f"{side}.log", "--config", str(config), "--port", str(p),
+            "--data-dir", str(work / side), f"--is_{side}", "1",
+            wrap=grinding if side == "primary" else (), ready=_READY,
         )
         for side, p in ports.items()
     ]  # fmt: skip
