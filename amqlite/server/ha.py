@@ -338,18 +338,22 @@ class HaService:
         if isinstance(action, SendHeartbeat):
             self._send_link(ev.HaHeartbeat(**action.heartbeat.to_map()))
         elif isinstance(action, BecameActive):
-            if action.previous is HaState.PASSIVE:
+            # a node that followed a master: a passive one, or a starting backup that
+            # took the master's snapshot before it heard the master active (the master
+            # replicates as soon as it hears a backup) and then won a client's vote
+            followed = action.previous is HaState.PASSIVE or self.follower.holds_upto > 0
+            if followed:
                 self.fold_replica()  # the syncs journaled unfolded, before anything reads
             # a planned handover whose every record we hold: we know each delivery
-            handed_over = action.previous is HaState.PASSIVE and self.follower.handed_over
+            handed_over = followed and self.follower.handed_over
             self.node.state = HaState.ACTIVE.value
             self.follower.stop(action.epoch)
-            if action.previous is HaState.PASSIVE:
+            if followed:
                 # the broker followed the topology only: queue the messages the
                 # journal's state holds, as a restart would
                 self._reset_broker(keep_publish_keys=True)
             flagged = 0
-            if action.previous is HaState.PASSIVE and not handed_over:
+            if followed and not handed_over:
                 # a failover, or the master back from a quick restart (it announces
                 # itself starting): its last deliveries may not be here (their marks
                 # are gathered until a commit, docs/storage.md), so any ready
