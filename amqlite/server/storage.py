@@ -246,6 +246,9 @@ class NodeStorage:
         #: the committer's ``batch`` wait while it runs (``after_commit`` cuts it short)
         self._gathering: trio.CancelScope | None = None
         self._now = False  # commit_now: the next commit skips the batch wait
+        #: what was appended at the latest commit_now: a commit that covers it spends
+        #: the wish (one made during a commit that took its records already)
+        self._now_upto = 0
         #: how long each commit (write + fsync, in a worker thread) took: /metrics
         self.commit_times = LatencyHistogram()
         self._replica_waiters: set[Callable[[], None]] = set()
@@ -399,8 +402,10 @@ class NodeStorage:
     def commit_now(self) -> None:
         """Start the next commit without the ``batch`` wait (or end the wait if it
         has begun); made during a commit, the one after it. An HA active node calls
-        it as a sync goes out (see :meth:`run`)."""
+        it as a sync goes out (see :meth:`run`). A commit that covers what was
+        appended at the call (one already running that took it) grants it."""
         self._now = True
+        self._now_upto = self.appended
         self._dirty.set()
         gathering = self._gathering
         if gathering is not None:
@@ -596,6 +601,10 @@ class NodeStorage:
             if not await self._commit(journal):
                 self._dirty.set()  # retry what was kept, after a pause
                 await trio.sleep(RETRY_INTERVAL)
+            elif self._now and self._committed >= self._now_upto:
+                # made during this commit (``before_commit``, or an HA sync going
+                # out while it ran) for records it took: no need to skip the next wait
+                self._now = False
             await self._maybe_compact(journal)
 
     async def _commit(self, journal: Journal) -> bool:

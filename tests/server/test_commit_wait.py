@@ -125,6 +125,37 @@ async def test_commit_now_cuts_the_wait_and_holds_for_the_commit_after_a_running
         await _an_append_waits_for_the_batch(storage, clock, start)
 
 
+async def test_commit_now_for_records_the_running_commit_took_is_spent_by_it(
+    clock: trio.testing.MockClock, tmp_path: Path
+) -> None:
+    """``commit_now`` made as a commit starts, after what it appended went into that
+    commit, does not send the next commit off at once: with nothing new appended
+    there is no second commit, and an append after it waits for the batch. (It
+    did: the wish outlived the commit that granted it, and the next append, or an
+    empty write, went at once; the test above then failed when its append came
+    first, one CI run in many.)"""
+    async with committing(tmp_path) as storage:
+        start = trio.current_time()
+        calls: list[int] = []
+
+        def during() -> None:
+            if not calls:
+                calls.append(_declare(storage, "z"))  # taken by the commit starting
+                storage.commit_now()
+
+        storage.before_commit = during
+        _declare(storage, "y")
+        storage.commit_now()
+        await trio.testing.wait_all_tasks_blocked()
+        await _durable(storage, calls[0])
+        storage.before_commit = None
+        commits = storage.commit_times.count
+        await trio.testing.wait_all_tasks_blocked()
+        assert storage.commit_times.count == commits  # no commit for nothing
+        assert trio.current_time() == start
+        await _an_append_waits_for_the_batch(storage, clock, start)
+
+
 async def test_an_idle_journal_places_its_last_write_after_place_idle(
     clock: trio.testing.MockClock, tmp_path: Path
 ) -> None:
