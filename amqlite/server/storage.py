@@ -245,9 +245,8 @@ class NodeStorage:
         self._after_commit: deque[tuple[int, Callable[[], None]]] = deque()
         #: the committer's ``batch`` wait while it runs (``after_commit`` cuts it short)
         self._gathering: trio.CancelScope | None = None
-        self._now = False  # commit_now: the next commit skips the batch wait
-        #: what was appended at the latest commit_now: a commit that covers it spends
-        #: the wish (one made during a commit that took its records already)
+        #: what was appended at the latest commit_now: until a commit covers it, the
+        #: next commit skips the batch wait (one that took it already grants it)
         self._now_upto = 0
         #: how long each commit (write + fsync, in a worker thread) took: /metrics
         self.commit_times = LatencyHistogram()
@@ -400,11 +399,10 @@ class NodeStorage:
         self.commit_now()
 
     def commit_now(self) -> None:
-        """Start the next commit without the ``batch`` wait (or end the wait if it
-        has begun); made during a commit, the one after it. An HA active node calls
-        it as a sync goes out (see :meth:`run`). A commit that covers what was
-        appended at the call (one already running that took it) grants it."""
-        self._now = True
+        """Commit what is appended so far without the ``batch`` wait (or end the
+        wait if it has begun); made during a commit that did not take all of it,
+        the one after it goes at once. An HA active node calls it as a sync goes
+        out (see :meth:`run`)."""
         self._now_upto = self.appended
         self._dirty.set()
         gathering = self._gathering
@@ -574,7 +572,7 @@ class NodeStorage:
                     await trio.to_thread.run_sync(journal.place_written)
                     continue
             await self._dirty.wait()
-            if interval and not self._after_commit and not self._now:
+            if interval and not self._after_commit and self._now_upto <= self._committed:
                 # batch: gather appends for batch_ms, one fsync for them all; unless
                 # (or until) the commit is wanted now (:meth:`commit_now`):
                 # - a callback waits on it (``after_commit``: an HA passive node's
@@ -593,7 +591,6 @@ class NodeStorage:
                     self._gathering = gathering
                     await trio.sleep_forever()
                 self._gathering = None
-            self._now = False
             self._dirty = trio.Event()
             self._woken = False
             if self.before_commit is not None:
@@ -601,10 +598,6 @@ class NodeStorage:
             if not await self._commit(journal):
                 self._dirty.set()  # retry what was kept, after a pause
                 await trio.sleep(RETRY_INTERVAL)
-            elif self._now and self._committed >= self._now_upto:
-                # made during this commit (``before_commit``, or an HA sync going
-                # out while it ran) for records it took: no need to skip the next wait
-                self._now = False
             await self._maybe_compact(journal)
 
     async def _commit(self, journal: Journal) -> bool:
