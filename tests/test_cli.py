@@ -24,6 +24,7 @@ import pytest
 from amqlite.auth import verify_password
 from amqlite.cli import main, parse_scalar
 from amqlite.config import load_config
+from tests.waiting import poll_until
 
 _names = itertools.count()
 
@@ -756,13 +757,13 @@ def test_publish_ctrl_c_exits_130_and_says_what_was_sent(
     )  # fmt: skip
     assert proc.stderr is not None
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:  # until messages arrive: it is publishing
+
+        def waiting() -> int:
             status = json.loads(run(capsys, "status", "--json", "-s", server)[1])
             queues = {x["name"]: x for v in status["vhosts"] for x in v["queues"]}
-            if queues[q]["messages"] > 0:
-                break
-            time.sleep(0.05)
+            return int(queues[q]["messages"])
+
+        poll_until(waiting, "messages in the queue (it is publishing)", deadline=30, every=0.05)
         proc.send_signal(_signal.SIGINT)
         proc.wait(timeout=20)
         err = proc.stderr.read()

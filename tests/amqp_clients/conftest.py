@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,8 @@ from typing import Any
 
 import pika
 import pytest
+
+from tests.waiting import poll_until
 
 WAIT = 10.0  # seconds any one condition may take
 #: The checkout these tests belong to: its ``amqlite`` is the one to run, whatever
@@ -173,7 +174,4 @@ def conn(server: AmqpServer) -> Iterator[pika.BlockingConnection]:
 
 def wait_until(condition: Callable[[], bool], timeout: float = WAIT) -> None:
     """Poll ``condition`` (cheap, client-side) until true; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.005)
+    poll_until(condition, "condition", deadline=timeout, every=0.005)

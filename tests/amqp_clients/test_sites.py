@@ -8,13 +8,14 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pika
 import pytest
+
+from tests.waiting import poll_until
 
 from .conftest import CHECKOUT, WAIT, AmqpServer, start_amqp_server
 
@@ -41,13 +42,11 @@ def _dialer_link(server: AmqpServer) -> dict[str, Any]:
 
 
 def _wait_link(server: AmqpServer, check: Any) -> dict[str, Any]:
-    deadline = time.monotonic() + 3 * WAIT
-    while True:
+    def ready() -> dict[str, Any] | None:
         link = _dialer_link(server)
-        if check(link):
-            return link
-        assert time.monotonic() < deadline, f"link never got there: {link}"
-        time.sleep(0.05)
+        return link if check(link) else None
+
+    return poll_until(ready, "the dialer link's state", deadline=3 * WAIT, every=0.05)
 
 
 @pytest.fixture(scope="module")

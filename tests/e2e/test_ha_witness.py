@@ -57,13 +57,16 @@ class Rig:
         self.to_backup.heal(drop=True)
 
     async def ha(self, side: str) -> dict[str, Any]:
-        with trio.fail_after(10):
-            while True:
-                status = await self.pair.status(side)
-                if status is not None:
-                    ha: dict[str, Any] = status["ha"]
-                    return ha
-                await trio.sleep(0.05)
+        got: list[dict[str, Any]] = []
+
+        async def answered() -> bool:
+            status = await self.pair.status(side)
+            if status is not None:
+                got.append(status["ha"])
+            return bool(got)
+
+        await wait_until(answered, f"{side}'s status", every=0.05)
+        return got[0]
 
     async def wait_ha(self, side: str, predicate: Callable[[dict[str, Any]], bool]) -> None:
         """Poll ``side``'s HA status until ``predicate`` holds (bounded)."""

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 
 from amqlite.server.background import BackgroundNode
+from tests.waiting import poll_until
 
 from ..ports import fixed_port
 
@@ -80,16 +80,16 @@ def cluster(tmp_path: Path) -> Iterator[str]:
         ),
     ]  # fmt: skip
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert time.monotonic() < deadline, "the standalone cluster did not come up"
+
+        def alive() -> bool:
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2) as r:
-                    if json.load(r).get("aliveworkers", 0) >= 1:
-                        break
+                    return bool(json.load(r).get("aliveworkers", 0) >= 1)
             except OSError:
-                pass
-            time.sleep(0.5)  # poll interval while two JVMs start
+                return False
+
+        # (two JVMs start: a slow poll)
+        poll_until(alive, "the standalone cluster's worker", deadline=90, every=0.5)
         yield master
     finally:
         for p in procs:

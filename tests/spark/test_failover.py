@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import amqlite
 from amqlite.errors import AmqliteError
 
 from ..ports import fixed_port
+from ..waiting import poll_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.e2e]
 
@@ -64,13 +64,15 @@ def pair(tmp_path: Path) -> Iterator[dict[str, Any]]:
         )  # fmt: skip
     addresses = {side: f"127.0.0.1:{port}" for side, port in ports.items()}
     try:
-        deadline = time.monotonic() + 30
-        while (node_state(addresses["primary"]), node_state(addresses["backup"])) != (
-            "active",
-            "passive",
-        ):
-            assert time.monotonic() < deadline, "the pair did not come up"
-            time.sleep(0.05)  # poll interval while the processes start
+        poll_until(
+            lambda: (
+                (node_state(addresses["primary"]), node_state(addresses["backup"]))
+                == ("active", "passive")
+            ),
+            "the pair coming up (active, passive)",
+            deadline=30,
+            every=0.05,
+        )
         yield {"procs": procs, "servers": f"{addresses['primary']},{addresses['backup']}"}
     finally:
         for proc in procs.values():
@@ -164,13 +166,11 @@ def _kill_when_connected(pair: dict[str, Any], client: str, done: threading.Even
             return False
         return any(c.get("client") == client for c in status.get("connections", []))
 
-    while not done.is_set():
-        if trio.run(connected):
-            pair["procs"]["primary"].send_signal(signal.SIGKILL)
-            pair["procs"]["primary"].wait(timeout=10)
-            pair["killed"] = True
-            return
-        time.sleep(0.01)  # poll interval: the job opens its connections soon
+    poll_until(lambda: done.is_set() or trio.run(connected), "the job's connection", deadline=600)
+    if not done.is_set():
+        pair["procs"]["primary"].send_signal(signal.SIGKILL)
+        pair["procs"]["primary"].wait(timeout=10)
+        pair["killed"] = True
 
 
 def _read_all(servers: str, queue: str) -> list[tuple[int, bytes, str]]:
