@@ -1,7 +1,7 @@
 """HA pair against a standalone broker: CPU per persistent confirmed message, per node.
 
     /work/main/.venv/bin/python benchmarks/ha_cpu.py --trees /work/wt/ref,/work/wt/ha-r8 \
-        [--repeat 5] [--messages 400000] [--profile DIR]
+        [--repeat 5] [--messages 400000] [--profile DIR] [--keyed-standalone]
 
 For each repeat and each source tree in turn (alternating, first in one order
 then in the other, so that the machine's load falls on both alike) it starts,
@@ -18,6 +18,17 @@ during the run, divided by the messages, is what it prints, per run and as media
 per tree, with the load average at the start of each run. Issue 16's ratio (pair /
 standalone msg/s on 2 cores) follows the active node's CPU per message, since each
 broker is single-threaded; msg/s is printed too but moves with the neighbours.
+
+``pair / standalone`` is the two runs' msg/s, the figure issue 16 item 3 asks to be
+at least 0.9. ``--keyed-standalone`` adds a third run in each repeat, on the same
+standalone broker, its address given twice (``keyed``): that client reconnects, so
+it gives publish keys as the pair's client does, and ``pair / keyed`` is what the
+backup costs apart from the keys (the goal compares the pair with a client that
+gives none). Which of the two standalone runs goes first alternates with the repeat.
+
+``waits/1k`` and ``preempted/1k`` are the voluntary and involuntary context switches
+of a broker's main thread per 1,000 persistent messages (``/proc/PID/task/PID/status``):
+a wait for something to do, a core taken away.
 
 ``--pin`` pins the measured broker (the active node, then the standalone one; all
 its threads) to CPU 1 and the passive node and the bench client to CPU 0, so that
@@ -85,6 +96,18 @@ def _io(pid: int) -> tuple[int, int]:
     """(read, write) system calls of ``pid`` so far (``/proc/PID/io``)."""
     fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
     return int(fields["syscr"]), int(fields["syscw"])
+
+
+def _switches(pid: int) -> tuple[int, int]:
+    """(voluntary, involuntary) context switches of ``pid``'s main thread (the event
+    loop) so far: a voluntary one is a wait for something to do (``epoll_wait``
+    with nothing ready), an involuntary one a core taken away."""
+    fields = dict(
+        line.split(":\t")
+        for line in Path(f"/proc/{pid}/task/{pid}/status").read_text().splitlines()
+        if ":\t" in line
+    )
+    return int(fields["voluntary_ctxt_switches"]), int(fields["nonvoluntary_ctxt_switches"])
 
 
 #: ``--cpuprof DIR``: the brokers load ``benchmarks/cpu_sampler`` (CPU-time samples,
@@ -232,7 +255,14 @@ def start_brokers(tree: str, work: Path) -> tuple[dict[str, int], list[Server], 
 
 
 def _measure(
-    tree: str, work: Path, messages: int, profile: Path | None, tag: str, pin: bool = False
+    tree: str,
+    work: Path,
+    messages: int,
+    profile: Path | None,
+    tag: str,
+    pin: bool = False,
+    keyed: bool = False,
+    run: int = 0,
 ) -> dict[str, float]:
     persistent = messages // 4  # what 1to1-persistent-confirm publishes of --messages
     row: dict[str, float] = {"load": os.getloadavg()[0]}
@@ -245,11 +275,19 @@ def _measure(
         node_ports = {"active": ports["primary"], "passive": ports["backup"],
                       "standalone": standalone_port}  # fmt: skip
         everywhere = os.sched_getaffinity(0)
-        for name, procs, addr in (
+        alone_addr = f"127.0.0.1:{standalone_port}"
+        phases = [
             ("pair", {"active": servers[0], "passive": servers[1]},
              ",".join(f"127.0.0.1:{p}" for p in ports.values())),
-            ("standalone", {"standalone": alone}, f"127.0.0.1:{standalone_port}"),
-        ):  # fmt: skip
+            ("standalone", {"standalone": alone}, alone_addr),
+        ]  # fmt: skip
+        if keyed:
+            # the same standalone broker, its address given twice: the client
+            # reconnects, so it gives publish keys as it does to the pair; which of
+            # the two standalone runs goes first alternates with the repeat
+            phases.insert(1 + run % 2, ("keyed", {"keyed": alone}, f"{alone_addr},{alone_addr}"))
+            node_ports["keyed"] = standalone_port
+        for name, procs, addr in phases:
             pids = {node: s.proc.pid for node, s in procs.items()}
             if pin:
                 for node, pid in pids.items():
@@ -265,12 +303,14 @@ def _measure(
             before = {node: _cpu(pid) for node, pid in pids.items()}
             main_before = {node: _main_cpu(pid) for node, pid in pids.items()}
             io_before = {node: _io(pid) for node, pid in pids.items()}
+            sw_before = {node: _switches(pid) for node, pid in pids.items()}
             rate, client = _bench(tree, addr, messages)
             if _CPUPROF is not None:
                 _sampled(pids, f"{tag}-{name}")
             after = {node: _cpu(pid) for node, pid in pids.items()}
             main_after = {node: _main_cpu(pid) for node, pid in pids.items()}
             io_after = {node: _io(pid) for node, pid in pids.items()}
+            sw_after = {node: _switches(pid) for node, pid in pids.items()}
             if pin:
                 os.sched_setaffinity(0, everywhere)
             for node in pids:
@@ -290,6 +330,11 @@ def _measure(
                 row[f"{node}_threads"] = row[node] - 1e6 * main / persistent
                 row[f"{node}_reads"] = (io_after[node][0] - io_before[node][0]) / persistent
                 row[f"{node}_writes"] = (io_after[node][1] - io_before[node][1]) / persistent
+                row[f"{node}_vcsw"] = 1000 * (sw_after[node][0] - sw_before[node][0]) / persistent
+                row[f"{node}_icsw"] = 1000 * (sw_after[node][1] - sw_before[node][1]) / persistent
+        row["ratio"] = row["pair_rate"] / row["standalone_rate"]
+        if keyed:
+            row["keyed_ratio"] = row["pair_rate"] / row["keyed_rate"]
     finally:
         for s in [*servers, alone]:
             s.stop()
@@ -309,6 +354,8 @@ _COLUMNS = (
     ("passive_sys", "passive sys", "{:.1f}"),
     ("active_reads", "active reads", "{:.2f}"),
     ("active_writes", "active writes", "{:.2f}"),
+    ("active_vcsw", "active waits/1k", "{:.1f}"),
+    ("active_icsw", "active preempted/1k", "{:.1f}"),
     ("active_recs", "active recs", "{:.3f}"),
     ("active_commits", "active commits/1k", "{:.2f}"),
     ("passive_commits", "passive commits/1k", "{:.2f}"),
@@ -318,10 +365,24 @@ _COLUMNS = (
     ("standalone_threads", "standalone threads", "{:.1f}"),
     ("standalone_reads", "standalone reads", "{:.2f}"),
     ("standalone_writes", "standalone writes", "{:.2f}"),
+    ("standalone_vcsw", "standalone waits/1k", "{:.1f}"),
+    ("standalone_icsw", "standalone preempted/1k", "{:.1f}"),
     ("standalone_recs", "standalone recs", "{:.3f}"),
     ("standalone_commits", "standalone commits/1k", "{:.2f}"),
     ("standalone_client", "client us", "{:.1f}"),
     ("standalone_rate", "standalone msg/s", "{:,.0f}"),
+    ("ratio", "pair / standalone", "{:.2f}"),
+)
+
+#: ``--keyed-standalone``: the standalone broker again, its client giving publish keys
+_KEYED_COLUMNS = (
+    ("keyed", "keyed standalone us", "{:.1f}"),
+    ("keyed_sys", "keyed sys", "{:.1f}"),
+    ("keyed_threads", "keyed threads", "{:.1f}"),
+    ("keyed_recs", "keyed recs", "{:.3f}"),
+    ("keyed_client", "client us", "{:.1f}"),
+    ("keyed_rate", "keyed msg/s", "{:,.0f}"),
+    ("keyed_ratio", "pair / keyed", "{:.2f}"),
 )
 
 
@@ -338,7 +399,15 @@ def main() -> None:
         help="DIR: CPU-time samples of every broker during every run "
         "(benchmarks/cpu_sampler), DIR/<tree>-<run>-<phase>-<node>.txt",
     )
+    parser.add_argument(
+        "--keyed-standalone",
+        action="store_true",
+        help="also run the standalone broker with a client that gives publish keys "
+        "(its address twice, so it reconnects, as the pair's client does): the "
+        "backup's own cost, apart from the keys' (see the module's doc)",
+    )
     args = parser.parse_args()
+    columns = _COLUMNS + (_KEYED_COLUMNS if args.keyed_standalone else ())
     trees = args.trees.split(",")
     profile = Path(args.profile) if args.profile else None
     if profile:
@@ -348,8 +417,8 @@ def main() -> None:
         _CPUPROF = Path(args.cpuprof).resolve()
         _CPUPROF.mkdir(parents=True, exist_ok=True)
     rows: dict[str, list[dict[str, float]]] = {t: [] for t in trees}
-    print("| tree | run | UTC | " + " | ".join(c[1] for c in _COLUMNS) + " |", flush=True)
-    print("|---|---:|---|" + "---:|" * len(_COLUMNS), flush=True)
+    print("| tree | run | UTC | " + " | ".join(c[1] for c in columns) + " |", flush=True)
+    print("|---|---:|---|" + "---:|" * len(columns), flush=True)
     for i in range(args.repeat):
         # ABBA: each tree runs first as often as last (the second run of a pair
         # often met a busier machine than the first)
@@ -357,14 +426,15 @@ def main() -> None:
             tag = Path(tree).name
             with tempfile.TemporaryDirectory() as tmp:
                 last = profile if i == args.repeat - 1 else None
-                row = _measure(tree, Path(tmp), args.messages, last, f"{tag}-{i + 1}", args.pin)
+                row = _measure(tree, Path(tmp), args.messages, last, f"{tag}-{i + 1}", args.pin,
+                               args.keyed_standalone, i)  # fmt: skip
             rows[tree].append(row)
-            cells = " | ".join(f.format(row[k]) for k, _, f in _COLUMNS)
+            cells = " | ".join(f.format(row[k]) for k, _, f in columns)
             print(f"| {tag} | {i + 1} | {time.strftime('%H:%M:%S', time.gmtime())} | {cells} |",
                   flush=True)  # fmt: skip
     for tree in trees:
-        med = {k: statistics.median(r[k] for r in rows[tree]) for k, _, _ in _COLUMNS}
-        cells = " | ".join(f.format(med[k]) for k, _, f in _COLUMNS)
+        med = {k: statistics.median(r[k] for r in rows[tree]) for k, _, _ in columns}
+        cells = " | ".join(f.format(med[k]) for k, _, f in columns)
         print(f"| {Path(tree).name} | median | | {cells} |", flush=True)
 
 
