@@ -1,7 +1,7 @@
 """HA pair against a standalone broker: instructions per persistent confirmed message.
 
     /work/main/.venv/bin/python benchmarks/ha_instructions.py --trees /work/main,/work/wt/b \
-        [--messages 40000] [--repeat 1]
+        [--messages 40000] [--repeat 1] [--keyed-standalone]
 
 ``benchmarks/ha_cpu.py`` measures CPU time, which on a shared VM moves by half
 between runs minutes apart, so a change worth a few percent of the active node's
@@ -23,6 +23,11 @@ cannot show: the node under callgrind is the bottleneck by far, so every batch i
 as large as the client's window allows; per-batch costs (syscalls, wakeups, one
 ``ha.sync`` per round trip) weigh less than at full speed, and ``ha_cpu.py``'s
 ratio is lower than this one. It measures the per-message work of each side.
+
+``--keyed-standalone`` also counts the standalone broker (the same process, after
+its own measured run) with its address given twice to the bench, so that its
+client gives publish keys as the pair's does: ``keyed ratio`` is keyed standalone /
+active, the backup's own cost apart from the keys'.
 """
 
 from __future__ import annotations
@@ -81,7 +86,7 @@ def _instructions(pid: int, out: Path, tree: str, servers: str, messages: int, n
     raise SystemExit(f"no summary in {dump}")
 
 
-def measure(tree: str, work: Path, messages: int) -> dict[str, float]:
+def measure(tree: str, work: Path, messages: int, keyed: bool = False) -> dict[str, float]:
     row: dict[str, float] = {}
     grind = work / "callgrind"
     grind.mkdir(parents=True, exist_ok=True)
@@ -96,6 +101,11 @@ def measure(tree: str, work: Path, messages: int) -> dict[str, float]:
         row["standalone"] = _instructions(
             alone.proc.pid, grind, tree, f"127.0.0.1:{port}", messages, "standalone"
         )
+        if keyed:  # the address twice: the client reconnects, so it gives publish keys
+            row["keyed"] = _instructions(
+                alone.proc.pid, grind, tree, f"127.0.0.1:{port},127.0.0.1:{port}", messages,
+                "keyed",
+            )  # fmt: skip
     finally:
         alone.stop()
     ports = {"primary": fixed_port(), "backup": fixed_port()}
@@ -121,6 +131,8 @@ def measure(tree: str, work: Path, messages: int) -> dict[str, float]:
         for s in servers:
             s.stop()
     row["ratio"] = row["standalone"] / row["active"]
+    if keyed:
+        row["keyed_ratio"] = row["keyed"] / row["active"]
     for name in ("standalone", "primary", "backup"):
         shutil.rmtree(work / name, ignore_errors=True)
     return row
@@ -134,7 +146,14 @@ def main() -> None:
     parser.add_argument(
         "--keep", default="", help="copy each callgrind dump to DIR/<tree>-<node>.callgrind"
     )
+    parser.add_argument(
+        "--keyed-standalone",
+        action="store_true",
+        help="also count the standalone broker with a client that gives publish keys "
+        "(its address twice, as in ha_cpu.py --keyed-standalone): keyed, keyed ratio",
+    )
     args = parser.parse_args()
+    keyed = args.keyed_standalone
     if args.keep:
         global _KEEP
         _KEEP = Path(args.keep).resolve()
@@ -142,20 +161,22 @@ def main() -> None:
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind is not installed: apt-get install -y valgrind")
     trees = [str(Path(t).resolve()) for t in args.trees.split(",")]
+    extra = " keyed instr/msg | keyed ratio |" if keyed else ""
     print(
         "| tree | run | UTC | standalone instr/msg | active instr/msg "
-        "| active - standalone | ratio |"
+        "| active - standalone | ratio |" + extra
     )
-    print("|---|---:|---|---:|---:|---:|---:|")
+    print("|---|---:|---|---:|---:|---:|---:|" + ("---:|---:|" if keyed else ""))
     for run in range(1, args.repeat + 1):
         for tree in trees:
             with tempfile.TemporaryDirectory(prefix="ha-instr-") as work:
                 stamp = time.strftime("%H:%M:%S", time.gmtime())
-                row = measure(tree, Path(work), args.messages)
+                row = measure(tree, Path(work), args.messages, keyed)
+            cells = f" {row['keyed']:,.0f} | {row['keyed_ratio']:.3f} |" if keyed else ""
             print(
                 f"| {Path(tree).name} | {run} | {stamp} | {row['standalone']:,.0f} | "
                 f"{row['active']:,.0f} | {row['active'] - row['standalone']:,.0f} | "
-                f"{row['ratio']:.3f} |",
+                f"{row['ratio']:.3f} |" + cells,
                 flush=True,
             )
 
