@@ -24,7 +24,9 @@ at least 0.9. ``--keyed-standalone`` adds a third run in each repeat, on the sam
 standalone broker, its address given twice (``keyed``): that client reconnects, so
 it gives publish keys as the pair's client does, and ``pair / keyed`` is what the
 backup costs apart from the keys (the goal compares the pair with a client that
-gives none). Which of the two standalone runs goes first alternates with the repeat.
+gives none). The runs of a repeat go in one order (pair, standalone, keyed) and
+those of the next in the other, so that neither side always meets the machine
+first (rounds 16-19 ran the pair first in every repeat).
 
 ``waits/1k`` and ``preempted/1k`` are the voluntary and involuntary context switches
 of a broker's main thread per 1,000 persistent messages (``/proc/PID/task/PID/status``):
@@ -283,10 +285,11 @@ def _measure(
         ]  # fmt: skip
         if keyed:
             # the same standalone broker, its address given twice: the client
-            # reconnects, so it gives publish keys as it does to the pair; which of
-            # the two standalone runs goes first alternates with the repeat
-            phases.insert(1 + run % 2, ("keyed", {"keyed": alone}, f"{alone_addr},{alone_addr}"))
+            # reconnects, so it gives publish keys as it does to the pair
+            phases.append(("keyed", {"keyed": alone}, f"{alone_addr},{alone_addr}"))
             node_ports["keyed"] = standalone_port
+        if run % 2:  # ABBA: the pair runs first in one repeat, last in the next
+            phases.reverse()
         for name, procs, addr in phases:
             pids = {node: s.proc.pid for node, s in procs.items()}
             if pin:
