@@ -19,18 +19,18 @@ per tree, with the load average at the start of each run. Issue 16's ratio (pair
 standalone msg/s on 2 cores) follows the active node's CPU per message, since each
 broker is single-threaded; msg/s is printed too but moves with the neighbours.
 
-``pair / standalone`` is the two runs' msg/s, the figure issue 16 item 3 asks to be
-at least 0.9. ``--keyed-standalone`` adds a third run in each repeat, on the same
-standalone broker, its address given twice (``keyed``): that client reconnects, so
-it gives publish keys as the pair's client does, and ``pair / keyed`` is what the
-backup costs apart from the keys (the goal compares the pair with a client that
-gives none). The runs of a repeat go in one order (pair, standalone, keyed) and
-those of the next in the other, so that neither side always meets the machine
-first (rounds 16-19 ran the pair first in every repeat).
+``pair / standalone`` is the pair run's msg/s over the standalone run's, the figure
+issue 16 item 3 asks to be at least 0.9. ``--keyed-standalone`` adds a third run in
+each repeat, on the same standalone broker, its address given twice (``keyed``):
+that client reconnects, so it gives publish keys as the pair's client does, and
+``pair / keyed`` is what the backup costs apart from the keys (the goal compares the
+pair with a client that gives none). The runs of a repeat go in one order (pair,
+standalone, keyed) and those of the next in the other, so that neither side always
+meets the machine first (rounds 16-19 ran the pair first in every repeat).
 
 ``waits/1k`` and ``preempted/1k`` are the voluntary and involuntary context switches
 of a broker's main thread per 1,000 persistent messages (``/proc/PID/task/PID/status``):
-a wait for something to do, a core taken away.
+the thread blocking (for work, or for the interpreter lock), its core taken away.
 
 ``--pin`` pins the measured broker (the active node, then the standalone one; all
 its threads) to CPU 1 and the passive node and the bench client to CPU 0, so that
@@ -102,8 +102,9 @@ def _io(pid: int) -> tuple[int, int]:
 
 def _switches(pid: int) -> tuple[int, int]:
     """(voluntary, involuntary) context switches of ``pid``'s main thread (the event
-    loop) so far: a voluntary one is a wait for something to do (``epoll_wait``
-    with nothing ready), an involuntary one a core taken away."""
+    loop) so far: a voluntary one is the thread blocking (``epoll_wait`` with
+    nothing ready, or the interpreter lock held by the journal's commit thread),
+    an involuntary one its core taken away."""
     fields = dict(
         line.split(":\t")
         for line in Path(f"/proc/{pid}/task/{pid}/status").read_text().splitlines()
@@ -383,7 +384,7 @@ _KEYED_COLUMNS = (
     ("keyed_sys", "keyed sys", "{:.1f}"),
     ("keyed_threads", "keyed threads", "{:.1f}"),
     ("keyed_recs", "keyed recs", "{:.3f}"),
-    ("keyed_client", "client us", "{:.1f}"),
+    ("keyed_client", "keyed client us", "{:.1f}"),
     ("keyed_rate", "keyed msg/s", "{:,.0f}"),
     ("keyed_ratio", "pair / keyed", "{:.2f}"),
 )
