@@ -1,11 +1,14 @@
-"""While an HA node replicates, a journaled message is pushed to a consumer only once
-the passive peer holds it: otherwise a consumer could see a message that the node
-taking over does not hold, and see it again unflagged after a failover. A publish
+"""While an HA node replicates, a journaled message is pushed to a consumer (or sent
+to a peering remote) only once the passive peer holds it: otherwise a consumer could
+see a message that the node taking over does not hold, and see it again unflagged
+after a failover. A publish
 sent again is confirmed only once its first copy is stored."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+from typing import Any
 
 import trio
 import trio.testing
@@ -17,7 +20,8 @@ from amqlite.server.storage import NodeStorage
 from tests.waiting import wait_until
 
 from .rawclient import RawClient
-from .test_storage import addr, running
+from .test_peering import _link, _link_up, _links, _queue_keys
+from .test_storage import addr, config, running
 
 
 def _first_queue(node: BrokerNode, field: str) -> int:
@@ -218,3 +222,93 @@ async def test_a_groups_first_delivery_waits_until_the_passive_peer_knows_its_ow
             with trio.fail_after(10):
                 got = [(await consumer.__anext__()).body for _ in range(2)]
             assert got == [b"plain", b"first"]
+
+
+# --- peering: nothing leaves for a remote before the passive peer holds it ----------
+
+
+async def _peered(
+    tmp_path: Path, nursery: trio.Nursery, dialer_mode: str, dialer_stored: bool
+) -> tuple[BrokerNode, BrokerNode]:
+    """(a, b): b holds the topic exchange ``x``; a dials it in ``dialer_mode``. b
+    has a data dir; a has one too when ``dialer_stored``."""
+    b = BrokerNode(config(tmp_path / "b"))
+    await nursery.start(b.run)
+    async with amqlite.connect(addr(b)) as conn:
+        await conn.declare_exchange("x", "topic", durable=True)
+    overrides = {} if dialer_stored else {"storage.persist": False}
+    a_config = dataclasses.replace(
+        config(tmp_path / "a", **overrides), cluster_mta=(_link(b.port, dialer_mode),)
+    )
+    a = BrokerNode(a_config)
+    await nursery.start(a.run)
+    await wait_until(lambda: _link_up(a) and _link_up(b), "the link came up")
+    return a, b
+
+
+def _queue_status(node: BrokerNode, name: str) -> dict[str, Any]:
+    for queue in node.broker.status()["vhosts"][0]["queues"]:
+        if queue["name"] == name:
+            return dict(queue)
+    raise AssertionError(f"no queue {name!r} on {node.node_id}")
+
+
+async def test_a_subscriber_gets_a_message_only_once_the_passive_peer_holds_it(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """b is the active node of an HA pair that a subscribes to: a message published
+    on b reaches a only once b's passive peer holds it. Else a kill -9 of b could
+    leave a holding a message the node taking over lacks, and the publisher's copy
+    sent again would reach a a second time under a new peering identity."""
+    a, b = await _peered(tmp_path, nursery, "subscribe", dialer_stored=False)
+    queue = f"amq.peering.x.{a.node_id}/x"
+    async with amqlite.connect(addr(a)) as sub, amqlite.connect(addr(b)) as pub:
+        local = (await sub.declare_queue("", exclusive=True)).name
+        await sub.bind(local, "x", "k.*")
+        consumer = await sub.consume(local)
+        await wait_until(lambda: _queue_keys(b, queue) == ["k.*"], "a's binding is on b")
+        storage = b.storage
+        assert storage is not None and storage.journal is not None
+        _fake_peer(storage)  # a passive peer that has not acked yet
+        storage.replica_required(True)
+        await pub.publish("x", "k.a", "held", persistent=True)
+        await wait_until(lambda: _queue_status(b, queue)["unacked"] >= 1, "b's queue took it")
+        await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+        assert consumer.buffered == 0
+        assert _links(a)[0]["received"] == 0
+        storage.replica_applied(storage.journal.appended)  # the peer holds it now
+        with trio.fail_after(10):
+            d = await consumer.__anext__()
+        assert d.body == b"held"
+    a.stop()
+    b.stop()
+
+
+async def test_a_publish_link_sends_a_message_only_once_the_passive_peer_holds_it(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """a is the active node of an HA pair publishing to b: what a's link takes
+    (journaled as ``peering.out``) leaves for b only once a's passive peer holds it;
+    a passive peer that stops being replicated to releases it."""
+    a, b = await _peered(tmp_path, nursery, "publish", dialer_stored=True)
+    async with amqlite.connect(addr(a)) as pub, amqlite.connect(addr(b)) as sub:
+        remote = (await sub.declare_queue("", exclusive=True)).name
+        await sub.bind(remote, "x", "k.*")
+        consumer = await sub.consume(remote)
+        await wait_until(lambda: _links(a)[0]["interest_size"] == 1, "a heard b's binding")
+        storage = a.storage
+        assert storage is not None and storage.journal is not None
+        _fake_peer(storage)
+        storage.replica_required(True)
+        await pub.publish("x", "k.a", "held", persistent=True)
+        await wait_until(lambda: _links(a)[0]["lag_messages"] >= 1, "a's link took it")
+        await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+        assert consumer.buffered == 0
+        assert _links(b)[0]["received"] == 0
+        storage.tee = None
+        storage.replica_required(False)  # the peer went silent: serve without it
+        with trio.fail_after(10):
+            d = await consumer.__anext__()
+        assert d.body == b"held"
+    a.stop()
+    b.stop()

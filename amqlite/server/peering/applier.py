@@ -12,6 +12,7 @@ turn produced: :meth:`ActionApplier.flush`).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import Any, Protocol, cast
@@ -145,11 +146,19 @@ class ActionApplier:
         #: publish hooks with a run of client publishes not yet offered (offered
         #: before the next flush: PublishHook.published_later)
         self._runs: list[WaitingRun] = []
+        #: outboxes held until the HA passive node holds what was journaled before
+        #: them: (journal position, outbox), in order (:meth:`flush`)
+        self._held: deque[tuple[int, dict[LinkConnection, list[PeeringMessage]]]] = deque()
 
     def forget(self) -> None:
         """Peering stopped: what waits for the links is dropped with them."""
         self._commits_pending.clear()
         self._confirms.clear()
+        if self._held:
+            self._held.clear()
+            storage = self.durability.storage
+            if storage is not None:
+                storage.discard_waiter(self._release_held)
         for hook in self._runs:
             hook.drop_run()
         self._runs.clear()
@@ -245,6 +254,47 @@ class ActionApplier:
         if not self._outbox:
             return
         outbox, self._outbox = self._outbox, {}
+        storage = self.durability.storage
+        held = self._held
+        if held or (storage is not None and storage.replica_upto is not None):
+            # An HA active node: nothing leaves for a remote before the passive node
+            # holds what was journaled before it (the peering queue's message a
+            # subscriber gets, the ``peering.out`` record of what a publish or
+            # forward link sends). Else a kill -9 could leave the remote holding a
+            # message the node taking over lacks; its publisher sends it again, and
+            # the new master sends it under a new peering identity, which the remote
+            # cannot know for the same message (a duplicate, which
+            # tests/e2e/test_peering.py's HA subscribe case met once in a CI run).
+            # As pushes to consumers wait (endpoints/client.py ``_push_gated``).
+            position = storage.appended if storage is not None else 0
+            if held or (
+                storage is not None and position and not storage.position_replicated(position)
+            ):
+                if not held and storage is not None:
+                    storage.when_replicated(self._release_held)
+                held.append((position, outbox))
+                return
+        self._send(outbox)
+
+    def _release_held(self) -> None:
+        """The passive node holds more (or replication stopped): send the held
+        outboxes it now holds the records of, in order."""
+        storage = self.durability.storage
+        held = self._held
+        while held:
+            position, outbox = held[0]
+            if (
+                storage is not None
+                and storage.replica_upto is not None
+                and not storage.position_replicated(position)
+            ):
+                return
+            held.popleft()
+            self._send(outbox)
+        if storage is not None:
+            storage.discard_waiter(self._release_held)
+
+    def _send(self, outbox: dict[LinkConnection, list[PeeringMessage]]) -> None:
         for conn, messages in outbox.items():
             if len(messages) > 1:
                 messages = latest_acks(messages)
