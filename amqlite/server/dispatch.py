@@ -72,6 +72,10 @@ class RequestDispatcher:
         #: HA: (vhost, queue) -> the first offset of the stream the passive node
         #: does not hold yet (None: it holds them all); a fetch reads below it
         self.stream_visible: Callable[[str, str], int | None] | None = None
+        #: the journal id of the message the last ``get`` returned (0: transient, or
+        #: none): on an HA active node its reply waits until the passive node holds
+        #: it, as a push does (each endpoint holds it)
+        self.got_id = 0
         self._handlers: dict[type[ev.Event], Callable[[Any, float], Reply]] = {
             ev.Publish: self._publish,
             ev.Ack: self._ack,
@@ -554,6 +558,7 @@ class RequestDispatcher:
             return ev.GetEmpty(g.id)
         delivery, remaining = got
         m = delivery.message
+        self.got_id = m.journal_id
         return ev.GetOk(
             g.id,
             delivery.dtag,

@@ -10,6 +10,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import httpx
+import pika
 import trio
 import trio.testing
 
@@ -17,6 +19,7 @@ import amqlite
 from amqlite.protocol import events as ev
 from amqlite.server import BrokerNode
 from amqlite.server.storage import NodeStorage
+from tests.http.wsclient import WsClient
 from tests.waiting import wait_until
 
 from .rawclient import RawClient
@@ -312,3 +315,118 @@ async def test_a_publish_link_sends_a_message_only_once_the_passive_peer_holds_i
         assert d.body == b"held"
     a.stop()
     b.stop()
+
+
+# --- a get's reply waits for the passive peer too ------------------------------------
+
+
+async def _held_back_message(node: BrokerNode) -> NodeStorage:
+    """Queue ``q`` on ``node`` holds one persistent message its passive peer (a fake
+    one, which acks nothing until told) does not hold yet."""
+    storage = node.storage
+    assert storage is not None and storage.journal is not None
+    async with amqlite.connect(addr(node)) as conn:
+        await conn.declare_queue("q", durable=True)
+        _fake_peer(storage)
+        storage.replica_required(True)
+        await conn.publish("", "q", "m", persistent=True)
+        await wait_until(lambda: _first_queue(node, "messages") >= 1, "q holds the message")
+    return storage
+
+
+async def _check_get_waits(node: BrokerNode, storage: NodeStorage, get: Any) -> None:
+    """``get()`` (a get of ``q`` by some protocol) returns the message's body only
+    once the passive peer holds it: not while everything idles before."""
+    got: list[bytes] = []
+    replied = trio.Event()
+
+    async def run_get() -> None:
+        got.append(await get())
+        replied.set()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(run_get)
+        await wait_until(
+            lambda: _first_queue(node, "unacked") >= 1 or replied.is_set(), "the get took it"
+        )
+        await trio.testing.wait_all_tasks_blocked(cushion=0.05)
+        with trio.move_on_after(0.2):  # everything is idle: no reply may come
+            await replied.wait()
+        assert got == [], "the get's reply came before the passive peer held its message"
+        assert storage.journal is not None
+        storage.replica_applied(storage.journal.appended)  # the peer holds it now
+    assert got == [b"m"]
+
+
+async def test_a_get_returns_a_message_only_once_the_passive_peer_holds_it(
+    tmp_path: Path,
+) -> None:
+    """A get is a consumer too: a message the node taking over lacks, got before a
+    kill -9, would be got again, unflagged, when its publisher sends it again."""
+    async with running(tmp_path) as node:
+        storage = await _held_back_message(node)
+        async with amqlite.connect(addr(node)) as conn:
+
+            async def get() -> bytes:
+                message = await conn.get("q")
+                assert message is not None
+                return message.body
+
+            await _check_get_waits(node, storage, get)
+
+
+async def test_an_amqp_basic_get_waits_for_the_passive_peer(tmp_path: Path) -> None:
+    async with running(tmp_path, **{"amqp.port": 0}) as node:
+        storage = await _held_back_message(node)
+        port = node.amqp_port
+        assert port is not None
+
+        def basic_get() -> bytes:
+            params = pika.ConnectionParameters("127.0.0.1", port)
+            connection = pika.BlockingConnection(params)
+            try:
+                _, _, body = connection.channel().basic_get("q", auto_ack=False)
+                assert body is not None
+                return bytes(body)
+            finally:
+                connection.close()
+
+        async def get() -> bytes:
+            return await trio.to_thread.run_sync(basic_get)
+
+        await _check_get_waits(node, storage, get)
+
+
+async def test_an_http_get_of_messages_waits_for_the_passive_peer(tmp_path: Path) -> None:
+    async with running(tmp_path, **{"http.port": 0}) as node:
+        storage = await _held_back_message(node)
+        url = f"http://{node.http_listen}"
+        async with httpx.AsyncClient(base_url=url, auth=("guest", "guest"), timeout=10) as http:
+
+            async def get() -> bytes:
+                body = {"count": 1, "ackmode": "ack_requeue_false"}
+                reply = await http.post("/api/queues/%2F/q/get", json=body)
+                assert reply.status_code == 200, reply.text
+                return str(reply.json()[0]["payload"]).encode()
+
+            await _check_get_waits(node, storage, get)
+
+
+async def test_a_browser_get_waits_for_the_passive_peer(tmp_path: Path) -> None:
+    async with running(tmp_path, **{"http.port": 0}) as node:
+        storage = await _held_back_message(node)
+        http = node.http_listen
+        assert http is not None
+        ws = await WsClient.connect(int(http.rpartition(":")[2]))
+        try:
+            assert (await ws.hello())["m"] == "welcome"
+
+            async def get() -> bytes:
+                await ws.send({"m": "get", "id": 2, "queue": "q"})
+                frame = await ws.recv_until("get-ok")
+                assert frame is not None, "the channel closed"
+                return str(frame["body"]).encode()
+
+            await _check_get_waits(node, storage, get)
+        finally:
+            await ws.aclose()

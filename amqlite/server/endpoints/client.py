@@ -131,6 +131,8 @@ class ClientEndpoint:
             if reply is None:
                 return
         rt = type(reply)
+        if rt is ev.GetOk and self._hold_get(reply):
+            return
         if rt is ev.Error:
             assert isinstance(reply, ev.Error)
             log.info(
@@ -165,6 +167,28 @@ class ClientEndpoint:
         if storage is None or storage.replica_upto is None:
             return None
         return storage.replica.stream_unreplicated(vhost, queue)
+
+    def _hold_get(self, reply: ev.Event) -> bool:
+        """HA: a ``get``'s reply waits with the held pushes until the passive node
+        holds its message, as a push would (True: held). Else a kill -9 could leave
+        the client holding a message the node taking over lacks, which it would then
+        get again, unflagged, when the publisher sends it again."""
+        got = self.dispatcher.got_id
+        storage = self.node.storage
+        if not got or storage is None or storage.replica_upto is None:
+            return False
+        held = self._held_pushes
+        if not held and storage.replicated(got):
+            return False
+        try:
+            frame = self.link.proto.send(reply)
+        except AmqliteError:
+            return True  # our protocol side is closing: as link.send would
+        if not held:
+            storage.when_replicated(self._push_replicated)
+        held.append((got, "", 0, 0, frame))
+        self._held_frames += 1
+        return True
 
     def _durable_reply(self, request: ev.Event, reply: ev.Event, lost: str | None) -> None:
         """The barrier released ``reply`` (or the disk lost what it promised)."""

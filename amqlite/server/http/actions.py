@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from amqlite.broker import Session
 
     from ..context import NodeView
+    from ..storage import NodeStorage
 
 __all__ = ["ActionSession", "NotServing", "open_action_session"]
 
@@ -77,7 +78,27 @@ class ActionSession:
                 await done.wait()
                 if lost:
                     return ev.Error(reply.re, ReplyCode.RESOURCE_ERROR, lost[0])
+        elif type(reply) is ev.GetOk and storage is not None:
+            await _replicated(storage, self._dispatcher.got_id)
         return reply
+
+
+async def _replicated(storage: NodeStorage, journal_id: int) -> None:
+    """HA: wait until the passive node holds message ``journal_id`` (0: transient),
+    as a push to a consumer waits (endpoints/client.py ``_hold_get``)."""
+    if not journal_id or storage.replica_upto is None or storage.replicated(journal_id):
+        return
+    done = trio.Event()
+
+    def check() -> None:
+        if storage.replica_upto is None or storage.replicated(journal_id):
+            done.set()
+
+    storage.when_replicated(check)
+    try:
+        await done.wait()
+    finally:
+        storage.discard_waiter(check)
 
 
 @asynccontextmanager
