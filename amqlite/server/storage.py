@@ -24,7 +24,7 @@ import bisect
 import ctypes
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import structlog
@@ -434,6 +434,27 @@ class NodeStorage:
         """HA: whether the passive peer's broker holds the record at ``position``
         (True when no peer is replicated to)."""
         return self.replica.holds(position)
+
+    def get_held(self, journal_id: int, holding: bool) -> bool:
+        """HA: whether the reply of a ``get`` that took message ``journal_id`` (0:
+        transient) waits until the passive node holds it, as a push of it would;
+        ``holding``: its connection (or channel) holds pushes already, and the reply
+        goes behind them."""
+        return (
+            journal_id != 0
+            and self.replica.upto is not None
+            and (holding or not self.replicated(journal_id))
+        )
+
+    def hold_get(self, journal_id: int, held: Sized, on_replicated: Callable[[], None]) -> bool:
+        """:meth:`get_held` for an endpoint holding pushes in ``held``: True when the
+        get's reply must join them (then ``on_replicated`` is a waiter, as for the
+        first push held)."""
+        if not self.get_held(journal_id, bool(held)):
+            return False
+        if not held:
+            self.when_replicated(on_replicated)
+        return True
 
     def when_replicated(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` whenever the passive peer acks more (until it is

@@ -440,21 +440,12 @@ class AmqpChannel:
             ok = m.BasicGetOk(
                 reply.dtag, reply.redelivered, reply.exchange, reply.key, reply.remaining
             )
-            got = self.dispatcher.got_id
-            storage = self.node.storage
-            held = self._held
-            if (
-                got
-                and storage is not None
-                and storage.replica_upto is not None
-                and (held or not storage.replicated(got))
-            ):
+            got, storage = self.dispatcher.got_id, self.node.storage
+            if storage is not None and storage.hold_get(got, self._held, self._push_replicated):
                 # HA: it waits until the passive node holds its message, as a push
                 # does (endpoints/client.py ``_hold_get``)
-                if not held:
-                    storage.when_replicated(self._push_replicated)
                 send = functools.partial(self.link.send_content, self.number, ok, props, reply.body)
-                held.append((got, "", 0, 0, send))
+                self._held.append((got, "", 0, 0, send))
                 return
             self.link.send_content(self.number, ok, props, reply.body)
 

@@ -124,20 +124,10 @@ class BrowserEndpoint:
                         storage.when_durable(first, last, callback)
                         return
         elif rt is ev.GetOk:
-            got = self.dispatcher.got_id
-            storage = self.node.storage
-            held = self._held
-            if (
-                got
-                and storage is not None
-                and storage.replica_upto is not None
-                and (held or not storage.replicated(got))
-            ):
-                # HA: it waits until the passive node holds its message, as a push
-                # does (endpoints/client.py ``_hold_get``)
-                if not held:
-                    storage.when_replicated(self._push_replicated)
-                held.append((got, "", 0, 0, codec.encode(reply), False, ""))
+            got, storage = self.dispatcher.got_id, self.node.storage
+            if storage is not None and storage.hold_get(got, self._held, self._push_replicated):
+                # HA: as in the AMQP channel (endpoints/client.py ``_hold_get``)
+                self._held.append((got, "", 0, 0, codec.encode(reply), False, ""))
                 return
         elif rt is ev.Error:
             assert isinstance(reply, ev.Error)

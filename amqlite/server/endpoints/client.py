@@ -173,12 +173,9 @@ class ClientEndpoint:
         holds its message, as a push would (True: held). Else a kill -9 could leave
         the client holding a message the node taking over lacks, which it would then
         get again, unflagged, when the publisher sends it again."""
-        got = self.dispatcher.got_id
-        storage = self.node.storage
-        if not got or storage is None or storage.replica_upto is None:
-            return False
+        got, storage = self.dispatcher.got_id, self.node.storage
         held = self._held_pushes
-        if not held and storage.replicated(got):
+        if storage is None or not storage.get_held(got, bool(held)):
             return False
         try:
             frame = self.link.proto.send(reply)

@@ -86,7 +86,7 @@ class ActionSession:
 async def _replicated(storage: NodeStorage, journal_id: int) -> None:
     """HA: wait until the passive node holds message ``journal_id`` (0: transient),
     as a push to a consumer waits (endpoints/client.py ``_hold_get``)."""
-    if not journal_id or storage.replica_upto is None or storage.replicated(journal_id):
+    if not storage.get_held(journal_id, False):
         return
     done = trio.Event()
 
