@@ -15,9 +15,14 @@ from amqlite.server import BrokerNode
 
 from .tls_certs import TlsFiles, make_tls_files
 
+# No hypothesis deadline: it is a wall-clock assert, and on two busy cores one example
+# can take longer than its 200 ms (a CI run's test_plain_delivery took 430 ms for an
+# example that took 1.3 ms again at once). Tests that set their own settings keep them.
+settings.register_profile("amqlite", deadline=None)
+settings.load_profile("amqlite")
 # ``pytest --hypothesis-profile=soak``: every hypothesis test runs ten times as many
 # examples (tests/examples.py scales the tests that name their own count).
-settings.register_profile("soak", max_examples=1000)
+settings.register_profile("soak", parent=settings.get_profile("amqlite"), max_examples=1000)
 
 SPARK_TESTS = "tests/spark/"
 SPARK_GROUP = "spark"

@@ -18,7 +18,7 @@ from amqlite.store import MessageMarks, QueueDelete, Record, SnapshotBegin, Snap
 from amqlite.store.codec import EnqueueScan
 from amqlite.store.errors import StoreWriteError
 from amqlite.store.journal import Journal
-from amqlite.store.segment import frame_record
+from amqlite.store.segment import frame_record, parse_frames
 
 from .support import TestLayer, ack, delivered, eio, enq, enq_of_kind, fail_on, queue
 
@@ -137,7 +137,12 @@ def test_a_journal_fed_scanned_enqueues_agrees_with_one_fed_records(ops: list[An
                 assert isinstance(snapshot[0], SnapshotBegin)
                 assert isinstance(snapshot[-1], SnapshotEnd)
                 for record in snapshot:
-                    pair.append(record)
+                    # as a passive node gets it: decoded from the frame, not this
+                    # process's own object (the general journal would place the
+                    # resent enqueue at its first copy's write, which shared the
+                    # object, and the scanning one at the copy's: both valid, but
+                    # the check compares when they are placed; found by a CI run)
+                    pair.append(parse_frames(frame_record(record))[0])
             elif kind == "delete":
                 pair.append(QueueDelete(name=op[1]))
             elif kind == "declare":
