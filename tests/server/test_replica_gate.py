@@ -7,6 +7,8 @@ sent again is confirmed only once its first copy is stored."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -320,18 +322,23 @@ async def test_a_publish_link_sends_a_message_only_once_the_passive_peer_holds_i
 # --- a get's reply waits for the passive peer too ------------------------------------
 
 
-async def _held_back_message(node: BrokerNode) -> NodeStorage:
-    """Queue ``q`` on ``node`` holds one persistent message its passive peer (a fake
-    one, which acks nothing until told) does not hold yet."""
-    storage = node.storage
-    assert storage is not None and storage.journal is not None
-    async with amqlite.connect(addr(node)) as conn:
-        await conn.declare_queue("q", durable=True)
-        _fake_peer(storage)
-        storage.replica_required(True)
-        await conn.publish("", "q", "m", persistent=True)
-        await wait_until(lambda: _first_queue(node, "messages") >= 1, "q holds the message")
-    return storage
+@asynccontextmanager
+async def _held_back_message(
+    tmp_path: Path, **overrides: Any
+) -> AsyncIterator[tuple[BrokerNode, NodeStorage]]:
+    """A node (``overrides`` to its config) whose queue ``q`` holds one persistent
+    message its passive peer (a fake one, which acks nothing until told) does not
+    hold yet."""
+    async with running(tmp_path, **overrides) as node:
+        storage = node.storage
+        assert storage is not None and storage.journal is not None
+        async with amqlite.connect(addr(node)) as conn:
+            await conn.declare_queue("q", durable=True)
+            _fake_peer(storage)
+            storage.replica_required(True)
+            await conn.publish("", "q", "m", persistent=True)
+            await wait_until(lambda: _first_queue(node, "messages") >= 1, "q holds it")
+        yield node, storage
 
 
 async def _check_get_waits(node: BrokerNode, storage: NodeStorage, get: Any) -> None:
@@ -363,21 +370,21 @@ async def test_a_get_returns_a_message_only_once_the_passive_peer_holds_it(
 ) -> None:
     """A get is a consumer too: a message the node taking over lacks, got before a
     kill -9, would be got again, unflagged, when its publisher sends it again."""
-    async with running(tmp_path) as node:
-        storage = await _held_back_message(node)
-        async with amqlite.connect(addr(node)) as conn:
+    async with (
+        _held_back_message(tmp_path) as (node, storage),
+        amqlite.connect(addr(node)) as conn,
+    ):
 
-            async def get() -> bytes:
-                message = await conn.get("q")
-                assert message is not None
-                return message.body
+        async def get() -> bytes:
+            message = await conn.get("q")
+            assert message is not None
+            return message.body
 
-            await _check_get_waits(node, storage, get)
+        await _check_get_waits(node, storage, get)
 
 
 async def test_an_amqp_basic_get_waits_for_the_passive_peer(tmp_path: Path) -> None:
-    async with running(tmp_path, **{"amqp.port": 0}) as node:
-        storage = await _held_back_message(node)
+    async with _held_back_message(tmp_path, **{"amqp.port": 0}) as (node, storage):
         port = node.amqp_port
         assert port is not None
 
@@ -398,8 +405,7 @@ async def test_an_amqp_basic_get_waits_for_the_passive_peer(tmp_path: Path) -> N
 
 
 async def test_an_http_get_of_messages_waits_for_the_passive_peer(tmp_path: Path) -> None:
-    async with running(tmp_path, **{"http.port": 0}) as node:
-        storage = await _held_back_message(node)
+    async with _held_back_message(tmp_path, **{"http.port": 0}) as (node, storage):
         url = f"http://{node.http_listen}"
         async with httpx.AsyncClient(base_url=url, auth=("guest", "guest"), timeout=10) as http:
 
@@ -413,8 +419,7 @@ async def test_an_http_get_of_messages_waits_for_the_passive_peer(tmp_path: Path
 
 
 async def test_a_browser_get_waits_for_the_passive_peer(tmp_path: Path) -> None:
-    async with running(tmp_path, **{"http.port": 0}) as node:
-        storage = await _held_back_message(node)
+    async with _held_back_message(tmp_path, **{"http.port": 0}) as (node, storage):
         http = node.http_listen
         assert http is not None
         ws = await WsClient.connect(int(http.rpartition(":")[2]))

@@ -175,14 +175,12 @@ class ClientEndpoint:
         get again, unflagged, when the publisher sends it again."""
         got, storage = self.dispatcher.got_id, self.node.storage
         held = self._held_pushes
-        if storage is None or not storage.get_held(got, bool(held)):
+        if storage is None or not storage.hold_get(got, held, self._push_replicated):
             return False
         try:
             frame = self.link.proto.send(reply)
         except AmqliteError:
-            return True  # our protocol side is closing: as link.send would
-        if not held:
-            storage.when_replicated(self._push_replicated)
+            return True  # closing: as link.send would (the waiter finds nothing held)
         held.append((got, "", 0, 0, frame))
         self._held_frames += 1
         return True

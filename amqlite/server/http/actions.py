@@ -90,8 +90,8 @@ async def _replicated(storage: NodeStorage, journal_id: int) -> None:
         return
     done = trio.Event()
 
-    def check() -> None:
-        if storage.replica_upto is None or storage.replicated(journal_id):
+    def check() -> None:  # (held no more once replication stopped, too)
+        if not storage.get_held(journal_id, False):
             done.set()
 
     storage.when_replicated(check)

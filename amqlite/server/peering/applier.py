@@ -256,7 +256,7 @@ class ActionApplier:
         outbox, self._outbox = self._outbox, {}
         storage = self.durability.storage
         held = self._held
-        if held or (storage is not None and storage.replica_upto is not None):
+        if storage is not None and (held or storage.replica_upto is not None):
             # An HA active node: nothing leaves for a remote before the passive node
             # holds what was journaled before it (the peering queue's message a
             # subscriber gets, the ``peering.out`` record of what a publish or
@@ -266,11 +266,9 @@ class ActionApplier:
             # cannot know for the same message (a duplicate, which
             # tests/e2e/test_peering.py's HA subscribe case met once in a CI run).
             # As pushes to consumers wait (endpoints/client.py ``_push_gated``).
-            position = storage.appended if storage is not None else 0
-            if held or (
-                storage is not None and position and not storage.position_replicated(position)
-            ):
-                if not held and storage is not None:
+            position = storage.appended
+            if held or not storage.position_replicated(position):
+                if not held:
                     storage.when_replicated(self._release_held)
                 held.append((position, outbox))
                 return
@@ -283,11 +281,8 @@ class ActionApplier:
         held = self._held
         while held:
             position, outbox = held[0]
-            if (
-                storage is not None
-                and storage.replica_upto is not None
-                and not storage.position_replicated(position)
-            ):
+            # (True for every position once replication stopped)
+            if storage is not None and not storage.position_replicated(position):
                 return
             held.popleft()
             self._send(outbox)
