@@ -26,6 +26,16 @@ from amqlite.store import (
 )
 from amqlite.store.files import FileHandle, OsFileLayer
 from amqlite.store.journal import Journal
+from amqlite.store.segment import frame_record, parse_frames
+
+
+def as_received(record: Record) -> Record:
+    """``record`` as a passive node gets it in a snapshot: decoded from its frame, a
+    new object. A journal given back its own snapshot's objects would take a resent
+    enqueue for the one it wrote (``StoreState.place`` matches the record object) and
+    place it at that first write: valid, but not what happens on a passive node."""
+    [copy] = parse_frames(frame_record(record))
+    return copy
 
 
 class Crash(Exception):
